@@ -1,0 +1,125 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/api"
+)
+
+func newPs() *cobra.Command {
+	var (
+		agentURL string
+		format   string
+		all      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "ps",
+		Short: "List GPU use by container and user, like docker ps for GPUs",
+		Long: `List GPU use by container and host user from a running agent: one row per
+owner and GPU, with the allocation share, SM utilisation and GPU memory now,
+and the GPU-hours and energy booked since the agent started.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "table" && format != "json" {
+				return fmt.Errorf("--format: %q is not table or json", format)
+			}
+			c := api.Client{URL: agentURL}
+			resp, err := c.Containers(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if format == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(resp)
+			}
+			return writePs(cmd.OutOrStdout(), resp, all)
+		},
+	}
+	url := os.Getenv("GPUMETER_URL")
+	if url == "" {
+		url = api.DefaultURL
+	}
+	cmd.Flags().StringVar(&agentURL, "url", url, "agent address ($GPUMETER_URL)")
+	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "also show stopped containers and containers without GPUs")
+	return cmd
+}
+
+// writePs prints one row per owner and GPU.
+func writePs(w io.Writer, r api.ContainersResponse, all bool) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONTAINER ID\tNAME\tUSER\tTEAM\tGPU\tSHARE\tSM\tGPU MEMORY\tALLOC GPU-H\tUSED GPU-H\tENERGY kWh")
+	row := func(id, name, user, team string, s *api.GPUShare) {
+		gpu, share, sm, mem, alloc, used, kwh := "-", "-", "-", "-", "-", "-", "-"
+		if s != nil {
+			gpu = strconv.Itoa(s.GPU)
+			if s.Share > 0 {
+				share = strconv.FormatFloat(s.Share, 'f', 2, 64)
+			}
+			sm = strconv.FormatFloat(s.SMPercent, 'f', 0, 64) + "%"
+			mem = bytesHuman(s.MemoryBytes)
+			alloc = strconv.FormatFloat(s.AllocatedSeconds/3600, 'f', 3, 64)
+			used = strconv.FormatFloat(s.UsedSeconds/3600, 'f', 3, 64)
+			kwh = strconv.FormatFloat(s.EnergyJoules/3.6e6, 'f', 4, 64)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, name, dash(user), dash(team), gpu, share, sm, mem, alloc, used, kwh)
+	}
+	for _, c := range r.Containers {
+		if len(c.GPUs) == 0 {
+			if all || (c.Running && c.GPURequest != "") {
+				row(short(c.ID), c.Name, c.User, c.Team, nil)
+			}
+			continue
+		}
+		if !c.Running && !all {
+			continue
+		}
+		for i := range c.GPUs {
+			row(short(c.ID), c.Name, c.User, c.Team, &c.GPUs[i])
+		}
+	}
+	for _, h := range r.HostUsers {
+		for i := range h.GPUs {
+			row("-", "(host)", h.User, "", &h.GPUs[i])
+		}
+	}
+	for i := range r.Unresolved {
+		row("-", "(unknown)", "", "", &r.Unresolved[i])
+	}
+	return tw.Flush()
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func bytesHuman(b uint64) string {
+	const unit = 1024
+	if b < unit {
+		return strconv.FormatUint(b, 10) + " B"
+	}
+	div, exp := uint64(unit), 0
+	for n := b / unit; n >= unit && exp < 3; n /= unit {
+		div *= unit
+		exp++
+	}
+	return strconv.FormatFloat(float64(b)/float64(div), 'f', 1, 64) + " " + string("KMGT"[exp]) + "iB"
+}

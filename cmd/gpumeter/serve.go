@@ -1,0 +1,130 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/agent"
+	"github.com/gpumeter/gpumeter/internal/config"
+)
+
+const defaultConfigPath = "/etc/gpumeter/gpumeter.yaml"
+
+func newServe() *cobra.Command {
+	var (
+		configPath string
+		simFile    string
+		demo       bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the agent: sample GPUs, attribute use to containers and users, serve /metrics and the API",
+		Long: `Run the agent: sample GPUs, attribute use to containers and users, serve
+/metrics, the JSON API and a live page on --listen (default :9400).
+
+With no source flag it reads the GPUs through NVML. On a machine without a GPU
+use --demo for the built-in demo, or --sim FILE to play a scenario.
+
+Settings come from the config file, then GPUMETER_* environment variables,
+then flags, each overriding the one before.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd, configPath)
+			if err != nil {
+				return err
+			}
+			switch {
+			case demo && simFile != "":
+				return errors.New("--demo and --sim exclude each other")
+			case demo:
+				cfg.Source = "demo"
+			case simFile != "":
+				cfg.Source, cfg.SimFile = "sim", simFile
+			}
+			if err := cfg.Validate(); err != nil {
+				return fmt.Errorf("invalid config:\n%w", err)
+			}
+			logger := newLogger(cfg.LogLevel)
+			a, err := agent.New(cfg, logger, versionString())
+			if err != nil {
+				return err
+			}
+			addr, err := a.Listen()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: serving on http://%s (metrics at /metrics)\n", addr)
+			return a.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&configPath, "config", "c", "", "config file (default $GPUMETER_CONFIG, else "+defaultConfigPath+" if it exists)")
+	f.StringVar(&simFile, "sim", "", "play this scenario file instead of reading GPUs")
+	f.BoolVar(&demo, "demo", false, "play the built-in demo scenario instead of reading GPUs")
+	for _, k := range config.Keys() {
+		if k.IsMap() {
+			f.StringArray(k.Flag(), nil, k.Help+" (name=value, repeatable)")
+			continue
+		}
+		f.String(k.Flag(), "", k.Help+" (default "+quoteDefault(k.Default())+")")
+	}
+	return cmd
+}
+
+func quoteDefault(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// loadConfig builds the settings: defaults, the file, the environment,
+// then the flags the user set.
+func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
+	cfg := config.Default()
+	if path == "" {
+		path = os.Getenv("GPUMETER_CONFIG")
+	}
+	if path == "" {
+		if _, err := os.Stat(defaultConfigPath); err == nil {
+			path = defaultConfigPath
+		}
+	}
+	if path != "" {
+		if err := cfg.LoadFile(path); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.LoadEnv(os.Environ()); err != nil {
+		return cfg, err
+	}
+	for _, k := range config.Keys() {
+		fl := cmd.Flags().Lookup(k.Flag())
+		if fl == nil || !fl.Changed {
+			continue
+		}
+		if k.IsMap() {
+			vals, _ := cmd.Flags().GetStringArray(k.Flag())
+			for _, v := range vals {
+				if err := cfg.Set(k.Name, v); err != nil {
+					return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
+				}
+			}
+			continue
+		}
+		if err := cfg.Set(k.Name, fl.Value.String()); err != nil {
+			return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
+		}
+	}
+	return cfg, nil
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,257 @@
+// Package agent wires the sources, the sampler, the meter and the sinks of
+// `gpumeter serve`, and owns every goroutine they run on.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/cgroup"
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/docker"
+	"github.com/gpumeter/gpumeter/internal/exporter"
+	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sim"
+)
+
+// ErrNoDriver is returned when no GPU source was chosen and NVML could not
+// be loaded.
+var ErrNoDriver = errors.New("no NVIDIA driver found")
+
+// Agent is a running `gpumeter serve`.
+type Agent struct {
+	cfg     config.Config
+	log     *slog.Logger
+	version string
+
+	sampler  *sampler.Sampler
+	docker   *docker.Inventory
+	closers  []func() error
+	listener net.Listener
+}
+
+// New builds the agent from cfg: it opens the GPU source and prepares the
+// inventories, but starts nothing.
+func New(cfg config.Config, logger *slog.Logger, version string) (*Agent, error) {
+	a := &Agent{cfg: cfg, log: logger, version: version}
+	users := cgroup.NewUsers(cfg.PasswdFile)
+	procs := cgroup.NewResolver(cfg.ProcRoot, users)
+	host := &hostProcs{resolver: procs, users: users, procRoot: cfg.ProcRoot, cgroupRoot: cfg.CgroupRoot}
+
+	node := cfg.Hostname
+	var (
+		gpus        sampler.GPUSource
+		gpuName     string
+		inventories []sampler.Named
+		resolvers   []sampler.ProcessResolver
+		idle        = map[string]float64{}
+		useDocker   = cfg.DockerEnabled
+	)
+	switch cfg.Source {
+	case "demo", "sim":
+		sc := sim.Demo()
+		if cfg.Source == "sim" {
+			var err error
+			if sc, err = sim.Load(cfg.SimFile); err != nil {
+				return nil, err
+			}
+		}
+		src := sim.NewSource(sc, true)
+		gpus, gpuName = src, "sim"
+		inventories = append(inventories, sampler.Named{Name: "sim-containers", Inventory: src})
+		resolvers = append(resolvers, src)
+		for _, g := range sc.GPUs {
+			idle[g.UUID] = g.IdlePower
+		}
+		if node == "" {
+			node = sc.Node
+		}
+		// A scenario plays its own containers; Docker is needed only for
+		// the real processes its pid: entries name.
+		useDocker = useDocker && hasPIDs(sc)
+	default:
+		src, closer, err := openNVML(cfg.NVMLLibrary, logger)
+		if err != nil {
+			return nil, fmt.Errorf("%w (%v): on a host without a GPU, run `gpumeter serve --demo` for the built-in demo or `gpumeter serve --sim FILE` to play a scenario", ErrNoDriver, err)
+		}
+		a.closers = append(a.closers, closer)
+		gpus, gpuName = src, "nvml"
+	}
+	if node == "" {
+		node, _ = os.Hostname()
+	}
+	for k, v := range cfg.IdlePower {
+		idle[k] = v
+	}
+	if useDocker {
+		inv, err := docker.New(docker.Config{
+			Host:         cfg.DockerHost,
+			UserLabel:    cfg.UserLabel,
+			TeamLabel:    cfg.TeamLabel,
+			ProjectLabel: cfg.ProjectLabel,
+			Procs:        host,
+			Logger:       logger,
+			Keep:         cfg.DockerKeep,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+		a.docker = inv
+		inventories = append(inventories, sampler.Named{Name: "docker", Inventory: inv})
+	}
+	if cfg.Source != "demo" {
+		resolvers = append(resolvers, host)
+	}
+	a.sampler = sampler.New(sampler.Config{
+		Node:        node,
+		Interval:    cfg.Interval,
+		GPUs:        gpus,
+		GPUName:     gpuName,
+		Inventories: inventories,
+		Resolvers:   resolvers,
+		Meter:       meter.New(meter.Config{IdleWatts: idle}),
+		Logger:      logger,
+	})
+	return a, nil
+}
+
+func hasPIDs(sc *sim.Scenario) bool {
+	for _, c := range sc.Containers {
+		if c.PID != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Sampler gives access to the live ticks.
+func (a *Agent) Sampler() *sampler.Sampler { return a.sampler }
+
+// Listen opens the listener, so that a caller learns a bad address before
+// Run and can read the chosen port (":0" in tests).
+func (a *Agent) Listen() (net.Addr, error) {
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+	}
+	a.listener = ln
+	return ln.Addr(), nil
+}
+
+// Handler is the agent's HTTP surface: /metrics, the API and the page.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", exporter.Handler(a.sampler, a.version))
+	mux.Handle("/", api.Handler(a.sampler))
+	return mux
+}
+
+// Run serves until ctx ends, then shuts every part down and returns.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.listener == nil {
+		if _, err := a.Listen(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	if a.docker != nil {
+		wg.Go(func() {
+			if err := a.docker.Run(ctx); err != nil {
+				errs <- fmt.Errorf("docker inventory: %w", err)
+				cancel()
+			}
+		})
+	}
+	wg.Go(func() {
+		if err := a.sampler.Run(ctx); err != nil {
+			errs <- fmt.Errorf("sampler: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		if err := srv.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs <- fmt.Errorf("http: %w", err)
+			cancel()
+		}
+	})
+	a.log.Info("serving", "listen", a.listener.Addr().String(), "interval", a.cfg.Interval.String())
+	<-ctx.Done()
+	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	_ = srv.Shutdown(shutdown)
+	wg.Wait()
+	for _, c := range a.closers {
+		if err := c(); err != nil {
+			a.log.Warn("close", "err", err)
+		}
+	}
+	close(errs)
+	return errors.Join(collect(errs)...)
+}
+
+func collect(ch <-chan error) []error {
+	var out []error
+	for err := range ch {
+		out = append(out, err)
+	}
+	return out
+}
+
+// hostProcs adapts the host's /proc and cgroups to what the sampler and
+// the Docker inventory need.
+type hostProcs struct {
+	resolver   *cgroup.Resolver
+	users      *cgroup.Users
+	procRoot   string
+	cgroupRoot string
+}
+
+// Resolve attributes a real host process to its container or Unix user.
+func (h *hostProcs) Resolve(pid uint32) (container.Owner, bool, error) {
+	p, err := h.resolver.Resolve(pid)
+	if err != nil {
+		return container.Owner{}, false, err
+	}
+	if p.Ref.ContainerID != "" {
+		return container.Owner{Kind: container.OwnerContainer, ID: p.Ref.ContainerID}, true, nil
+	}
+	return container.Owner{Kind: container.OwnerHost, ID: p.User}, true, nil
+}
+
+func (h *hostProcs) Prune(keep func(uint32) bool) { h.resolver.Prune(keep) }
+
+func (h *hostProcs) ProcessUser(pid int) (string, error) {
+	p, err := h.resolver.Resolve(uint32(pid))
+	if err != nil {
+		return "", err
+	}
+	return p.User, nil
+}
+
+func (h *hostProcs) UserName(uid int) string { return h.users.Name(uid) }
+
+func (h *hostProcs) Stats(pid int) (float64, uint64, error) {
+	st, err := cgroup.ReadStats(h.procRoot, h.cgroupRoot, pid)
+	return st.CPUSeconds, st.MemoryBytes, err
+}

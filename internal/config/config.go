@@ -1,0 +1,443 @@
+// Package config holds gpumeter's settings: defaults, strict loading from a
+// YAML file, overrides from GPUMETER_* environment variables and flags, and
+// validation. Every setting goes through one table of keys, so a file, the
+// environment and a flag reject a bad value with the same message.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Config is the whole of gpumeter's settings.
+type Config struct {
+	Listen   string
+	Interval time.Duration
+	Hostname string
+	LogLevel string
+
+	// Source is auto, nvml, sim or demo.
+	Source      string
+	SimFile     string
+	NVMLLibrary string
+
+	ProcRoot   string
+	CgroupRoot string
+	PasswdFile string
+
+	DockerEnabled bool
+	DockerHost    string
+	DockerKeep    time.Duration
+
+	UserLabel    string
+	TeamLabel    string
+	ProjectLabel string
+
+	// IdlePower is the idle power in watts by GPU model name or UUID.
+	IdlePower map[string]float64
+}
+
+// Default returns the settings gpumeter uses when nothing overrides them.
+func Default() Config {
+	return Config{
+		Listen:        ":9400",
+		Interval:      time.Second,
+		LogLevel:      "info",
+		Source:        "auto",
+		ProcRoot:      "/proc",
+		CgroupRoot:    "/sys/fs/cgroup",
+		PasswdFile:    "/etc/passwd",
+		DockerEnabled: true,
+		DockerHost:    "unix:///var/run/docker.sock",
+		DockerKeep:    5 * time.Minute,
+		UserLabel:     "gpumeter.user",
+		TeamLabel:     "gpumeter.team",
+		ProjectLabel:  "gpumeter.project",
+		IdlePower:     map[string]float64{},
+	}
+}
+
+// Key is one setting: its name in the file, its environment variable and
+// flag, and how to parse it.
+type Key struct {
+	Name string // dotted path in the YAML file, e.g. docker.host
+	Help string
+	// set parses one value; for map keys, sub is the map key.
+	set func(c *Config, sub, v string) error
+	get func(c *Config) string
+	// isMap marks keys whose YAML value is a mapping of sub-keys.
+	isMap bool
+}
+
+// Env is the environment variable that overrides the key.
+func (k Key) Env() string {
+	return "GPUMETER_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(k.Name))
+}
+
+// Flag is the command-line flag that overrides the key.
+func (k Key) Flag() string { return strings.ReplaceAll(strings.ReplaceAll(k.Name, ".", "-"), "_", "-") }
+
+// Default renders the key's default value.
+func (k Key) Default() string {
+	c := Default()
+	return k.get(&c)
+}
+
+// IsMap reports whether the key takes a mapping (in a file) or
+// name=value pairs (in the environment and on the command line).
+func (k Key) IsMap() bool { return k.isMap }
+
+func stringKey(name, help string, p func(*Config) *string) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error { *p(c) = v; return nil },
+		get: func(c *Config) string { return *p(c) }}
+}
+
+func enumKey(name, help string, p func(*Config) *string, allowed ...string) Key {
+	return Key{Name: name, Help: help + " (" + strings.Join(allowed, ", ") + ")",
+		set: func(c *Config, _, v string) error {
+			if !slices.Contains(allowed, v) {
+				return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+			}
+			*p(c) = v
+			return nil
+		},
+		get: func(c *Config) string { return *p(c) }}
+}
+
+func durationKey(name, help string, p func(*Config) *time.Duration) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error {
+			d, err := ParseDuration(v)
+			if err != nil {
+				return err
+			}
+			*p(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return p(c).String() }}
+}
+
+func boolKey(name, help string, p func(*Config) *bool) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			*p(c) = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(*p(c)) }}
+}
+
+// Keys lists every setting in the order the reference shows them.
+func Keys() []Key {
+	return []Key{
+		stringKey("listen", "address of the metrics, API and web listener", func(c *Config) *string { return &c.Listen }),
+		durationKey("interval", "sampling interval", func(c *Config) *time.Duration { return &c.Interval }),
+		stringKey("hostname", "node name in metrics and the ledger (default: the host name)", func(c *Config) *string { return &c.Hostname }),
+		enumKey("log_level", "log verbosity", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
+		enumKey("source", "GPU source: auto tries NVML and says what to do when it is missing", func(c *Config) *string { return &c.Source }, "auto", "nvml", "sim", "demo"),
+		stringKey("sim_file", "scenario file played by source sim", func(c *Config) *string { return &c.SimFile }),
+		stringKey("nvml_library", "path of libnvidia-ml.so.1 (default: the loader's search path)", func(c *Config) *string { return &c.NVMLLibrary }),
+		stringKey("host.proc_root", "the host's /proc (under a container: where it is mounted)", func(c *Config) *string { return &c.ProcRoot }),
+		stringKey("host.cgroup_root", "the host's cgroup file system", func(c *Config) *string { return &c.CgroupRoot }),
+		stringKey("host.passwd_file", "the host's passwd file, for uid to user names", func(c *Config) *string { return &c.PasswdFile }),
+		boolKey("docker.enabled", "read the container inventory from Docker", func(c *Config) *bool { return &c.DockerEnabled }),
+		stringKey("docker.host", "Docker Engine API address", func(c *Config) *string { return &c.DockerHost }),
+		durationKey("docker.keep_stopped", "how long a stopped container stays listed", func(c *Config) *time.Duration { return &c.DockerKeep }),
+		stringKey("labels.user", "container label naming the user", func(c *Config) *string { return &c.UserLabel }),
+		stringKey("labels.team", "container label naming the team", func(c *Config) *string { return &c.TeamLabel }),
+		stringKey("labels.project", "container label naming the project", func(c *Config) *string { return &c.ProjectLabel }),
+		{Name: "idle_power", Help: "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", isMap: true,
+			set: func(c *Config, sub, v string) error {
+				if sub == "" {
+					return errors.New("want model=power, e.g. \"NVIDIA H100 80GB HBM3=70W\"")
+				}
+				w, err := ParsePower(v)
+				if err != nil {
+					return err
+				}
+				if c.IdlePower == nil {
+					c.IdlePower = map[string]float64{}
+				}
+				c.IdlePower[sub] = w
+				return nil
+			},
+			get: func(c *Config) string {
+				var parts []string
+				for _, k := range slices.Sorted(mapKeys(c.IdlePower)) {
+					parts = append(parts, k+"="+strconv.FormatFloat(c.IdlePower[k], 'f', -1, 64)+"W")
+				}
+				return strings.Join(parts, ",")
+			}},
+	}
+}
+
+func mapKeys(m map[string]float64) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func lookup(name string) (Key, bool) {
+	for _, k := range Keys() {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Key{}, false
+}
+
+// Set parses value into the setting named name, as a flag or environment
+// variable gives it. A map key takes sub=value.
+func (c *Config) Set(name, value string) error {
+	k, ok := lookup(name)
+	if !ok {
+		return fmt.Errorf("unknown setting %q", name)
+	}
+	if k.isMap {
+		sub, v, found := strings.Cut(value, "=")
+		if !found {
+			return fmt.Errorf("%s: want name=value, got %q", name, value)
+		}
+		if err := k.set(c, strings.TrimSpace(sub), strings.TrimSpace(v)); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}
+	if err := k.set(c, "", value); err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return nil
+}
+
+// LoadFile reads a YAML config file over c. Unknown keys, wrong shapes and
+// bad values are errors that name the file, line and key.
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	return c.Parse(path, data)
+}
+
+// Parse reads YAML config data over c; name is used in errors.
+func (c *Config) Parse(name string, data []byte) error {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty file changes nothing
+		}
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	root := doc.Content[0]
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil
+	}
+	return c.walk(name, "", root)
+}
+
+func (c *Config) walk(file, prefix string, n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		where := prefix
+		if where == "" {
+			where = "top level"
+		}
+		return fmt.Errorf("%s:%d: %s: want a mapping of keys, got %s", file, n.Line, where, kindName(n))
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, vn := n.Content[i], n.Content[i+1]
+		name := kn.Value
+		if prefix != "" {
+			name = prefix + "." + kn.Value
+		}
+		if seen[name] {
+			return fmt.Errorf("%s:%d: %s: set twice", file, kn.Line, name)
+		}
+		seen[name] = true
+		if k, ok := lookup(name); ok {
+			if err := c.setNode(file, k, vn); err != nil {
+				return err
+			}
+			continue
+		}
+		if isSection(name) {
+			if err := c.walk(file, name, vn); err != nil {
+				return err
+			}
+			continue
+		}
+		return fmt.Errorf("%s:%d: unknown key %q%s", file, kn.Line, name, suggest(name))
+	}
+	return nil
+}
+
+func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
+	if k.isMap {
+		if vn.Kind != yaml.MappingNode {
+			return fmt.Errorf("%s:%d: %s: want a mapping of name: value, got %s", file, vn.Line, k.Name, kindName(vn))
+		}
+		for i := 0; i+1 < len(vn.Content); i += 2 {
+			sk, sv := vn.Content[i], vn.Content[i+1]
+			if sv.Kind != yaml.ScalarNode {
+				return fmt.Errorf("%s:%d: %s.%s: want a single value, got %s", file, sv.Line, k.Name, sk.Value, kindName(sv))
+			}
+			if err := k.set(c, sk.Value, sv.Value); err != nil {
+				return fmt.Errorf("%s:%d: %s.%s: %w", file, sv.Line, k.Name, sk.Value, err)
+			}
+		}
+		return nil
+	}
+	if vn.Kind != yaml.ScalarNode {
+		return fmt.Errorf("%s:%d: %s: want a single value, got %s", file, vn.Line, k.Name, kindName(vn))
+	}
+	if err := k.set(c, "", vn.Value); err != nil {
+		return fmt.Errorf("%s:%d: %s: %w", file, vn.Line, k.Name, err)
+	}
+	return nil
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	default:
+		return fmt.Sprintf("%q", n.Value)
+	}
+}
+
+func isSection(name string) bool {
+	for _, k := range Keys() {
+		if strings.HasPrefix(k.Name, name+".") {
+			return true
+		}
+	}
+	return false
+}
+
+// suggest names a known key that differs from name only in spelling
+// details people get wrong: case and dashes.
+func suggest(name string) string {
+	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
+	for _, k := range Keys() {
+		if norm(k.Name) == norm(name) || strings.HasSuffix(k.Name, "."+norm(name)) {
+			return fmt.Sprintf(" (did you mean %q?)", k.Name)
+		}
+	}
+	return ""
+}
+
+// LoadEnv applies GPUMETER_* variables from environ (as os.Environ gives
+// them). A variable that names no setting is an error, so a typo is not
+// silently ignored.
+func (c *Config) LoadEnv(environ []string) error {
+	byEnv := map[string]Key{}
+	for _, k := range Keys() {
+		byEnv[k.Env()] = k
+	}
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "GPUMETER_") || envNotSettings[name] {
+			continue
+		}
+		k, ok := byEnv[name]
+		if !ok {
+			return fmt.Errorf("environment: %s names no setting", name)
+		}
+		if k.isMap {
+			for _, part := range strings.Split(value, ",") {
+				if strings.TrimSpace(part) == "" {
+					continue
+				}
+				if err := c.Set(k.Name, part); err != nil {
+					return fmt.Errorf("environment %s: %w", name, err)
+				}
+			}
+			continue
+		}
+		if err := c.Set(k.Name, value); err != nil {
+			return fmt.Errorf("environment %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// envNotSettings are GPUMETER_* variables that are not settings: the
+// config file path and the API client's address.
+var envNotSettings = map[string]bool{"GPUMETER_CONFIG": true, "GPUMETER_URL": true}
+
+// Validate checks values that parse but make no sense together.
+func (c *Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
+	}
+	if c.Interval < 10*time.Millisecond || c.Interval > time.Hour {
+		errs = append(errs, fmt.Errorf("interval: %s is outside 10ms..1h", c.Interval))
+	}
+	if c.Source == "sim" && c.SimFile == "" {
+		errs = append(errs, errors.New("sim_file: source sim needs a scenario file"))
+	}
+	if c.DockerKeep < 0 {
+		errs = append(errs, fmt.Errorf("docker.keep_stopped: %s is negative", c.DockerKeep))
+	}
+	for name, v := range map[string]string{"labels.user": c.UserLabel, "labels.team": c.TeamLabel, "labels.project": c.ProjectLabel, "host.proc_root": c.ProcRoot, "host.cgroup_root": c.CgroupRoot} {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("%s: must not be empty", name))
+		}
+	}
+	for model, w := range c.IdlePower {
+		if w < 0 {
+			errs = append(errs, fmt.Errorf("idle_power.%s: %gW is negative", model, w))
+		}
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
+}
+
+// ParseDuration parses a Go duration that must not be negative.
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration like 1s, 90s or 1h30m", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	return d, nil
+}
+
+// ParsePower parses a power in watts, with or without the W suffix.
+func ParsePower(s string) (float64, error) {
+	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "W"))
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f != f || f > 1e6 {
+		return 0, fmt.Errorf("%q is not a power like 70W", s)
+	}
+	return f, nil
+}

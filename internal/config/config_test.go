@@ -1,0 +1,189 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseFull(t *testing.T) {
+	got := Default()
+	if err := got.LoadFile("testdata/full.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{
+		Listen: "127.0.0.1:9500", Interval: 2 * time.Second, Hostname: "gpu-node-7", LogLevel: "debug",
+		Source: "nvml", NVMLLibrary: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
+		ProcRoot: "/host/proc", CgroupRoot: "/host/sys/fs/cgroup", PasswdFile: "/host/etc/passwd",
+		DockerEnabled: true, DockerHost: "unix:///run/docker.sock", DockerKeep: 10 * time.Minute,
+		UserLabel: "lab.user", TeamLabel: "lab.team", ProjectLabel: "lab.project",
+		IdlePower: map[string]float64{"NVIDIA H100 80GB HBM3": 70, "GPU-1234": 55.5},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	if err := got.Validate(); err != nil {
+		t.Errorf("Validate() = %v, want nil", err)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"unknown top key", "listen: :1\nlisen: :2\n", `cfg.yaml:2: unknown key "lisen"`},
+		{"unknown nested key", "docker:\n  hots: x\n", `cfg.yaml:2: unknown key "docker.hots"`},
+		{"suggestion", "Interval: 1s\n", `did you mean "interval"?`},
+		{"bad duration", "interval: fast\n", `cfg.yaml:1: interval: "fast" is not a duration`},
+		{"negative duration", "docker:\n  keep_stopped: -1m\n", `cfg.yaml:2: docker.keep_stopped: "-1m" is negative`},
+		{"bad bool", "docker:\n  enabled: maybe\n", `cfg.yaml:2: docker.enabled: "maybe" is not true or false`},
+		{"bad enum", "source: cuda\n", `cfg.yaml:1: source: "cuda" is not one of auto, nvml, sim, demo`},
+		{"bad power", "idle_power:\n  H100: lots\n", `cfg.yaml:2: idle_power.H100: "lots" is not a power`},
+		{"section not mapping", "docker: yes\n", `cfg.yaml:1: docker: want a mapping of keys`},
+		{"scalar wants value", "listen: [a, b]\n", `cfg.yaml:1: listen: want a single value, got a list`},
+		{"map wants mapping", "idle_power: 70W\n", `cfg.yaml:1: idle_power: want a mapping`},
+		{"top not mapping", "- a\n- b\n", `cfg.yaml:1: top level: want a mapping of keys`},
+		{"duplicate", "listen: :1\nlisten: :2\n", `cfg.yaml:2: listen: set twice`},
+		{"syntax", "listen: \"unterminated\n", `cfg.yaml: yaml: line 2`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			err := c.Parse("cfg.yaml", []byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Parse() error = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseEmpty(t *testing.T) {
+	for _, in := range []string{"", "# only a comment\n", "~\n"} {
+		c := Default()
+		if err := c.Parse("cfg.yaml", []byte(in)); err != nil {
+			t.Errorf("Parse(%q) = %v, want nil", in, err)
+		}
+		if diff := cmp.Diff(Default(), c); diff != "" {
+			t.Errorf("Parse(%q) changed the defaults:\n%s", in, diff)
+		}
+	}
+}
+
+func TestLoadFileMissing(t *testing.T) {
+	c := Default()
+	err := c.LoadFile("testdata/nope.yaml")
+	if err == nil || !strings.Contains(err.Error(), "testdata/nope.yaml") {
+		t.Errorf("LoadFile() error = %v, want one naming the file", err)
+	}
+}
+
+func TestLoadEnv(t *testing.T) {
+	c := Default()
+	err := c.LoadEnv([]string{
+		"PATH=/bin",
+		"GPUMETER_LISTEN=:9999",
+		"GPUMETER_DOCKER_HOST=tcp://127.0.0.1:2375",
+		"GPUMETER_IDLE_POWER=A100=50W,H100=70",
+		"GPUMETER_CONFIG=/etc/x.yaml",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != ":9999" || c.DockerHost != "tcp://127.0.0.1:2375" {
+		t.Errorf("got listen %q docker host %q", c.Listen, c.DockerHost)
+	}
+	if diff := cmp.Diff(map[string]float64{"A100": 50, "H100": 70}, c.IdlePower); diff != "" {
+		t.Errorf("idle power (-want +got):\n%s", diff)
+	}
+
+	for env, want := range map[string]string{
+		"GPUMETER_LISTN=:1":       "GPUMETER_LISTN names no setting",
+		"GPUMETER_INTERVAL=1x":    `environment GPUMETER_INTERVAL: interval: "1x" is not a duration`,
+		"GPUMETER_IDLE_POWER=70W": "idle_power: want name=value",
+	} {
+		c := Default()
+		if err := c.LoadEnv([]string{env}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("LoadEnv(%q) = %v, want it to contain %q", env, err, want)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"listen", func(c *Config) { c.Listen = "9400" }, `listen: "9400" is not host:port`},
+		{"interval small", func(c *Config) { c.Interval = time.Millisecond }, "interval: 1ms is outside"},
+		{"interval large", func(c *Config) { c.Interval = 2 * time.Hour }, "interval: 2h0m0s is outside"},
+		{"sim needs file", func(c *Config) { c.Source = "sim" }, "sim_file: source sim needs a scenario file"},
+		{"empty label", func(c *Config) { c.UserLabel = "" }, "labels.user: must not be empty"},
+		{"negative idle", func(c *Config) { c.IdlePower["x"] = -1 }, "idle_power.x: -1W is negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mod(&c)
+			if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Validate() = %v, want it to contain %q", err, tt.want)
+			}
+		})
+	}
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Errorf("Validate(Default()) = %v", err)
+	}
+}
+
+func TestKeysNamesAreUnique(t *testing.T) {
+	names, envs, flags := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, k := range Keys() {
+		for _, c := range []struct {
+			seen map[string]bool
+			n    string
+		}{{names, k.Name}, {envs, k.Env()}, {flags, k.Flag()}} {
+			if c.seen[c.n] {
+				t.Errorf("%s is used twice", c.n)
+			}
+			c.seen[c.n] = true
+		}
+	}
+}
+
+// TestReadmeDocumentsEveryKey keeps the config reference in the README in
+// step with the code.
+func TestReadmeDocumentsEveryKey(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		if !strings.Contains(string(readme), "`"+k.Name+"`") {
+			t.Errorf("README.md does not document the key `%s`", k.Name)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	data, err := os.ReadFile("testdata/full.yaml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add([]byte("docker:\n  host: x\nidle_power: {a: 1W}\n"))
+	f.Add([]byte("&a [*a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := Default()
+		if err := c.Parse("fuzz.yaml", data); err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz.yaml") {
+				t.Errorf("error %q does not name the file", err)
+			}
+			return
+		}
+		_ = c.Validate()
+	})
+}

@@ -1,0 +1,114 @@
+// Package container describes a container as the inventory knows it: its
+// identity, owner, GPU request and resource counters. Inventories (Docker,
+// the simulator) fill it; the sampler and sinks read it.
+package container
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Container is one container on the node.
+type Container struct {
+	ID      string // full ID
+	Name    string // without the leading slash
+	Image   string
+	Labels  map[string]string
+	User    string
+	Team    string
+	Project string
+	Running bool
+	// PID is the host PID of the container's main process; 0 when unknown.
+	PID       int
+	StartedAt time.Time
+	// FinishedAt and ExitCode are set once the container has stopped.
+	FinishedAt time.Time
+	ExitCode   int
+	GPUs       GPURequest
+
+	// CPUSeconds is the container's CPU time counter (user+system) and
+	// MemoryBytes its resident memory, both read from its cgroup.
+	CPUSeconds  float64
+	MemoryBytes uint64
+	// StatsErr says why CPUSeconds and MemoryBytes could not be read.
+	StatsErr string
+}
+
+// ShortID is the 12-character form of the ID that docker ps shows.
+func (c *Container) ShortID() string {
+	if len(c.ID) > 12 {
+		return c.ID[:12]
+	}
+	return c.ID
+}
+
+// GPURequest is the set of GPUs a container was given: all of them, or a
+// list of indexes, UUIDs or MIG device UUIDs.
+type GPURequest struct {
+	All bool
+	IDs []string
+}
+
+// Empty reports whether the request names no GPU.
+func (r GPURequest) Empty() bool { return !r.All && len(r.IDs) == 0 }
+
+// Holds reports whether the request covers the GPU with this index and UUID.
+// UUIDs compare without case; MIG device UUIDs that belong to the GPU count
+// as the GPU when migUUIDs lists them.
+func (r GPURequest) Holds(index int, uuid string, migUUIDs ...string) bool {
+	if r.All {
+		return true
+	}
+	idx := strconv.Itoa(index)
+	for _, id := range r.IDs {
+		if id == idx || (uuid != "" && strings.EqualFold(id, uuid)) {
+			return true
+		}
+		for _, m := range migUUIDs {
+			if strings.EqualFold(id, m) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// String renders the request the way --gpus takes it.
+func (r GPURequest) String() string {
+	if r.All {
+		return "all"
+	}
+	return strings.Join(r.IDs, ",")
+}
+
+// OwnerKind says what kind of thing owns GPU work.
+type OwnerKind uint8
+
+// Owner kinds.
+const (
+	// OwnerNone is work nobody could be found for.
+	OwnerNone OwnerKind = iota
+	// OwnerContainer is a container; Owner.ID is its full container ID.
+	OwnerContainer
+	// OwnerHost is a process outside any container; Owner.ID is the Unix
+	// user name (or the numeric uid when the name is unknown).
+	OwnerHost
+)
+
+func (k OwnerKind) String() string {
+	switch k {
+	case OwnerContainer:
+		return "container"
+	case OwnerHost:
+		return "host"
+	default:
+		return "none"
+	}
+}
+
+// Owner is whoever a GPU process is attributed to.
+type Owner struct {
+	Kind OwnerKind
+	ID   string
+}

@@ -1,0 +1,253 @@
+package docker
+
+// Tests against a real Docker engine; see dockerClient for when they skip.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	mcontainer "github.com/moby/moby/api/types/container"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+)
+
+var ignoreStats = cmpopts.IgnoreFields(container.Container{}, "CPUSeconds", "MemoryBytes", "StatsErr")
+
+func TestInventoryFollowsContainers(t *testing.T) {
+	t.Parallel()
+	cli := dockerClient(t)
+	img := sleeperImage(t, cli)
+	owner := map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp"}
+	withCompose := map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp", "com.docker.compose.project": "proj-b"}
+
+	type want struct {
+		user, team, project string
+		gpus                container.GPURequest
+	}
+	cases := []struct {
+		spec spec
+		want want
+	}{
+		{spec{name: "labels-uid", labels: owner, user: "1000"}, want{user: "alice", team: "nlp"}},
+		{spec{name: "labels-gpus", labels: withCompose, env: []string{"NVIDIA_VISIBLE_DEVICES=1,2"}}, want{user: "alice", team: "nlp", project: "proj-b", gpus: container.GPURequest{IDs: []string{"1", "2"}}}},
+		{spec{name: "config-uid", user: "1000:1000"}, want{user: "bob"}},
+		{spec{name: "process-owner"}, want{user: "root"}},
+	}
+	ids := make([]string, len(cases))
+	for n, c := range cases {
+		ids[n], _ = testContainer(t, cli, c.spec)
+	}
+
+	inv := startInventory(t, Config{Procs: hostProcs{names: map[int]string{0: "root", 1000: "bob"}}})
+
+	got := listed(t, inv)
+	for n, c := range cases {
+		id := ids[n]
+		ins := inspect(t, cli, id)
+		labels := map[string]string{testLabel: "1"}
+		for k, v := range c.spec.labels {
+			labels[k] = v
+		}
+		want := container.Container{
+			ID:        id,
+			Name:      strings.TrimPrefix(ins.Name, "/"),
+			Image:     img,
+			Labels:    labels,
+			User:      c.want.user,
+			Team:      c.want.team,
+			Project:   c.want.project,
+			Running:   true,
+			PID:       ins.State.Pid,
+			StartedAt: parseTime(ins.State.StartedAt),
+			GPUs:      c.want.gpus,
+		}
+		g, ok := got[id]
+		if !ok {
+			t.Errorf("%s: not listed", c.spec.name)
+			continue
+		}
+		if diff := cmp.Diff(want, g, ignoreStats); diff != "" {
+			t.Errorf("%s: Containers() entry mismatch (-want +got):\n%s", c.spec.name, diff)
+		}
+		if g.PID <= 0 || g.StartedAt.IsZero() {
+			t.Errorf("%s: PID %d, StartedAt %v; want both set", c.spec.name, g.PID, g.StartedAt)
+		}
+		if g.MemoryBytes == 0 || g.StatsErr != "" {
+			t.Errorf("%s: MemoryBytes %d, StatsErr %q; want stats of the main process", c.spec.name, g.MemoryBytes, g.StatsErr)
+		}
+		// The PID is a host PID inside the container's cgroup.
+		if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", g.PID)); err == nil && !strings.Contains(string(cg), id) {
+			t.Errorf("%s: /proc/%d/cgroup does not name the container:\n%s", c.spec.name, g.PID, cg)
+		}
+	}
+
+	// A stop is seen through the die event, with the exit code, and the
+	// owner found through the main process survives it.
+	ctx := context.Background()
+	stopped := []string{ids[0], ids[3]}
+	for _, id := range stopped {
+		if err := inv.Stop(ctx, id, 5*time.Second); err != nil {
+			t.Fatalf("Stop(%.12s): %v", id, err)
+		}
+	}
+	for n, id := range stopped {
+		waitFor(t, settle, "stopped container shown as not running", func() (bool, string) {
+			c, ok := inv.Lookup(id)
+			return ok && !c.Running, fmt.Sprintf("%+v", c)
+		})
+		ins := inspect(t, cli, id)
+		g := listed(t, inv)[id]
+		if g.Running || g.PID != 0 || g.ExitCode != sleeperExitCode || !g.FinishedAt.Equal(parseTime(ins.State.FinishedAt)) || g.FinishedAt.IsZero() {
+			t.Errorf("stopped %d: Running %v PID %d ExitCode %d FinishedAt %v; want false 0 %d %s",
+				n, g.Running, g.PID, g.ExitCode, g.FinishedAt, sleeperExitCode, ins.State.FinishedAt)
+		}
+		if wantUser := []string{"alice", "root"}[n]; g.User != wantUser {
+			t.Errorf("stopped %d: User %q, want %q", n, g.User, wantUser)
+		}
+	}
+
+	// Removing a container drops it.
+	removeContainer(t, cli, ids[0])
+	waitFor(t, settle, "removed container to disappear", func() (bool, string) {
+		_, ok := listed(t, inv)[ids[0]]
+		return !ok, "still listed"
+	})
+
+	// A new container shows up through the events stream alone.
+	lists := inv.lists.Load()
+	id, name := testContainer(t, cli, spec{name: "late", labels: owner})
+	waitFor(t, settle, "new container to appear running", func() (bool, string) {
+		c, ok := listed(t, inv)[id]
+		return ok && c.Running && c.PID > 0, fmt.Sprintf("%+v", c)
+	})
+	if c := listed(t, inv)[id]; c.Name != name || c.User != "alice" {
+		t.Errorf("late container: Name %q User %q, want %q alice", c.Name, c.User, name)
+	}
+	if n := inv.lists.Load(); n != lists {
+		t.Errorf("inventory listed again (%d -> %d passes); want the new container from events", lists, n)
+	}
+}
+
+// TestInventoryCreatedContainerGPUs checks a --gpus style device request
+// as the engine stores and returns it. The container is created only:
+// starting it would need the NVIDIA runtime.
+func TestInventoryCreatedContainerGPUs(t *testing.T) {
+	t.Parallel()
+	cli := dockerClient(t)
+	inv := startInventory(t, Config{})
+
+	hc := &mcontainer.HostConfig{}
+	hc.DeviceRequests = []mcontainer.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"0", "GPU-abc"}, Capabilities: [][]string{{"gpu"}}}}
+	id, _ := testContainer(t, cli, spec{name: "created-gpus", hc: hc, create: true})
+	want := container.GPURequest{IDs: []string{"0", "GPU-abc"}}
+
+	ins := inspect(t, cli, id)
+	if diff := cmp.Diff(want, GPURequestFrom(ins.HostConfig, ins.Config.Env)); diff != "" {
+		t.Errorf("GPURequestFrom(inspect) mismatch (-want +got):\n%s", diff)
+	}
+
+	// The inventory learns of it from the create event.
+	waitFor(t, settle, "created container listed", func() (bool, string) {
+		_, ok := listed(t, inv)[id]
+		return ok, "not listed"
+	})
+	c := listed(t, inv)[id]
+	if c.Running || c.PID != 0 || !c.FinishedAt.IsZero() {
+		t.Errorf("created container: Running %v PID %d FinishedAt %v; want not running, never finished", c.Running, c.PID, c.FinishedAt)
+	}
+	if diff := cmp.Diff(want, c.GPUs); diff != "" {
+		t.Errorf("Containers() GPUs mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestInventoryReconnects cuts the inventory's connection to the engine
+// and restores it.
+func TestInventoryReconnects(t *testing.T) {
+	t.Parallel()
+	cli := dockerClient(t)
+	target := engineSocket(cli)
+	if target == "" {
+		t.Skipf("engine at %s is not a Unix socket; the proxy needs one", cli.DaemonHost())
+	}
+	before, _ := testContainer(t, cli, spec{name: "before-cut"})
+	proxy := newSocketProxy(t, target)
+	inv := startInventory(t, Config{Host: "unix://" + proxy.path})
+	if _, ok := inv.Lookup(before); !ok {
+		t.Fatalf("container started before Run not listed")
+	}
+
+	proxy.stop()
+	waitFor(t, settle, "Connected() false after the cut", func() (bool, string) {
+		return !inv.Connected(), "still connected"
+	})
+	start := time.Now()
+	list, err := inv.Containers(context.Background(), time.Now())
+	if d := time.Since(start); d > 250*time.Millisecond {
+		t.Errorf("Containers() while cut took %v", d)
+	}
+	if !errors.Is(err, ErrUnreachable) {
+		t.Errorf("Containers() while cut: err = %v, want ErrUnreachable", err)
+	}
+	found := false
+	for _, c := range list {
+		found = found || c.ID == before
+	}
+	if !found {
+		t.Errorf("Containers() while cut: cached container missing from %d entries", len(list))
+	}
+	t.Logf("while cut: %v", err)
+
+	// What happens meanwhile is caught up on reconnect.
+	during, _ := testContainer(t, cli, spec{name: "during-cut"})
+	removeContainer(t, cli, before)
+	proxy.start(t)
+	waitFor(t, 2*settle, "reconnect and catch up", func() (bool, string) {
+		c, ok := inv.Lookup(during)
+		_, stale := inv.Lookup(before)
+		return inv.Connected() && ok && c.Running && !stale,
+			fmt.Sprintf("connected %v, new container listed %v running %v, removed one listed %v", inv.Connected(), ok, c.Running, stale)
+	})
+	if _, err := inv.Containers(context.Background(), time.Now()); err != nil {
+		t.Errorf("Containers() after reconnect: %v", err)
+	}
+}
+
+func TestStop(t *testing.T) {
+	t.Parallel()
+	cli := dockerClient(t)
+	inv, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+
+	stubborn, _ := testContainer(t, cli, spec{name: "ignores-term", cmd: []string{"ignore-term"}})
+	start := time.Now()
+	if err := inv.Stop(ctx, stubborn, time.Second); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if d := time.Since(start); d < 900*time.Millisecond || d > 15*time.Second {
+		t.Errorf("Stop with 1s grace took %v; want about 1s", d)
+	}
+	ins := inspect(t, cli, stubborn)
+	if ins.State.Running || ins.State.ExitCode != 137 {
+		t.Errorf("after Stop: Running %v ExitCode %d; want false 137 (killed)", ins.State.Running, ins.State.ExitCode)
+	}
+	if err := inv.Stop(ctx, stubborn, time.Second); err != nil {
+		t.Errorf("Stop on a stopped container: %v, want nil", err)
+	}
+
+	gone, _ := testContainer(t, cli, spec{name: "vanished", create: true})
+	removeContainer(t, cli, gone)
+	err = inv.Stop(ctx, gone, time.Second)
+	if !errors.Is(err, ErrNotFound) {
+		t.Errorf("Stop on a removed container: err = %v, want ErrNotFound", err)
+	}
+}

@@ -1,0 +1,198 @@
+package exporter
+
+import (
+	"bytes"
+	"fmt"
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sim"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// playScenario runs a scenario through the real sampler and meter on a
+// virtual clock for the given number of one-second samples.
+func playScenario(t testing.TB, path string, samples int) *sampler.Sampler {
+	t.Helper()
+	sc, err := sim.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := sim.NewSource(sc, false)
+	idle := map[string]float64{}
+	for _, g := range sc.GPUs {
+		idle[g.UUID] = g.IdlePower
+	}
+	s := sampler.New(sampler.Config{
+		Node:        sc.Node,
+		GPUs:        src,
+		GPUName:     "sim",
+		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
+		Resolvers:   []sampler.ProcessResolver{src},
+		Meter:       meter.New(meter.Config{IdleWatts: idle}),
+	})
+	for i := 0; i < samples; i++ {
+		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
+	}
+	return s
+}
+
+// timing metrics depend on how fast this machine is; they are checked
+// for presence, not value.
+var timing = []string{"gpumeter_source_duration_seconds", "gpumeter_tick_duration_seconds"}
+
+func scrape(t *testing.T, c prometheus.Collector) string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(c)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		skip := false
+		for _, n := range timing {
+			if mf.GetName() == n {
+				skip = true
+			}
+		}
+		if skip {
+			continue
+		}
+		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.String()
+}
+
+func TestCollectGolden(t *testing.T) {
+	// 61 samples at 1 s: 60 s booked.
+	s := playScenario(t, "../../testdata/shared.yaml", 61)
+	got := scrape(t, NewCollector(s))
+	golden := "testdata/shared.golden"
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("scrape differs from %s (run go test ./internal/exporter -update and review the diff):\n%s", golden, lineDiff(string(want), got))
+	}
+}
+
+// TestCollectValues checks the figures of the golden file that a reader
+// can work out by hand, so that a regenerated golden file cannot quietly
+// accept wrong numbers.
+func TestCollectValues(t *testing.T) {
+	s := playScenario(t, "../../testdata/shared.yaml", 61)
+	c := NewCollector(s)
+	// GPU 0: alice (60 %) and bob (20 %) share it: each holds 1/2 for 60 s.
+	// GPU 1: carol holds it alone, idle; dave's host process uses 50 %.
+	// Power: idle 100 W + 400 W · util: GPU 0 at 80 % = 420 W, GPU 1 at
+	// 50 % = 300 W. Energy over 60 s: 25,200 J and 18,000 J.
+	// GPU 0: idle part 100 W · 60 s = 6,000 J split 1/2 each; active
+	// 19,200 J split 60:20 of util 80 → alice 14,400 + 3,000 = 17,400 J,
+	// bob 4,800 + 3,000 = 7,800 J.
+	// GPU 1: idle 6,000 J to carol (the holder); active 12,000 J to dave.
+	want := `
+# HELP gpumeter_container_gpu_allocated_seconds_total GPU time allocated to the container: its share of the GPU times seconds.
+# TYPE gpumeter_container_gpu_allocated_seconds_total counter
+gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 30
+gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 30
+gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 60
+# HELP gpumeter_container_gpu_energy_joules_total GPU energy attributed to the container.
+# TYPE gpumeter_container_gpu_energy_joules_total counter
+gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 17400
+gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 7800
+gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 6000
+# HELP gpumeter_host_gpu_energy_joules_total GPU energy attributed to a user's processes outside containers.
+# TYPE gpumeter_host_gpu_energy_joules_total counter
+gpumeter_host_gpu_energy_joules_total{Hostname="lab-1",UUID="%[2]s",gpu="1",user="dave"} 12000
+# HELP gpumeter_host_gpu_used_seconds_total SM-weighted GPU time used by a user's processes outside containers.
+# TYPE gpumeter_host_gpu_used_seconds_total counter
+gpumeter_host_gpu_used_seconds_total{Hostname="lab-1",UUID="%[2]s",gpu="1",user="dave"} 30
+# HELP gpumeter_gpu_idle_energy_joules_total Energy booked to no owner: the idle pool.
+# TYPE gpumeter_gpu_idle_energy_joules_total counter
+gpumeter_gpu_idle_energy_joules_total{Hostname="lab-1",UUID="%[1]s",gpu="0"} 0
+gpumeter_gpu_idle_energy_joules_total{Hostname="lab-1",UUID="%[2]s",gpu="1"} 0
+`
+	short := func(name string) string { return sim.ContainerID("lab-1", name)[:12] }
+	want = sprintf(want, sim.GPUUUID("lab-1", 0), sim.GPUUUID("lab-1", 1), short("alice-train"), short("bob-notebook"), short("carol-idle"))
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+		"gpumeter_container_gpu_allocated_seconds_total", "gpumeter_container_gpu_energy_joules_total",
+		"gpumeter_host_gpu_energy_joules_total", "gpumeter_host_gpu_used_seconds_total",
+		"gpumeter_gpu_idle_energy_joules_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCollectBeforeFirstTick(t *testing.T) {
+	s := sampler.New(sampler.Config{})
+	if n := testutil.CollectAndCount(NewCollector(s)); n != 0 {
+		t.Errorf("collected %d metrics before the first tick, want 0", n)
+	}
+}
+
+func BenchmarkCollect(b *testing.B) {
+	s := playScenario(b, "../../testdata/bench-8gpu-64ctr.yaml", 3)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(s))
+	b.ReportAllocs()
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes/scrape")
+}
+
+func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+
+// lineDiff lists the lines only in want (-) and only in got (+).
+func lineDiff(want, got string) string {
+	in := func(s string) map[string]bool {
+		m := map[string]bool{}
+		for _, l := range strings.Split(s, "\n") {
+			m[l] = true
+		}
+		return m
+	}
+	w, g := in(want), in(got)
+	var b strings.Builder
+	for _, l := range strings.Split(want, "\n") {
+		if !g[l] {
+			b.WriteString("- " + l + "\n")
+		}
+	}
+	for _, l := range strings.Split(got, "\n") {
+		if !w[l] {
+			b.WriteString("+ " + l + "\n")
+		}
+	}
+	return b.String()
+}

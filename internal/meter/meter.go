@@ -1,0 +1,519 @@
+// Package meter turns samples into usage: who held each GPU, who used it,
+// how much memory and energy went to whom, and what was left idle. It is
+// pure arithmetic on the values it is handed; it reads no clock and does no
+// I/O, so every figure it produces can be computed by hand in a test.
+//
+// Each sample's state is booked over the interval that follows it, up to
+// the next good sample of the same GPU: a container seen running at the
+// samples s, s+Δ, …, e−Δ is booked exactly e−s seconds, and the energy of
+// an interval is the counter difference across it.
+package meter
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/gpu"
+)
+
+// DefaultRetain is how long a usage row stays in the ticks after its owner
+// last held or used the GPU, so that counters do not vanish between two
+// processes of the same owner.
+const DefaultRetain = 5 * time.Minute
+
+// Config tunes the meter.
+type Config struct {
+	// IdleWatts gives a GPU's configured idle power by UUID or, failing
+	// that, by model name. A GPU in neither uses the lowest power it has
+	// shown.
+	IdleWatts map[string]float64
+	// Retain is how long rows outlive their last activity; 0 means
+	// DefaultRetain.
+	Retain time.Duration
+}
+
+// Input is one sample with every GPU process resolved to its owner.
+type Input struct {
+	Time   time.Time
+	Sample gpu.Sample
+	// Owners[i][j] owns Sample.Devices[i].Processes[j]. A missing entry
+	// counts as OwnerNone.
+	Owners [][]container.Owner
+	// Containers are the inventory's containers; the running ones hold
+	// the GPUs their request names.
+	Containers []container.Container
+}
+
+// Sums are usage totals of one owner on one GPU.
+type Sums struct {
+	AllocatedSeconds  float64 // Σ allocation share · Δt
+	PresentSeconds    float64 // Δt while the owner had a process on the GPU
+	UsedSeconds       float64 // Σ SM share · Δt (SM-weighted GPU-seconds)
+	MemoryByteSeconds float64
+	EnergyJoules      float64
+	PeakMemoryBytes   uint64
+}
+
+func (s *Sums) add(d Sums) {
+	s.AllocatedSeconds += d.AllocatedSeconds
+	s.PresentSeconds += d.PresentSeconds
+	s.UsedSeconds += d.UsedSeconds
+	s.MemoryByteSeconds += d.MemoryByteSeconds
+	s.EnergyJoules += d.EnergyJoules
+	s.PeakMemoryBytes = max(s.PeakMemoryBytes, d.PeakMemoryBytes)
+}
+
+// GPUSums are one GPU's totals, the idle pool among them.
+type GPUSums struct {
+	Seconds             float64 // metered time
+	AllocatedSeconds    float64 // time some running container held the GPU
+	IdleSeconds         float64 // time nobody held it: the idle pool
+	UsedSeconds         float64 // device utilisation · Δt
+	UnattributedSeconds float64 // utilisation no process accounts for · Δt
+	EnergyJoules        float64 // counter difference
+	IdleEnergyJoules    float64 // energy no owner was booked: the idle pool
+	EnergyResets        int     // times the energy counter went backwards
+}
+
+func (s *GPUSums) add(d GPUSums) {
+	s.Seconds += d.Seconds
+	s.AllocatedSeconds += d.AllocatedSeconds
+	s.IdleSeconds += d.IdleSeconds
+	s.UsedSeconds += d.UsedSeconds
+	s.UnattributedSeconds += d.UnattributedSeconds
+	s.EnergyJoules += d.EnergyJoules
+	s.IdleEnergyJoules += d.IdleEnergyJoules
+	s.EnergyResets += d.EnergyResets
+}
+
+// GPU is one device's share of a tick.
+type GPU struct {
+	Index int
+	UUID  string
+	Err   error // the device could not be read this time
+	// Holders is how many running containers hold the GPU now.
+	Holders int
+	// AttributedUtil is the SM utilisation booked to owners now (percent,
+	// after scaling down to the device's figure); UnattributedUtil is the
+	// rest of the device's utilisation.
+	AttributedUtil   float64
+	UnattributedUtil float64
+	// IdleWatts is the idle power in use for the energy split.
+	IdleWatts float64
+	Delta     GPUSums // booked by this tick
+	Total     GPUSums // since the meter started
+}
+
+// Usage is one owner's use of one GPU.
+type Usage struct {
+	Owner container.Owner
+	GPU   int
+	UUID  string
+	// Current values at this tick's sample.
+	Share       float64 // allocation share, 0..1
+	SMUtil      float64 // percent of the device, after scaling
+	MemoryBytes uint64
+	Processes   int
+	Delta       Sums // booked by this tick
+	Total       Sums // since the row appeared
+}
+
+// ContainerSums are a container's CPU and RAM totals.
+type ContainerSums struct {
+	CPUSeconds     float64
+	RAMByteSeconds float64
+}
+
+// Container is one container's share of a tick.
+type Container struct {
+	container.Container
+	Delta ContainerSums
+	Total ContainerSums
+}
+
+// Tick is the meter's result for one sample. It is never changed after
+// Step returns it, so sinks may hold and read it from any goroutine.
+type Tick struct {
+	Time       time.Time
+	Sample     gpu.Sample
+	GPUs       []GPU // aligned with Sample.Devices
+	Usage      []Usage
+	Containers []Container
+}
+
+// Meter keeps the running totals. It is not safe for concurrent use: one
+// sampler owns it.
+type Meter struct {
+	cfg        Config
+	gpus       map[string]*gpuState
+	rows       map[rowKey]*row
+	containers map[string]*ctrState
+	// scratch buffers reused across steps; nothing in a Tick points
+	// into them
+	owners  map[container.Owner]int
+	deltas  map[rowKey]Sums
+	current map[rowKey]ownerState
+}
+
+type rowKey struct {
+	owner container.Owner
+	uuid  string
+}
+
+type row struct {
+	index      int
+	total      Sums
+	lastActive time.Time
+}
+
+type ctrState struct {
+	primed     bool // seen holds a good reading
+	seen       time.Time
+	cpu        float64
+	ram        uint64
+	total      ContainerSums
+	lastActive time.Time
+}
+
+// ownerState is one owner's state on one GPU at a sample.
+type ownerState struct {
+	owner container.Owner
+	share float64
+	sm    float64
+	mem   uint64
+	procs int
+}
+
+// pending is a GPU's state at its last good sample, waiting for the next
+// one to close its interval.
+type pending struct {
+	t         time.Time
+	energyMJ  uint64
+	hasEnergy bool
+	power     float64
+	util      float64
+	owners    []ownerState
+	holders   int
+}
+
+type gpuState struct {
+	index    int
+	total    GPUSums
+	prev     pending
+	primed   bool
+	minPower float64
+	spare    []ownerState // the next sample's owners, reusing old storage
+}
+
+// New returns a meter with empty totals.
+func New(cfg Config) *Meter {
+	if cfg.Retain <= 0 {
+		cfg.Retain = DefaultRetain
+	}
+	return &Meter{
+		cfg:        cfg,
+		gpus:       map[string]*gpuState{},
+		rows:       map[rowKey]*row{},
+		containers: map[string]*ctrState{},
+		owners:     map[container.Owner]int{},
+		deltas:     map[rowKey]Sums{},
+		current:    map[rowKey]ownerState{},
+	}
+}
+
+// Step books the interval since the previous sample and returns the tick.
+func (m *Meter) Step(in Input) *Tick {
+	t := &Tick{Time: in.Time, Sample: in.Sample, GPUs: make([]GPU, len(in.Sample.Devices))}
+	deltas, current := m.deltas, m.current
+	clear(deltas)
+	clear(current)
+
+	for i := range in.Sample.Devices {
+		d := &in.Sample.Devices[i]
+		key := GPUKey(d.UUID, d.Index)
+		g := &t.GPUs[i]
+		g.Index, g.UUID, g.Err = d.Index, d.UUID, d.Err
+		gs := m.gpus[key]
+		if gs == nil {
+			gs = &gpuState{index: d.Index}
+			m.gpus[key] = gs
+		}
+		gs.index = d.Index
+		if d.Err != nil {
+			g.Total = gs.total
+			continue
+		}
+		var owners []container.Owner
+		if i < len(in.Owners) {
+			owners = in.Owners[i]
+		}
+		cur := m.observe(d, owners, in.Containers, in.Time, gs.spare[:0])
+		if d.Has(gpu.FieldPower) && (gs.minPower == 0 || d.PowerWatts < gs.minPower) && d.PowerWatts > 0 {
+			gs.minPower = d.PowerWatts
+		}
+		g.IdleWatts = m.idleWatts(d, gs)
+		if gs.primed {
+			g.Delta = m.book(gs, cur.t, d, key, g.IdleWatts, deltas)
+			gs.total.add(g.Delta)
+		}
+		gs.spare = gs.prev.owners
+		gs.prev, gs.primed = cur, true
+		g.Total = gs.total
+		g.Holders = cur.holders
+		for _, o := range cur.owners {
+			g.AttributedUtil += o.sm
+			current[rowKey{o.owner, key}] = o
+		}
+		g.UnattributedUtil = max(0, cur.util-g.AttributedUtil)
+	}
+
+	t.Usage = m.usageRows(in.Time, deltas, current)
+	t.Containers = m.containerRows(in.Time, in.Containers)
+	return t
+}
+
+// GPUKey names a GPU across samples: its UUID, or its index when the
+// source gave none.
+func GPUKey(uuid string, index int) string {
+	if uuid != "" {
+		return uuid
+	}
+	return "index:" + strconv.Itoa(index)
+}
+
+func (m *Meter) idleWatts(d *gpu.Device, gs *gpuState) float64 {
+	if w, ok := m.cfg.IdleWatts[d.UUID]; ok && d.UUID != "" {
+		return w
+	}
+	if w, ok := m.cfg.IdleWatts[d.Model]; ok && d.Model != "" {
+		return w
+	}
+	return gs.minPower
+}
+
+// observe gathers a device's owners at this sample: the holders with their
+// allocation share and everyone with a process, SM utilisation scaled so
+// that the owners never exceed the device. The owners are appended to buf.
+func (m *Meter) observe(d *gpu.Device, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
+	p := pending{
+		t:         now,
+		energyMJ:  d.EnergyMilliJoules,
+		hasEnergy: d.Has(gpu.FieldEnergy),
+		power:     d.PowerWatts,
+		util:      d.Util,
+		owners:    buf,
+	}
+	clear(m.owners)
+	index := func(o container.Owner) *ownerState {
+		if i, ok := m.owners[o]; ok {
+			return &p.owners[i]
+		}
+		m.owners[o] = len(p.owners)
+		p.owners = append(p.owners, ownerState{owner: o})
+		return &p.owners[len(p.owners)-1]
+	}
+
+	var migUUIDs []string
+	for _, mi := range d.MIG {
+		migUUIDs = append(migUUIDs, mi.UUID)
+	}
+	for i := range ctrs {
+		c := &ctrs[i]
+		if c.Running && c.GPUs.Holds(d.Index, d.UUID, migUUIDs...) {
+			index(container.Owner{Kind: container.OwnerContainer, ID: c.ID})
+			p.holders++
+		}
+	}
+	for i := range p.owners {
+		p.owners[i].share = 1 / float64(p.holders)
+	}
+
+	var smSum float64
+	for j := range d.Processes {
+		pr := &d.Processes[j]
+		var o container.Owner
+		if j < len(owners) {
+			o = owners[j]
+		}
+		s := index(o)
+		s.procs++
+		s.mem += pr.MemoryUsed
+		sm := min(max(pr.SMUtil, 0), 100)
+		s.sm += sm
+		smSum += sm
+	}
+	if !d.Has(gpu.FieldUtil) {
+		p.util = min(100, smSum)
+	}
+	p.util = min(max(p.util, 0), 100)
+	if smSum > p.util && smSum > 0 {
+		f := p.util / smSum
+		for i := range p.owners {
+			p.owners[i].sm *= f
+		}
+	}
+	return p
+}
+
+// book closes the interval from gs.prev to now and returns the GPU's part;
+// the owners' parts are added to deltas.
+func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, key string, idleW float64, deltas map[rowKey]Sums) GPUSums {
+	p := &gs.prev
+	dt := now.Sub(p.t).Seconds()
+	if dt <= 0 {
+		return GPUSums{}
+	}
+	var g GPUSums
+	g.Seconds = dt
+	var energy float64
+	switch {
+	case p.hasEnergy && d.Has(gpu.FieldEnergy) && d.EnergyMilliJoules >= p.energyMJ:
+		energy = float64(d.EnergyMilliJoules-p.energyMJ) / 1000
+	case p.hasEnergy && d.Has(gpu.FieldEnergy):
+		// The counter went backwards: the driver reloaded and counts
+		// from zero again.
+		energy = float64(d.EnergyMilliJoules) / 1000
+		g.EnergyResets = 1
+	default:
+		energy = p.power * dt
+	}
+	g.EnergyJoules = energy
+	idleE := min(energy, max(idleW, 0)*dt)
+	activeE := energy - idleE
+
+	var smSum float64
+	var memSum uint64
+	for _, o := range p.owners {
+		smSum += o.sm
+		memSum += o.mem
+	}
+	if p.holders > 0 {
+		g.AllocatedSeconds = dt
+	} else {
+		g.IdleSeconds = dt
+	}
+	g.UsedSeconds = dt * p.util / 100
+	g.UnattributedSeconds = dt * max(0, p.util-smSum) / 100
+
+	booked := 0.0
+	for _, o := range p.owners {
+		var s Sums
+		s.AllocatedSeconds = o.share * dt
+		if o.procs > 0 {
+			s.PresentSeconds = dt
+		}
+		s.UsedSeconds = dt * o.sm / 100
+		s.MemoryByteSeconds = dt * float64(o.mem)
+		s.PeakMemoryBytes = o.mem
+		s.EnergyJoules = idleE * o.share
+		switch {
+		case smSum > 0:
+			s.EnergyJoules += activeE * o.sm / max(p.util, smSum)
+		case memSum > 0:
+			s.EnergyJoules += activeE * float64(o.mem) / float64(memSum)
+		}
+		booked += s.EnergyJoules
+		k := rowKey{o.owner, key}
+		acc := deltas[k]
+		acc.add(s)
+		deltas[k] = acc
+	}
+	g.IdleEnergyJoules = energy - booked
+	return g
+}
+
+func (m *Meter) usageRows(now time.Time, deltas map[rowKey]Sums, current map[rowKey]ownerState) []Usage {
+	for k, d := range deltas {
+		r := m.row(k)
+		r.total.add(d)
+	}
+	for k := range current {
+		r := m.row(k)
+		r.lastActive = now
+	}
+	out := make([]Usage, 0, len(m.rows))
+	for k, r := range m.rows {
+		// A row booked now stays in this tick even when the interval it
+		// closes was longer than Retain, or its booking would be lost.
+		d, booked := deltas[k]
+		if !booked && now.Sub(r.lastActive) > m.cfg.Retain {
+			delete(m.rows, k)
+			continue
+		}
+		u := Usage{Owner: k.owner, UUID: uuidOf(k.uuid), GPU: m.gpus[k.uuid].index, Delta: d, Total: r.total}
+		if c, ok := current[k]; ok {
+			u.Share, u.SMUtil, u.MemoryBytes, u.Processes = c.share, c.sm, c.mem, c.procs
+		}
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b Usage) int {
+		return cmp.Or(
+			cmp.Compare(a.Owner.Kind, b.Owner.Kind),
+			cmp.Compare(a.Owner.ID, b.Owner.ID),
+			cmp.Compare(a.GPU, b.GPU),
+		)
+	})
+	return out
+}
+
+func uuidOf(key string) string {
+	if len(key) > 6 && key[:6] == "index:" {
+		return ""
+	}
+	return key
+}
+
+func (m *Meter) row(k rowKey) *row {
+	r := m.rows[k]
+	if r == nil {
+		r = &row{}
+		m.rows[k] = r
+	}
+	return r
+}
+
+// containerRows books CPU time and RAM over the interval since each
+// container's previous sample. A CPU counter that goes backwards (the
+// container restarted in a new cgroup) counts from zero. A running
+// container whose stats could not be read books nothing: its interval is
+// closed by the next good reading, as a GPU's is.
+func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Container {
+	out := make([]Container, 0, len(ctrs))
+	for i := range ctrs {
+		c := &ctrs[i]
+		st := m.containers[c.ID]
+		var d ContainerSums
+		if st == nil {
+			st = &ctrState{}
+			m.containers[c.ID] = st
+		}
+		st.lastActive = now
+		if c.StatsErr == "" || !c.Running {
+			if dt := now.Sub(st.seen).Seconds(); st.primed && dt > 0 {
+				if c.CPUSeconds >= st.cpu {
+					d.CPUSeconds = c.CPUSeconds - st.cpu
+				} else {
+					d.CPUSeconds = c.CPUSeconds
+				}
+				d.RAMByteSeconds = float64(st.ram) * dt
+			}
+			st.primed, st.seen, st.cpu, st.ram = true, now, c.CPUSeconds, c.MemoryBytes
+			if !c.Running {
+				st.ram = 0
+			}
+		}
+		st.total.CPUSeconds += d.CPUSeconds
+		st.total.RAMByteSeconds += d.RAMByteSeconds
+		out = append(out, Container{Container: *c, Delta: d, Total: st.total})
+	}
+	for id, st := range m.containers {
+		if now.Sub(st.lastActive) > m.cfg.Retain {
+			delete(m.containers, id)
+		}
+	}
+	slices.SortFunc(out, func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	return out
+}
