@@ -2,9 +2,9 @@ package exporter
 
 import (
 	"bytes"
-	"fmt"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
