@@ -1,6 +1,6 @@
 package docker
 
-// Tests against a real Docker engine; see dockerClient for when they skip.
+// Tests against a real Docker engine; see dockertest.Client for when they skip.
 
 import (
 	"context"
@@ -16,14 +16,15 @@ import (
 	mcontainer "github.com/moby/moby/api/types/container"
 
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/dockertest"
 )
 
 var ignoreStats = cmpopts.IgnoreFields(container.Container{}, "CPUSeconds", "MemoryBytes", "StatsErr")
 
 func TestInventoryFollowsContainers(t *testing.T) {
 	t.Parallel()
-	cli := dockerClient(t)
-	img := sleeperImage(t, cli)
+	cli := dockertest.Client(t)
+	img := dockertest.SleeperImage(t, cli)
 	owner := map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp"}
 	withCompose := map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp", "com.docker.compose.project": "proj-b"}
 
@@ -32,17 +33,17 @@ func TestInventoryFollowsContainers(t *testing.T) {
 		gpus                container.GPURequest
 	}
 	cases := []struct {
-		spec spec
+		spec dockertest.Spec
 		want want
 	}{
-		{spec{name: "labels-uid", labels: owner, user: "1000"}, want{user: "alice", team: "nlp"}},
-		{spec{name: "labels-gpus", labels: withCompose, env: []string{"NVIDIA_VISIBLE_DEVICES=1,2"}}, want{user: "alice", team: "nlp", project: "proj-b", gpus: container.GPURequest{IDs: []string{"1", "2"}}}},
-		{spec{name: "config-uid", user: "1000:1000"}, want{user: "bob"}},
-		{spec{name: "process-owner"}, want{user: "root"}},
+		{dockertest.Spec{Name: "labels-uid", Labels: owner, User: "1000"}, want{user: "alice", team: "nlp"}},
+		{dockertest.Spec{Name: "labels-gpus", Labels: withCompose, Env: []string{"NVIDIA_VISIBLE_DEVICES=1,2"}}, want{user: "alice", team: "nlp", project: "proj-b", gpus: container.GPURequest{IDs: []string{"1", "2"}}}},
+		{dockertest.Spec{Name: "config-uid", User: "1000:1000"}, want{user: "bob"}},
+		{dockertest.Spec{Name: "process-owner"}, want{user: "root"}},
 	}
 	ids := make([]string, len(cases))
 	for n, c := range cases {
-		ids[n], _ = testContainer(t, cli, c.spec)
+		ids[n], _ = dockertest.Container(t, cli, c.spec)
 	}
 
 	inv := startInventory(t, Config{Procs: hostProcs{names: map[int]string{0: "root", 1000: "bob"}}})
@@ -50,9 +51,9 @@ func TestInventoryFollowsContainers(t *testing.T) {
 	got := listed(t, inv)
 	for n, c := range cases {
 		id := ids[n]
-		ins := inspect(t, cli, id)
-		labels := map[string]string{testLabel: "1"}
-		for k, v := range c.spec.labels {
+		ins := dockertest.Inspect(t, cli, id)
+		labels := map[string]string{dockertest.Label: "1"}
+		for k, v := range c.spec.Labels {
 			labels[k] = v
 		}
 		want := container.Container{
@@ -70,21 +71,21 @@ func TestInventoryFollowsContainers(t *testing.T) {
 		}
 		g, ok := got[id]
 		if !ok {
-			t.Errorf("%s: not listed", c.spec.name)
+			t.Errorf("%s: not listed", c.spec.Name)
 			continue
 		}
 		if diff := cmp.Diff(want, g, ignoreStats); diff != "" {
-			t.Errorf("%s: Containers() entry mismatch (-want +got):\n%s", c.spec.name, diff)
+			t.Errorf("%s: Containers() entry mismatch (-want +got):\n%s", c.spec.Name, diff)
 		}
 		if g.PID <= 0 || g.StartedAt.IsZero() {
-			t.Errorf("%s: PID %d, StartedAt %v; want both set", c.spec.name, g.PID, g.StartedAt)
+			t.Errorf("%s: PID %d, StartedAt %v; want both set", c.spec.Name, g.PID, g.StartedAt)
 		}
 		if g.MemoryBytes == 0 || g.StatsErr != "" {
-			t.Errorf("%s: MemoryBytes %d, StatsErr %q; want stats of the main process", c.spec.name, g.MemoryBytes, g.StatsErr)
+			t.Errorf("%s: MemoryBytes %d, StatsErr %q; want stats of the main process", c.spec.Name, g.MemoryBytes, g.StatsErr)
 		}
 		// The PID is a host PID inside the container's cgroup.
 		if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", g.PID)); err == nil && !strings.Contains(string(cg), id) {
-			t.Errorf("%s: /proc/%d/cgroup does not name the container:\n%s", c.spec.name, g.PID, cg)
+			t.Errorf("%s: /proc/%d/cgroup does not name the container:\n%s", c.spec.Name, g.PID, cg)
 		}
 	}
 
@@ -98,15 +99,15 @@ func TestInventoryFollowsContainers(t *testing.T) {
 		}
 	}
 	for n, id := range stopped {
-		waitFor(t, settle, "stopped container shown as not running", func() (bool, string) {
+		dockertest.WaitFor(t, settle, "stopped container shown as not running", func() (bool, string) {
 			c, ok := inv.Lookup(id)
 			return ok && !c.Running, fmt.Sprintf("%+v", c)
 		})
-		ins := inspect(t, cli, id)
+		ins := dockertest.Inspect(t, cli, id)
 		g := listed(t, inv)[id]
-		if g.Running || g.PID != 0 || g.ExitCode != sleeperExitCode || !g.FinishedAt.Equal(parseTime(ins.State.FinishedAt)) || g.FinishedAt.IsZero() {
+		if g.Running || g.PID != 0 || g.ExitCode != dockertest.SleeperExitCode || !g.FinishedAt.Equal(parseTime(ins.State.FinishedAt)) || g.FinishedAt.IsZero() {
 			t.Errorf("stopped %d: Running %v PID %d ExitCode %d FinishedAt %v; want false 0 %d %s",
-				n, g.Running, g.PID, g.ExitCode, g.FinishedAt, sleeperExitCode, ins.State.FinishedAt)
+				n, g.Running, g.PID, g.ExitCode, g.FinishedAt, dockertest.SleeperExitCode, ins.State.FinishedAt)
 		}
 		if wantUser := []string{"alice", "root"}[n]; g.User != wantUser {
 			t.Errorf("stopped %d: User %q, want %q", n, g.User, wantUser)
@@ -114,16 +115,16 @@ func TestInventoryFollowsContainers(t *testing.T) {
 	}
 
 	// Removing a container drops it.
-	removeContainer(t, cli, ids[0])
-	waitFor(t, settle, "removed container to disappear", func() (bool, string) {
+	dockertest.Remove(t, cli, ids[0])
+	dockertest.WaitFor(t, settle, "removed container to disappear", func() (bool, string) {
 		_, ok := listed(t, inv)[ids[0]]
 		return !ok, "still listed"
 	})
 
 	// A new container shows up through the events stream alone.
 	lists := inv.lists.Load()
-	id, name := testContainer(t, cli, spec{name: "late", labels: owner})
-	waitFor(t, settle, "new container to appear running", func() (bool, string) {
+	id, name := dockertest.Container(t, cli, dockertest.Spec{Name: "late", Labels: owner})
+	dockertest.WaitFor(t, settle, "new container to appear running", func() (bool, string) {
 		c, ok := listed(t, inv)[id]
 		return ok && c.Running && c.PID > 0, fmt.Sprintf("%+v", c)
 	})
@@ -140,21 +141,21 @@ func TestInventoryFollowsContainers(t *testing.T) {
 // starting it would need the NVIDIA runtime.
 func TestInventoryCreatedContainerGPUs(t *testing.T) {
 	t.Parallel()
-	cli := dockerClient(t)
+	cli := dockertest.Client(t)
 	inv := startInventory(t, Config{})
 
 	hc := &mcontainer.HostConfig{}
 	hc.DeviceRequests = []mcontainer.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"0", "GPU-abc"}, Capabilities: [][]string{{"gpu"}}}}
-	id, _ := testContainer(t, cli, spec{name: "created-gpus", hc: hc, create: true})
+	id, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "created-gpus", HostConfig: hc, CreateOnly: true})
 	want := container.GPURequest{IDs: []string{"0", "GPU-abc"}}
 
-	ins := inspect(t, cli, id)
+	ins := dockertest.Inspect(t, cli, id)
 	if diff := cmp.Diff(want, GPURequestFrom(ins.HostConfig, ins.Config.Env)); diff != "" {
 		t.Errorf("GPURequestFrom(inspect) mismatch (-want +got):\n%s", diff)
 	}
 
 	// The inventory learns of it from the create event.
-	waitFor(t, settle, "created container listed", func() (bool, string) {
+	dockertest.WaitFor(t, settle, "created container listed", func() (bool, string) {
 		_, ok := listed(t, inv)[id]
 		return ok, "not listed"
 	})
@@ -171,20 +172,20 @@ func TestInventoryCreatedContainerGPUs(t *testing.T) {
 // and restores it.
 func TestInventoryReconnects(t *testing.T) {
 	t.Parallel()
-	cli := dockerClient(t)
-	target := engineSocket(cli)
+	cli := dockertest.Client(t)
+	target := dockertest.EngineSocket(cli)
 	if target == "" {
 		t.Skipf("engine at %s is not a Unix socket; the proxy needs one", cli.DaemonHost())
 	}
-	before, _ := testContainer(t, cli, spec{name: "before-cut"})
-	proxy := newSocketProxy(t, target)
-	inv := startInventory(t, Config{Host: "unix://" + proxy.path})
+	before, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "before-cut"})
+	proxy := dockertest.NewSocketProxy(t, target)
+	inv := startInventory(t, Config{Host: "unix://" + proxy.Path()})
 	if _, ok := inv.Lookup(before); !ok {
 		t.Fatalf("container started before Run not listed")
 	}
 
-	proxy.stop()
-	waitFor(t, settle, "Connected() false after the cut", func() (bool, string) {
+	proxy.Stop()
+	dockertest.WaitFor(t, settle, "Connected() false after the cut", func() (bool, string) {
 		return !inv.Connected(), "still connected"
 	})
 	start := time.Now()
@@ -205,10 +206,10 @@ func TestInventoryReconnects(t *testing.T) {
 	t.Logf("while cut: %v", err)
 
 	// What happens meanwhile is caught up on reconnect.
-	during, _ := testContainer(t, cli, spec{name: "during-cut"})
-	removeContainer(t, cli, before)
-	proxy.start(t)
-	waitFor(t, 2*settle, "reconnect and catch up", func() (bool, string) {
+	during, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "during-cut"})
+	dockertest.Remove(t, cli, before)
+	proxy.Start(t)
+	dockertest.WaitFor(t, 2*settle, "reconnect and catch up", func() (bool, string) {
 		c, ok := inv.Lookup(during)
 		_, stale := inv.Lookup(before)
 		return inv.Connected() && ok && c.Running && !stale,
@@ -221,14 +222,14 @@ func TestInventoryReconnects(t *testing.T) {
 
 func TestStop(t *testing.T) {
 	t.Parallel()
-	cli := dockerClient(t)
+	cli := dockertest.Client(t)
 	inv, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 
-	stubborn, _ := testContainer(t, cli, spec{name: "ignores-term", cmd: []string{"ignore-term"}})
+	stubborn, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "ignores-term", Cmd: []string{"ignore-term"}})
 	start := time.Now()
 	if err := inv.Stop(ctx, stubborn, time.Second); err != nil {
 		t.Fatalf("Stop: %v", err)
@@ -236,7 +237,7 @@ func TestStop(t *testing.T) {
 	if d := time.Since(start); d < 900*time.Millisecond || d > 15*time.Second {
 		t.Errorf("Stop with 1s grace took %v; want about 1s", d)
 	}
-	ins := inspect(t, cli, stubborn)
+	ins := dockertest.Inspect(t, cli, stubborn)
 	if ins.State.Running || ins.State.ExitCode != 137 {
 		t.Errorf("after Stop: Running %v ExitCode %d; want false 137 (killed)", ins.State.Running, ins.State.ExitCode)
 	}
@@ -244,8 +245,8 @@ func TestStop(t *testing.T) {
 		t.Errorf("Stop on a stopped container: %v, want nil", err)
 	}
 
-	gone, _ := testContainer(t, cli, spec{name: "vanished", create: true})
-	removeContainer(t, cli, gone)
+	gone, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "vanished", CreateOnly: true})
+	dockertest.Remove(t, cli, gone)
 	err = inv.Stop(ctx, gone, time.Second)
 	if !errors.Is(err, ErrNotFound) {
 		t.Errorf("Stop on a removed container: err = %v, want ErrNotFound", err)

@@ -150,6 +150,8 @@ type Meter struct {
 	cfg        Config
 	gpus       map[string]*gpuState
 	rows       map[rowKey]*row
+	order      []rowKey // the keys of rows in output order
+	orderDirty bool
 	containers map[string]*ctrState
 	// scratch buffers reused across steps; nothing in a Tick points
 	// into them
@@ -164,7 +166,6 @@ type rowKey struct {
 }
 
 type row struct {
-	index      int
 	total      Sums
 	lastActive time.Time
 }
@@ -434,8 +435,24 @@ func (m *Meter) usageRows(now time.Time, deltas map[rowKey]Sums, current map[row
 		r := m.row(k)
 		r.lastActive = now
 	}
+	if m.orderDirty {
+		// Rows come and go far less often than ticks, so the sort runs
+		// only when the set of rows changed.
+		slices.SortFunc(m.order, func(a, b rowKey) int {
+			ga, gb := m.gpus[a.uuid].index, m.gpus[b.uuid].index
+			return cmp.Or(
+				cmp.Compare(a.owner.Kind, b.owner.Kind),
+				cmp.Compare(a.owner.ID, b.owner.ID),
+				cmp.Compare(ga, gb),
+				cmp.Compare(a.uuid, b.uuid),
+			)
+		})
+		m.orderDirty = false
+	}
 	out := make([]Usage, 0, len(m.rows))
-	for k, r := range m.rows {
+	kept := m.order[:0]
+	for _, k := range m.order {
+		r := m.rows[k]
 		// A row booked now stays in this tick even when the interval it
 		// closes was longer than Retain, or its booking would be lost.
 		d, booked := deltas[k]
@@ -443,19 +460,15 @@ func (m *Meter) usageRows(now time.Time, deltas map[rowKey]Sums, current map[row
 			delete(m.rows, k)
 			continue
 		}
+		kept = append(kept, k)
 		u := Usage{Owner: k.owner, UUID: uuidOf(k.uuid), GPU: m.gpus[k.uuid].index, Delta: d, Total: r.total}
 		if c, ok := current[k]; ok {
 			u.Share, u.SMUtil, u.MemoryBytes, u.Processes = c.share, c.sm, c.mem, c.procs
 		}
 		out = append(out, u)
 	}
-	slices.SortFunc(out, func(a, b Usage) int {
-		return cmp.Or(
-			cmp.Compare(a.Owner.Kind, b.Owner.Kind),
-			cmp.Compare(a.Owner.ID, b.Owner.ID),
-			cmp.Compare(a.GPU, b.GPU),
-		)
-	})
+	clear(m.order[len(kept):])
+	m.order = kept
 	return out
 }
 
@@ -471,6 +484,8 @@ func (m *Meter) row(k rowKey) *row {
 	if r == nil {
 		r = &row{}
 		m.rows[k] = r
+		m.order = append(m.order, k)
+		m.orderDirty = true
 	}
 	return r
 }

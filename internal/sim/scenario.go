@@ -303,6 +303,7 @@ func (d *decoder) parse(data []byte) *Scenario {
 	if v, ok := m.get("version"); !ok {
 		d.errorf(root.Line, "version", "required (this gpumeter reads version 1)")
 	} else if n, ok := d.integer(v, "version"); ok && n != 1 {
+		d.errs = d.errs[:0]
 		d.errorf(v.Line, "version", "unsupported version %d (this gpumeter reads version 1)", n)
 		return nil
 	}

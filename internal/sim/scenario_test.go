@@ -353,6 +353,15 @@ func TestParseReportsEveryProblem(t *testing.T) {
 	}
 }
 
+// A file of a later version is reported as that, not as a pile of unknown keys.
+func TestParseLaterVersion(t *testing.T) {
+	_, err := Parse("t.yaml", []byte("colour: red\nversion: 2\nduration: 1h\nseed: 4\n"))
+	want := "t.yaml:2: version: unsupported version 2 (this gpumeter reads version 1)"
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse error = %v, want %q", err, want)
+	}
+}
+
 // A start past the end is one mistake, not also an end before the start.
 func TestParseNoEcho(t *testing.T) {
 	_, err := Parse("t.yaml", []byte(head+"containers:\n  - name: a\n    start: 2h\n"))
@@ -389,7 +398,7 @@ func TestValidate(t *testing.T) {
 		},
 	}
 	err := s.Validate()
-	if got, want := err.Error(), "containers[0].gpus: GPU index 3 out of range (the scenario has 1 GPUs)"; got != want {
+	if got, want := err.Error(), "containers[0].gpus: GPU index 3 out of range (the scenario has 1 GPU)"; got != want {
 		t.Errorf("Validate = %q, want %q", got, want)
 	}
 	s.Containers[0].GPUs = []int{0}

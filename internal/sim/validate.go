@@ -19,6 +19,7 @@ type Error struct {
 	Msg  string
 }
 
+// Error renders e as file:line: key: message.
 func (e *Error) Error() string {
 	var b strings.Builder
 	if e.File != "" {
@@ -44,6 +45,7 @@ type Errors []*Error
 // mostly echoes of the first.
 const maxErrors = 10
 
+// Error renders each problem on a line of its own.
 func (es Errors) Error() string {
 	lines := make([]string, len(es))
 	for i, e := range es {
@@ -161,7 +163,7 @@ func (v *validator) power(key string, w float64) bool {
 // gpu reports whether index names one of the scenario's GPUs, saying so if not.
 func (v *validator) gpu(key, at string, index int) bool {
 	if index < 0 || index >= len(v.s.GPUs) {
-		v.errorf(key, at, "GPU index %d out of range (the scenario has %d GPUs)", index, len(v.s.GPUs))
+		v.errorf(key, at, "GPU index %d out of range (the scenario has %s)", index, plural(len(v.s.GPUs), "GPU"))
 		return false
 	}
 	return true
@@ -362,4 +364,11 @@ func fmtDuration(d time.Duration) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

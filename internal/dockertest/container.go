@@ -1,0 +1,229 @@
+package dockertest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	mcontainer "github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+const (
+	// Label is set to "1" on every test container and on the test image.
+	Label = "gpumeter.test"
+	// SleeperExitCode is what the sleeper exits with on SIGTERM, so that a
+	// recorded exit code is never a default zero.
+	SleeperExitCode = 3
+
+	sleeperImage = "gpumeter-test-sleeper:1"
+	// opTimeout bounds one Docker call; an engine on a busy machine can
+	// take seconds to create or start a container.
+	opTimeout = time.Minute
+)
+
+// run names this process's test containers, so that parallel test
+// binaries on one engine never touch each other's.
+var run = func() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}()
+
+// Spec describes a test container of the sleeper image.
+type Spec struct {
+	Name       string // suffix of the container's name
+	Labels     map[string]string
+	User       string // Config.User
+	Env        []string
+	Cmd        []string // "ignore-term" makes the sleeper ignore SIGTERM
+	HostConfig *mcontainer.HostConfig
+	CreateOnly bool // create, do not start
+}
+
+// Container creates (and unless s.CreateOnly, starts) a sleeper container
+// named gpumeter-test-<run>-<s.Name> and labelled Label=1. It is removed
+// when the test ends, pass or fail.
+func Container(t testing.TB, cli *client.Client, s Spec) (id, name string) {
+	t.Helper()
+	labels := map[string]string{Label: "1"}
+	maps.Copy(labels, s.Labels)
+	name = "gpumeter-test-" + run + "-" + s.Name
+	img := SleeperImage(t, cli)
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       name,
+		Config:     &mcontainer.Config{Image: img, User: s.User, Env: s.Env, Cmd: s.Cmd, Labels: labels},
+		HostConfig: s.HostConfig,
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	t.Cleanup(func() { Remove(t, cli, res.ID) })
+	if !s.CreateOnly {
+		if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+	}
+	return res.ID, name
+}
+
+// Remove removes a container by force; one that is already gone is fine.
+func Remove(t testing.TB, cli *client.Client, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, err := cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		t.Errorf("remove container %.12s: %v", id, err)
+	}
+}
+
+// Inspect returns what the engine says about a container.
+func Inspect(t testing.TB, cli *client.Client, id string) mcontainer.InspectResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	res, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("inspect %.12s: %v", id, err)
+	}
+	return res.Container
+}
+
+const sleeperSource = `package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// The container's main process: it waits for SIGTERM and exits 3, or with
+// the argument ignore-term ignores SIGTERM until it is killed.
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "ignore-term" {
+		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+		for {
+			time.Sleep(time.Hour)
+		}
+	}
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	<-c
+	os.Exit(3)
+}
+`
+
+var built struct {
+	once sync.Once
+	err  error
+}
+
+// SleeperImage builds the sleeper image once per test binary and returns
+// its tag: FROM scratch with a static Go binary, so no registry is needed.
+func SleeperImage(t testing.TB, cli *client.Client) string {
+	t.Helper()
+	built.once.Do(func() { built.err = buildSleeper(cli) })
+	if built.err != nil {
+		t.Fatalf("build %s: %v", sleeperImage, built.err)
+	}
+	return sleeperImage
+}
+
+func buildSleeper(cli *client.Client) error {
+	dir, err := os.MkdirTemp("", "gpumeter-sleeper")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	files := map[string]string{
+		"main.go": sleeperSource,
+		"go.mod":  "module sleeper\n\ngo 1.22\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("the go tool is needed to build the test image: %w", err)
+	}
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", "sleeper", ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off", "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	bin, err := os.ReadFile(filepath.Join(dir, "sleeper"))
+	if err != nil {
+		return err
+	}
+
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, f := range []struct {
+		name string
+		mode int64
+		body []byte
+	}{
+		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY sleeper /sleeper\nENTRYPOINT [\"/sleeper\"]\n")},
+		{"sleeper", 0o755, bin},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body))}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(f.body); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{
+		Tags:        []string{sleeperImage},
+		Remove:      true,
+		ForceRemove: true,
+		Labels:      map[string]string{Label: "1"},
+	})
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	// The build reports failure inside its JSON stream, not as an HTTP error.
+	dec := json.NewDecoder(res.Body)
+	for {
+		var msg struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("read build output: %w", err)
+		}
+		if msg.Error != "" {
+			return errors.New(msg.Error)
+		}
+	}
+}
