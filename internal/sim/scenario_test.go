@@ -217,6 +217,8 @@ var errorCases = []struct {
 	{"phase not a mapping", head + "containers:\n  - name: a\n    gpus: [0]\n    phases: [0s]\n", "t.yaml:11: containers[0].phases[0]: want a mapping"},
 	{"labels not a mapping", head + "containers:\n  - name: a\n    labels: [a, b]\n", "t.yaml:10: containers[0].labels: want a mapping"},
 	{"host process not a mapping", head + "host_processes:\n  - bob\n", "t.yaml:9: host_processes[0]: want a mapping"},
+	{"label twice", head + "containers:\n  - name: a\n    labels:\n      x: 1\n      x: 2\n", "t.yaml:12: containers[0].labels.x: given twice"},
+	{"label value a list", head + "containers:\n  - name: a\n    labels: {x: [1]}\n", "t.yaml:10: containers[0].labels.x: want a label value, got a list"},
 	{"name not a scalar", head + "containers:\n  - name: [a]\n", "t.yaml:9: containers[0].name: want a string, got a list"},
 	{"empty value", head + "containers:\n  - name: a\n    end:\n", "t.yaml:10: containers[0].end: want a duration, got nothing"},
 
