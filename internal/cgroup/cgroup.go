@@ -206,10 +206,6 @@ func runtimeOfParents(path string) string {
 		switch {
 		case comp == "docker":
 			return "docker"
-		case comp == "libpod_parent":
-			return "podman"
-		case comp == "containerd.service":
-			return "containerd"
 		case strings.HasPrefix(comp, "kubepods"):
 			return "kubepods"
 		}

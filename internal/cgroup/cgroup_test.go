@@ -191,6 +191,8 @@ func TestParseLines(t *testing.T) {
 		{"scope without prefix", "0::/system.slice/-" + id + ".scope\n", Ref{}},
 		{"bare ID under unknown parent", "0::/jobs/" + id + "\n", Ref{id, "", "/jobs/" + id}},
 		{"bare ID at the root", "0::/" + id + "\n", Ref{id, "", "/" + id}},
+		{"nearest known parent names the runtime", "0::/kubepods/docker/" + id + "\n", Ref{id, "docker", "/kubepods/docker/" + id}},
+		{"kubepods slice as parent", "0::/kubepods.slice/" + id + "\n", Ref{id, "kubepods", "/kubepods.slice/" + id}},
 		{"docker service is the daemon", "0::/system.slice/docker.service\n", Ref{}},
 		{"colon name with unknown prefix", "0::/a.slice:foo:" + id + "\n", Ref{}},
 		{"colon name without slice", "0::/:docker:" + id + "\n", Ref{}},
