@@ -125,6 +125,7 @@ type Usage struct {
 type ContainerSums struct {
 	CPUSeconds     float64
 	RAMByteSeconds float64
+	Seconds        float64 // the time these sums cover
 }
 
 // Container is one container's share of a tick.
@@ -514,6 +515,7 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 					d.CPUSeconds = c.CPUSeconds
 				}
 				d.RAMByteSeconds = float64(st.ram) * dt
+				d.Seconds = dt
 			}
 			st.primed, st.seen, st.cpu, st.ram = true, now, c.CPUSeconds, c.MemoryBytes
 			if !c.Running {
@@ -522,6 +524,7 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 		}
 		st.total.CPUSeconds += d.CPUSeconds
 		st.total.RAMByteSeconds += d.RAMByteSeconds
+		st.total.Seconds += d.Seconds
 		out = append(out, Container{Container: *c, Delta: d, Total: st.total})
 	}
 	for id, st := range m.containers {

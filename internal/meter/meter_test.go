@@ -140,6 +140,10 @@ func gpuTotals(tick *Tick) []GPUSums {
 
 var approx = cmpopts.EquateApprox(1e-9, 1e-9)
 
+// ignoreSeconds leaves out the interval a container delta covers where a
+// test checks only what was booked; TestContainerInterval checks it.
+var ignoreSeconds = cmpopts.IgnoreFields(ContainerSums{}, "Seconds")
+
 // near reports whether a and b agree to 1e-9 relative (absolute near zero).
 func near(a, b float64) bool {
 	return math.Abs(a-b) <= 1e-9*max(1, math.Abs(a), math.Abs(b))
@@ -749,7 +753,7 @@ func TestStepContainers(t *testing.T) {
 		if !slices.IsSorted(order) {
 			t.Errorf("at %ds: containers in order %q, want sorted by name", s.sec, order)
 		}
-		if diff := cmp.Diff(got, s.want, approx); diff != "" {
+		if diff := cmp.Diff(got, s.want, approx, ignoreSeconds); diff != "" {
 			t.Errorf("at %ds: container deltas (-got +want):\n%s", s.sec, diff)
 		}
 	}
@@ -757,7 +761,7 @@ func TestStepContainers(t *testing.T) {
 	for _, c := range tick.Containers {
 		got[c.ID] = c.Total
 	}
-	if diff := cmp.Diff(got, wantTotal, approx); diff != "" {
+	if diff := cmp.Diff(got, wantTotal, approx, ignoreSeconds); diff != "" {
 		t.Errorf("container totals (-got +want):\n%s", diff)
 	}
 }
@@ -926,5 +930,22 @@ func TestStepTickUnchanged(t *testing.T) {
 		if diff := cmp.Diff(held, want, cmpopts.EquateErrors()); diff != "" {
 			t.Errorf("tick %d changed after later steps (-got +want):\n%s", k, diff)
 		}
+	}
+}
+
+// TestContainerInterval checks that a container delta says how long an
+// interval it covers, so that sinks can place it in time.
+func TestContainerInterval(t *testing.T) {
+	c := container.Container{ID: "a", Name: "a", Running: true, CPUSeconds: 1, MemoryBytes: 10}
+	m := New(Config{})
+	first := m.Step(Input{Time: at(0), Containers: []container.Container{c}})
+	c.CPUSeconds = 4
+	second := m.Step(Input{Time: at(15), Containers: []container.Container{c}})
+	if got := first.Containers[0].Delta.Seconds; got != 0 {
+		t.Errorf("first sight covers %g s, want 0", got)
+	}
+	want := ContainerSums{CPUSeconds: 3, RAMByteSeconds: 150, Seconds: 15}
+	if diff := cmp.Diff(second.Containers[0].Delta, want); diff != "" {
+		t.Errorf("delta (-got +want):\n%s", diff)
 	}
 }
