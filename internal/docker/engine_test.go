@@ -24,6 +24,7 @@ var ignoreStats = cmpopts.IgnoreFields(container.Container{}, "CPUSeconds", "Mem
 func TestInventoryFollowsContainers(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Client(t)
+	dockertest.LockGPUs(t) // it runs a container that requests GPUs
 	img := dockertest.SleeperImage(t, cli)
 	owner := map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp"}
 	withCompose := map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp", "com.docker.compose.project": "proj-b"}
@@ -99,11 +100,14 @@ func TestInventoryFollowsContainers(t *testing.T) {
 		}
 	}
 	for n, id := range stopped {
-		dockertest.WaitFor(t, settle, "stopped container shown as not running", func() (bool, string) {
-			c, ok := inv.Lookup(id)
-			return ok && !c.Running, fmt.Sprintf("%+v", c)
-		})
+		// The die event is applied in two steps: at once from the event,
+		// whose time is not the engine's FinishedAt, then from an inspect.
+		// Wait for the second.
 		ins := dockertest.Inspect(t, cli, id)
+		dockertest.WaitFor(t, settle, "stopped container shown as not running, as the engine recorded it", func() (bool, string) {
+			c, ok := inv.Lookup(id)
+			return ok && !c.Running && c.FinishedAt.Equal(parseTime(ins.State.FinishedAt)), fmt.Sprintf("%+v", c)
+		})
 		g := listed(t, inv)[id]
 		if g.Running || g.PID != 0 || g.ExitCode != dockertest.SleeperExitCode || !g.FinishedAt.Equal(parseTime(ins.State.FinishedAt)) || g.FinishedAt.IsZero() {
 			t.Errorf("stopped %d: Running %v PID %d ExitCode %d FinishedAt %v; want false 0 %d %s",

@@ -8,9 +8,14 @@ package dockertest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,20 +38,23 @@ func Client(t testing.TB) *client.Client {
 		_, err = cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
 	}
 	if err != nil {
-		if inCI() {
-			t.Fatalf("CI is set, so this test needs a Docker engine, but none is reachable: %v", err)
-		}
-		t.Skipf("skipping: no Docker engine reachable (%v); with CI=true this fails instead", err)
+		SkipUnlessCI(t, "no Docker engine is reachable (%v)", err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
 }
 
-// inCI reports whether CI is set to anything but an explicit false.
-func inCI() bool {
+// SkipUnlessCI skips the test because what it needs is missing, or fails
+// it when CI is set to anything but an explicit false: CI must not pass by
+// skipping.
+func SkipUnlessCI(t testing.TB, format string, args ...any) {
+	t.Helper()
+	why := fmt.Sprintf(format, args...)
 	v := os.Getenv("CI")
-	b, err := strconv.ParseBool(v)
-	return b || (err != nil && v != "")
+	if b, err := strconv.ParseBool(v); b || (err != nil && v != "") {
+		t.Fatalf("CI is set, so this test must run, but %s", why)
+	}
+	t.Skipf("skipping: %s; with CI=true this fails instead", why)
 }
 
 // EngineSocket returns the path of the engine's Unix socket, or "" when
@@ -73,5 +81,38 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (ok b
 			t.Fatalf("timed out after %v waiting for %s; last seen: %s", timeout, what, state)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// gpuLock is an abstract Unix socket name: binding it is atomic, a second
+// bind fails, and the kernel frees it when its holder exits, even killed.
+const gpuLock = "@gpumeter-dockertest-gpus"
+
+// LockGPUs waits until no other test on this machine, in this process or
+// another, holds the GPU lock, and holds it until t ends. An agent counts
+// every running container on the engine that requests a GPU, so a test
+// that asserts GPU shares takes it, and so does every test that runs a
+// container requesting GPUs; tests of packages run in parallel then never
+// see each other's containers. It does nothing on other systems than Linux.
+func LockGPUs(t testing.TB) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		return
+	}
+	const wait = 3 * time.Minute
+	deadline := time.Now().Add(wait)
+	for {
+		ln, err := net.Listen("unix", gpuLock)
+		if err == nil {
+			t.Cleanup(func() { ln.Close() })
+			return
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatalf("take the GPU lock: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("another test has held the GPU lock for over %v", wait)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
