@@ -6,13 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -52,36 +54,51 @@ func playScenario(t testing.TB, path string, samples int) *sampler.Sampler {
 // for presence, not value.
 var timing = []string{"gpumeter_source_duration_seconds", "gpumeter_tick_duration_seconds"}
 
-func scrape(t *testing.T, c prometheus.Collector) string {
+// scrape renders the latest tick and drops the timing families' samples.
+func scrape(t *testing.T, s *sampler.Sampler) string {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	for _, mf := range mfs {
+	var keep []string
+	for _, line := range strings.SplitAfter(string(Render(nil, s.Latest())), "\n") {
 		skip := false
 		for _, n := range timing {
-			if mf.GetName() == n {
+			if strings.HasPrefix(line, n+"{") {
 				skip = true
 			}
 		}
-		if skip {
-			continue
-		}
-		if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-			t.Fatal(err)
+		if !skip {
+			keep = append(keep, line)
 		}
 	}
-	return buf.String()
+	return strings.Join(keep, "")
+}
+
+// gatherer parses the rendered text with Prometheus' own parser, so the
+// tests compare through client_golang's testutil and prove the output is
+// valid exposition.
+type gatherer struct{ s *sampler.Sampler }
+
+func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(Render(nil, g.s.Latest())))
+	if err != nil {
+		return nil, err
+	}
+	// Sorted as a registry would.
+	out := make([]*dto.MetricFamily, 0, len(fams))
+	for _, f := range fams {
+		slices.SortFunc(f.Metric, func(a, b *dto.Metric) int {
+			return strings.Compare(a.String(), b.String())
+		})
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b *dto.MetricFamily) int { return strings.Compare(a.GetName(), b.GetName()) })
+	return out, nil
 }
 
 func TestCollectGolden(t *testing.T) {
 	// 61 samples at 1 s: 60 s booked.
 	s := playScenario(t, "../../testdata/shared.yaml", 61)
-	got := scrape(t, NewCollector(s))
+	got := scrape(t, s)
 	golden := "testdata/shared.golden"
 	if *update {
 		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
@@ -102,7 +119,6 @@ func TestCollectGolden(t *testing.T) {
 // accept wrong numbers.
 func TestCollectValues(t *testing.T) {
 	s := playScenario(t, "../../testdata/shared.yaml", 61)
-	c := NewCollector(s)
 	// GPU 0: alice (60 %) and bob (20 %) share it: each holds 1/2 for 60 s.
 	// GPU 1: carol holds it alone, idle; dave's host process uses 50 %.
 	// Power: idle 100 W + 400 W · util: GPU 0 at 80 % = 420 W, GPU 1 at
@@ -135,7 +151,7 @@ gpumeter_gpu_idle_energy_joules_total{Hostname="lab-1",UUID="%[2]s",gpu="1"} 0
 `
 	short := func(name string) string { return sim.ContainerID("lab-1", name)[:12] }
 	want = sprintf(want, sim.GPUUUID("lab-1", 0), sim.GPUUUID("lab-1", 1), short("alice-train"), short("bob-notebook"), short("carol-idle"))
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+	if err := testutil.GatherAndCompare(gatherer{s}, strings.NewReader(want),
 		"gpumeter_container_gpu_allocated_seconds_total", "gpumeter_container_gpu_energy_joules_total",
 		"gpumeter_host_gpu_energy_joules_total", "gpumeter_host_gpu_used_seconds_total",
 		"gpumeter_gpu_idle_energy_joules_total"); err != nil {
@@ -143,32 +159,65 @@ gpumeter_gpu_idle_energy_joules_total{Hostname="lab-1",UUID="%[2]s",gpu="1"} 0
 	}
 }
 
-func TestCollectBeforeFirstTick(t *testing.T) {
+func TestRenderBeforeFirstTick(t *testing.T) {
 	s := sampler.New(sampler.Config{})
-	if n := testutil.CollectAndCount(NewCollector(s)); n != 0 {
-		t.Errorf("collected %d metrics before the first tick, want 0", n)
+	if out := Render(nil, s.Latest()); len(out) != 0 {
+		t.Errorf("rendered %q before the first tick, want nothing", out)
 	}
 }
 
-func BenchmarkCollect(b *testing.B) {
-	s := playScenario(b, "../../testdata/bench-8gpu-64ctr.yaml", 3)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(s))
-	b.ReportAllocs()
-	var buf bytes.Buffer
-	for b.Loop() {
-		buf.Reset()
-		mfs, err := reg.Gather()
-		if err != nil {
-			b.Fatal(err)
+// TestRenderValidExposition renders the load scenario and a tick with
+// hostile names, and parses both with Prometheus' parser.
+func TestRenderValidExposition(t *testing.T) {
+	s := playScenario(t, "../../testdata/bench-8gpu-64ctr.yaml", 3)
+	fams, err := gatherer{s}.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fams) < 40 {
+		t.Errorf("%d families, want at least 40", len(fams))
+	}
+	// 64 containers × 4 GPUs: 256 rows of each per-container GPU family.
+	for _, f := range fams {
+		if f.GetName() == "gpumeter_container_gpu_used_seconds_total" && len(f.GetMetric()) != 256 {
+			t.Errorf("%s has %d series, want 256", f.GetName(), len(f.GetMetric()))
 		}
-		for _, mf := range mfs {
-			if _, err := expfmt.MetricFamilyToText(&buf, mf); err != nil {
-				b.Fatal(err)
+	}
+
+	tick := s.Latest()
+	odd := *tick
+	mt := *tick.Tick
+	mt.Containers = append([]meter.Container(nil), tick.Containers...)
+	mt.Containers[0].Name = "we\"ird\\name\nwith\xffbytes"
+	mt.Containers[0].Labels = nil
+	odd.Tick = &mt
+	p := expfmt.NewTextParser(model.LegacyValidation)
+	parsed, err := p.TextToMetricFamilies(bytes.NewReader(Render(nil, &odd)))
+	if err != nil {
+		t.Fatalf("hostile names break the exposition: %v", err)
+	}
+	found := false
+	for _, m := range parsed["gpumeter_container_running"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "container" && l.GetValue() == "we\"ird\\name\nwith\uFFFDbytes" {
+				found = true
 			}
 		}
 	}
-	b.ReportMetric(float64(buf.Len()), "bytes/scrape")
+	if !found {
+		t.Error("the hostile container name did not survive the round trip")
+	}
+}
+
+func BenchmarkRender(b *testing.B) {
+	s := playScenario(b, "../../testdata/bench-8gpu-64ctr.yaml", 3)
+	tick := s.Latest()
+	buf := Render(nil, tick)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = Render(buf[:0], tick)
+	}
+	b.ReportMetric(float64(len(buf)), "bytes/scrape")
 }
 
 func sprintf(format string, args ...any) string { return fmt.Sprintf(format, args...) }
