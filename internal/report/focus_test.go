@@ -1,0 +1,96 @@
+package report
+
+import (
+	"bytes"
+	"encoding/csv"
+	"encoding/json"
+	"math"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestFOCUSAddsUp reads WriteFOCUS back: BilledCost adds up to the rows'
+// cost plus the unshared idle pool, x_idle_share to the shared pool, every
+// line's ListCost is PricingQuantity × ListUnitPrice, the four costs agree,
+// and Tags is null or a JSON object.
+func TestFOCUSAddsUp(t *testing.T) {
+	usage, gpus := randomLedger(11, 150)
+	for _, basis := range []string{BasisAllocated, BasisUsed} {
+		for _, idle := range []string{IdleNone, IdleWeighted, IdleEven} {
+			t.Run(basis+"/"+idle, func(t *testing.T) {
+				m := randomModel()
+				m.Basis, m.Idle = basis, idle
+				r, err := Build(usage, gpus, Options{By: ByTeam, From: from, To: from.Add(24 * time.Hour), Cost: m})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b bytes.Buffer
+				if err := r.WriteFOCUS(&b); err != nil {
+					t.Fatal(err)
+				}
+				recs, err := csv.NewReader(&b).ReadAll()
+				if err != nil {
+					t.Fatal(err)
+				}
+				head := recs[0]
+				col := func(rec []string, name string) string {
+					i := slices.Index(head, name)
+					if i < 0 {
+						t.Fatalf("no column %s", name)
+					}
+					return rec[i]
+				}
+				f := func(rec []string, name string) float64 {
+					v, err := strconv.ParseFloat(col(rec, name), 64)
+					if err != nil {
+						t.Fatalf("line %v: %s: %v", rec, name, err)
+					}
+					return v
+				}
+				var billed, share float64
+				for _, rec := range recs[1:] {
+					c := f(rec, "BilledCost")
+					billed += c
+					share += f(rec, "x_idle_share")
+					for _, other := range []string{"EffectiveCost", "ListCost", "ContractedCost"} {
+						if f(rec, other) != c {
+							t.Errorf("%s %v ≠ BilledCost %v", other, f(rec, other), c)
+						}
+					}
+					if want := f(rec, "PricingQuantity") * f(rec, "ListUnitPrice"); math.Abs(c-want) > 1e-9*max(1, c) {
+						t.Errorf("%s: ListCost %v, want PricingQuantity × ListUnitPrice = %v", col(rec, "ChargeDescription"), c, want)
+					}
+					if col(rec, "ChargeCategory") != "Usage" || col(rec, "ChargeClass") != "" {
+						t.Errorf("ChargeCategory %q, ChargeClass %q", col(rec, "ChargeCategory"), col(rec, "ChargeClass"))
+					}
+					if tags := col(rec, "Tags"); tags != "" {
+						var obj map[string]string
+						if err := json.Unmarshal([]byte(tags), &obj); err != nil {
+							t.Errorf("Tags %q: %v", tags, err)
+						}
+					}
+					for _, ts := range []string{"BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", "ChargePeriodEnd"} {
+						if _, err := time.Parse("2006-01-02T15:04:05Z", col(rec, ts)); err != nil {
+							t.Errorf("%s: %v", ts, err)
+						}
+					}
+				}
+				want := r.Totals.Cost
+				if !r.Idle.Shared {
+					want += r.Idle.Cost
+				}
+				if math.Abs(billed-want) > 1e-9*want {
+					t.Errorf("Σ BilledCost %v, want rows %v + unshared idle = %v", billed, r.Totals.Cost, want)
+				}
+				if r.Idle.Shared && math.Abs(share-r.Idle.Cost) > 1e-9*r.Idle.Cost {
+					t.Errorf("Σ x_idle_share %v, want idle cost %v", share, r.Idle.Cost)
+				}
+				if basis == BasisAllocated && math.Abs(billed-r.Host.Cost) > 1e-9*r.Host.Cost {
+					t.Errorf("Σ BilledCost %v, want the host's %v", billed, r.Host.Cost)
+				}
+			})
+		}
+	}
+}
