@@ -46,6 +46,7 @@ func New(cfg config.Config, logger *slog.Logger, version string) (*Agent, error)
 	a := &Agent{cfg: cfg, log: logger, version: version}
 	users := cgroup.NewUsers(cfg.PasswdFile)
 	procs := cgroup.NewResolver(cfg.ProcRoot, users)
+	a.closers = append(a.closers, procs.Close)
 	host := &hostProcs{resolver: procs, users: users, procRoot: cfg.ProcRoot, cgroupRoot: cfg.CgroupRoot}
 
 	node := cfg.Hostname

@@ -35,6 +35,23 @@ func (d procDir) readFile(name string, buf []byte, _ func([]byte) bool) ([]byte,
 	return append(buf[:0], b...), nil
 }
 
+func (d procDir) openStat(buf []byte) (statFile, []byte, error) {
+	b, err := d.readFile("stat", buf, nil)
+	if err != nil {
+		return statFile{}, nil, err
+	}
+	return statFile{path: filepath.Join(d.path, "stat")}, b, nil
+}
+
+// statFile is the stat file of one resolved process. Without a procfs
+// nothing is held open: every read opens the file by its path.
+type statFile struct{ path string }
+
+func (f statFile) isOpen() bool               { return false }
+func (f statFile) close()                     {}
+func (f statFile) unheld() statFile           { return f }
+func (f statFile) read(b []byte) (int, error) { return readOnce(f.path, b) }
+
 func readOnce(path string, buf []byte) (int, error) {
 	f, err := os.Open(path)
 	if err != nil {

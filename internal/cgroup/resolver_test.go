@@ -63,6 +63,62 @@ func writeProc(t *testing.T, root string, pid uint32, p fakeProc) {
 
 func testUsers() *Users { return NewUsers(filepath.Join("testdata", "passwd")) }
 
+// newResolver returns a Resolver that is closed when the test ends.
+func newResolver(tb testing.TB, procRoot string, users *Users) *Resolver {
+	r := NewResolver(procRoot, users)
+	tb.Cleanup(func() { r.Close() })
+	return r
+}
+
+// checkHeld checks that r holds want stat files open (none off Linux): by
+// its count, by its entries, and by the test process's descriptors on
+// files under root.
+func checkHeld(t *testing.T, r *Resolver, root string, want int) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		want = 0
+	}
+	r.mu.Lock()
+	held, open := r.held, 0
+	for _, c := range r.cache {
+		if c.stat.isOpen() {
+			open++
+		}
+	}
+	r.mu.Unlock()
+	if held != want || open != want {
+		t.Errorf("resolver counts %d held stat files and has %d entries with one, want %d", held, open, want)
+	}
+	if runtime.GOOS != "linux" {
+		return
+	}
+	if got := openFilesUnder(t, root); got != want {
+		t.Errorf("%d descriptors open on files under %s, want %d", got, root, want)
+	}
+}
+
+// openFilesUnder counts the test process's descriptors open on files
+// under root, deleted ones included.
+func openFilesUnder(t *testing.T, root string) int {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		// A descriptor closed since ReadDir fails to read, and is not held.
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, root+"/") {
+			n++
+		}
+	}
+	return n
+}
+
 func TestResolve(t *testing.T) {
 	docker := "0::/system.slice/docker-" + testID + ".scope\n"
 	dockerRef := Ref{testID, "docker", "/system.slice/docker-" + testID + ".scope"}
@@ -93,7 +149,7 @@ func TestResolve(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			writeProc(t, root, tt.pid, tt.proc)
-			got, err := NewResolver(root, testUsers()).Resolve(tt.pid)
+			got, err := newResolver(t, root, testUsers()).Resolve(tt.pid)
 			if err != nil {
 				t.Fatalf("Resolve: %v", err)
 			}
@@ -107,7 +163,7 @@ func TestResolve(t *testing.T) {
 // TestResolveCaptured reads files copied from a Docker container's main
 // process on a cgroup v1 host.
 func TestResolveCaptured(t *testing.T) {
-	got, err := NewResolver(filepath.Join("testdata", "proc"), testUsers()).Resolve(5751)
+	got, err := newResolver(t, filepath.Join("testdata", "proc"), testUsers()).Resolve(5751)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +177,7 @@ func TestResolveCaptured(t *testing.T) {
 func TestResolverNilUsers(t *testing.T) {
 	root := t.TempDir()
 	writeProc(t, root, 5, fakeProc{"x", 1, 1000, "0::/\n"})
-	got, err := NewResolver(root, nil).Resolve(5)
+	got, err := newResolver(t, root, nil).Resolve(5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +189,7 @@ func TestResolverNilUsers(t *testing.T) {
 func TestResolverWarmReadsOnlyStat(t *testing.T) {
 	root := t.TempDir()
 	writeProc(t, root, 1234, fakeProc{"python3", 100, 1000, "0::/docker/" + testID + "\n"})
-	r := NewResolver(root, testUsers())
+	r := newResolver(t, root, testUsers())
 	first, err := r.Resolve(1234)
 	if err != nil {
 		t.Fatal(err)
@@ -152,12 +208,13 @@ func TestResolverWarmReadsOnlyStat(t *testing.T) {
 	if diff := cmp.Diff(first, got); diff != "" {
 		t.Errorf("warm Resolve mismatch (-want +got):\n%s", diff)
 	}
+	checkHeld(t, r, root, 1)
 }
 
 func TestResolverPIDReuse(t *testing.T) {
 	root := t.TempDir()
 	writeProc(t, root, 1234, fakeProc{"python3", 100, 1000, "0::/docker/" + testOuterID + "\n"})
-	r := NewResolver(root, testUsers())
+	r := newResolver(t, root, testUsers())
 	got, err := r.Resolve(1234)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +263,7 @@ func TestResolverVanished(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r := NewResolver(root, testUsers())
+			r := newResolver(t, root, testUsers())
 			got, err := r.Resolve(1234)
 			if !errors.Is(err, ErrNoProcess) {
 				t.Fatalf("Resolve = %+v, %v; want an error wrapping ErrNoProcess", got, err)
@@ -220,23 +277,38 @@ func TestResolverVanished(t *testing.T) {
 		})
 	}
 
-	t.Run("gone after it was cached", func(t *testing.T) {
-		root := t.TempDir()
-		writeProc(t, root, 1234, full)
-		r := NewResolver(root, testUsers())
-		if _, err := r.Resolve(1234); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.RemoveAll(filepath.Join(root, "1234")); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := r.Resolve(1234); !errors.Is(err, ErrNoProcess) {
-			t.Fatalf("Resolve error = %v, want ErrNoProcess", err)
-		}
-		if len(r.cache) != 0 {
-			t.Errorf("cache holds %d entries for a vanished process, want 0", len(r.cache))
-		}
-	})
+	// A held stat file of a reaped process fails to read (see
+	// TestResolveReaped); a deleted fake file would still read its old
+	// content, so the fake process is emptied before it is removed. A
+	// cache past its cap of held files meets the removal alone.
+	for _, held := range []bool{true, false} {
+		t.Run(fmt.Sprintf("gone after it was cached/held=%t", held), func(t *testing.T) {
+			root := t.TempDir()
+			writeProc(t, root, 1234, full)
+			r := newResolver(t, root, testUsers())
+			if !held {
+				r.maxHeld = 0
+			}
+			if _, err := r.Resolve(1234); err != nil {
+				t.Fatal(err)
+			}
+			if held {
+				if err := os.Truncate(filepath.Join(root, "1234", "stat"), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.RemoveAll(filepath.Join(root, "1234")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Resolve(1234); !errors.Is(err, ErrNoProcess) {
+				t.Fatalf("Resolve error = %v, want ErrNoProcess", err)
+			}
+			if len(r.cache) != 0 {
+				t.Errorf("cache holds %d entries for a vanished process, want 0", len(r.cache))
+			}
+			checkHeld(t, r, root, 0)
+		})
+	}
 }
 
 func TestResolverBadFiles(t *testing.T) {
@@ -275,7 +347,7 @@ func TestResolverBadFiles(t *testing.T) {
 			root := t.TempDir()
 			writeProc(t, root, 1234, good)
 			writeFile(t, filepath.Join(root, "1234", tt.file), tt.content)
-			got, err := NewResolver(root, testUsers()).Resolve(1234)
+			got, err := newResolver(t, root, testUsers()).Resolve(1234)
 			if err == nil {
 				t.Fatalf("Resolve = %+v, nil; want an error", got)
 			}
@@ -291,7 +363,7 @@ func TestResolverBadFiles(t *testing.T) {
 	t.Run("stat turns bad after it was cached", func(t *testing.T) {
 		root := t.TempDir()
 		writeProc(t, root, 1234, good)
-		r := NewResolver(root, testUsers())
+		r := newResolver(t, root, testUsers())
 		if _, err := r.Resolve(1234); err != nil {
 			t.Fatal(err)
 		}
@@ -302,22 +374,102 @@ func TestResolverBadFiles(t *testing.T) {
 		if len(r.cache) != 0 {
 			t.Errorf("cache holds %d entries, want 0", len(r.cache))
 		}
+		checkHeld(t, r, root, 0)
 	})
 }
 
 func TestResolverPrune(t *testing.T) {
 	root := t.TempDir()
-	r := NewResolver(root, testUsers())
+	r := newResolver(t, root, testUsers())
 	for pid := uint32(1); pid <= 5; pid++ {
 		writeProc(t, root, pid, fakeProc{"x", uint64(pid), 0, "0::/\n"})
 		if _, err := r.Resolve(pid); err != nil {
 			t.Fatal(err)
 		}
 	}
+	checkHeld(t, r, root, 5)
 	r.Prune(func(pid uint32) bool { return pid%2 == 1 })
 	got := slices.Sorted(maps.Keys(r.cache))
 	if diff := cmp.Diff([]uint32{1, 3, 5}, got); diff != "" {
 		t.Errorf("cached PIDs after Prune mismatch (-want +got):\n%s", diff)
+	}
+	checkHeld(t, r, root, 3)
+}
+
+// TestResolverHeldCap resolves more processes than the cache may hold
+// stat files open for: the ones past the cap are still cached and looked
+// up correctly, by opening their file each time, and a Prune makes room
+// for the next process.
+func TestResolverHeldCap(t *testing.T) {
+	root := t.TempDir()
+	r := newResolver(t, root, testUsers())
+	r.maxHeld = 2
+	for pid := uint32(1); pid <= 5; pid++ {
+		writeProc(t, root, pid, fakeProc{"x", uint64(pid), 0, "0::/\n"})
+		if _, err := r.Resolve(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.cache) != 5 {
+		t.Fatalf("cache holds %d entries, want 5", len(r.cache))
+	}
+	checkHeld(t, r, root, 2)
+	if runtime.GOOS == "linux" {
+		for pid, c := range r.cache {
+			if got, want := c.stat.isOpen(), pid <= 2; got != want {
+				t.Errorf("entry of pid %d holds its stat file: %t, want %t", pid, got, want)
+			}
+		}
+	}
+
+	// Every PID is reused, the ones with a held file and the ones without.
+	for pid := uint32(1); pid <= 5; pid++ {
+		writeProc(t, root, pid, fakeProc{"y", uint64(pid) + 100, 1000, "0::/\n"})
+	}
+	for pid := uint32(1); pid <= 5; pid++ {
+		got, err := r.Resolve(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.StartTime != uint64(pid)+100 || got.User != "alice" {
+			t.Errorf("Resolve(%d) after reuse = %+v, want start time %d of alice", pid, got, pid+100)
+		}
+	}
+	checkHeld(t, r, root, 2)
+
+	r.Prune(func(pid uint32) bool { return pid != 1 && pid != 3 })
+	checkHeld(t, r, root, 1)
+	writeProc(t, root, 6, fakeProc{"x", 6, 0, "0::/\n"})
+	if _, err := r.Resolve(6); err != nil {
+		t.Fatal(err)
+	}
+	checkHeld(t, r, root, 2)
+	if runtime.GOOS == "linux" && !r.cache[6].stat.isOpen() {
+		t.Error("pid 6, resolved after a Prune made room, does not hold its stat file")
+	}
+}
+
+func TestResolverClose(t *testing.T) {
+	root := t.TempDir()
+	r := NewResolver(root, testUsers())
+	for pid := uint32(1); pid <= 3; pid++ {
+		writeProc(t, root, pid, fakeProc{"x", uint64(pid), 0, "0::/\n"})
+		if _, err := r.Resolve(pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkHeld(t, r, root, 3)
+	if err := r.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	checkHeld(t, r, root, 0)
+	for _, pid := range []uint32{1, 4} {
+		if got, err := r.Resolve(pid); !errors.Is(err, ErrClosed) {
+			t.Errorf("Resolve(%d) after Close = %+v, %v; want ErrClosed", pid, got, err)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
 	}
 }
 
@@ -329,7 +481,7 @@ func TestResolverConcurrent(t *testing.T) {
 	for pid := uint32(1); pid <= pids; pid++ {
 		writeProc(t, root, pid, fakeProc{"x", 1, 1000, "0::/docker/" + testID + "\n"})
 	}
-	r := NewResolver(root, testUsers())
+	r := newResolver(t, root, testUsers())
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {
@@ -351,6 +503,58 @@ func TestResolverConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	checkHeld(t, r, root, len(r.cache))
+}
+
+// TestResolverConcurrentClose closes a Resolver while other goroutines
+// look up, reuse and prune PIDs: every lookup succeeds until Close and
+// fails with ErrClosed after it, and no stat file is left open. Run it
+// with -race.
+func TestResolverConcurrentClose(t *testing.T) {
+	root := t.TempDir()
+	const pids = 8
+	for pid := uint32(1); pid <= pids; pid++ {
+		writeProc(t, root, pid, fakeProc{"x", 1, 1000, "0::/docker/" + testID + "\n"})
+	}
+	r := NewResolver(root, testUsers())
+	r.maxHeld = pids / 2
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			closed := false
+			for i := 0; i < 300 || !closed; i++ {
+				if g == 1 && i == 100 {
+					r.Close()
+				}
+				pid := uint32(i%pids + 1)
+				p, err := r.Resolve(pid)
+				switch {
+				case errors.Is(err, ErrClosed):
+					closed = true
+				case closed:
+					t.Errorf("Resolve(%d) after ErrClosed = %+v, %v; want ErrClosed", pid, p, err)
+					return
+				case err != nil:
+					t.Errorf("Resolve(%d): %v", pid, err)
+					return
+				case p.PID != pid || p.Ref.ContainerID != testID:
+					t.Errorf("Resolve(%d) = %+v", pid, p)
+					return
+				}
+				if g == 0 && i%20 == 0 {
+					r.Prune(func(pid uint32) bool { return pid%2 == 0 })
+				}
+			}
+			if !closed {
+				t.Error("no Resolve failed with ErrClosed")
+			}
+		})
+	}
+	wg.Wait()
+	if len(r.cache) != 0 {
+		t.Errorf("cache holds %d entries after Close, want 0", len(r.cache))
+	}
+	checkHeld(t, r, root, 0)
 }
 
 // TestResolveSelf resolves the test's own process through the real /proc.
@@ -359,7 +563,7 @@ func TestResolveSelf(t *testing.T) {
 		t.Skip("needs a Linux /proc")
 	}
 	pid := uint32(os.Getpid())
-	r := NewResolver("/proc", NewUsers("/etc/passwd"))
+	r := newResolver(t, "/proc", NewUsers("/etc/passwd"))
 	got, err := r.Resolve(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -394,13 +598,23 @@ func TestResolveWarmAllocs(t *testing.T) {
 	}
 	root := t.TempDir()
 	writeProc(t, root, 1234, fakeProc{"x", 1, 1000, "0::/\n"})
-	r := NewResolver(root, nil)
+	r := newResolver(t, root, nil)
 	if _, err := r.Resolve(1234); err != nil {
 		t.Fatal(err)
 	}
-	// The one allocation left is the C string of the path for open(2).
-	if n := testing.AllocsPerRun(100, func() { r.Resolve(1234) }); n > 1 {
-		t.Errorf("warm Resolve allocates %v times, want at most 1", n)
+	if n := testing.AllocsPerRun(100, func() { r.Resolve(1234) }); n != 0 {
+		t.Errorf("warm Resolve allocates %v times, want 0", n)
+	}
+
+	// Past the cap of held files, the one allocation is the C string of
+	// the path for open(2).
+	unheld := newResolver(t, root, nil)
+	unheld.maxHeld = 0
+	if _, err := unheld.Resolve(1234); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { unheld.Resolve(1234) }); n > 1 {
+		t.Errorf("warm Resolve past the cap allocates %v times, want at most 1", n)
 	}
 }
 
@@ -416,6 +630,7 @@ func benchPIDs(b *testing.B, n int) ([]uint32, int) {
 		b.Fatal(err)
 	}
 	r := NewResolver("/proc", nil)
+	defer r.Close()
 	var distinct []uint32
 	for _, e := range ents {
 		pid, err := strconv.ParseUint(e.Name(), 10, 32)
@@ -453,22 +668,33 @@ func BenchmarkResolveCold1000(b *testing.B) {
 		for _, pid := range pids {
 			// Each distinct PID once: a repeat would hit the cache.
 			if _, ok := r.cache[pid]; ok {
-				r.cache = make(map[uint32]cached)
+				r.Prune(func(uint32) bool { return false })
 			}
 			if _, err := r.Resolve(pid); err != nil {
 				failed++
 			}
 		}
+		r.Close()
 	}
 	b.ReportMetric(float64(distinct), "distinct-pids")
 	b.ReportMetric(float64(failed)/float64(b.N), "failed/op")
 }
 
 // BenchmarkResolveWarm1000 looks up 1,000 real /proc PIDs that are all
-// cached: one read of /proc/<pid>/stat each. Target: 5 ms per op.
-func BenchmarkResolveWarm1000(b *testing.B) {
+// cached: one pread of the held /proc/<pid>/stat each. Target: 5 ms per
+// op.
+func BenchmarkResolveWarm1000(b *testing.B) { benchmarkWarm(b, maxHeldStats) }
+
+// BenchmarkResolveWarmUnheld1000 is BenchmarkResolveWarm1000 past the cap
+// of held files: an open, read and close of /proc/<pid>/stat each. Its
+// ratio to the held lookup, taken in one run, holds better than either
+// figure on a loaded machine.
+func BenchmarkResolveWarmUnheld1000(b *testing.B) { benchmarkWarm(b, 0) }
+
+func benchmarkWarm(b *testing.B, maxHeld int) {
 	pids, distinct := benchPIDs(b, 1000)
-	r := NewResolver("/proc", NewUsers("/etc/passwd"))
+	r := newResolver(b, "/proc", NewUsers("/etc/passwd"))
+	r.maxHeld = maxHeld
 	for _, pid := range pids {
 		r.Resolve(pid)
 	}
