@@ -420,10 +420,14 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 	in := s.at(now)
 	out := make([]container.Container, 0, len(s.containers))
 	for _, c := range s.containers {
-		if c.real || in.off < c.start || in.off >= c.end || in.off >= s.duration {
+		if c.real || in.off < c.start {
 			continue
 		}
-		out = append(out, container.Container{
+		running := in.off < c.end && in.off < s.duration
+		if !running && in.off >= c.end+KeepStopped {
+			continue
+		}
+		ctr := container.Container{
 			ID:          c.id,
 			Name:        c.name,
 			Image:       c.image,
@@ -431,16 +435,26 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 			User:        label(c.labels, s.labels.user),
 			Team:        label(c.labels, s.labels.team),
 			Project:     label(c.labels, s.labels.project),
-			Running:     true,
+			Running:     running,
 			PID:         c.pid,
 			StartedAt:   in.base.Add(c.start),
 			GPUs:        container.GPURequest{IDs: slices.Clone(c.gpus)},
-			CPUSeconds:  c.cpu * (in.off - c.start).Seconds(),
+			CPUSeconds:  c.cpu * (min(in.off, c.end) - c.start).Seconds(),
 			MemoryBytes: c.ram,
-		})
+		}
+		if !running {
+			// Stopped, as Docker lists a container for a while after it
+			// exits: its final counters close its last interval.
+			ctr.FinishedAt, ctr.MemoryBytes, ctr.PID = in.base.Add(c.end), 0, 0
+		}
+		out = append(out, ctr)
 	}
 	return out, nil
 }
+
+// KeepStopped is how long the simulator lists a container after it ended,
+// as the Docker inventory does by default.
+const KeepStopped = 5 * time.Minute
 
 func label(labels map[string]string, key string) string {
 	if key == "" {

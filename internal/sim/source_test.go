@@ -310,6 +310,12 @@ func TestContainers(t *testing.T) {
 		StartedAt: s.Start.Add(4 * time.Second),
 		GPUs:      container.GPURequest{IDs: []string{"0"}},
 	}
+	aStopped := a
+	aStopped.Running, aStopped.PID, aStopped.MemoryBytes = false, 0, 0
+	aStopped.FinishedAt, aStopped.CPUSeconds = s.Start.Add(8*time.Second), 2*6
+	bStopped := b
+	bStopped.Running, bStopped.PID = false, 0
+	bStopped.FinishedAt = s.Start.Add(10 * time.Second)
 	tests := []struct {
 		at   time.Duration
 		want []container.Container
@@ -317,8 +323,12 @@ func TestContainers(t *testing.T) {
 		{-time.Second, nil},
 		{time.Second, nil},
 		{5500 * time.Millisecond, []container.Container{a, b}},
-		{8 * time.Second, []container.Container{b}},
-		{10 * time.Second, nil},
+		// a ended at 8s: listed as stopped, as Docker does, with its
+		// final CPU counter 2 · 6 s; b ends with the scenario at 10s.
+		{8 * time.Second, []container.Container{aStopped, b}},
+		{10 * time.Second, []container.Container{aStopped, bStopped}},
+		{8*time.Second + KeepStopped - time.Millisecond, []container.Container{aStopped, bStopped}},
+		{10*time.Second + KeepStopped, nil},
 	}
 	src := NewSource(s, false)
 	for _, tt := range tests {
@@ -490,7 +500,9 @@ func TestDemo(t *testing.T) {
 		}
 		v := view{sample: sample, byPID: map[uint32]container.Container{}, owners: map[uint32]container.Owner{}}
 		for _, c := range cs {
-			v.byPID[uint32(c.PID)] = c
+			if c.Running {
+				v.byPID[uint32(c.PID)] = c
+			}
 		}
 		for _, d := range sample.Devices {
 			for _, p := range d.Processes {
@@ -665,6 +677,12 @@ func checkPlays(t *testing.T, s *Scenario) {
 				t.Fatalf("Containers: %v", err)
 			}
 			for _, c := range cs {
+				if !c.Running {
+					if c.PID != 0 || c.MemoryBytes != 0 || c.FinishedAt.IsZero() {
+						t.Errorf("stopped container %s: pid %d, memory %d, finished %v; want 0, 0 and a time", c.Name, c.PID, c.MemoryBytes, c.FinishedAt)
+					}
+					continue
+				}
 				if o, ok, _ := src.Resolve(uint32(c.PID)); !ok || o.ID != c.ID {
 					t.Errorf("Resolve(%d) = %v, %v; want container %s", c.PID, o, ok, c.ID)
 				}
