@@ -39,6 +39,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newPs(), newVersion())
+	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newVersion())
 	return root
 }

@@ -49,7 +49,7 @@ then flags, each overriding the one before.`,
 				return fmt.Errorf("invalid config:\n%w", err)
 			}
 			logger := newLogger(cfg.LogLevel)
-			a, err := agent.New(cfg, logger, versionString())
+			a, err := agent.New(cmd.Context(), cfg, logger, versionString())
 			if err != nil {
 				return err
 			}

@@ -10,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumeter/gpumeter/internal/api"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
@@ -19,7 +22,11 @@ import (
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/record"
+	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
@@ -36,13 +43,15 @@ type Agent struct {
 
 	sampler  *sampler.Sampler
 	docker   *docker.Inventory
+	store    ledger.Store
+	recorder *record.Recorder
 	closers  []func() error
 	listener net.Listener
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
 // inventories, but starts nothing.
-func New(cfg config.Config, logger *slog.Logger, version string) (*Agent, error) {
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version string) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: logger, version: version}
 	users := cgroup.NewUsers(cfg.PasswdFile)
 	procs := cgroup.NewResolver(cfg.ProcRoot, users)
@@ -113,7 +122,38 @@ func New(cfg config.Config, logger *slog.Logger, version string) (*Agent, error)
 	if cfg.Source != "demo" {
 		resolvers = append(resolvers, host)
 	}
+	var onTick func(*sampler.Tick)
+	if cfg.LedgerEnabled {
+		path := cfg.LedgerPath()
+		if cfg.Source == "demo" && cfg.LedgerDSN == "" {
+			// The demo's made-up usage must not mix with a real ledger:
+			// it gets one of its own for as long as it runs.
+			dir, err := os.MkdirTemp("", "gpumeter-demo")
+			if err != nil {
+				return nil, err
+			}
+			a.closers = append(a.closers, func() error { return os.RemoveAll(dir) })
+			path = filepath.Join(dir, "ledger.db")
+		}
+		store, err := backend.Open(ctx, cfg.LedgerDSN, path, true)
+		if err != nil {
+			a.close()
+			return nil, fmt.Errorf("open the ledger: %w", err)
+		}
+		a.store = store
+		a.recorder = record.New(record.Config{
+			Store:           store,
+			Node:            node,
+			FlushInterval:   cfg.FlushInterval,
+			MaxRows:         cfg.MaxPendingRows,
+			MinuteRetention: cfg.MinuteRetention,
+			HourRetention:   cfg.HourRetention,
+			Logger:          logger,
+		})
+		onTick = a.recorder.Add
+	}
 	a.sampler = sampler.New(sampler.Config{
+		OnTick:      onTick,
 		Node:        node,
 		Interval:    cfg.Interval,
 		GPUs:        gpus,
@@ -152,9 +192,42 @@ func (a *Agent) Listen() (net.Addr, error) {
 // Handler is the agent's HTTP surface: /metrics, the API and the page.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", exporter.Handler(a.sampler, a.version))
-	mux.Handle("/", api.Handler(a.sampler))
+	var extra []prometheus.Collector
+	var reports api.Reports
+	if a.recorder != nil {
+		extra = append(extra, a.recorder)
+		reports = a
+	}
+	mux.Handle("GET /metrics", exporter.Handler(a.sampler, a.version, extra...))
+	mux.Handle("/", api.Handler(a.sampler, reports))
 	return mux
+}
+
+// Report reads the ledger for the API. Rows still in memory are not in
+// it: a report is at most one flush interval behind the live view.
+func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, error) {
+	rep, err := report.Run(ctx, a.store, r, CostModel(a.cfg.Cost))
+	if err != nil {
+		a.log.Warn("usage report", "err", err)
+	}
+	return rep, err
+}
+
+// CostModel maps the config's price list onto the report's.
+func CostModel(c config.Cost) report.CostModel {
+	return report.CostModel{
+		Currency: c.Currency, GPUHour: c.GPUHour, CPUCoreHour: c.CPUCoreHour, RAMGBHour: c.RAMGBHour,
+		KWh: c.KWh, PUE: c.PUE, Basis: c.Basis, Idle: c.Idle, Weights: c.Weights,
+	}
+}
+
+func (a *Agent) close() {
+	for _, c := range a.closers {
+		if err := c(); err != nil {
+			a.log.Warn("close", "err", err)
+		}
+	}
+	a.closers = nil
 }
 
 // Run serves until ctx ends, then shuts every part down and returns.
@@ -184,6 +257,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		})
 	}
+	if a.recorder != nil {
+		wg.Go(func() {
+			if err := a.recorder.Run(ctx); err != nil {
+				a.log.Error("final ledger write", "err", err)
+			}
+		})
+	}
 	wg.Go(func() {
 		if err := a.sampler.Run(ctx); err != nil {
 			errs <- fmt.Errorf("sampler: %w", err)
@@ -202,11 +282,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stop()
 	_ = srv.Shutdown(shutdown)
 	wg.Wait()
-	for _, c := range a.closers {
-		if err := c(); err != nil {
-			a.log.Warn("close", "err", err)
+	if a.store != nil {
+		if err := a.store.Close(); err != nil {
+			a.log.Warn("close the ledger", "err", err)
 		}
 	}
+	a.close()
 	close(errs)
 	return errors.Join(collect(errs)...)
 }

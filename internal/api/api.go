@@ -3,14 +3,19 @@
 package api
 
 import (
+	"bytes"
+	"context"
 	"embed"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
@@ -140,10 +145,70 @@ type Error struct {
 //go:embed static
 var static embed.FS
 
+// Reports builds usage reports from the ledger; nil when the ledger is off.
+type Reports interface {
+	Report(ctx context.Context, r report.Request) (*report.Report, error)
+}
+
 // Handler serves the API and the page. Other handlers (metrics) are mounted
-// by the caller on the same mux.
-func Handler(src TickSource) http.Handler {
+// by the caller on the same mux. reports may be nil: the usage endpoints
+// then say that the ledger is off.
+func Handler(src TickSource, reports Reports) http.Handler {
 	mux := http.NewServeMux()
+	usage := func(format string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if reports == nil {
+				writeError(w, http.StatusServiceUnavailable, "ledger_off", "the ledger is off (ledger.enabled: false), so there is no usage to report")
+				return
+			}
+			req, err := report.RequestFromQuery(r.URL.Query(), config.ParseDuration)
+			if err == nil {
+				if format != "" {
+					if req.Format != "" && req.Format != format {
+						err = fmt.Errorf("format: %s serves %s only", r.URL.Path, format)
+					}
+					req.Format = format
+				} else if req.Format == "" {
+					req.Format = "json"
+				}
+			}
+			if err == nil {
+				err = req.Validate(time.Now())
+			}
+			if err != nil {
+				writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+				return
+			}
+			rep, err := reports.Report(r.Context(), req)
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, "ledger_error", "could not read the ledger; the agent's log says why")
+				return
+			}
+			var buf bytes.Buffer
+			switch req.Format {
+			case "csv":
+				w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+				err = rep.WriteCSV(&buf)
+			case "focus":
+				w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+				err = rep.WriteFOCUS(&buf)
+			case "table":
+				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+				err = rep.WriteTable(&buf)
+			default:
+				w.Header().Set("Content-Type", "application/json")
+				err = rep.WriteJSON(&buf)
+			}
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, "render_error", "could not render the report")
+				return
+			}
+			w.Header().Set("Cache-Control", "no-store")
+			_, _ = w.Write(buf.Bytes())
+		}
+	}
+	mux.HandleFunc("GET /api/v1/usage", usage(""))
+	mux.HandleFunc("GET /api/v1/usage.csv", usage("csv"))
 	mux.HandleFunc("GET /api/v1/gpus", func(w http.ResponseWriter, r *http.Request) {
 		t := src.Latest()
 		if t == nil {

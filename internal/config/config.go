@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +48,47 @@ type Config struct {
 
 	// IdlePower is the idle power in watts by GPU model name or UUID.
 	IdlePower map[string]float64
+
+	DataDir         string
+	LedgerEnabled   bool
+	LedgerDSN       string
+	FlushInterval   time.Duration
+	MinuteRetention time.Duration
+	HourRetention   time.Duration
+	MaxPendingRows  int
+
+	Cost Cost
+}
+
+// Cost is the price list reports charge by.
+type Cost struct {
+	Currency    string
+	GPUHour     map[string]float64 // by GPU model; "default" for the rest
+	CPUCoreHour float64
+	RAMGBHour   float64 // per GiB-hour
+	KWh         float64
+	PUE         float64
+	Basis       string // allocated, present or used
+	Idle        string // none, weighted or even
+	Weights     map[string]float64
+}
+
+// LedgerPath is the SQLite ledger under the data directory.
+func (c *Config) LedgerPath() string { return filepath.Join(c.DataDir, "ledger.db") }
+
+// DefaultDataDir is /var/lib/gpumeter for root, and the user's state
+// directory otherwise.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/gpumeter"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "gpumeter")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "gpumeter")
+	}
+	return filepath.Join(os.TempDir(), "gpumeter")
 }
 
 // Default returns the settings gpumeter uses when nothing overrides them.
@@ -64,6 +108,15 @@ func Default() Config {
 		TeamLabel:     "gpumeter.team",
 		ProjectLabel:  "gpumeter.project",
 		IdlePower:     map[string]float64{},
+
+		DataDir:         DefaultDataDir(),
+		LedgerEnabled:   true,
+		FlushInterval:   5 * time.Second,
+		MinuteRetention: 35 * 24 * time.Hour,
+		HourRetention:   400 * 24 * time.Hour,
+		MaxPendingRows:  100_000,
+
+		Cost: Cost{Currency: "USD", GPUHour: map[string]float64{}, PUE: 1, Basis: "allocated", Idle: "none", Weights: map[string]float64{}},
 	}
 }
 
@@ -141,6 +194,69 @@ func boolKey(name, help string, p func(*Config) *bool) Key {
 		get: func(c *Config) string { return strconv.FormatBool(*p(c)) }}
 }
 
+func intKey(name, help string, p func(*Config) *int) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number", v)
+			}
+			*p(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*p(c)) }}
+}
+
+func floatKey(name, help string, p func(*Config) *float64) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error {
+			f, err := parsePrice(v)
+			if err != nil {
+				return err
+			}
+			*p(c) = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(*p(c), 'f', -1, 64) }}
+}
+
+// mapKey is a setting holding name: number pairs; unit is appended when
+// the values are rendered.
+func mapKey(name, help string, p func(*Config) *map[string]float64, parse func(string) (float64, error), unit string) Key {
+	return Key{Name: name, Help: help, isMap: true,
+		set: func(c *Config, sub, v string) error {
+			if sub == "" {
+				return errors.New("want name=value")
+			}
+			f, err := parse(v)
+			if err != nil {
+				return err
+			}
+			m := p(c)
+			if *m == nil {
+				*m = map[string]float64{}
+			}
+			(*m)[sub] = f
+			return nil
+		},
+		get: func(c *Config) string {
+			m := *p(c)
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				parts = append(parts, k+"="+strconv.FormatFloat(m[k], 'f', -1, 64)+unit)
+			}
+			return strings.Join(parts, ",")
+		}}
+}
+
+func parsePrice(s string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number of at least 0", s)
+	}
+	return f, nil
+}
+
 // Keys lists every setting in the order the reference shows them.
 func Keys() []Key {
 	return []Key{
@@ -160,38 +276,23 @@ func Keys() []Key {
 		stringKey("labels.user", "container label naming the user", func(c *Config) *string { return &c.UserLabel }),
 		stringKey("labels.team", "container label naming the team", func(c *Config) *string { return &c.TeamLabel }),
 		stringKey("labels.project", "container label naming the project", func(c *Config) *string { return &c.ProjectLabel }),
-		{Name: "idle_power", Help: "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", isMap: true,
-			set: func(c *Config, sub, v string) error {
-				if sub == "" {
-					return errors.New("want model=power, e.g. \"NVIDIA H100 80GB HBM3=70W\"")
-				}
-				w, err := ParsePower(v)
-				if err != nil {
-					return err
-				}
-				if c.IdlePower == nil {
-					c.IdlePower = map[string]float64{}
-				}
-				c.IdlePower[sub] = w
-				return nil
-			},
-			get: func(c *Config) string {
-				var parts []string
-				for _, k := range slices.Sorted(mapKeys(c.IdlePower)) {
-					parts = append(parts, k+"="+strconv.FormatFloat(c.IdlePower[k], 'f', -1, 64)+"W")
-				}
-				return strings.Join(parts, ",")
-			}},
-	}
-}
-
-func mapKeys(m map[string]float64) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
+		mapKey("idle_power", "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", func(c *Config) *map[string]float64 { return &c.IdlePower }, ParsePower, "W"),
+		stringKey("data_dir", "where the agent keeps its SQLite ledger (default: /var/lib/gpumeter for root, ~/.local/state/gpumeter otherwise)", func(c *Config) *string { return &c.DataDir }),
+		boolKey("ledger.enabled", "write usage to the ledger", func(c *Config) *bool { return &c.LedgerEnabled }),
+		stringKey("ledger.dsn", "PostgreSQL DSN of a shared ledger (default: SQLite under data_dir)", func(c *Config) *string { return &c.LedgerDSN }),
+		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: at most this much is lost in a crash", func(c *Config) *time.Duration { return &c.FlushInterval }),
+		durationKey("ledger.minute_retention", "how long per-minute rows are kept", func(c *Config) *time.Duration { return &c.MinuteRetention }),
+		durationKey("ledger.hour_retention", "how long hourly rows are kept", func(c *Config) *time.Duration { return &c.HourRetention }),
+		intKey("ledger.max_pending_rows", "rows held in memory while the ledger cannot be written; past it the oldest minutes are dropped", func(c *Config) *int { return &c.MaxPendingRows }),
+		stringKey("cost.currency", "currency of prices and reports", func(c *Config) *string { return &c.Cost.Currency }),
+		mapKey("cost.gpu_hour", "price per GPU-hour by GPU model, \"default\" for the rest", func(c *Config) *map[string]float64 { return &c.Cost.GPUHour }, parsePrice, ""),
+		floatKey("cost.cpu_core_hour", "price per CPU core-hour", func(c *Config) *float64 { return &c.Cost.CPUCoreHour }),
+		floatKey("cost.ram_gb_hour", "price per GiB-hour of RAM", func(c *Config) *float64 { return &c.Cost.RAMGBHour }),
+		floatKey("cost.kwh", "price per kWh of GPU energy", func(c *Config) *float64 { return &c.Cost.KWh }),
+		floatKey("cost.pue", "power usage effectiveness the energy price is multiplied by (at least 1)", func(c *Config) *float64 { return &c.Cost.PUE }),
+		enumKey("cost.basis", "which GPU-hours are charged", func(c *Config) *string { return &c.Cost.Basis }, "allocated", "present", "used"),
+		enumKey("cost.idle", "how the cost of idle GPUs is shared", func(c *Config) *string { return &c.Cost.Idle }, "none", "weighted", "even"),
+		mapKey("cost.weights", "billing weights per resource (gpu, cpu, ram, energy), default 1", func(c *Config) *map[string]float64 { return &c.Cost.Weights }, parsePrice, ""),
 	}
 }
 
@@ -416,16 +517,52 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("idle_power.%s: %gW is negative", model, w))
 		}
 	}
+	if c.FlushInterval < 100*time.Millisecond || c.FlushInterval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("ledger.flush_interval: %s is outside 100ms..10m", c.FlushInterval))
+	}
+	if c.MinuteRetention < time.Hour {
+		errs = append(errs, fmt.Errorf("ledger.minute_retention: %s is shorter than an hour", c.MinuteRetention))
+	}
+	if c.HourRetention < c.MinuteRetention {
+		errs = append(errs, fmt.Errorf("ledger.hour_retention: %s is shorter than ledger.minute_retention %s", c.HourRetention, c.MinuteRetention))
+	}
+	if c.MaxPendingRows < 1000 {
+		errs = append(errs, fmt.Errorf("ledger.max_pending_rows: %d is below 1000", c.MaxPendingRows))
+	}
+	if c.LedgerEnabled && c.LedgerDSN == "" && c.DataDir == "" {
+		errs = append(errs, errors.New("data_dir: must not be empty while the ledger is on"))
+	}
+	if c.Cost.PUE < 1 {
+		errs = append(errs, fmt.Errorf("cost.pue: %g is below 1", c.Cost.PUE))
+	}
+	for name := range c.Cost.Weights {
+		if !slices.Contains([]string{"gpu", "cpu", "ram", "energy"}, name) {
+			errs = append(errs, fmt.Errorf("cost.weights.%s: not a resource (gpu, cpu, ram, energy)", name))
+		}
+	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }
 
-// ParseDuration parses a Go duration that must not be negative.
+// ParseDuration parses a Go duration, with days allowed in front (35d,
+// 1d12h); it must not be negative.
 func ParseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration like 1s, 90s or 1h30m", s)
+	t := strings.TrimSpace(s)
+	var days time.Duration
+	if i := strings.IndexByte(t, 'd'); i > 0 {
+		n, err := strconv.ParseUint(t[:i], 10, 16)
+		if err == nil {
+			days, t = time.Duration(n)*24*time.Hour, t[i+1:]
+			if t == "" {
+				t = "0s"
+			}
+		}
 	}
+	d, err := time.ParseDuration(t)
+	if err != nil || (days > 0 && d < 0) {
+		return 0, fmt.Errorf("%q is not a duration like 1s, 90s, 1h30m or 7d", s)
+	}
+	d += days
 	if d < 0 {
 		return 0, fmt.Errorf("%q is negative", s)
 	}

@@ -21,12 +21,33 @@ func TestParseFull(t *testing.T) {
 		DockerEnabled: true, DockerHost: "unix:///run/docker.sock", DockerKeep: 10 * time.Minute,
 		UserLabel: "lab.user", TeamLabel: "lab.team", ProjectLabel: "lab.project",
 		IdlePower: map[string]float64{"NVIDIA H100 80GB HBM3": 70, "GPU-1234": 55.5},
+		DataDir:   "/srv/gpumeter", LedgerEnabled: true, LedgerDSN: "postgres://gpumeter@db.lab/gpumeter",
+		FlushInterval: 10 * time.Second, MinuteRetention: 35 * 24 * time.Hour, HourRetention: 36 * time.Hour, MaxPendingRows: 50000,
+		Cost: Cost{
+			Currency: "EUR", GPUHour: map[string]float64{"NVIDIA H100 80GB HBM3": 2.5, "default": 1.2},
+			CPUCoreHour: 0.03, RAMGBHour: 0.004, KWh: 0.25, PUE: 1.4, Basis: "used", Idle: "weighted",
+			Weights: map[string]float64{"gpu": 1, "cpu": 0.5},
+		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
-	if err := got.Validate(); err != nil {
-		t.Errorf("Validate() = %v, want nil", err)
+	// hour_retention is shorter than minute_retention in the file.
+	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "ledger.hour_retention: 36h0m0s is shorter than ledger.minute_retention 840h0m0s") {
+		t.Errorf("Validate() = %v, want the retention error", err)
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "0d": 0, " 2h ": 2 * time.Hour} {
+		if got, err := ParseDuration(in); err != nil || got != want {
+			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "d", "7", "-1d", "1d-2h", "x7d", "99999999d", "1.5d"} {
+		if got, err := ParseDuration(in); err == nil {
+			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
+		}
 	}
 }
 
@@ -42,6 +63,9 @@ func TestParseErrors(t *testing.T) {
 		{"bad bool", "docker:\n  enabled: maybe\n", `cfg.yaml:2: docker.enabled: "maybe" is not true or false`},
 		{"bad enum", "source: cuda\n", `cfg.yaml:1: source: "cuda" is not one of auto, nvml, sim, demo`},
 		{"bad power", "idle_power:\n  H100: lots\n", `cfg.yaml:2: idle_power.H100: "lots" is not a power`},
+		{"bad price", "cost:\n  gpu_hour:\n    A100: -2\n", `cfg.yaml:3: cost.gpu_hour.A100: "-2" is not a number of at least 0`},
+		{"bad int", "ledger:\n  max_pending_rows: lots\n", `cfg.yaml:2: ledger.max_pending_rows: "lots" is not a whole number`},
+		{"bad basis", "cost:\n  basis: maybe\n", `cfg.yaml:2: cost.basis: "maybe" is not one of allocated, present, used`},
 		{"section not mapping", "docker: yes\n", `cfg.yaml:1: docker: want a mapping of keys`},
 		{"scalar wants value", "listen: [a, b]\n", `cfg.yaml:1: listen: want a single value, got a list`},
 		{"map wants mapping", "idle_power: 70W\n", `cfg.yaml:1: idle_power: want a mapping`},
@@ -123,6 +147,11 @@ func TestValidate(t *testing.T) {
 		{"sim needs file", func(c *Config) { c.Source = "sim" }, "sim_file: source sim needs a scenario file"},
 		{"empty label", func(c *Config) { c.UserLabel = "" }, "labels.user: must not be empty"},
 		{"negative idle", func(c *Config) { c.IdlePower["x"] = -1 }, "idle_power.x: -1W is negative"},
+		{"flush", func(c *Config) { c.FlushInterval = time.Hour }, "ledger.flush_interval: 1h0m0s is outside"},
+		{"pending", func(c *Config) { c.MaxPendingRows = 5 }, "ledger.max_pending_rows: 5 is below 1000"},
+		{"pue", func(c *Config) { c.Cost.PUE = 0.5 }, "cost.pue: 0.5 is below 1"},
+		{"weight", func(c *Config) { c.Cost.Weights["gpus"] = 1 }, "cost.weights.gpus: not a resource"},
+		{"data dir", func(c *Config) { c.DataDir = "" }, "data_dir: must not be empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

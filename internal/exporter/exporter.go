@@ -33,10 +33,12 @@ type TickSource interface {
 }
 
 // Handler returns the /metrics handler: gpumeter's series, then the Go
-// and process metrics of the exporter itself.
-func Handler(src TickSource, version string) http.Handler {
+// and process metrics of the exporter itself and the extra collectors
+// (the ledger writer's, say).
+func Handler(src TickSource, version string, extra ...prometheus.Collector) http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(extra...)
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "gpumeter_build_info",
 		Help:        "A metric with a constant '1' value labelled by the gpumeter version.",

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/agent"
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger/backend"
+	"github.com/gpumeter/gpumeter/internal/report"
+)
+
+func newReport() *cobra.Command {
+	var (
+		configPath, db, dsn, since, from, to string
+		labels                               []string
+		req                                  report.Request
+	)
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "Usage and cost by user, team, project, container, image, GPU or node",
+		Long: `Report GPU usage and cost over a window from the ledger: allocated, present
+and used GPU-hours, efficiency, peak GPU memory, energy, CPU and RAM, cost,
+the idle pool and totals that reconcile with the host. Reads the agent's
+ledger (data_dir or ledger.dsn from the config) unless --db or --dsn names
+another, such as one that simulate wrote. Prices come from the config's
+cost section.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := loadConfig(cmd, configPath)
+			if err != nil {
+				return err
+			}
+			if db != "" && dsn != "" {
+				return errors.New("--db and --dsn exclude each other")
+			}
+			if since != "" {
+				if req.Since, err = config.ParseDuration(since); err != nil {
+					return fmt.Errorf("--since: %w", err)
+				}
+				if req.Since == 0 {
+					return errors.New("--since: must be more than 0")
+				}
+			}
+			if from != "" {
+				if req.From, err = report.ParseTime(from); err != nil {
+					return fmt.Errorf("--from: %w", err)
+				}
+			}
+			if to != "" {
+				if req.To, err = report.ParseTime(to); err != nil {
+					return fmt.Errorf("--to: %w", err)
+				}
+			}
+			for _, l := range labels {
+				k, v, err := report.ParseLabel(l)
+				if err != nil {
+					return fmt.Errorf("--%w", err)
+				}
+				if req.Labels == nil {
+					req.Labels = map[string]string{}
+				}
+				req.Labels[k] = v
+			}
+			if err := req.Validate(time.Now()); err != nil {
+				return fmt.Errorf("--%w", err)
+			}
+			cost := agent.CostModel(cfg.Cost)
+			if err := cost.Validate(nil); err != nil {
+				return fmt.Errorf("config cost: %w", err)
+			}
+			if db == "" && dsn == "" {
+				db, dsn = cfg.LedgerPath(), cfg.LedgerDSN
+			}
+			store, err := backend.Open(cmd.Context(), dsn, db, false)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			rep, err := report.Run(cmd.Context(), store, req, cost)
+			if err != nil {
+				return err
+			}
+			return writeReport(cmd, rep, req.Format)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&configPath, "config", "c", "", "config file, for the ledger and prices (default $GPUMETER_CONFIG, else "+defaultConfigPath+" if it exists)")
+	f.StringVar(&db, "db", "", "SQLite ledger to read")
+	f.StringVar(&dsn, "dsn", "", "PostgreSQL ledger to read")
+	f.StringVar(&req.By, "by", "user", "group by: user, team, project, container, image, gpu or node")
+	f.StringVar(&since, "since", "", "window ending now, e.g. 24h or 7d (default 24h)")
+	f.StringVar(&from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
+	f.StringVar(&to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
+	f.StringVar(&req.User, "user", "", "only this user's usage")
+	f.StringVar(&req.Team, "team", "", "only this team's usage")
+	f.StringArrayVar(&labels, "label", nil, "only containers with this label, key=value (repeatable)")
+	f.StringVar(&req.Node, "node", "", "only this node")
+	f.StringVar(&req.Format, "format", "table", "output: table, csv, json or focus (FOCUS 1.2 CSV)")
+	return cmd
+}
+
+func writeReport(cmd *cobra.Command, rep *report.Report, format string) error {
+	w := cmd.OutOrStdout()
+	switch format {
+	case "csv":
+		return rep.WriteCSV(w)
+	case "json":
+		return rep.WriteJSON(w)
+	case "focus":
+		return rep.WriteFOCUS(w)
+	default:
+		return rep.WriteTable(w)
+	}
+}

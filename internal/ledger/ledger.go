@@ -1,0 +1,375 @@
+// Package ledger defines the usage ledger: the records gpumeter keeps for
+// every node, GPU and container, and the per-minute and per-hour usage
+// sums that every report reads. Backends (ledger/sqlite, ledger/postgres)
+// implement Store and pass the shared suite in ledger/ledgertest.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Owner kinds as stored.
+const (
+	KindContainer = "container"
+	KindHost      = "host"
+	KindNone      = "none"
+)
+
+// Node is one metered host.
+type Node struct {
+	Name      string
+	FirstSeen time.Time
+	LastSeen  time.Time
+}
+
+// GPU is one GPU of a node.
+type GPU struct {
+	Node        string
+	UUID        string
+	Index       int
+	Model       string
+	MemoryTotal uint64
+}
+
+// Container is one container as last seen. Writing a container again
+// replaces what is known of it (LastSeen, FinishedAt and ExitCode move on).
+type Container struct {
+	Node       string
+	ID         string
+	Name       string
+	Image      string
+	Labels     map[string]string
+	User       string
+	Team       string
+	Project    string
+	GPURequest string
+	StartedAt  time.Time // zero when unknown
+	FinishedAt time.Time // zero while running
+	ExitCode   *int
+	FirstSeen  time.Time
+	LastSeen   time.Time
+}
+
+// Sums are usage totals of one owner on one GPU over a period.
+//
+// Stores keep sums as fixed-point integers, so that adding is exact and
+// does not depend on order: seconds to the microsecond, energy to the
+// millijoule, byte-seconds to the byte-second and PeakUtil to a hundredth
+// of a percent. What is read back is rounded to those units.
+type Sums struct {
+	AllocatedSeconds  float64
+	PresentSeconds    float64
+	UsedSeconds       float64
+	MemoryByteSeconds float64
+	EnergyJoules      float64
+	PeakMemoryBytes   uint64  // maximum, not a sum
+	PeakUtil          float64 // maximum SM utilisation, percent
+}
+
+// Usage is one owner's use of one GPU in one minute (or hour).
+type Usage struct {
+	Node      string
+	Start     time.Time // start of the minute (or hour), UTC
+	OwnerKind string    // KindContainer, KindHost or KindNone
+	OwnerID   string    // container ID or Unix user name; "" for KindNone
+	GPU       string    // GPU UUID
+	Sums
+}
+
+// GPUSums are one GPU's totals over a period.
+type GPUSums struct {
+	Seconds             float64
+	AllocatedSeconds    float64
+	IdleSeconds         float64
+	UsedSeconds         float64
+	UnattributedSeconds float64
+	EnergyJoules        float64
+	IdleEnergyJoules    float64
+	PeakUtil            float64 // maximum, percent
+}
+
+// GPUUsage is one GPU's totals in one minute (or hour).
+type GPUUsage struct {
+	Node  string
+	Start time.Time
+	GPU   string
+	GPUSums
+}
+
+// ContainerUsage is one container's CPU and RAM in one minute (or hour).
+type ContainerUsage struct {
+	Node           string
+	Start          time.Time
+	ContainerID    string
+	CPUSeconds     float64
+	RAMByteSeconds float64
+}
+
+// Batch is one flush. A store writes a batch atomically: all of it or
+// none. Usage sums are added to what the store holds for the same key
+// (peaks take the maximum) in both the minute and the hour tables, so a
+// batch must carry only what was not written before.
+type Batch struct {
+	Nodes          []Node
+	GPUs           []GPU
+	Containers     []Container
+	Usage          []Usage
+	GPUUsage       []GPUUsage
+	ContainerUsage []ContainerUsage
+}
+
+// Empty reports whether the batch holds nothing.
+func (b *Batch) Empty() bool {
+	return len(b.Nodes) == 0 && len(b.GPUs) == 0 && len(b.Containers) == 0 &&
+		len(b.Usage) == 0 && len(b.GPUUsage) == 0 && len(b.ContainerUsage) == 0
+}
+
+// Filter selects usage for a report.
+type Filter struct {
+	// From and To bound the window [From, To). Both are truncated to the
+	// minute. A zero From reaches back to the oldest row, a zero To has no
+	// end.
+	From, To time.Time
+	Node     string // "" for all nodes
+}
+
+// UsageTotal is one owner's use of one GPU summed over a window, with what
+// the ledger knows of the owner and the GPU.
+type UsageTotal struct {
+	Node      string
+	OwnerKind string
+	OwnerID   string
+	// GPU carries Model and Index from the gpus table; Index is -1 for a
+	// GPU that usage named but no batch described. A container that used
+	// CPU but no GPU in the window has one row with the zero GPU (UUID "")
+	// and zero Sums.
+	GPU GPU
+	Sums
+	// Container is set for KindContainer owners the ledger knows. The rows
+	// of one container share one Container.
+	Container *Container
+	// CPUSeconds and RAMByteSeconds are the container's, over the window,
+	// reported once per container on the row of its first GPU (by UUID)
+	// so that sums over rows do not count them twice.
+	CPUSeconds     float64
+	RAMByteSeconds float64
+}
+
+// GPUTotal is one GPU's totals over a window.
+type GPUTotal struct {
+	GPU GPU
+	GPUSums
+}
+
+// Store is a usage ledger.
+//
+// Usage and GPUs read hour rows for the whole hours inside the window and
+// minute rows for the partial hours at its edges. Where Retain has already
+// deleted the minute rows of an edge hour, that hour's row stands in whole,
+// so the window widens to the hour there.
+type Store interface {
+	// Write validates a batch (see Batch.Validate) and adds it atomically.
+	Write(ctx context.Context, b Batch) error
+	// Usage sums usage per (node, owner, GPU) over the filter's window,
+	// ordered by node, owner kind, owner ID and GPU UUID.
+	Usage(ctx context.Context, f Filter) ([]UsageTotal, error)
+	// GPUs sums per-GPU totals over the filter's window, ordered by node,
+	// GPU index and UUID.
+	GPUs(ctx context.Context, f Filter) ([]GPUTotal, error)
+	// Retain deletes minute rows older than minutes and hour rows older
+	// than hours, counted back from now. Cut-offs are rounded down to the
+	// hour, so minute rows always cover whole hours; a duration of zero or
+	// less keeps those rows forever. Nodes, GPUs and containers are kept.
+	Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error
+	Close() error
+}
+
+// Retention defaults for Store.Retain.
+const (
+	DefaultMinuteRetention = 35 * 24 * time.Hour
+	DefaultHourRetention   = 400 * 24 * time.Hour
+)
+
+// ErrNotLedger is wrapped by Open when the database exists but is not a
+// gpumeter ledger.
+var ErrNotLedger = errors.New("not a gpumeter ledger")
+
+// ErrInvalidBatch is wrapped by Write when a batch breaks a rule of
+// Batch.Validate. Writing the same batch again fails the same way.
+var ErrInvalidBatch = errors.New("invalid ledger batch")
+
+// ErrSchemaTooNew is wrapped by Open when the ledger was written by a newer
+// gpumeter whose schema this one does not know.
+var ErrSchemaTooNew = errors.New("ledger schema is newer than this gpumeter")
+
+// Minute truncates t to its minute in UTC.
+func Minute(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
+
+// Hour truncates t to its hour in UTC.
+func Hour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
+
+// Validate checks what every store requires of a batch: keys present
+// (node, GPU UUID, container ID, a start time, a known owner kind with an
+// owner ID for containers and hosts and none for KindNone), every number
+// finite, peaks within int64, and every string valid UTF-8 without NUL
+// bytes (PostgreSQL stores no others). Errors wrap ErrInvalidBatch.
+func (b *Batch) Validate() error {
+	for i, n := range b.Nodes {
+		if err := keys(n.Name); err != nil {
+			return invalid("nodes[%d]: node name %v", i, err)
+		}
+	}
+	for i, g := range b.GPUs {
+		if err := keys(g.Node, g.UUID, g.Model); err != nil {
+			return invalid("gpus[%d] (node %q, %q): %v", i, g.Node, g.UUID, err)
+		}
+		if g.MemoryTotal > math.MaxInt64 {
+			return invalid("gpus[%d] (node %q, %q): MemoryTotal %d is out of range", i, g.Node, g.UUID, g.MemoryTotal)
+		}
+	}
+	for i, c := range b.Containers {
+		if err := keys(c.Node, c.ID); err != nil {
+			return invalid("containers[%d] (node %q, %q): %v", i, c.Node, c.ID, err)
+		}
+		if err := text(c.Name, c.Image, c.User, c.Team, c.Project, c.GPURequest); err != nil {
+			return invalid("containers[%d] (node %q, %q): %v", i, c.Node, c.ID, err)
+		}
+		for k, v := range c.Labels {
+			if err := text(k, v); err != nil {
+				return invalid("containers[%d] (node %q, %q): label %q: %v", i, c.Node, c.ID, k, err)
+			}
+		}
+	}
+	for i, u := range b.Usage {
+		at := func() string {
+			return fmt.Sprintf("usage[%d] (node %q, %s %q, GPU %q, %s)", i, u.Node, u.OwnerKind, u.OwnerID, u.GPU, u.Start.UTC().Format(time.RFC3339))
+		}
+		if err := keys(u.Node, u.GPU); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+		if err := owner(u.OwnerKind, u.OwnerID); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+		if u.Start.IsZero() {
+			return invalid("%s: zero Start", at())
+		}
+		if err := finite(
+			number{"AllocatedSeconds", u.AllocatedSeconds},
+			number{"PresentSeconds", u.PresentSeconds},
+			number{"UsedSeconds", u.UsedSeconds},
+			number{"MemoryByteSeconds", u.MemoryByteSeconds},
+			number{"EnergyJoules", u.EnergyJoules},
+			number{"PeakUtil", u.PeakUtil},
+		); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+		if u.PeakMemoryBytes > math.MaxInt64 {
+			return invalid("%s: PeakMemoryBytes %d is out of range", at(), u.PeakMemoryBytes)
+		}
+	}
+	for i, g := range b.GPUUsage {
+		at := func() string {
+			return fmt.Sprintf("gpu usage[%d] (node %q, GPU %q, %s)", i, g.Node, g.GPU, g.Start.UTC().Format(time.RFC3339))
+		}
+		if err := keys(g.Node, g.GPU); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+		if g.Start.IsZero() {
+			return invalid("%s: zero Start", at())
+		}
+		if err := finite(
+			number{"Seconds", g.Seconds},
+			number{"AllocatedSeconds", g.AllocatedSeconds},
+			number{"IdleSeconds", g.IdleSeconds},
+			number{"UsedSeconds", g.UsedSeconds},
+			number{"UnattributedSeconds", g.UnattributedSeconds},
+			number{"EnergyJoules", g.EnergyJoules},
+			number{"IdleEnergyJoules", g.IdleEnergyJoules},
+			number{"PeakUtil", g.PeakUtil},
+		); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+	}
+	for i, c := range b.ContainerUsage {
+		at := func() string {
+			return fmt.Sprintf("container usage[%d] (node %q, %q, %s)", i, c.Node, c.ContainerID, c.Start.UTC().Format(time.RFC3339))
+		}
+		if err := keys(c.Node, c.ContainerID); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+		if c.Start.IsZero() {
+			return invalid("%s: zero Start", at())
+		}
+		if err := finite(
+			number{"CPUSeconds", c.CPUSeconds},
+			number{"RAMByteSeconds", c.RAMByteSeconds},
+		); err != nil {
+			return invalid("%s: %v", at(), err)
+		}
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidBatch}, args...)...)
+}
+
+// keys checks strings that identify something: present and storable.
+func keys(ss ...string) error {
+	for _, s := range ss {
+		if s == "" {
+			return errors.New("empty key")
+		}
+	}
+	return text(ss...)
+}
+
+// text checks strings that every store can hold.
+func text(ss ...string) error {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return fmt.Errorf("%q is not valid UTF-8", s)
+		}
+		if strings.IndexByte(s, 0) >= 0 {
+			return fmt.Errorf("%q holds a NUL byte", s)
+		}
+	}
+	return nil
+}
+
+func owner(kind, id string) error {
+	switch kind {
+	case KindContainer, KindHost:
+		if id == "" {
+			return fmt.Errorf("owner kind %q needs an owner ID", kind)
+		}
+	case KindNone:
+		if id != "" {
+			return fmt.Errorf("owner kind %q takes no owner ID, got %q", kind, id)
+		}
+	default:
+		return fmt.Errorf("unknown owner kind %q", kind)
+	}
+	return text(id)
+}
+
+// number is a named value for finite.
+type number struct {
+	name string
+	v    float64
+}
+
+func finite(ns ...number) error {
+	for _, n := range ns {
+		if math.IsNaN(n.v) || math.IsInf(n.v, 0) {
+			return fmt.Errorf("%s is %v", n.name, n.v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+// Package postgres is the fleet ledger: one PostgreSQL database that the
+// agents of many nodes write at once, through pgx.
+//
+// Each batch is one transaction of set-based upserts that add to what is
+// stored (x = t.x + EXCLUDED.x), so concurrent writers never lose or
+// double-count. Rows are written in key order, which gives every writer
+// the same lock order; a deadlock or serialization failure that happens
+// anyway is retried a few times. The ledger lives in the first schema of
+// the connection's search_path; give it a schema of its own (DSN option
+// search_path) to share a database with other tables.
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// connectTimeout applies when the DSN sets none (connect_timeout).
+const connectTimeout = 5 * time.Second
+
+// migrateLock is the pg_advisory_xact_lock key that serialises migrations
+// of agents opening one database at once.
+const migrateLock int64 = 0x67706d6c65646772 // "gpmledgr"
+
+// Store is a ledger in a PostgreSQL database. Its methods are safe for
+// concurrent use.
+type Store struct {
+	pool  *pgxpool.Pool
+	where string // host:port/database, for messages
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// Open connects to the database at dsn and migrates it to the schema this
+// binary knows. A server that cannot be reached fails within the connect
+// timeout (5s unless the DSN sets one). A database with tables but no
+// gpumeter marker gives an error wrapping ledger.ErrNotLedger; a ledger
+// written by a newer gpumeter, one wrapping ledger.ErrSchemaTooNew.
+func Open(ctx context.Context, dsn string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	s := &Store{where: where(cfg.ConnConfig)}
+	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
+	}
+	if err := s.pool.Ping(ctx); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.pool.Close()
+		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
+	}
+	return s, nil
+}
+
+func where(c *pgx.ConnConfig) string {
+	return net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port))) + "/" + c.Database
+}
+
+func migrations() ([]sqlledger.Migration, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return sqlledger.LoadMigrations(sub)
+}
+
+// SchemaVersion is the schema version this binary writes.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil {
+		return 0
+	}
+	return len(ms)
+}
+
+// migrate applies pending migrations in one transaction under an advisory
+// lock: agents that open a new database together take turns, and all but
+// the first find nothing to do.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", migrateLock); err != nil {
+			return err
+		}
+		schema, err := readSchema(ctx, tx)
+		if err != nil {
+			return err
+		}
+		pending, err := sqlledger.Pending(ms, schema)
+		if err != nil || len(pending) == 0 {
+			return err
+		}
+		for _, m := range pending {
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Name, err)
+			}
+		}
+		const set = "INSERT INTO " + sqlledger.MetaTable + " (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+		if _, err := tx.Exec(ctx, set, sqlledger.MetaMagic, sqlledger.MagicValue); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, set, sqlledger.MetaVersion, strconv.Itoa(len(ms)))
+		return err
+	})
+}
+
+func readSchema(ctx context.Context, tx pgx.Tx) (sqlledger.Schema, error) {
+	var s sqlledger.Schema
+	rows, err := tx.Query(ctx, `SELECT table_name FROM information_schema.tables
+		WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`)
+	if err != nil {
+		return s, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return s, err
+	}
+	for _, n := range names {
+		if n == sqlledger.MetaTable {
+			s.HasMeta = true
+		} else {
+			s.Tables = append(s.Tables, n)
+		}
+	}
+	if !s.HasMeta {
+		return s, nil
+	}
+	rows, err = tx.Query(ctx, "SELECT key, value FROM "+sqlledger.MetaTable+" WHERE key IN ($1, $2)", sqlledger.MetaMagic, sqlledger.MetaVersion)
+	if err != nil {
+		return s, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return s, err
+		}
+		if k == sqlledger.MetaMagic {
+			s.Magic = v
+		} else {
+			s.Version = v
+		}
+	}
+	return s, rows.Err()
+}
+
+// Close closes the connections.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Retain deletes old minute and hour rows.
+func (s *Store) Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
+	mCut, mOK, hCut, hOK := sqlledger.RetainCutoffs(now, minutes, hours)
+	if !mOK && !hOK {
+		return nil
+	}
+	err := s.retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			for _, t := range []string{"usage", "gpu", "container"} {
+				if mOK {
+					if _, err := tx.Exec(ctx, "DELETE FROM "+t+"_minute WHERE start < $1", mCut); err != nil {
+						return err
+					}
+				}
+				if hOK {
+					if _, err := tx.Exec(ctx, "DELETE FROM "+t+"_hour WHERE start < $1", hCut); err != nil {
+						return err
+					}
+				}
+			}
+			if !mOK {
+				return nil
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO `+sqlledger.MetaTable+` AS t (key, value) VALUES ($1, $2)
+				ON CONFLICT (key) DO UPDATE SET value = GREATEST(t.value::bigint, EXCLUDED.value::bigint)::text`,
+				sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10))
+			return err
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("retain ledger postgres %s: %w", s.where, err)
+	}
+	return nil
+}
+
+// Usage sums usage per (node, owner, GPU) over the filter's window.
+func (s *Store) Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error) {
+	var out []ledger.UsageTotal
+	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
+		out, err = sqlledger.Usage(ctx, q, f)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
+	}
+	return out, nil
+}
+
+// GPUs sums per-GPU totals over the filter's window.
+func (s *Store) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error) {
+	var out []ledger.GPUTotal
+	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
+		out, err = sqlledger.GPUs(ctx, q, f)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
+	}
+	return out, nil
+}
+
+// read runs fn in one read-only snapshot.
+func (s *Store) read(ctx context.Context, fn func(sqlledger.Querier) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	return fn(querier{tx})
+}
+
+type querier struct{ tx pgx.Tx }
+
+func (q querier) Query(ctx context.Context, sql string, args ...any) (sqlledger.Cursor, error) {
+	return q.tx.Query(ctx, sql, args...)
+}
+
+// maxAttempts bounds how often a transaction is tried when PostgreSQL
+// aborts it for a deadlock or a serialization failure.
+const maxAttempts = 5
+
+// retry runs fn again after a deadlock or serialization failure, waiting a
+// little longer, with jitter, each time.
+func (s *Store) retry(ctx context.Context, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || attempt == maxAttempts || !retryable(err) {
+			return err
+		}
+		wait := time.Duration(attempt) * 10 * time.Millisecond
+		wait += rand.N(wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		}
+	}
+}
+
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	switch pe.Code {
+	case "40001", // serialization_failure
+		"40P01": // deadlock_detected
+		return true
+	}
+	return false
+}

@@ -1,0 +1,365 @@
+// Package sqlite is the embedded ledger: one SQLite file under the data
+// directory, in WAL mode, through the pure-Go modernc.org/sqlite.
+//
+// Durability: every batch is one transaction and the file runs with
+// synchronous=FULL. WAL with synchronous=NORMAL would already survive
+// kill -9 without corruption or loss (a commit is in the WAL, in the
+// kernel's page cache, before Write returns); FULL adds an fsync of the WAL
+// at each commit so that a power cut or kernel crash also loses nothing
+// that Write reported as written. The agent commits once every few
+// seconds, so that fsync costs nothing that matters.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// busyTimeout is how long a statement waits for another process (a report,
+// a second agent by mistake) that holds the write lock.
+const busyTimeout = 10 * time.Second
+
+// readConns bounds the connections reports read through.
+const readConns = 4
+
+// Store is a ledger in one SQLite file. Its methods are safe for
+// concurrent use; writes are serialised.
+type Store struct {
+	path  string
+	wdb   *sql.DB // one connection: writes queue on wsem
+	rdb   *sql.DB // query_only connections for reports
+	wsem  chan struct{}
+	stmts *stmts
+	ids   ids // guarded by wsem
+}
+
+var _ ledger.Store = (*Store)(nil)
+
+// Open opens the ledger at path, creating it if missing and migrating it to
+// the schema this binary knows. A file that is not an SQLite database, or
+// an SQLite database with tables but no gpumeter marker, gives an error
+// wrapping ledger.ErrNotLedger; a ledger written by a newer gpumeter, one
+// wrapping ledger.ErrSchemaTooNew.
+func Open(ctx context.Context, path string) (*Store, error) {
+	s, err := open(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, path string) (*Store, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, errors.New("is a directory")
+	}
+	bt := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
+	s := &Store{path: path, wsem: make(chan struct{}, 1), ids: newIDs()}
+	// BEGIN IMMEDIATE takes the write lock up front, so a transaction never
+	// fails to upgrade from reading to writing under another process.
+	s.wdb, err = sql.Open("sqlite", dsn(abs, "_txlock=immediate&_pragma=busy_timeout("+bt+")&_pragma=synchronous(FULL)"))
+	if err != nil {
+		return nil, err
+	}
+	s.wdb.SetMaxOpenConns(1)
+	s.wdb.SetMaxIdleConns(1)
+	s.wdb.SetConnMaxIdleTime(0)
+	s.wdb.SetConnMaxLifetime(0)
+	if err := s.init(ctx); err != nil {
+		s.wdb.Close()
+		return nil, err
+	}
+	if s.stmts, err = prepare(ctx, s.wdb); err != nil {
+		s.wdb.Close()
+		return nil, err
+	}
+	s.rdb, err = sql.Open("sqlite", dsn(abs, "_pragma=busy_timeout("+bt+")&_pragma=query_only(1)"))
+	if err != nil {
+		s.stmts.close()
+		s.wdb.Close()
+		return nil, err
+	}
+	s.rdb.SetMaxOpenConns(readConns)
+	s.rdb.SetMaxIdleConns(readConns)
+	return s, nil
+}
+
+// dsn makes a URI that keeps any character of the path literal.
+func dsn(abs, params string) string {
+	return "file:" + (&url.URL{Path: abs}).EscapedPath() + "?" + params
+}
+
+// init migrates the schema in one transaction; a second process opening
+// the same new file waits for the first and then finds nothing to do. A
+// file that turns out not to be a ledger is left as it was.
+func (s *Store) init(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	// Look before switching the journal mode, which writes to the file.
+	if err := s.check(ctx, ms); err != nil {
+		var se *sqlite.Error
+		if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_NOTADB {
+			return fmt.Errorf("%w: not an SQLite database (%v)", ledger.ErrNotLedger, err)
+		}
+		return err
+	}
+	var mode string
+	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil {
+		return err
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, not WAL", mode)
+	}
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	schema, err := readSchema(ctx, tx)
+	if err != nil {
+		return err
+	}
+	pending, err := sqlledger.Pending(ms, schema)
+	if err != nil {
+		return err
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	for _, m := range pending {
+		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+	}
+	const set = "INSERT INTO " + sqlledger.MetaTable + " (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+	if _, err := tx.ExecContext(ctx, set, sqlledger.MetaMagic, sqlledger.MagicValue); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, set, sqlledger.MetaVersion, strconv.Itoa(len(ms))); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// check reads the schema without writing and fails if the file is not a
+// ledger this binary can use.
+func (s *Store) check(ctx context.Context, ms []sqlledger.Migration) error {
+	tx, err := s.wdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	schema, err := readSchema(ctx, tx)
+	if err != nil {
+		return err
+	}
+	_, err = sqlledger.Pending(ms, schema)
+	return err
+}
+
+func migrations() ([]sqlledger.Migration, error) {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	return sqlledger.LoadMigrations(sub)
+}
+
+// SchemaVersion is the schema version this binary writes.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil {
+		return 0
+	}
+	return len(ms)
+}
+
+func readSchema(ctx context.Context, tx *sql.Tx) (sqlledger.Schema, error) {
+	var s sqlledger.Schema
+	rows, err := tx.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
+	if err != nil {
+		return s, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return s, err
+		}
+		if name == sqlledger.MetaTable {
+			s.HasMeta = true
+		} else {
+			s.Tables = append(s.Tables, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	if !s.HasMeta {
+		return s, nil
+	}
+	rows, err = tx.QueryContext(ctx, "SELECT key, value FROM "+sqlledger.MetaTable+" WHERE key IN ($1, $2)", sqlledger.MetaMagic, sqlledger.MetaVersion)
+	if err != nil {
+		return s, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return s, err
+		}
+		if k == sqlledger.MetaMagic {
+			s.Magic = v
+		} else {
+			s.Version = v
+		}
+	}
+	return s, rows.Err()
+}
+
+// Close closes the ledger.
+func (s *Store) Close() error {
+	var errs []error
+	if s.stmts != nil {
+		s.stmts.close()
+	}
+	if s.rdb != nil {
+		errs = append(errs, s.rdb.Close())
+	}
+	errs = append(errs, s.wdb.Close())
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close ledger %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// lock takes the write side; unlock with <-s.wsem.
+func (s *Store) lock(ctx context.Context) error {
+	select {
+	case s.wsem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Retain deletes old minute and hour rows.
+func (s *Store) Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
+	if err := s.retain(ctx, now, minutes, hours); err != nil {
+		return fmt.Errorf("retain ledger %s: %w", s.path, err)
+	}
+	return nil
+}
+
+func (s *Store) retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
+	mCut, mOK, hCut, hOK := sqlledger.RetainCutoffs(now, minutes, hours)
+	if !mOK && !hOK {
+		return nil
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer func() { <-s.wsem }()
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, t := range []string{"usage", "gpu", "container"} {
+		if mOK {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+t+"_minute WHERE start < $1", mCut); err != nil {
+				return err
+			}
+		}
+		if hOK {
+			if _, err := tx.ExecContext(ctx, "DELETE FROM "+t+"_hour WHERE start < $1", hCut); err != nil {
+				return err
+			}
+		}
+	}
+	if mOK {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
+			ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
+			sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10)); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Usage sums usage per (node, owner, GPU) over the filter's window.
+func (s *Store) Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error) {
+	var out []ledger.UsageTotal
+	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
+		out, err = sqlledger.Usage(ctx, q, f)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// GPUs sums per-GPU totals over the filter's window.
+func (s *Store) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error) {
+	var out []ledger.GPUTotal
+	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
+		out, err = sqlledger.GPUs(ctx, q, f)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// read runs fn in one read transaction: one snapshot of the WAL.
+func (s *Store) read(ctx context.Context, fn func(sqlledger.Querier) error) error {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(querier{tx})
+}
+
+type querier struct{ tx *sql.Tx }
+
+func (q querier) Query(ctx context.Context, query string, args ...any) (sqlledger.Cursor, error) {
+	rows, err := q.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return cursor{rows}, nil
+}
+
+type cursor struct{ rows *sql.Rows }
+
+func (c cursor) Next() bool             { return c.rows.Next() }
+func (c cursor) Scan(dest ...any) error { return c.rows.Scan(dest...) }
+func (c cursor) Err() error             { return c.rows.Err() }
+func (c cursor) Close()                 { c.rows.Close() }

@@ -1,0 +1,346 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
+)
+
+// Write adds a batch in one transaction.
+func (s *Store) Write(ctx context.Context, b ledger.Batch) error {
+	if err := s.write(ctx, &b); err != nil {
+		return fmt.Errorf("write ledger %s: %w", s.path, err)
+	}
+	return nil
+}
+
+func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rows, err := sqlledger.Rollup(b)
+	if err != nil {
+		return err
+	}
+	if b.Empty() {
+		return nil
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer func() { <-s.wsem }()
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	w := &writer{ctx: ctx, tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
+	if err := w.write(b, &rows); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	// Ids become known only once the rows that hold them are committed.
+	s.ids.merge(w.added)
+	return nil
+}
+
+// ids maps names to the ids of nodes, GPUs and owners; the rows are never
+// deleted, so a committed id stays right.
+type ids struct {
+	nodes  map[string]int64
+	gpus   map[sqlledger.GPURef]int64
+	owners map[sqlledger.OwnerRef]int64
+}
+
+func newIDs() ids {
+	return ids{nodes: map[string]int64{}, gpus: map[sqlledger.GPURef]int64{}, owners: map[sqlledger.OwnerRef]int64{}}
+}
+
+func (i *ids) merge(o ids) {
+	maps.Copy(i.nodes, o.nodes)
+	maps.Copy(i.gpus, o.gpus)
+	maps.Copy(i.owners, o.owners)
+}
+
+// Statements, prepared once on the write connection.
+const (
+	nodeGetSQL    = `SELECT id FROM nodes WHERE name = $1`
+	nodeInsertSQL = `INSERT INTO nodes (name) VALUES ($1) RETURNING id`
+	// SQLite's two-argument min and max are NULL if either side is.
+	nodeSeenSQL = `UPDATE nodes SET
+		first_seen = coalesce(min(first_seen, $2), first_seen, $2),
+		last_seen = coalesce(max(last_seen, $3), last_seen, $3)
+		WHERE id = $1`
+	gpuGetSQL      = `SELECT id FROM gpus WHERE node_id = $1 AND uuid = $2`
+	gpuInsertSQL   = `INSERT INTO gpus (node_id, uuid) VALUES ($1, $2) RETURNING id`
+	gpuDescribeSQL = `UPDATE gpus SET idx = $2, model = $3, memory_total = $4 WHERE id = $1`
+	ownerGetSQL    = `SELECT id FROM owners WHERE node_id = $1 AND kind = $2 AND name = $3`
+	ownerInsertSQL = `INSERT INTO owners (node_id, kind, name) VALUES ($1, $2, $3) RETURNING id`
+	containerSQL   = `INSERT INTO containers (owner_id, node_id, container_id, name, image, labels,
+		user_name, team, project, gpu_request, started_at, finished_at, exit_code, first_seen, last_seen)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
+		ON CONFLICT (owner_id) DO UPDATE SET
+			name = excluded.name, image = excluded.image, labels = excluded.labels,
+			user_name = excluded.user_name, team = excluded.team, project = excluded.project,
+			gpu_request = excluded.gpu_request,
+			started_at = coalesce(excluded.started_at, started_at),
+			finished_at = excluded.finished_at, exit_code = excluded.exit_code,
+			first_seen = coalesce(min(first_seen, excluded.first_seen), first_seen, excluded.first_seen),
+			last_seen = coalesce(max(last_seen, excluded.last_seen), last_seen, excluded.last_seen)`
+	usageSQL = `INSERT INTO %s (start, gpu_id, owner_id, allocated_us, present_us, used_us,
+		memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (start, gpu_id, owner_id) DO UPDATE SET
+			allocated_us = allocated_us + excluded.allocated_us,
+			present_us = present_us + excluded.present_us,
+			used_us = used_us + excluded.used_us,
+			memory_byte_s = memory_byte_s + excluded.memory_byte_s,
+			energy_mj = energy_mj + excluded.energy_mj,
+			peak_memory_bytes = max(peak_memory_bytes, excluded.peak_memory_bytes),
+			peak_util_cpct = max(peak_util_cpct, excluded.peak_util_cpct)`
+	gpuUsageSQL = `INSERT INTO %s (start, gpu_id, seconds_us, allocated_us, idle_us, used_us,
+		unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (start, gpu_id) DO UPDATE SET
+			seconds_us = seconds_us + excluded.seconds_us,
+			allocated_us = allocated_us + excluded.allocated_us,
+			idle_us = idle_us + excluded.idle_us,
+			used_us = used_us + excluded.used_us,
+			unattributed_us = unattributed_us + excluded.unattributed_us,
+			energy_mj = energy_mj + excluded.energy_mj,
+			idle_energy_mj = idle_energy_mj + excluded.idle_energy_mj,
+			peak_util_cpct = max(peak_util_cpct, excluded.peak_util_cpct)`
+	containerUsageSQL = `INSERT INTO %s (start, owner_id, cpu_us, ram_byte_s) VALUES ($1, $2, $3, $4)
+		ON CONFLICT (start, owner_id) DO UPDATE SET
+			cpu_us = cpu_us + excluded.cpu_us,
+			ram_byte_s = ram_byte_s + excluded.ram_byte_s`
+)
+
+type stmts struct {
+	nodeGet, nodeInsert, nodeSeen    *sql.Stmt
+	gpuGet, gpuInsert, gpuDescribe   *sql.Stmt
+	ownerGet, ownerInsert, container *sql.Stmt
+	usage, gpu, ctr                  [2]*sql.Stmt // minute, hour
+}
+
+func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
+	st := &stmts{}
+	var errs []error
+	p := func(dst **sql.Stmt, query string) {
+		s, err := db.PrepareContext(ctx, query)
+		errs = append(errs, err)
+		*dst = s
+	}
+	p(&st.nodeGet, nodeGetSQL)
+	p(&st.nodeInsert, nodeInsertSQL)
+	p(&st.nodeSeen, nodeSeenSQL)
+	p(&st.gpuGet, gpuGetSQL)
+	p(&st.gpuInsert, gpuInsertSQL)
+	p(&st.gpuDescribe, gpuDescribeSQL)
+	p(&st.ownerGet, ownerGetSQL)
+	p(&st.ownerInsert, ownerInsertSQL)
+	p(&st.container, containerSQL)
+	for i, grain := range []string{"minute", "hour"} {
+		p(&st.usage[i], fmt.Sprintf(usageSQL, "usage_"+grain))
+		p(&st.gpu[i], fmt.Sprintf(gpuUsageSQL, "gpu_"+grain))
+		p(&st.ctr[i], fmt.Sprintf(containerUsageSQL, "container_"+grain))
+	}
+	if err := errors.Join(errs...); err != nil {
+		st.close()
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	return st, nil
+}
+
+func (st *stmts) all() []*sql.Stmt {
+	return []*sql.Stmt{st.nodeGet, st.nodeInsert, st.nodeSeen, st.gpuGet, st.gpuInsert, st.gpuDescribe,
+		st.ownerGet, st.ownerInsert, st.container,
+		st.usage[0], st.usage[1], st.gpu[0], st.gpu[1], st.ctr[0], st.ctr[1]}
+}
+
+func (st *stmts) close() {
+	for _, s := range st.all() {
+		if s != nil {
+			s.Close()
+		}
+	}
+}
+
+// writer writes one batch in one transaction.
+type writer struct {
+	ctx   context.Context
+	tx    *sql.Tx
+	st    *stmts
+	known *ids // committed
+	added ids  // created or first looked up in this transaction
+}
+
+func (w *writer) stmt(s *sql.Stmt) *sql.Stmt { return w.tx.StmtContext(w.ctx, s) }
+
+func (w *writer) write(b *ledger.Batch, r *sqlledger.Rows) error {
+	for _, n := range r.Nodes {
+		if _, err := w.node(n); err != nil {
+			return fmt.Errorf("node %q: %w", n, err)
+		}
+	}
+	if len(b.Nodes) > 0 {
+		st := w.stmt(w.st.nodeSeen)
+		for _, n := range b.Nodes {
+			id, _ := w.node(n.Name)
+			if _, err := st.ExecContext(w.ctx, id, sqlledger.Unix(n.FirstSeen), sqlledger.Unix(n.LastSeen)); err != nil {
+				return fmt.Errorf("node %q: %w", n.Name, err)
+			}
+		}
+	}
+	for _, g := range r.GPUs {
+		if _, err := w.gpu(g); err != nil {
+			return fmt.Errorf("node %q GPU %q: %w", g.Node, g.UUID, err)
+		}
+	}
+	if len(b.GPUs) > 0 {
+		st := w.stmt(w.st.gpuDescribe)
+		for _, g := range b.GPUs {
+			id, _ := w.gpu(sqlledger.GPURef{Node: g.Node, UUID: g.UUID})
+			if _, err := st.ExecContext(w.ctx, id, g.Index, g.Model, int64(g.MemoryTotal)); err != nil {
+				return fmt.Errorf("node %q GPU %q: %w", g.Node, g.UUID, err)
+			}
+		}
+	}
+	for _, o := range r.Owners {
+		if _, err := w.owner(o); err != nil {
+			return fmt.Errorf("node %q %s %q: %w", o.Node, o.Kind, o.Name, err)
+		}
+	}
+	if len(b.Containers) > 0 {
+		st := w.stmt(w.st.container)
+		for _, c := range b.Containers {
+			oid, _ := w.owner(sqlledger.OwnerRef{Node: c.Node, Kind: ledger.KindContainer, Name: c.ID})
+			nid, _ := w.node(c.Node)
+			var exit *int64
+			if c.ExitCode != nil {
+				e := int64(*c.ExitCode)
+				exit = &e
+			}
+			if _, err := st.ExecContext(w.ctx, oid, nid, c.ID, c.Name, c.Image, sqlledger.EncodeLabels(c.Labels),
+				c.User, c.Team, c.Project, c.GPURequest,
+				sqlledger.Unix(c.StartedAt), sqlledger.Unix(c.FinishedAt), exit,
+				sqlledger.Unix(c.FirstSeen), sqlledger.Unix(c.LastSeen)); err != nil {
+				return fmt.Errorf("node %q container %q: %w", c.Node, c.ID, err)
+			}
+		}
+	}
+	for i, rows := range [][]sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]{r.UsageMinute, r.UsageHour} {
+		if len(rows) == 0 {
+			continue
+		}
+		st := w.stmt(w.st.usage[i])
+		for _, u := range rows {
+			gid, _ := w.gpu(sqlledger.GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
+			oid, _ := w.owner(sqlledger.OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
+			v := &u.Val
+			if _, err := st.ExecContext(w.ctx, u.Key.Start, gid, oid, v.AllocatedUS, v.PresentUS, v.UsedUS,
+				v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil); err != nil {
+				return fmt.Errorf("usage: %w", err)
+			}
+		}
+	}
+	for i, rows := range [][]sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]{r.GPUMinute, r.GPUHour} {
+		if len(rows) == 0 {
+			continue
+		}
+		st := w.stmt(w.st.gpu[i])
+		for _, g := range rows {
+			gid, _ := w.gpu(sqlledger.GPURef{Node: g.Key.Node, UUID: g.Key.GPU})
+			v := &g.Val
+			if _, err := st.ExecContext(w.ctx, g.Key.Start, gid, v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS,
+				v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil); err != nil {
+				return fmt.Errorf("gpu usage: %w", err)
+			}
+		}
+	}
+	for i, rows := range [][]sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]{r.ContainerMinute, r.ContainerHour} {
+		if len(rows) == 0 {
+			continue
+		}
+		st := w.stmt(w.st.ctr[i])
+		for _, c := range rows {
+			oid, _ := w.owner(sqlledger.OwnerRef{Node: c.Key.Node, Kind: ledger.KindContainer, Name: c.Key.ID})
+			if _, err := st.ExecContext(w.ctx, c.Key.Start, oid, c.Val.CPUUS, c.Val.RAMByteS); err != nil {
+				return fmt.Errorf("container usage: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// node, gpu and owner return the id of a row, creating it if missing.
+// write resolves every name of the batch first, so later calls only hit
+// the maps and cannot fail.
+func (w *writer) node(name string) (int64, error) {
+	if id, ok := w.known.nodes[name]; ok {
+		return id, nil
+	}
+	if id, ok := w.added.nodes[name]; ok {
+		return id, nil
+	}
+	id, err := w.getOrInsert(w.st.nodeGet, w.st.nodeInsert, name)
+	if err != nil {
+		return 0, err
+	}
+	w.added.nodes[name] = id
+	return id, nil
+}
+
+func (w *writer) gpu(g sqlledger.GPURef) (int64, error) {
+	if id, ok := w.known.gpus[g]; ok {
+		return id, nil
+	}
+	if id, ok := w.added.gpus[g]; ok {
+		return id, nil
+	}
+	nid, err := w.node(g.Node)
+	if err != nil {
+		return 0, err
+	}
+	id, err := w.getOrInsert(w.st.gpuGet, w.st.gpuInsert, nid, g.UUID)
+	if err != nil {
+		return 0, err
+	}
+	w.added.gpus[g] = id
+	return id, nil
+}
+
+func (w *writer) owner(o sqlledger.OwnerRef) (int64, error) {
+	if id, ok := w.known.owners[o]; ok {
+		return id, nil
+	}
+	if id, ok := w.added.owners[o]; ok {
+		return id, nil
+	}
+	nid, err := w.node(o.Node)
+	if err != nil {
+		return 0, err
+	}
+	id, err := w.getOrInsert(w.st.ownerGet, w.st.ownerInsert, nid, o.Kind, o.Name)
+	if err != nil {
+		return 0, err
+	}
+	w.added.owners[o] = id
+	return id, nil
+}
+
+func (w *writer) getOrInsert(get, insert *sql.Stmt, args ...any) (int64, error) {
+	var id int64
+	err := w.stmt(get).QueryRowContext(w.ctx, args...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = w.stmt(insert).QueryRowContext(w.ctx, args...).Scan(&id)
+	}
+	return id, err
+}

@@ -1,0 +1,85 @@
+package sqlledger
+
+import (
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// Bounds of an open window, whole hours far from int64 overflow.
+const (
+	minUnix = -(1 << 62) / 3600 * 3600
+	maxUnix = (1 << 62) / 3600 * 3600
+)
+
+// NoHorizon is the minute horizon of a ledger whose minute rows were never
+// deleted.
+const NoHorizon = minUnix
+
+// Range is [From, To) in unix seconds.
+type Range struct{ From, To int64 }
+
+// Empty reports whether r holds no second.
+func (r Range) Empty() bool { return r.From >= r.To }
+
+// Plan says which rows answer a window: hour rows over Hours, minute rows
+// over each of Minutes. Window is what they cover together, which is wider
+// than asked where hour rows stand in for deleted minute rows.
+type Plan struct {
+	Window  Range
+	Hours   Range
+	Minutes []Range
+}
+
+// Empty reports whether the plan reads nothing.
+func (p Plan) Empty() bool { return p.Window.Empty() }
+
+// PlanWindow plans a query over f's window. horizon is where the minute
+// rows start: Retain has deleted those before it (NoHorizon when it never
+// ran). Whole hours inside the window come from hour rows, the partial
+// hours at its edges from minute rows; an edge hour before the horizon has
+// no minute rows left, so its hour row stands in whole.
+func PlanWindow(f ledger.Filter, horizon int64) Plan {
+	from, to := int64(minUnix), int64(maxUnix)
+	if !f.From.IsZero() {
+		from = floor(f.From.Unix(), 60)
+	}
+	if !f.To.IsZero() {
+		to = floor(f.To.Unix(), 60)
+	}
+	if from >= to {
+		return Plan{}
+	}
+	if h := floor(from, 3600); h != from && h < horizon {
+		from = h
+	}
+	if h := floor(to, 3600); h != to && h < horizon {
+		to = h + 3600
+	}
+	p := Plan{Window: Range{from, to}}
+	hFrom, hTo := floor(from+3599, 3600), floor(to, 3600)
+	if hFrom >= hTo {
+		p.Minutes = []Range{{from, to}}
+		return p
+	}
+	p.Hours = Range{hFrom, hTo}
+	if from < hFrom {
+		p.Minutes = append(p.Minutes, Range{from, hFrom})
+	}
+	if hTo < to {
+		p.Minutes = append(p.Minutes, Range{hTo, to})
+	}
+	return p
+}
+
+// RetainCutoffs returns the starts before which Retain deletes minute and
+// hour rows; ok is false for a table whose rows are kept forever.
+func RetainCutoffs(now time.Time, minutes, hours time.Duration) (minuteCut int64, minuteOK bool, hourCut int64, hourOK bool) {
+	if minutes > 0 {
+		minuteCut, minuteOK = floor(now.Add(-minutes).Unix(), 3600), true
+	}
+	if hours > 0 {
+		hourCut, hourOK = floor(now.Add(-hours).Unix(), 3600), true
+	}
+	return minuteCut, minuteOK, hourCut, hourOK
+}

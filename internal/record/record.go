@@ -1,0 +1,516 @@
+// Package record turns the sampler's ticks into ledger batches: it sums
+// every tick's deltas into per-minute rows in memory and writes them to the
+// ledger every few seconds. Each flush is one atomic batch that holds only
+// what was not written before, so a crash loses at most the rows of one
+// flush interval and never writes a minute twice. While the ledger cannot
+// be written the rows stay in memory, up to a bound, and go out when it is
+// back.
+package record
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+)
+
+// DefaultMaxRows bounds the rows held while the ledger is unreachable:
+// about five hours of a busy eight-GPU node.
+const DefaultMaxRows = 100_000
+
+// Config wires a recorder.
+type Config struct {
+	Store ledger.Store
+	Node  string
+	// FlushInterval is how often Run writes; 0 means 5 s.
+	FlushInterval time.Duration
+	// MaxRows bounds the rows waiting to be written; 0 means
+	// DefaultMaxRows. Past it the oldest minutes are dropped and counted.
+	MaxRows int
+	// Retain runs the ledger's retention every hour when both are set.
+	MinuteRetention, HourRetention time.Duration
+	Logger                         *slog.Logger
+}
+
+type usageKey struct {
+	minute int64
+	owner  container.Owner
+	gpu    string
+}
+
+type gpuKey struct {
+	minute int64
+	gpu    string
+}
+
+type ctrKey struct {
+	minute int64
+	id     string
+}
+
+// pending is what waits to be written.
+type pending struct {
+	usage      map[usageKey]*ledger.Sums
+	gpus       map[gpuKey]*ledger.GPUSums
+	containers map[ctrKey]*ledger.ContainerUsage
+	meta       map[string]ledger.Container
+	gpuMeta    map[string]ledger.GPU
+	node       *ledger.Node
+}
+
+func newPending() *pending {
+	return &pending{
+		usage:      map[usageKey]*ledger.Sums{},
+		gpus:       map[gpuKey]*ledger.GPUSums{},
+		containers: map[ctrKey]*ledger.ContainerUsage{},
+		meta:       map[string]ledger.Container{},
+		gpuMeta:    map[string]ledger.GPU{},
+	}
+}
+
+func (p *pending) rows() int { return len(p.usage) + len(p.gpus) + len(p.containers) }
+
+// Status says how the recorder is doing, for metrics.
+type Status struct {
+	PendingRows  int
+	Flushes      uint64
+	FlushErrors  uint64
+	DroppedRows  uint64
+	LastFlush    time.Time // when the last good flush ended
+	LastError    string
+	WriteSeconds float64 // how long the last flush took
+}
+
+// Recorder sums ticks into minutes and writes them.
+type Recorder struct {
+	cfg Config
+	mu  sync.Mutex
+	p   *pending
+	st  Status
+	// flushMu keeps one flush at a time, so batches reach the store in
+	// the order they were taken.
+	flushMu sync.Mutex
+}
+
+// New returns a recorder; it writes nothing until Flush or Run.
+func New(cfg Config) *Recorder {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = 5 * time.Second
+	}
+	if cfg.MaxRows <= 0 {
+		cfg.MaxRows = DefaultMaxRows
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Recorder{cfg: cfg, p: newPending()}
+}
+
+// Status returns the recorder's counters.
+func (r *Recorder) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.st
+	s.PendingRows = r.p.rows()
+	return s
+}
+
+// Add sums a tick into the pending minutes. It does no I/O, so the sampler
+// may call it on every tick.
+func (r *Recorder) Add(t *sampler.Tick) {
+	if t == nil || t.Tick == nil || t.Time.IsZero() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.p
+	now := t.Time.UTC()
+	if p.node == nil {
+		p.node = &ledger.Node{Name: r.cfg.Node, FirstSeen: now}
+	}
+	p.node.LastSeen = now
+
+	// Each GPU books the interval [now − Δ, now], Δ its own.
+	spans := make(map[string]time.Duration, len(t.GPUs))
+	for i := range t.GPUs {
+		g := &t.GPUs[i]
+		key := meter.GPUKey(g.UUID, g.Index)
+		if i < len(t.Sample.Devices) && t.Sample.Devices[i].Err == nil {
+			d := &t.Sample.Devices[i]
+			p.gpuMeta[key] = ledger.GPU{Node: r.cfg.Node, UUID: key, Index: d.Index, Model: d.Model, MemoryTotal: d.MemoryTotal}
+		}
+		span := time.Duration(g.Delta.Seconds * float64(time.Second))
+		spans[key] = span
+		if span <= 0 {
+			continue
+		}
+		util := 0.0
+		if i < len(t.Sample.Devices) {
+			util = t.Sample.Devices[i].Util
+		}
+		split(now, span, func(minute int64, f float64) {
+			k := gpuKey{minute, key}
+			s := p.gpus[k]
+			if s == nil {
+				s = &ledger.GPUSums{}
+				p.gpus[k] = s
+			}
+			s.Seconds += g.Delta.Seconds * f
+			s.AllocatedSeconds += g.Delta.AllocatedSeconds * f
+			s.IdleSeconds += g.Delta.IdleSeconds * f
+			s.UsedSeconds += g.Delta.UsedSeconds * f
+			s.UnattributedSeconds += g.Delta.UnattributedSeconds * f
+			s.EnergyJoules += g.Delta.EnergyJoules * f
+			s.IdleEnergyJoules += g.Delta.IdleEnergyJoules * f
+			s.PeakUtil = math.Max(s.PeakUtil, util)
+		})
+	}
+	for i := range t.Usage {
+		u := &t.Usage[i]
+		key := meter.GPUKey(u.UUID, u.GPU)
+		span := spans[key]
+		if span <= 0 || u.Delta == (meter.Sums{}) {
+			continue
+		}
+		split(now, span, func(minute int64, f float64) {
+			k := usageKey{minute, u.Owner, key}
+			s := p.usage[k]
+			if s == nil {
+				s = &ledger.Sums{}
+				p.usage[k] = s
+			}
+			s.AllocatedSeconds += u.Delta.AllocatedSeconds * f
+			s.PresentSeconds += u.Delta.PresentSeconds * f
+			s.UsedSeconds += u.Delta.UsedSeconds * f
+			s.MemoryByteSeconds += u.Delta.MemoryByteSeconds * f
+			s.EnergyJoules += u.Delta.EnergyJoules * f
+			s.PeakMemoryBytes = max(s.PeakMemoryBytes, u.Delta.PeakMemoryBytes)
+			if u.Delta.PresentSeconds > 0 {
+				s.PeakUtil = math.Max(s.PeakUtil, u.Delta.UsedSeconds/u.Delta.PresentSeconds*100)
+			}
+		})
+	}
+	for i := range t.Containers {
+		c := &t.Containers[i]
+		p.meta[c.ID] = ledgerContainer(r.cfg.Node, &c.Container, now, p.meta[c.ID])
+		d := c.Delta
+		span := time.Duration(d.Seconds * float64(time.Second))
+		if span <= 0 || (d.CPUSeconds == 0 && d.RAMByteSeconds == 0) {
+			continue
+		}
+		split(now, span, func(minute int64, f float64) {
+			k := ctrKey{minute, c.ID}
+			s := p.containers[k]
+			if s == nil {
+				s = &ledger.ContainerUsage{Node: r.cfg.Node, Start: time.Unix(minute, 0).UTC(), ContainerID: c.ID}
+				p.containers[k] = s
+			}
+			s.CPUSeconds += d.CPUSeconds * f
+			s.RAMByteSeconds += d.RAMByteSeconds * f
+		})
+	}
+	r.bound()
+}
+
+// split calls f for each minute that [end − span, end) touches, with the
+// fraction of span that falls in it.
+func split(end time.Time, span time.Duration, f func(minute int64, frac float64)) {
+	start := end.Add(-span)
+	for t := start; t.Before(end); {
+		m := t.Truncate(time.Minute)
+		next := m.Add(time.Minute)
+		if next.After(end) {
+			next = end
+		}
+		f(m.Unix(), float64(next.Sub(t))/float64(span))
+		t = next
+	}
+}
+
+func ledgerContainer(node string, c *container.Container, now time.Time, prev ledger.Container) ledger.Container {
+	lc := ledger.Container{
+		Node: node, ID: c.ID, Name: c.Name, Image: c.Image, Labels: c.Labels,
+		User: c.User, Team: c.Team, Project: c.Project, GPURequest: c.GPUs.String(),
+		StartedAt: c.StartedAt.UTC(), FirstSeen: prev.FirstSeen, LastSeen: now,
+	}
+	if lc.FirstSeen.IsZero() {
+		lc.FirstSeen = now
+	}
+	if !c.Running && !c.FinishedAt.IsZero() {
+		lc.FinishedAt = c.FinishedAt.UTC()
+		code := c.ExitCode
+		lc.ExitCode = &code
+	}
+	return lc
+}
+
+// bound drops the oldest minutes while more rows wait than allowed.
+func (r *Recorder) bound() {
+	p := r.p
+	over := p.rows() - r.cfg.MaxRows
+	if over <= 0 {
+		return
+	}
+	minutes := map[int64]bool{}
+	for k := range p.usage {
+		minutes[k.minute] = true
+	}
+	for k := range p.gpus {
+		minutes[k.minute] = true
+	}
+	for k := range p.containers {
+		minutes[k.minute] = true
+	}
+	dropped := 0
+	for _, m := range slices.Sorted(maps.Keys(minutes)) {
+		if dropped >= over {
+			break
+		}
+		for k := range p.usage {
+			if k.minute == m {
+				delete(p.usage, k)
+				dropped++
+			}
+		}
+		for k := range p.gpus {
+			if k.minute == m {
+				delete(p.gpus, k)
+				dropped++
+			}
+		}
+		for k := range p.containers {
+			if k.minute == m {
+				delete(p.containers, k)
+				dropped++
+			}
+		}
+	}
+	if r.st.DroppedRows == 0 {
+		r.cfg.Logger.Error("ledger unwritable for too long: dropping the oldest unwritten minutes", "max_rows", r.cfg.MaxRows)
+	}
+	r.st.DroppedRows += uint64(dropped)
+}
+
+// Flush writes everything pending as one batch. On failure the rows go
+// back to pending (added to whatever arrived meanwhile), so nothing is lost
+// while memory allows.
+func (r *Recorder) Flush(ctx context.Context) error {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	r.mu.Lock()
+	p := r.p
+	if p.rows() == 0 && len(p.meta) == 0 && p.node == nil {
+		r.mu.Unlock()
+		return nil
+	}
+	r.p = newPending()
+	r.mu.Unlock()
+
+	start := time.Now()
+	err := r.cfg.Store.Write(ctx, r.batch(p))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.st.WriteSeconds = time.Since(start).Seconds()
+	if err != nil {
+		r.st.FlushErrors++
+		if r.st.LastError == "" {
+			r.cfg.Logger.Error("ledger write failed; keeping rows in memory and retrying", "err", err)
+		}
+		r.st.LastError = err.Error()
+		r.merge(p)
+		r.bound()
+		return err
+	}
+	if r.st.LastError != "" {
+		r.cfg.Logger.Info("ledger write recovered")
+	}
+	r.st.Flushes++
+	r.st.LastFlush = time.Now()
+	r.st.LastError = ""
+	return nil
+}
+
+// merge puts a batch that failed back under what arrived since.
+func (r *Recorder) merge(old *pending) {
+	p := r.p
+	for k, s := range old.usage {
+		if cur := p.usage[k]; cur != nil {
+			cur.AllocatedSeconds += s.AllocatedSeconds
+			cur.PresentSeconds += s.PresentSeconds
+			cur.UsedSeconds += s.UsedSeconds
+			cur.MemoryByteSeconds += s.MemoryByteSeconds
+			cur.EnergyJoules += s.EnergyJoules
+			cur.PeakMemoryBytes = max(cur.PeakMemoryBytes, s.PeakMemoryBytes)
+			cur.PeakUtil = math.Max(cur.PeakUtil, s.PeakUtil)
+		} else {
+			p.usage[k] = s
+		}
+	}
+	for k, s := range old.gpus {
+		if cur := p.gpus[k]; cur != nil {
+			cur.Seconds += s.Seconds
+			cur.AllocatedSeconds += s.AllocatedSeconds
+			cur.IdleSeconds += s.IdleSeconds
+			cur.UsedSeconds += s.UsedSeconds
+			cur.UnattributedSeconds += s.UnattributedSeconds
+			cur.EnergyJoules += s.EnergyJoules
+			cur.IdleEnergyJoules += s.IdleEnergyJoules
+			cur.PeakUtil = math.Max(cur.PeakUtil, s.PeakUtil)
+		} else {
+			p.gpus[k] = s
+		}
+	}
+	for k, s := range old.containers {
+		if cur := p.containers[k]; cur != nil {
+			cur.CPUSeconds += s.CPUSeconds
+			cur.RAMByteSeconds += s.RAMByteSeconds
+		} else {
+			p.containers[k] = s
+		}
+	}
+	for id, c := range old.meta {
+		if _, newer := p.meta[id]; !newer {
+			p.meta[id] = c
+		}
+	}
+	for id, g := range old.gpuMeta {
+		if _, newer := p.gpuMeta[id]; !newer {
+			p.gpuMeta[id] = g
+		}
+	}
+	if old.node != nil {
+		if p.node == nil {
+			p.node = old.node
+		} else {
+			p.node.FirstSeen = old.node.FirstSeen
+		}
+	}
+}
+
+// batch renders pending rows in a stable order, so that concurrent
+// writers to one database take row locks in the same order.
+func (r *Recorder) batch(p *pending) ledger.Batch {
+	var b ledger.Batch
+	if p.node != nil {
+		b.Nodes = []ledger.Node{*p.node}
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.gpuMeta)) {
+		b.GPUs = append(b.GPUs, p.gpuMeta[id])
+	}
+	for _, id := range slices.Sorted(maps.Keys(p.meta)) {
+		b.Containers = append(b.Containers, p.meta[id])
+	}
+	for k, s := range p.usage {
+		kind := ledger.KindNone
+		switch k.owner.Kind {
+		case container.OwnerContainer:
+			kind = ledger.KindContainer
+		case container.OwnerHost:
+			kind = ledger.KindHost
+		}
+		b.Usage = append(b.Usage, ledger.Usage{Node: r.cfg.Node, Start: time.Unix(k.minute, 0).UTC(), OwnerKind: kind, OwnerID: k.owner.ID, GPU: k.gpu, Sums: *s})
+	}
+	slices.SortFunc(b.Usage, func(a, c ledger.Usage) int {
+		if d := a.Start.Compare(c.Start); d != 0 {
+			return d
+		}
+		if a.OwnerKind != c.OwnerKind {
+			return cmp.Compare(a.OwnerKind, c.OwnerKind)
+		}
+		if a.OwnerID != c.OwnerID {
+			return cmp.Compare(a.OwnerID, c.OwnerID)
+		}
+		return cmp.Compare(a.GPU, c.GPU)
+	})
+	for k, s := range p.gpus {
+		b.GPUUsage = append(b.GPUUsage, ledger.GPUUsage{Node: r.cfg.Node, Start: time.Unix(k.minute, 0).UTC(), GPU: k.gpu, GPUSums: *s})
+	}
+	slices.SortFunc(b.GPUUsage, func(a, c ledger.GPUUsage) int {
+		if d := a.Start.Compare(c.Start); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.GPU, c.GPU)
+	})
+	for _, s := range p.containers {
+		b.ContainerUsage = append(b.ContainerUsage, *s)
+	}
+	slices.SortFunc(b.ContainerUsage, func(a, c ledger.ContainerUsage) int {
+		if d := a.Start.Compare(c.Start); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.ContainerID, c.ContainerID)
+	})
+	return b
+}
+
+// Run flushes every FlushInterval until ctx ends, then flushes once more
+// with a short deadline, so a clean stop loses nothing.
+func (r *Recorder) Run(ctx context.Context) error {
+	tick := time.NewTicker(r.cfg.FlushInterval)
+	defer tick.Stop()
+	var lastRetain time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := r.Flush(final)
+			cancel()
+			return err
+		case <-tick.C:
+			_ = r.Flush(ctx) // counted and logged in Flush; rows stay pending
+			if r.cfg.MinuteRetention > 0 && r.cfg.HourRetention > 0 && time.Since(lastRetain) > time.Hour {
+				if err := r.cfg.Store.Retain(ctx, time.Now(), r.cfg.MinuteRetention, r.cfg.HourRetention); err != nil {
+					r.cfg.Logger.Warn("ledger retention", "err", err)
+				} else {
+					lastRetain = time.Now()
+				}
+			}
+		}
+	}
+}
+
+var (
+	descPending  = prometheus.NewDesc("gpumeter_ledger_pending_rows", "Usage rows summed in memory and not yet written to the ledger.", nil, nil)
+	descFlushes  = prometheus.NewDesc("gpumeter_ledger_flushes_total", "Batches written to the ledger.", nil, nil)
+	descErrors   = prometheus.NewDesc("gpumeter_ledger_flush_errors_total", "Batches the ledger refused; their rows stay in memory and go out with the next batch.", nil, nil)
+	descDropped  = prometheus.NewDesc("gpumeter_ledger_dropped_rows_total", "Rows dropped because the ledger stayed unwritable past ledger.max_pending_rows.", nil, nil)
+	descUp       = prometheus.NewDesc("gpumeter_ledger_up", "1 when the last write to the ledger succeeded.", nil, nil)
+	descLast     = prometheus.NewDesc("gpumeter_ledger_last_flush_timestamp_seconds", "When the last good write to the ledger ended.", nil, nil)
+	descDuration = prometheus.NewDesc("gpumeter_ledger_write_duration_seconds", "How long the last write to the ledger took.", nil, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (r *Recorder) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPending, descFlushes, descErrors, descDropped, descUp, descLast, descDuration} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (r *Recorder) Collect(ch chan<- prometheus.Metric) {
+	s := r.Status()
+	up := 1.0
+	if s.LastError != "" {
+		up = 0
+	}
+	ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.PendingRows))
+	ch <- prometheus.MustNewConstMetric(descFlushes, prometheus.CounterValue, float64(s.Flushes))
+	ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.FlushErrors))
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(s.DroppedRows))
+	ch <- prometheus.MustNewConstMetric(descUp, prometheus.GaugeValue, up)
+	if !s.LastFlush.IsZero() {
+		ch <- prometheus.MustNewConstMetric(descLast, prometheus.GaugeValue, float64(s.LastFlush.UnixNano())/1e9)
+	}
+	ch <- prometheus.MustNewConstMetric(descDuration, prometheus.GaugeValue, s.WriteSeconds)
+}

@@ -1,0 +1,188 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// MaxWindow caps a report's window: a ledger keeps hourly rows for about
+// 400 days by default, and a longer window only reads more of nothing.
+const MaxWindow = 800 * 24 * time.Hour
+
+// Request is what a person asks for: the command line's flags and the
+// API's query string parse into the same thing, so both reject the same
+// input with the same words.
+type Request struct {
+	By     string
+	Since  time.Duration // window ending now; used when From is zero
+	From   time.Time
+	To     time.Time
+	User   string
+	Team   string
+	Labels map[string]string // k=v, all must match
+	Node   string
+	Format string // table, csv, json or focus
+}
+
+// Formats are the output formats a report can be written in.
+func Formats() []string { return []string{"table", "csv", "json", "focus"} }
+
+// Validate checks the request and resolves its window against now:
+// [From, To) in whole minutes, UTC.
+func (r *Request) Validate(now time.Time) error {
+	if r.By == "" {
+		r.By = "user"
+	}
+	if !slices.Contains(Groupings(), r.By) {
+		return fmt.Errorf("by: %q is not one of %s", r.By, strings.Join(Groupings(), ", "))
+	}
+	if r.Format == "" {
+		r.Format = "table"
+	}
+	if !slices.Contains(Formats(), r.Format) {
+		return fmt.Errorf("format: %q is not one of %s", r.Format, strings.Join(Formats(), ", "))
+	}
+	switch {
+	case !r.From.IsZero() && r.Since != 0:
+		return errors.New("since and from exclude each other")
+	case r.From.IsZero():
+		if r.Since <= 0 {
+			r.Since = 24 * time.Hour
+		}
+		if r.To.IsZero() {
+			r.To = now
+		}
+		r.From = r.To.Add(-r.Since)
+	case r.To.IsZero():
+		r.To = now
+	}
+	r.From, r.To = ledger.Minute(r.From), ledger.Minute(r.To.Add(time.Minute-1))
+	if !r.From.Before(r.To) {
+		return fmt.Errorf("window: from %s is not before to %s", r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
+	}
+	if r.To.Sub(r.From) > MaxWindow {
+		return fmt.Errorf("window: %s is longer than the %s a report may cover", r.To.Sub(r.From), MaxWindow)
+	}
+	return nil
+}
+
+// Filter returns the record filter of the request, or nil when it keeps
+// everything.
+func (r *Request) Filter() func(*ledger.UsageTotal) bool {
+	if r.User == "" && r.Team == "" && len(r.Labels) == 0 {
+		return nil
+	}
+	return func(u *ledger.UsageTotal) bool {
+		user, team := "", ""
+		var labels map[string]string
+		switch {
+		case u.Container != nil:
+			user, team, labels = u.Container.User, u.Container.Team, u.Container.Labels
+		case u.OwnerKind == ledger.KindHost:
+			user = u.OwnerID
+		}
+		if r.User != "" && user != r.User || r.Team != "" && team != r.Team {
+			return false
+		}
+		for k, v := range r.Labels {
+			if labels[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// ParseTime reads RFC 3339 times and plain dates (taken as UTC midnight).
+func ParseTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-11-02T15:04:05Z) nor a date (2026-11-02)", s)
+}
+
+// ParseLabel reads k=v.
+func ParseLabel(s string) (string, string, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return "", "", fmt.Errorf("label: want key=value, got %q", s)
+	}
+	return k, v, nil
+}
+
+// RequestFromQuery reads a request from a URL query string, as
+// /api/v1/usage takes it: by, since, from, to, user, team, label (k=v,
+// repeatable), node and format. Unknown parameters are an error, so a typo
+// does not silently widen a report.
+func RequestFromQuery(q url.Values, parseDuration func(string) (time.Duration, error)) (Request, error) {
+	var r Request
+	known := map[string]bool{"by": true, "since": true, "from": true, "to": true, "user": true, "team": true, "label": true, "node": true, "format": true}
+	for k, vs := range q {
+		if !known[k] {
+			return r, fmt.Errorf("unknown parameter %q", k)
+		}
+		if len(vs) > 1 && k != "label" {
+			return r, fmt.Errorf("%s: given %d times", k, len(vs))
+		}
+	}
+	r.By, r.User, r.Team, r.Node, r.Format = q.Get("by"), q.Get("user"), q.Get("team"), q.Get("node"), q.Get("format")
+	var err error
+	if s := q.Get("since"); s != "" {
+		if r.Since, err = parseDuration(s); err != nil {
+			return r, fmt.Errorf("since: %w", err)
+		}
+		if r.Since == 0 {
+			return r, errors.New("since: must be more than 0")
+		}
+	}
+	if s := q.Get("from"); s != "" {
+		if r.From, err = ParseTime(s); err != nil {
+			return r, fmt.Errorf("from: %w", err)
+		}
+	}
+	if s := q.Get("to"); s != "" {
+		if r.To, err = ParseTime(s); err != nil {
+			return r, fmt.Errorf("to: %w", err)
+		}
+	}
+	for _, l := range q["label"] {
+		k, v, err := ParseLabel(l)
+		if err != nil {
+			return r, err
+		}
+		if r.Labels == nil {
+			r.Labels = map[string]string{}
+		}
+		r.Labels[k] = v
+	}
+	return r, nil
+}
+
+// Reader is the part of a ledger a report reads.
+type Reader interface {
+	Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error)
+	GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error)
+}
+
+// Run reads the ledger for a validated request and builds the report.
+func Run(ctx context.Context, store Reader, r Request, cost CostModel) (*Report, error) {
+	f := ledger.Filter{From: r.From, To: r.To, Node: r.Node}
+	usage, err := store.Usage(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("read usage: %w", err)
+	}
+	gpus, err := store.GPUs(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("read GPU totals: %w", err)
+	}
+	return Build(usage, gpus, Options{By: r.By, From: r.From, To: r.To, Cost: cost, Filter: r.Filter()})
+}
