@@ -38,7 +38,10 @@ type GPU struct {
 }
 
 // Container is one container as last seen. Writing a container again
-// replaces what is known of it (LastSeen, FinishedAt and ExitCode move on).
+// replaces what is known of it (LastSeen, FinishedAt and ExitCode move
+// on), except that FirstSeen keeps the earliest sighting, LastSeen the
+// latest, and a zero StartedAt does not erase a known one. Stores keep
+// times to the second.
 type Container struct {
 	Node       string
 	ID         string
@@ -226,8 +229,11 @@ func (b *Batch) Validate() error {
 		}
 	}
 	for i, g := range b.GPUs {
-		if err := keys(g.Node, g.UUID, g.Model); err != nil {
+		if err := keys(g.Node, g.UUID); err != nil {
 			return invalid("gpus[%d] (node %q, %q): %v", i, g.Node, g.UUID, err)
+		}
+		if err := text(g.Model); err != nil {
+			return invalid("gpus[%d] (node %q, %q): model %v", i, g.Node, g.UUID, err)
 		}
 		if g.MemoryTotal > math.MaxInt64 {
 			return invalid("gpus[%d] (node %q, %q): MemoryTotal %d is out of range", i, g.Node, g.UUID, g.MemoryTotal)

@@ -109,6 +109,10 @@ type GPU struct {
 
 // Usage is one owner's use of one GPU.
 type Usage struct {
+	// Row identifies this owner-GPU row across ticks for as long as it
+	// lives, so a sink can key on a number instead of the strings; a row
+	// dropped by retention and seen again gets a new number.
+	Row   uint64
 	Owner container.Owner
 	GPU   int
 	UUID  string
@@ -151,14 +155,11 @@ type Meter struct {
 	cfg        Config
 	gpus       map[string]*gpuState
 	rows       map[rowKey]*row
-	order      []rowKey // the keys of rows in output order
+	order      []*row // the rows in output order
 	orderDirty bool
 	containers map[string]*ctrState
-	// scratch buffers reused across steps; nothing in a Tick points
-	// into them
-	owners  map[container.Owner]int
-	deltas  map[rowKey]Sums
-	current map[rowKey]ownerState
+	step       uint64 // counts Steps, to tell this step's row fields
+	lastRow    uint64 // the last row id given out
 }
 
 type rowKey struct {
@@ -166,9 +167,22 @@ type rowKey struct {
 	uuid  string
 }
 
+// row is one owner on one GPU. It carries this step's delta and current
+// state itself, stamped with the step, so a tick needs no map per row.
 type row struct {
+	id         uint64
+	key        rowKey
+	gpu        *gpuState
 	total      Sums
 	lastActive time.Time
+	deleted    bool
+
+	delta     Sums
+	deltaStep uint64
+	cur       ownerState
+	curStep   uint64
+	obsStep   uint64 // the step whose observe placed the row at obsIdx
+	obsIdx    int
 }
 
 type ctrState struct {
@@ -183,6 +197,7 @@ type ctrState struct {
 // ownerState is one owner's state on one GPU at a sample.
 type ownerState struct {
 	owner container.Owner
+	row   *row
 	share float64
 	sm    float64
 	mem   uint64
@@ -208,6 +223,8 @@ type gpuState struct {
 	primed   bool
 	minPower float64
 	spare    []ownerState // the next sample's owners, reusing old storage
+	// the rows of the last sample's holders and processes, by position
+	holderRows, procRows []*row
 }
 
 // New returns a meter with empty totals.
@@ -220,18 +237,13 @@ func New(cfg Config) *Meter {
 		gpus:       map[string]*gpuState{},
 		rows:       map[rowKey]*row{},
 		containers: map[string]*ctrState{},
-		owners:     map[container.Owner]int{},
-		deltas:     map[rowKey]Sums{},
-		current:    map[rowKey]ownerState{},
 	}
 }
 
 // Step books the interval since the previous sample and returns the tick.
 func (m *Meter) Step(in Input) *Tick {
 	t := &Tick{Time: in.Time, Sample: in.Sample, GPUs: make([]GPU, len(in.Sample.Devices))}
-	deltas, current := m.deltas, m.current
-	clear(deltas)
-	clear(current)
+	m.step++
 
 	for i := range in.Sample.Devices {
 		d := &in.Sample.Devices[i]
@@ -252,13 +264,13 @@ func (m *Meter) Step(in Input) *Tick {
 		if i < len(in.Owners) {
 			owners = in.Owners[i]
 		}
-		cur := m.observe(d, owners, in.Containers, in.Time, gs.spare[:0])
+		cur := m.observe(d, key, gs, owners, in.Containers, in.Time, gs.spare[:0])
 		if d.Has(gpu.FieldPower) && (gs.minPower == 0 || d.PowerWatts < gs.minPower) && d.PowerWatts > 0 {
 			gs.minPower = d.PowerWatts
 		}
 		g.IdleWatts = m.idleWatts(d, gs)
 		if gs.primed {
-			g.Delta = m.book(gs, cur.t, d, key, g.IdleWatts, deltas)
+			g.Delta = m.book(gs, cur.t, d, g.IdleWatts)
 			gs.total.add(g.Delta)
 		}
 		gs.spare = gs.prev.owners
@@ -267,12 +279,12 @@ func (m *Meter) Step(in Input) *Tick {
 		g.Holders = cur.holders
 		for _, o := range cur.owners {
 			g.AttributedUtil += o.sm
-			current[rowKey{o.owner, key}] = o
+			o.row.cur, o.row.curStep, o.row.lastActive = o, m.step, in.Time
 		}
 		g.UnattributedUtil = max(0, cur.util-g.AttributedUtil)
 	}
 
-	t.Usage = m.usageRows(in.Time, deltas, current)
+	t.Usage = m.usageRows(in.Time)
 	t.Containers = m.containerRows(in.Time, in.Containers)
 	return t
 }
@@ -299,7 +311,7 @@ func (m *Meter) idleWatts(d *gpu.Device, gs *gpuState) float64 {
 // observe gathers a device's owners at this sample: the holders with their
 // allocation share and everyone with a process, SM utilisation scaled so
 // that the owners never exceed the device. The owners are appended to buf.
-func (m *Meter) observe(d *gpu.Device, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
+func (m *Meter) observe(d *gpu.Device, key string, gs *gpuState, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
 	p := pending{
 		t:         now,
 		energyMJ:  d.EnergyMilliJoules,
@@ -308,13 +320,27 @@ func (m *Meter) observe(d *gpu.Device, owners []container.Owner, ctrs []containe
 		util:      d.Util,
 		owners:    buf,
 	}
-	clear(m.owners)
-	index := func(o container.Owner) *ownerState {
-		if i, ok := m.owners[o]; ok {
-			return &p.owners[i]
+	// cache[i] is the row that the i-th holder or process had at the last
+	// sample: in a steady state it is the same owner, and reusing it
+	// spares hashing two long strings per owner per GPU per tick.
+	lookup := func(cache *[]*row, i int, o container.Owner) *row {
+		if i < len(*cache) {
+			if r := (*cache)[i]; r != nil && !r.deleted && r.key.owner == o {
+				return r
+			}
+		} else {
+			*cache = append(*cache, make([]*row, i+1-len(*cache))...)
 		}
-		m.owners[o] = len(p.owners)
-		p.owners = append(p.owners, ownerState{owner: o})
+		r := m.row(rowKey{o, key}, gs)
+		(*cache)[i] = r
+		return r
+	}
+	index := func(r *row) *ownerState {
+		if r.obsStep == m.step {
+			return &p.owners[r.obsIdx]
+		}
+		r.obsStep, r.obsIdx = m.step, len(p.owners)
+		p.owners = append(p.owners, ownerState{owner: r.key.owner, row: r})
 		return &p.owners[len(p.owners)-1]
 	}
 
@@ -325,7 +351,7 @@ func (m *Meter) observe(d *gpu.Device, owners []container.Owner, ctrs []containe
 	for i := range ctrs {
 		c := &ctrs[i]
 		if c.Running && c.GPUs.Holds(d.Index, d.UUID, migUUIDs...) {
-			index(container.Owner{Kind: container.OwnerContainer, ID: c.ID})
+			index(lookup(&gs.holderRows, p.holders, container.Owner{Kind: container.OwnerContainer, ID: c.ID}))
 			p.holders++
 		}
 	}
@@ -340,7 +366,7 @@ func (m *Meter) observe(d *gpu.Device, owners []container.Owner, ctrs []containe
 		if j < len(owners) {
 			o = owners[j]
 		}
-		s := index(o)
+		s := index(lookup(&gs.procRows, j, o))
 		s.procs++
 		s.mem += pr.MemoryUsed
 		sm := min(max(pr.SMUtil, 0), 100)
@@ -361,8 +387,8 @@ func (m *Meter) observe(d *gpu.Device, owners []container.Owner, ctrs []containe
 }
 
 // book closes the interval from gs.prev to now and returns the GPU's part;
-// the owners' parts are added to deltas.
-func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, key string, idleW float64, deltas map[rowKey]Sums) GPUSums {
+// the owners' parts are added to their rows' deltas.
+func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, idleW float64) GPUSums {
 	p := &gs.prev
 	dt := now.Sub(p.t).Seconds()
 	if dt <= 0 {
@@ -418,52 +444,54 @@ func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, key string, idl
 			s.EnergyJoules += activeE * float64(o.mem) / float64(memSum)
 		}
 		booked += s.EnergyJoules
-		k := rowKey{o.owner, key}
-		acc := deltas[k]
-		acc.add(s)
-		deltas[k] = acc
+		r := o.row
+		if r.deleted {
+			// Dropped by retention while its interval was open.
+			r = m.row(r.key, gs)
+		}
+		if r.deltaStep != m.step {
+			r.delta, r.deltaStep = Sums{}, m.step
+		}
+		r.delta.add(s)
 	}
 	g.IdleEnergyJoules = energy - booked
 	return g
 }
 
-func (m *Meter) usageRows(now time.Time, deltas map[rowKey]Sums, current map[rowKey]ownerState) []Usage {
-	for k, d := range deltas {
-		r := m.row(k)
-		r.total.add(d)
-	}
-	for k := range current {
-		r := m.row(k)
-		r.lastActive = now
-	}
+func (m *Meter) usageRows(now time.Time) []Usage {
 	if m.orderDirty {
 		// Rows come and go far less often than ticks, so the sort runs
 		// only when the set of rows changed.
-		slices.SortFunc(m.order, func(a, b rowKey) int {
-			ga, gb := m.gpus[a.uuid].index, m.gpus[b.uuid].index
+		slices.SortFunc(m.order, func(a, b *row) int {
 			return cmp.Or(
-				cmp.Compare(a.owner.Kind, b.owner.Kind),
-				cmp.Compare(a.owner.ID, b.owner.ID),
-				cmp.Compare(ga, gb),
-				cmp.Compare(a.uuid, b.uuid),
+				cmp.Compare(a.key.owner.Kind, b.key.owner.Kind),
+				cmp.Compare(a.key.owner.ID, b.key.owner.ID),
+				cmp.Compare(a.gpu.index, b.gpu.index),
+				cmp.Compare(a.key.uuid, b.key.uuid),
 			)
 		})
 		m.orderDirty = false
 	}
-	out := make([]Usage, 0, len(m.rows))
+	out := make([]Usage, 0, len(m.order))
 	kept := m.order[:0]
-	for _, k := range m.order {
-		r := m.rows[k]
+	for _, r := range m.order {
 		// A row booked now stays in this tick even when the interval it
 		// closes was longer than Retain, or its booking would be lost.
-		d, booked := deltas[k]
+		booked := r.deltaStep == m.step
 		if !booked && now.Sub(r.lastActive) > m.cfg.Retain {
-			delete(m.rows, k)
+			delete(m.rows, r.key)
+			r.deleted = true
 			continue
 		}
-		kept = append(kept, k)
-		u := Usage{Owner: k.owner, UUID: uuidOf(k.uuid), GPU: m.gpus[k.uuid].index, Delta: d, Total: r.total}
-		if c, ok := current[k]; ok {
+		kept = append(kept, r)
+		u := Usage{Row: r.id, Owner: r.key.owner, UUID: uuidOf(r.key.uuid), GPU: r.gpu.index}
+		if booked {
+			r.total.add(r.delta)
+			u.Delta = r.delta
+		}
+		u.Total = r.total
+		if r.curStep == m.step {
+			c := &r.cur
 			u.Share, u.SMUtil, u.MemoryBytes, u.Processes = c.share, c.sm, c.mem, c.procs
 		}
 		out = append(out, u)
@@ -480,12 +508,13 @@ func uuidOf(key string) string {
 	return key
 }
 
-func (m *Meter) row(k rowKey) *row {
+func (m *Meter) row(k rowKey, gs *gpuState) *row {
 	r := m.rows[k]
 	if r == nil {
-		r = &row{}
+		m.lastRow++
+		r = &row{id: m.lastRow, key: k, gpu: gs}
 		m.rows[k] = r
-		m.order = append(m.order, k)
+		m.order = append(m.order, r)
 		m.orderDirty = true
 	}
 	return r

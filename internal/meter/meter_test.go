@@ -611,10 +611,12 @@ func TestStepCurrent(t *testing.T) {
 		t.Errorf("GPUs (-got +want):\n%s", diff)
 	}
 	// Sorted by owner kind, owner ID, GPU.
+	// Rows are numbered as they first appear: a's and bob's on GPU 0,
+	// then b's on GPU 1.
 	wantUsage := []Usage{
-		{Owner: ownerA, GPU: 0, UUID: "GPU-0", Share: 1, SMUtil: 60, MemoryBytes: 1500, Processes: 2},
-		{Owner: ownerB, GPU: 1, UUID: "", Share: 1},
-		{Owner: bob, GPU: 0, UUID: "GPU-0", SMUtil: 20, MemoryBytes: 700, Processes: 1},
+		{Row: 1, Owner: ownerA, GPU: 0, UUID: "GPU-0", Share: 1, SMUtil: 60, MemoryBytes: 1500, Processes: 2},
+		{Row: 3, Owner: ownerB, GPU: 1, UUID: "", Share: 1},
+		{Row: 2, Owner: bob, GPU: 0, UUID: "GPU-0", SMUtil: 20, MemoryBytes: 700, Processes: 1},
 	}
 	if diff := cmp.Diff(tick.Usage, wantUsage, approx); diff != "" {
 		t.Errorf("usage (-got +want):\n%s", diff)
@@ -687,7 +689,7 @@ func TestStepRetain(t *testing.T) {
 						got = &u
 					}
 				}
-				if diff := cmp.Diff(got, tt.want[i], approx); diff != "" {
+				if diff := cmp.Diff(got, tt.want[i], approx, cmpopts.IgnoreFields(Usage{}, "Row")); diff != "" {
 					t.Errorf("tick at %v: a's row (-got +want):\n%s", tick.Time.Sub(start), diff)
 				}
 			}
@@ -947,5 +949,35 @@ func TestContainerInterval(t *testing.T) {
 	want := ContainerSums{CPUSeconds: 3, RAMByteSeconds: 150, Seconds: 15}
 	if diff := cmp.Diff(second.Containers[0].Delta, want); diff != "" {
 		t.Errorf("delta (-got +want):\n%s", diff)
+	}
+}
+
+// TestRowNumbers checks that a row keeps its number while it lives and
+// gets a new one when it comes back after Retain dropped it.
+func TestRowNumbers(t *testing.T) {
+	dev := gpu.Device{Index: 0, UUID: "GPU-0", Processes: []gpu.Process{{PID: 1, MemoryUsed: 1}}}
+	bobOwns := [][]container.Owner{{bob}}
+	m := New(Config{Retain: 5 * time.Second})
+	rowOf := func(sec int, procs bool) uint64 {
+		in := Input{Time: at(sec), Sample: gpu.Sample{Devices: []gpu.Device{dev}}, Owners: bobOwns}
+		if !procs {
+			in.Sample.Devices[0].Processes, in.Owners = nil, nil
+		}
+		for _, u := range m.Step(in).Usage {
+			if u.Owner == bob {
+				return u.Row
+			}
+		}
+		return 0
+	}
+	first := rowOf(0, true)
+	if first == 0 || rowOf(1, true) != first || rowOf(4, false) != first {
+		t.Fatalf("bob's row changed number while it lived")
+	}
+	if got := rowOf(20, false); got != 0 {
+		t.Fatalf("bob's row still listed after Retain: %d", got)
+	}
+	if again := rowOf(21, true); again == first || again == 0 {
+		t.Errorf("bob's row came back as %d, want a new number (not %d)", again, first)
 	}
 }

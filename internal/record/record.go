@@ -10,6 +10,7 @@ package record
 import (
 	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"maps"
 	"math"
@@ -45,8 +46,13 @@ type Config struct {
 
 type usageKey struct {
 	minute int64
-	owner  container.Owner
-	gpu    string
+	row    uint64 // meter.Usage.Row; rows says whose
+}
+
+// rowInfo is what a meter row number stands for.
+type rowInfo struct {
+	owner container.Owner
+	gpu   string
 }
 
 type gpuKey struct {
@@ -62,9 +68,10 @@ type ctrKey struct {
 // pending is what waits to be written.
 type pending struct {
 	usage      map[usageKey]*ledger.Sums
+	rowInfo    map[uint64]rowInfo
 	gpus       map[gpuKey]*ledger.GPUSums
 	containers map[ctrKey]*ledger.ContainerUsage
-	meta       map[string]ledger.Container
+	meta       map[string]meta
 	gpuMeta    map[string]ledger.GPU
 	node       *ledger.Node
 }
@@ -72,9 +79,10 @@ type pending struct {
 func newPending() *pending {
 	return &pending{
 		usage:      map[usageKey]*ledger.Sums{},
+		rowInfo:    map[uint64]rowInfo{},
 		gpus:       map[gpuKey]*ledger.GPUSums{},
 		containers: map[ctrKey]*ledger.ContainerUsage{},
-		meta:       map[string]ledger.Container{},
+		meta:       map[string]meta{},
 		gpuMeta:    map[string]ledger.GPU{},
 	}
 }
@@ -97,7 +105,10 @@ type Recorder struct {
 	cfg Config
 	mu  sync.Mutex
 	p   *pending
-	st  Status
+	// writing is the number of rows of the batch a Flush is writing: they
+	// are pending until the store has them, however long it takes.
+	writing int
+	st      Status
 	// flushMu keeps one flush at a time, so batches reach the store in
 	// the order they were taken.
 	flushMu sync.Mutex
@@ -122,7 +133,7 @@ func (r *Recorder) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.st
-	s.PendingRows = r.p.rows()
+	s.PendingRows = r.p.rows() + r.writing
 	return s
 }
 
@@ -142,7 +153,8 @@ func (r *Recorder) Add(t *sampler.Tick) {
 	p.node.LastSeen = now
 
 	// Each GPU books the interval [now − Δ, now], Δ its own.
-	spans := make(map[string]time.Duration, len(t.GPUs))
+	spans := make(map[int]time.Duration, len(t.GPUs))
+	var buf [4]piece
 	for i := range t.GPUs {
 		g := &t.GPUs[i]
 		key := meter.GPUKey(g.UUID, g.Index)
@@ -151,15 +163,15 @@ func (r *Recorder) Add(t *sampler.Tick) {
 			p.gpuMeta[key] = ledger.GPU{Node: r.cfg.Node, UUID: key, Index: d.Index, Model: d.Model, MemoryTotal: d.MemoryTotal}
 		}
 		span := time.Duration(g.Delta.Seconds * float64(time.Second))
-		spans[key] = span
+		spans[g.Index] = span
 		if span <= 0 {
 			continue
 		}
-		util := 0.0
-		if i < len(t.Sample.Devices) {
-			util = t.Sample.Devices[i].Util
-		}
-		split(now, span, func(minute int64, f float64) {
+		// The utilisation booked over the interval is that of the sample
+		// that opened it; the current sample's opens the next one.
+		util := g.Delta.UsedSeconds / g.Delta.Seconds * 100
+		for _, pc := range split(now, span, buf[:0]) {
+			minute, f := pc.minute, pc.frac
 			k := gpuKey{minute, key}
 			s := p.gpus[k]
 			if s == nil {
@@ -174,17 +186,20 @@ func (r *Recorder) Add(t *sampler.Tick) {
 			s.EnergyJoules += g.Delta.EnergyJoules * f
 			s.IdleEnergyJoules += g.Delta.IdleEnergyJoules * f
 			s.PeakUtil = math.Max(s.PeakUtil, util)
-		})
+		}
 	}
 	for i := range t.Usage {
 		u := &t.Usage[i]
-		key := meter.GPUKey(u.UUID, u.GPU)
-		span := spans[key]
+		span := spans[u.GPU]
 		if span <= 0 || u.Delta == (meter.Sums{}) {
 			continue
 		}
-		split(now, span, func(minute int64, f float64) {
-			k := usageKey{minute, u.Owner, key}
+		if _, ok := p.rowInfo[u.Row]; !ok {
+			p.rowInfo[u.Row] = rowInfo{u.Owner, meter.GPUKey(u.UUID, u.GPU)}
+		}
+		for _, pc := range split(now, span, buf[:0]) {
+			minute, f := pc.minute, pc.frac
+			k := usageKey{minute, u.Row}
 			s := p.usage[k]
 			if s == nil {
 				s = &ledger.Sums{}
@@ -199,17 +214,24 @@ func (r *Recorder) Add(t *sampler.Tick) {
 			if u.Delta.PresentSeconds > 0 {
 				s.PeakUtil = math.Max(s.PeakUtil, u.Delta.UsedSeconds/u.Delta.PresentSeconds*100)
 			}
-		})
+		}
 	}
 	for i := range t.Containers {
 		c := &t.Containers[i]
-		p.meta[c.ID] = ledgerContainer(r.cfg.Node, &c.Container, now, p.meta[c.ID])
+		if prev, ok := p.meta[c.ID]; ok && prev.stateOf(&c.Container) {
+			// Nothing changed but the time: no new record on every tick.
+			prev.LastSeen = now
+			p.meta[c.ID] = prev
+		} else {
+			p.meta[c.ID] = metaOf(ledgerContainer(r.cfg.Node, &c.Container, now, prev.Container), &c.Container)
+		}
 		d := c.Delta
 		span := time.Duration(d.Seconds * float64(time.Second))
 		if span <= 0 || (d.CPUSeconds == 0 && d.RAMByteSeconds == 0) {
 			continue
 		}
-		split(now, span, func(minute int64, f float64) {
+		for _, pc := range split(now, span, buf[:0]) {
+			minute, f := pc.minute, pc.frac
 			k := ctrKey{minute, c.ID}
 			s := p.containers[k]
 			if s == nil {
@@ -218,14 +240,22 @@ func (r *Recorder) Add(t *sampler.Tick) {
 			}
 			s.CPUSeconds += d.CPUSeconds * f
 			s.RAMByteSeconds += d.RAMByteSeconds * f
-		})
+		}
 	}
 	r.bound()
 }
 
-// split calls f for each minute that [end − span, end) touches, with the
-// fraction of span that falls in it.
-func split(end time.Time, span time.Duration, f func(minute int64, frac float64)) {
+// piece is the part of an interval that falls in one minute.
+type piece struct {
+	minute int64 // unix seconds of the minute's start
+	frac   float64
+}
+
+// split appends to buf a piece for each minute that [end − span, end)
+// touches, with the fraction of span that falls in it. It runs for every
+// row on every tick, so it takes the caller's buffer instead of a
+// callback.
+func split(end time.Time, span time.Duration, buf []piece) []piece {
 	start := end.Add(-span)
 	for t := start; t.Before(end); {
 		m := t.Truncate(time.Minute)
@@ -233,9 +263,27 @@ func split(end time.Time, span time.Duration, f func(minute int64, frac float64)
 		if next.After(end) {
 			next = end
 		}
-		f(m.Unix(), float64(next.Sub(t))/float64(span))
+		buf = append(buf, piece{m.Unix(), float64(next.Sub(t)) / float64(span)})
 		t = next
 	}
+	return buf
+}
+
+// meta is a container's ledger record with the state it was made from.
+type meta struct {
+	ledger.Container
+	running  bool
+	finished time.Time
+}
+
+func metaOf(lc ledger.Container, c *container.Container) meta {
+	return meta{Container: lc, running: c.Running, finished: c.FinishedAt}
+}
+
+// stateOf reports whether c is still in the state the record was made
+// from; only then can the record stand with a new LastSeen.
+func (m meta) stateOf(c *container.Container) bool {
+	return m.running == c.Running && m.finished.Equal(c.FinishedAt) && m.Name == c.Name
 }
 
 func ledgerContainer(node string, c *container.Container, now time.Time, prev ledger.Container) ledger.Container {
@@ -253,6 +301,16 @@ func ledgerContainer(node string, c *container.Container, now time.Time, prev le
 		lc.ExitCode = &code
 	}
 	return lc
+}
+
+func addSums(dst, s *ledger.Sums) {
+	dst.AllocatedSeconds += s.AllocatedSeconds
+	dst.PresentSeconds += s.PresentSeconds
+	dst.UsedSeconds += s.UsedSeconds
+	dst.MemoryByteSeconds += s.MemoryByteSeconds
+	dst.EnergyJoules += s.EnergyJoules
+	dst.PeakMemoryBytes = max(dst.PeakMemoryBytes, s.PeakMemoryBytes)
+	dst.PeakUtil = math.Max(dst.PeakUtil, s.PeakUtil)
 }
 
 // bound drops the oldest minutes while more rows wait than allowed.
@@ -315,12 +373,14 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		return nil
 	}
 	r.p = newPending()
+	r.writing = p.rows()
 	r.mu.Unlock()
 
 	start := time.Now()
 	err := r.cfg.Store.Write(ctx, r.batch(p))
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.writing = 0
 	r.st.WriteSeconds = time.Since(start).Seconds()
 	if err != nil {
 		r.st.FlushErrors++
@@ -328,6 +388,13 @@ func (r *Recorder) Flush(ctx context.Context) error {
 			r.cfg.Logger.Error("ledger write failed; keeping rows in memory and retrying", "err", err)
 		}
 		r.st.LastError = err.Error()
+		if errors.Is(err, ledger.ErrInvalidBatch) {
+			// The ledger will refuse these rows however often they are
+			// sent: keeping them would block every later batch.
+			r.cfg.Logger.Error("ledger refused a batch as invalid; dropping it", "rows", p.rows(), "err", err)
+			r.st.DroppedRows += uint64(p.rows())
+			return err
+		}
 		r.merge(p)
 		r.bound()
 		return err
@@ -346,16 +413,13 @@ func (r *Recorder) merge(old *pending) {
 	p := r.p
 	for k, s := range old.usage {
 		if cur := p.usage[k]; cur != nil {
-			cur.AllocatedSeconds += s.AllocatedSeconds
-			cur.PresentSeconds += s.PresentSeconds
-			cur.UsedSeconds += s.UsedSeconds
-			cur.MemoryByteSeconds += s.MemoryByteSeconds
-			cur.EnergyJoules += s.EnergyJoules
-			cur.PeakMemoryBytes = max(cur.PeakMemoryBytes, s.PeakMemoryBytes)
-			cur.PeakUtil = math.Max(cur.PeakUtil, s.PeakUtil)
+			addSums(cur, s)
 		} else {
 			p.usage[k] = s
 		}
+	}
+	for id, info := range old.rowInfo {
+		p.rowInfo[id] = info
 	}
 	for k, s := range old.gpus {
 		if cur := p.gpus[k]; cur != nil {
@@ -380,7 +444,14 @@ func (r *Recorder) merge(old *pending) {
 		}
 	}
 	for id, c := range old.meta {
-		if _, newer := p.meta[id]; !newer {
+		if cur, newer := p.meta[id]; newer {
+			// The newer record knows the container's latest state; the
+			// older one when it was first seen.
+			if !c.FirstSeen.IsZero() && c.FirstSeen.Before(cur.FirstSeen) {
+				cur.FirstSeen = c.FirstSeen
+				p.meta[id] = cur
+			}
+		} else {
 			p.meta[id] = c
 		}
 	}
@@ -409,17 +480,33 @@ func (r *Recorder) batch(p *pending) ledger.Batch {
 		b.GPUs = append(b.GPUs, p.gpuMeta[id])
 	}
 	for _, id := range slices.Sorted(maps.Keys(p.meta)) {
-		b.Containers = append(b.Containers, p.meta[id])
+		b.Containers = append(b.Containers, p.meta[id].Container)
 	}
+	// Two row numbers can stand for one owner and GPU (a row dropped by
+	// retention and seen again): they become one ledger row.
+	type fullKey struct {
+		minute int64
+		info   rowInfo
+	}
+	merged := make(map[fullKey]*ledger.Usage, len(p.usage))
 	for k, s := range p.usage {
+		info := p.rowInfo[k.row]
+		fk := fullKey{k.minute, info}
+		if u := merged[fk]; u != nil {
+			addSums(&u.Sums, s)
+			continue
+		}
 		kind := ledger.KindNone
-		switch k.owner.Kind {
+		switch info.owner.Kind {
 		case container.OwnerContainer:
 			kind = ledger.KindContainer
 		case container.OwnerHost:
 			kind = ledger.KindHost
 		}
-		b.Usage = append(b.Usage, ledger.Usage{Node: r.cfg.Node, Start: time.Unix(k.minute, 0).UTC(), OwnerKind: kind, OwnerID: k.owner.ID, GPU: k.gpu, Sums: *s})
+		merged[fk] = &ledger.Usage{Node: r.cfg.Node, Start: time.Unix(k.minute, 0).UTC(), OwnerKind: kind, OwnerID: info.owner.ID, GPU: info.gpu, Sums: *s}
+	}
+	for _, u := range merged {
+		b.Usage = append(b.Usage, *u)
 	}
 	slices.SortFunc(b.Usage, func(a, c ledger.Usage) int {
 		if d := a.Start.Compare(c.Start); d != 0 {

@@ -411,8 +411,11 @@ func (s *Source) Read(ctx context.Context, now time.Time) (gpu.Sample, error) {
 	return gpu.Sample{Time: now, DriverVersion: driverVersion, Devices: devs}, nil
 }
 
-// Containers lists the scenario's containers running at now, except those
-// played by a real PID, which the real inventory describes.
+// Containers lists the scenario's containers running at now, and those
+// that stopped in the last KeepStopped, except those played by a real PID,
+// which the real inventory describes. The Labels maps and GPU ID slices
+// are shared between calls and must not be changed, as with the Docker
+// inventory: this runs on every tick.
 func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Container, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -431,14 +434,14 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 			ID:          c.id,
 			Name:        c.name,
 			Image:       c.image,
-			Labels:      maps.Clone(c.labels),
+			Labels:      c.labels,
 			User:        label(c.labels, s.labels.user),
 			Team:        label(c.labels, s.labels.team),
 			Project:     label(c.labels, s.labels.project),
 			Running:     running,
 			PID:         c.pid,
 			StartedAt:   in.base.Add(c.start),
-			GPUs:        container.GPURequest{IDs: slices.Clone(c.gpus)},
+			GPUs:        container.GPURequest{IDs: c.gpus},
 			CPUSeconds:  c.cpu * (min(in.off, c.end) - c.start).Seconds(),
 			MemoryBytes: c.ram,
 		}

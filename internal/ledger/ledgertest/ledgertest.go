@@ -777,6 +777,11 @@ func testInvalidBatch(t *testing.T, s ledger.Store) {
 			}
 		})
 	}
+	// What may be empty is accepted.
+	write(t, s, ledger.Batch{
+		GPUs:       []ledger.GPU{{Node: nodeA, UUID: gpuA}},
+		Containers: []ledger.Container{{Node: nodeA, ID: ctr1}},
+	})
 	checkUsage(t, s, ledger.Filter{}, nil)
 }
 

@@ -127,21 +127,17 @@ func (s *Store) init(ctx context.Context) error {
 		}
 		return err
 	}
-	var mode string
-	if err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode); err != nil {
-		return err
-	}
-	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("journal mode is %q, not WAL", mode)
+	if err := s.setWAL(ctx); err != nil {
+		return fmt.Errorf("set WAL mode: %w", err)
 	}
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("migrate: %w", err)
 	}
 	defer tx.Rollback()
 	schema, err := readSchema(ctx, tx)
 	if err != nil {
-		return err
+		return fmt.Errorf("migrate: %w", err)
 	}
 	pending, err := sqlledger.Pending(ms, schema)
 	if err != nil {
@@ -163,6 +159,33 @@ func (s *Store) init(ctx context.Context) error {
 		return err
 	}
 	return tx.Commit()
+}
+
+// setWAL switches the file to WAL. Switching needs the file to itself,
+// and SQLite answers SQLITE_BUSY at once, without waiting, while another
+// connection switches it too (two processes opening a new ledger), so
+// setWAL waits and tries again for up to busyTimeout.
+func (s *Store) setWAL(ctx context.Context) error {
+	deadline := time.Now().Add(busyTimeout)
+	for {
+		var mode string
+		err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode)
+		if err == nil {
+			if !strings.EqualFold(mode, "wal") {
+				return fmt.Errorf("journal mode is %q", mode)
+			}
+			return nil
+		}
+		var se *sqlite.Error
+		if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // check reads the schema without writing and fails if the file is not a

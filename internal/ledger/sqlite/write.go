@@ -39,8 +39,8 @@ func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
 		return err
 	}
 	defer tx.Rollback()
-	w := &writer{ctx: ctx, tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
-	if err := w.write(b, &rows); err != nil {
+	w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
+	if err := w.write(ctx, b, &rows); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -175,60 +175,59 @@ func (st *stmts) close() {
 
 // writer writes one batch in one transaction.
 type writer struct {
-	ctx   context.Context
 	tx    *sql.Tx
 	st    *stmts
 	known *ids // committed
 	added ids  // created or first looked up in this transaction
 }
 
-func (w *writer) stmt(s *sql.Stmt) *sql.Stmt { return w.tx.StmtContext(w.ctx, s) }
+func (w *writer) stmt(ctx context.Context, s *sql.Stmt) *sql.Stmt { return w.tx.StmtContext(ctx, s) }
 
-func (w *writer) write(b *ledger.Batch, r *sqlledger.Rows) error {
+func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) error {
 	for _, n := range r.Nodes {
-		if _, err := w.node(n); err != nil {
+		if _, err := w.node(ctx, n); err != nil {
 			return fmt.Errorf("node %q: %w", n, err)
 		}
 	}
 	if len(b.Nodes) > 0 {
-		st := w.stmt(w.st.nodeSeen)
+		st := w.stmt(ctx, w.st.nodeSeen)
 		for _, n := range b.Nodes {
-			id, _ := w.node(n.Name)
-			if _, err := st.ExecContext(w.ctx, id, sqlledger.Unix(n.FirstSeen), sqlledger.Unix(n.LastSeen)); err != nil {
+			id, _ := w.node(ctx, n.Name)
+			if _, err := st.ExecContext(ctx, id, sqlledger.Unix(n.FirstSeen), sqlledger.Unix(n.LastSeen)); err != nil {
 				return fmt.Errorf("node %q: %w", n.Name, err)
 			}
 		}
 	}
 	for _, g := range r.GPUs {
-		if _, err := w.gpu(g); err != nil {
+		if _, err := w.gpu(ctx, g); err != nil {
 			return fmt.Errorf("node %q GPU %q: %w", g.Node, g.UUID, err)
 		}
 	}
 	if len(b.GPUs) > 0 {
-		st := w.stmt(w.st.gpuDescribe)
+		st := w.stmt(ctx, w.st.gpuDescribe)
 		for _, g := range b.GPUs {
-			id, _ := w.gpu(sqlledger.GPURef{Node: g.Node, UUID: g.UUID})
-			if _, err := st.ExecContext(w.ctx, id, g.Index, g.Model, int64(g.MemoryTotal)); err != nil {
+			id, _ := w.gpu(ctx, sqlledger.GPURef{Node: g.Node, UUID: g.UUID})
+			if _, err := st.ExecContext(ctx, id, g.Index, g.Model, int64(g.MemoryTotal)); err != nil {
 				return fmt.Errorf("node %q GPU %q: %w", g.Node, g.UUID, err)
 			}
 		}
 	}
 	for _, o := range r.Owners {
-		if _, err := w.owner(o); err != nil {
+		if _, err := w.owner(ctx, o); err != nil {
 			return fmt.Errorf("node %q %s %q: %w", o.Node, o.Kind, o.Name, err)
 		}
 	}
 	if len(b.Containers) > 0 {
-		st := w.stmt(w.st.container)
+		st := w.stmt(ctx, w.st.container)
 		for _, c := range b.Containers {
-			oid, _ := w.owner(sqlledger.OwnerRef{Node: c.Node, Kind: ledger.KindContainer, Name: c.ID})
-			nid, _ := w.node(c.Node)
+			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: c.Node, Kind: ledger.KindContainer, Name: c.ID})
+			nid, _ := w.node(ctx, c.Node)
 			var exit *int64
 			if c.ExitCode != nil {
 				e := int64(*c.ExitCode)
 				exit = &e
 			}
-			if _, err := st.ExecContext(w.ctx, oid, nid, c.ID, c.Name, c.Image, sqlledger.EncodeLabels(c.Labels),
+			if _, err := st.ExecContext(ctx, oid, nid, c.ID, c.Name, c.Image, sqlledger.EncodeLabels(c.Labels),
 				c.User, c.Team, c.Project, c.GPURequest,
 				sqlledger.Unix(c.StartedAt), sqlledger.Unix(c.FinishedAt), exit,
 				sqlledger.Unix(c.FirstSeen), sqlledger.Unix(c.LastSeen)); err != nil {
@@ -240,12 +239,12 @@ func (w *writer) write(b *ledger.Batch, r *sqlledger.Rows) error {
 		if len(rows) == 0 {
 			continue
 		}
-		st := w.stmt(w.st.usage[i])
+		st := w.stmt(ctx, w.st.usage[i])
 		for _, u := range rows {
-			gid, _ := w.gpu(sqlledger.GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
-			oid, _ := w.owner(sqlledger.OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
+			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
+			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
 			v := &u.Val
-			if _, err := st.ExecContext(w.ctx, u.Key.Start, gid, oid, v.AllocatedUS, v.PresentUS, v.UsedUS,
+			if _, err := st.ExecContext(ctx, u.Key.Start, gid, oid, v.AllocatedUS, v.PresentUS, v.UsedUS,
 				v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil); err != nil {
 				return fmt.Errorf("usage: %w", err)
 			}
@@ -255,11 +254,11 @@ func (w *writer) write(b *ledger.Batch, r *sqlledger.Rows) error {
 		if len(rows) == 0 {
 			continue
 		}
-		st := w.stmt(w.st.gpu[i])
+		st := w.stmt(ctx, w.st.gpu[i])
 		for _, g := range rows {
-			gid, _ := w.gpu(sqlledger.GPURef{Node: g.Key.Node, UUID: g.Key.GPU})
+			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: g.Key.Node, UUID: g.Key.GPU})
 			v := &g.Val
-			if _, err := st.ExecContext(w.ctx, g.Key.Start, gid, v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS,
+			if _, err := st.ExecContext(ctx, g.Key.Start, gid, v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS,
 				v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil); err != nil {
 				return fmt.Errorf("gpu usage: %w", err)
 			}
@@ -269,10 +268,10 @@ func (w *writer) write(b *ledger.Batch, r *sqlledger.Rows) error {
 		if len(rows) == 0 {
 			continue
 		}
-		st := w.stmt(w.st.ctr[i])
+		st := w.stmt(ctx, w.st.ctr[i])
 		for _, c := range rows {
-			oid, _ := w.owner(sqlledger.OwnerRef{Node: c.Key.Node, Kind: ledger.KindContainer, Name: c.Key.ID})
-			if _, err := st.ExecContext(w.ctx, c.Key.Start, oid, c.Val.CPUUS, c.Val.RAMByteS); err != nil {
+			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: c.Key.Node, Kind: ledger.KindContainer, Name: c.Key.ID})
+			if _, err := st.ExecContext(ctx, c.Key.Start, oid, c.Val.CPUUS, c.Val.RAMByteS); err != nil {
 				return fmt.Errorf("container usage: %w", err)
 			}
 		}
@@ -283,14 +282,14 @@ func (w *writer) write(b *ledger.Batch, r *sqlledger.Rows) error {
 // node, gpu and owner return the id of a row, creating it if missing.
 // write resolves every name of the batch first, so later calls only hit
 // the maps and cannot fail.
-func (w *writer) node(name string) (int64, error) {
+func (w *writer) node(ctx context.Context, name string) (int64, error) {
 	if id, ok := w.known.nodes[name]; ok {
 		return id, nil
 	}
 	if id, ok := w.added.nodes[name]; ok {
 		return id, nil
 	}
-	id, err := w.getOrInsert(w.st.nodeGet, w.st.nodeInsert, name)
+	id, err := w.getOrInsert(ctx, w.st.nodeGet, w.st.nodeInsert, name)
 	if err != nil {
 		return 0, err
 	}
@@ -298,18 +297,18 @@ func (w *writer) node(name string) (int64, error) {
 	return id, nil
 }
 
-func (w *writer) gpu(g sqlledger.GPURef) (int64, error) {
+func (w *writer) gpu(ctx context.Context, g sqlledger.GPURef) (int64, error) {
 	if id, ok := w.known.gpus[g]; ok {
 		return id, nil
 	}
 	if id, ok := w.added.gpus[g]; ok {
 		return id, nil
 	}
-	nid, err := w.node(g.Node)
+	nid, err := w.node(ctx, g.Node)
 	if err != nil {
 		return 0, err
 	}
-	id, err := w.getOrInsert(w.st.gpuGet, w.st.gpuInsert, nid, g.UUID)
+	id, err := w.getOrInsert(ctx, w.st.gpuGet, w.st.gpuInsert, nid, g.UUID)
 	if err != nil {
 		return 0, err
 	}
@@ -317,18 +316,18 @@ func (w *writer) gpu(g sqlledger.GPURef) (int64, error) {
 	return id, nil
 }
 
-func (w *writer) owner(o sqlledger.OwnerRef) (int64, error) {
+func (w *writer) owner(ctx context.Context, o sqlledger.OwnerRef) (int64, error) {
 	if id, ok := w.known.owners[o]; ok {
 		return id, nil
 	}
 	if id, ok := w.added.owners[o]; ok {
 		return id, nil
 	}
-	nid, err := w.node(o.Node)
+	nid, err := w.node(ctx, o.Node)
 	if err != nil {
 		return 0, err
 	}
-	id, err := w.getOrInsert(w.st.ownerGet, w.st.ownerInsert, nid, o.Kind, o.Name)
+	id, err := w.getOrInsert(ctx, w.st.ownerGet, w.st.ownerInsert, nid, o.Kind, o.Name)
 	if err != nil {
 		return 0, err
 	}
@@ -336,11 +335,11 @@ func (w *writer) owner(o sqlledger.OwnerRef) (int64, error) {
 	return id, nil
 }
 
-func (w *writer) getOrInsert(get, insert *sql.Stmt, args ...any) (int64, error) {
+func (w *writer) getOrInsert(ctx context.Context, get, insert *sql.Stmt, args ...any) (int64, error) {
 	var id int64
-	err := w.stmt(get).QueryRowContext(w.ctx, args...).Scan(&id)
+	err := w.stmt(ctx, get).QueryRowContext(ctx, args...).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		err = w.stmt(insert).QueryRowContext(w.ctx, args...).Scan(&id)
+		err = w.stmt(ctx, insert).QueryRowContext(ctx, args...).Scan(&id)
 	}
 	return id, err
 }
