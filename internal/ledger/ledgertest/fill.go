@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 // FillVersion changes whenever Fill30Days writes something different;
@@ -273,6 +274,22 @@ func BenchUsage(b *testing.B, s ledger.Store, m Month) {
 				rows = len(got)
 			}
 			b.ReportMetric(float64(rows), "rows")
+		})
+	}
+	// The whole of `gpumeter report` over the month but process start:
+	// both ledger queries and the report itself.
+	for _, by := range []string{"user", "container"} {
+		b.Run("ReportMonthBy"+by, func(b *testing.B) {
+			req := report.Request{By: by, From: m.From, To: m.To}
+			if err := req.Validate(m.To); err != nil {
+				b.Fatal(err)
+			}
+			cost := report.CostModel{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01}
+			for b.Loop() {
+				if _, err := report.Run(ctx, s, req, cost); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 	b.Run("GPUsMonth", func(b *testing.B) {
