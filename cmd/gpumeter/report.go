@@ -58,7 +58,7 @@ cost section.`,
 			for _, l := range labels {
 				k, v, err := report.ParseLabel(l)
 				if err != nil {
-					return fmt.Errorf("--%w", err)
+					return fmt.Errorf("--label: %w", err)
 				}
 				if req.Labels == nil {
 					req.Labels = map[string]string{}
@@ -66,7 +66,11 @@ cost section.`,
 				req.Labels[k] = v
 			}
 			if err := req.Validate(time.Now()); err != nil {
-				return fmt.Errorf("--%w", err)
+				var re *report.RequestError
+				if errors.As(err, &re) && re.Param != "" {
+					return fmt.Errorf("--%s: %s", re.Param, re.Msg)
+				}
+				return err
 			}
 			cost := agent.CostModel(cfg.Cost)
 			if err := cost.Validate(nil); err != nil {
@@ -80,6 +84,15 @@ cost section.`,
 				return err
 			}
 			defer store.Close()
+			// A price for a model the ledger never metered is most likely
+			// misspelt, and would silently fall back to the default price.
+			models, err := report.Models(cmd.Context(), store)
+			if err != nil {
+				return err
+			}
+			if err := cost.Validate(models); err != nil {
+				return fmt.Errorf("config cost: %w", err)
+			}
 			rep, err := report.Run(cmd.Context(), store, req, cost)
 			if err != nil {
 				return err

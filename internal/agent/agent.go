@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -204,9 +205,29 @@ func (a *Agent) Handler() http.Handler {
 }
 
 // Report reads the ledger for the API. Rows still in memory are not in
-// it: a report is at most one flush interval behind the live view.
+// it: a report is at most one flush interval behind the live view. A price
+// for a GPU model that neither the ledger nor this node's GPUs know gives
+// an error wrapping report.ErrInvalidCost.
 func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, error) {
-	rep, err := report.Run(ctx, a.store, r, CostModel(a.cfg.Cost))
+	cost := CostModel(a.cfg.Cost)
+	models, err := report.Models(ctx, a.store)
+	if err == nil {
+		if t := a.sampler.Latest(); t != nil {
+			for _, d := range t.Sample.Devices {
+				if d.Model != "" && !slices.Contains(models, d.Model) {
+					models = append(models, d.Model)
+				}
+			}
+			slices.Sort(models)
+		}
+		if verr := cost.Validate(models); verr != nil {
+			err = fmt.Errorf("%w: cost: %w", report.ErrInvalidCost, verr)
+		}
+	}
+	var rep *report.Report
+	if err == nil {
+		rep, err = report.Run(ctx, a.store, r, cost)
+	}
 	if err != nil {
 		a.log.Warn("usage report", "err", err)
 	}

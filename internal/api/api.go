@@ -7,6 +7,7 @@ import (
 	"context"
 	"embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -180,6 +181,10 @@ func Handler(src TickSource, reports Reports) http.Handler {
 				return
 			}
 			rep, err := reports.Report(r.Context(), req)
+			if errors.Is(err, report.ErrInvalidCost) {
+				writeError(w, http.StatusInternalServerError, "bad_config", err.Error())
+				return
+			}
 			if err != nil {
 				writeError(w, http.StatusInternalServerError, "ledger_error", "could not read the ledger; the agent's log says why")
 				return

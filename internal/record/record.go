@@ -555,8 +555,10 @@ func (r *Recorder) Run(ctx context.Context) error {
 			cancel()
 			return err
 		case <-tick.C:
-			_ = r.Flush(ctx) // counted and logged in Flush; rows stay pending
-			if r.cfg.MinuteRetention > 0 && r.cfg.HourRetention > 0 && time.Since(lastRetain) > time.Hour {
+			// A failed flush is counted and logged in Flush and its rows
+			// stay pending; retention waits for a ledger that writes.
+			err := r.Flush(ctx)
+			if err == nil && r.cfg.MinuteRetention > 0 && r.cfg.HourRetention > 0 && time.Since(lastRetain) > time.Hour {
 				if err := r.cfg.Store.Retain(ctx, time.Now(), r.cfg.MinuteRetention, r.cfg.HourRetention); err != nil {
 					r.cfg.Logger.Warn("ledger retention", "err", err)
 				} else {

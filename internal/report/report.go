@@ -172,6 +172,11 @@ type CostModel struct {
 	Weights map[string]float64
 }
 
+// ErrInvalidCost marks an error that comes from the price list rather than
+// the ledger; callers wrap CostModel.Validate's errors in it where the two
+// must be told apart.
+var ErrInvalidCost = errors.New("invalid cost model")
+
 // Validate reports every error in the model: negative or non-finite
 // prices and weights, PUE below 1, an unknown basis, idle policy, weight
 // name or currency code, and, when knownModels is not empty, a price for a

@@ -31,6 +31,20 @@ type Request struct {
 	Format string // table, csv, json or focus
 }
 
+// RequestError is a request that makes no sense; Param names the query
+// parameter (and flag) at fault, "" when it is the combination.
+type RequestError struct {
+	Param string
+	Msg   string
+}
+
+func (e *RequestError) Error() string {
+	if e.Param == "" {
+		return e.Msg
+	}
+	return e.Param + ": " + e.Msg
+}
+
 // Formats are the output formats a report can be written in.
 func Formats() []string { return []string{"table", "csv", "json", "focus"} }
 
@@ -41,17 +55,17 @@ func (r *Request) Validate(now time.Time) error {
 		r.By = "user"
 	}
 	if !slices.Contains(Groupings(), r.By) {
-		return fmt.Errorf("by: %q is not one of %s", r.By, strings.Join(Groupings(), ", "))
+		return &RequestError{"by", fmt.Sprintf("%q is not one of %s", r.By, strings.Join(Groupings(), ", "))}
 	}
 	if r.Format == "" {
 		r.Format = "table"
 	}
 	if !slices.Contains(Formats(), r.Format) {
-		return fmt.Errorf("format: %q is not one of %s", r.Format, strings.Join(Formats(), ", "))
+		return &RequestError{"format", fmt.Sprintf("%q is not one of %s", r.Format, strings.Join(Formats(), ", "))}
 	}
 	switch {
 	case !r.From.IsZero() && r.Since != 0:
-		return errors.New("since and from exclude each other")
+		return &RequestError{"", "since and from exclude each other: give a window ending now, or one with a start"}
 	case r.From.IsZero():
 		if r.Since <= 0 {
 			r.Since = 24 * time.Hour
@@ -65,10 +79,10 @@ func (r *Request) Validate(now time.Time) error {
 	}
 	r.From, r.To = ledger.Minute(r.From), ledger.Minute(r.To.Add(time.Minute-1))
 	if !r.From.Before(r.To) {
-		return fmt.Errorf("window: from %s is not before to %s", r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
+		return &RequestError{"", fmt.Sprintf("the window is empty: from %s is not before to %s", r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))}
 	}
 	if r.To.Sub(r.From) > MaxWindow {
-		return fmt.Errorf("window: %s is longer than the %s a report may cover", r.To.Sub(r.From), MaxWindow)
+		return &RequestError{"", fmt.Sprintf("the window of %s is longer than the %s a report may cover", r.To.Sub(r.From), MaxWindow)}
 	}
 	return nil
 }
@@ -114,7 +128,7 @@ func ParseTime(s string) (time.Time, error) {
 func ParseLabel(s string) (string, string, error) {
 	k, v, ok := strings.Cut(s, "=")
 	if !ok || k == "" {
-		return "", "", fmt.Errorf("label: want key=value, got %q", s)
+		return "", "", fmt.Errorf("want key=value, got %q", s)
 	}
 	return k, v, nil
 }
@@ -157,7 +171,7 @@ func RequestFromQuery(q url.Values, parseDuration func(string) (time.Duration, e
 	for _, l := range q["label"] {
 		k, v, err := ParseLabel(l)
 		if err != nil {
-			return r, err
+			return r, fmt.Errorf("label: %w", err)
 		}
 		if r.Labels == nil {
 			r.Labels = map[string]string{}
@@ -171,6 +185,26 @@ func RequestFromQuery(q url.Values, parseDuration func(string) (time.Duration, e
 type Reader interface {
 	Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error)
 	GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error)
+}
+
+// Models returns the GPU models the ledger holds usage of, on any node and
+// at any time it still keeps, sorted: what CostModel.Validate checks prices against. It reads
+// the ledger's whole history rather than a report's window, so that a
+// price for a model that merely sat out the window is not taken for a
+// misspelling.
+func Models(ctx context.Context, store Reader) ([]string, error) {
+	gpus, err := store.GPUs(ctx, ledger.Filter{})
+	if err != nil {
+		return nil, fmt.Errorf("read GPU models: %w", err)
+	}
+	var models []string
+	for _, g := range gpus {
+		if g.GPU.Model != "" && !slices.Contains(models, g.GPU.Model) {
+			models = append(models, g.GPU.Model)
+		}
+	}
+	slices.Sort(models)
+	return models, nil
 }
 
 // Run reads the ledger for a validated request and builds the report.

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/report"
+)
+
+// unreachableDSN names a PostgreSQL server that refuses connections.
+const unreachableDSN = "postgres://nobody@127.0.0.1:1/x?connect_timeout=2"
+
+// cliCase is a command line that must fail: a status other than 0, no
+// crash, within limit, and stderr naming the problem.
+type cliCase struct {
+	name  string
+	args  []string
+	want  []string      // in stderr
+	limit time.Duration // 0: 10 s
+	after func(t *testing.T)
+}
+
+func runFailing(t *testing.T, tests []cliCase) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			begin := time.Now()
+			stdout, stderr, code := runCLI(t, nil, tt.args...)
+			took := time.Since(begin)
+			if code == 0 {
+				t.Fatalf("gpumeter %s: exit status 0, want failure; stdout:\n%s", strings.Join(tt.args, " "), stdout)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr does not contain %q:\n%s", w, stderr)
+				}
+			}
+			if strings.Contains(stderr, "panic") || strings.Contains(stderr, "goroutine ") {
+				t.Errorf("stderr shows a crash:\n%s", stderr)
+			}
+			limit := tt.limit
+			if limit == 0 {
+				limit = 10 * time.Second
+			}
+			if took > limit {
+				t.Errorf("took %s to fail, want at most %s", took.Round(time.Millisecond), limit)
+			}
+			if tt.after != nil {
+				tt.after(t)
+			}
+		})
+	}
+}
+
+// foreignSQLite makes an SQLite database with someone else's table in it.
+func foreignSQLite(t *testing.T, path string) {
+	t.Helper()
+	db := openSQLite(t, path)
+	for _, q := range []string{
+		"CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
+		"INSERT INTO customers (name) VALUES ('acme')",
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+}
+
+// unchanged checks that a file that is not a ledger was left as it was.
+func unchangedText(path, want string) func(t *testing.T) {
+	return func(t *testing.T) {
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s now holds %q, want it untouched (%q)", path, got, want)
+		}
+	}
+}
+
+// unchangedForeign checks that foreignSQLite's database was left as it
+// was: its one table and row, no ledger tables, its journal mode.
+func unchangedForeign(path string) func(t *testing.T) {
+	return func(t *testing.T) {
+		db := openSQLite(t, path)
+		var tables []string
+		rows, err := db.Query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			tables = append(tables, n)
+		}
+		rows.Close()
+		var count int
+		var mode string
+		if err := db.QueryRow("SELECT count(*) FROM customers").Scan(&count); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(tables, []string{"customers"}) || count != 1 || mode != "delete" {
+			t.Errorf("%s now has tables %v, %d customers, journal mode %s; want it untouched", path, tables, count, mode)
+		}
+	}
+}
+
+const textNotLedger = "these are my notes, not a ledger\n"
+
+// TestReportBadInput runs `gpumeter report` on bad flags, ledgers that are
+// missing, not ledgers or unreachable, and prices that do not fit the
+// ledger.
+func TestReportBadInput(t *testing.T) {
+	dir := t.TempDir()
+	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), strings.Replace(soloScenario, "duration: 24h", "duration: 10m", 1))
+	db := filepath.Join(dir, "solo.db")
+	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", scenario, "--db", db); code != 0 {
+		t.Fatalf("simulate exited %d: %s", code, stderr)
+	}
+	text := writeText(t, filepath.Join(dir, "notes.db"), textNotLedger)
+	foreign := filepath.Join(dir, "crm.db")
+	foreignSQLite(t, foreign)
+	wrongPrice := writeText(t, filepath.Join(dir, "wrong-price.yaml"),
+		"cost:\n  gpu_hour:\n    default: 1\n    NVIDIA H100 80GB HBM3: 3\n    NVIDIA H100 80GB: 2.5\n")
+	rightPrice := writeText(t, filepath.Join(dir, "price.yaml"),
+		"cost:\n  gpu_hour:\n    default: 1\n    NVIDIA H100 80GB HBM3: 3\n")
+	badPrice := writeText(t, filepath.Join(dir, "bad-price.yaml"), "cost:\n  gpu_hour:\n    default: -1\n")
+	window := []string{"--from", "2026-01-01", "--to", "2026-01-02"}
+	reportDB := func(args ...string) []string { return append([]string{"report", "--db", db}, args...) }
+
+	runFailing(t, []cliCase{
+		{name: "from after to", args: reportDB("--from", "2026-11-02", "--to", "2026-11-01"),
+			want: []string{"from 2026-11-02T00:00:00Z is not before to 2026-11-01T00:00:00Z"}},
+		{name: "bad from", args: reportDB("--from", "last tuesday"),
+			want: []string{"--from", `"last tuesday"`, "RFC 3339"}},
+		{name: "since and from", args: reportDB("--since", "1h", "--from", "2026-11-01"),
+			want: []string{"since and from exclude each other"}},
+		{name: "unknown grouping", args: reportDB("--by", "nobody"),
+			want: []string{`--by: "nobody" is not one of user, team, project, container, image, gpu, node`}},
+		{name: "unknown format", args: reportDB("--format", "xml"),
+			want: []string{`--format: "xml" is not one of table, csv, json, focus`}},
+		{name: "garbage since", args: reportDB("--since", "garbage"),
+			want: []string{`--since: "garbage" is not a duration`}},
+		{name: "negative since", args: reportDB("--since", "-1h"),
+			want: []string{"--since", "negative"}},
+		{name: "zero since", args: reportDB("--since", "0"),
+			want: []string{"--since: must be more than 0"}},
+		{name: "label without =", args: reportDB("--label", "team"),
+			want: []string{"--label: want key=value", `"team"`}},
+		{name: "db and dsn", args: reportDB("--dsn", unreachableDSN),
+			want: []string{"--db and --dsn exclude each other"}},
+		{name: "missing db", args: []string{"report", "--db", filepath.Join(dir, "nope.db")},
+			want: []string{filepath.Join(dir, "nope.db"), "no such file", "gpumeter simulate"},
+			after: func(t *testing.T) {
+				if _, err := os.Stat(filepath.Join(dir, "nope.db")); err == nil {
+					t.Error("report created the ledger it was asked to read")
+				}
+			}},
+		{name: "db is a directory", args: []string{"report", "--db", dir},
+			want: []string{dir, "is a directory"}},
+		{name: "db is a text file", args: []string{"report", "--db", text},
+			want:  []string{text, "not a gpumeter ledger", "not an SQLite database"},
+			after: unchangedText(text, textNotLedger)},
+		{name: "db is someone else's SQLite", args: []string{"report", "--db", foreign},
+			want:  []string{foreign, "not a gpumeter ledger", "customers"},
+			after: unchangedForeign(foreign)},
+		{name: "unreachable PostgreSQL", args: []string{"report", "--dsn", unreachableDSN},
+			want: []string{"127.0.0.1:1", "connect"}, limit: 5 * time.Second},
+		{name: "price for a model the ledger does not know", args: reportDB(append(window, "--config", wrongPrice)...),
+			want: []string{"config cost", `unknown GPU model "NVIDIA H100 80GB"`, "known: NVIDIA H100 80GB HBM3"}},
+		{name: "negative price", args: reportDB(append(window, "--config", badPrice)...),
+			want: []string{"cost.gpu_hour", "-1"}},
+	})
+
+	// The same ledger with prices for the models it knows reports, and
+	// charges them.
+	out, stderr, code := runCLI(t, nil, reportDB(append(window, "--config", rightPrice, "--by", "container", "--format", "json")...)...)
+	if code != 0 {
+		t.Fatalf("report with a price for every known model exited %d: %s", code, stderr)
+	}
+	var rep report.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Rows) != 1 || !closeTo(rep.Rows[0].GPUHoursAllocated, 10.0/60, 1e-6) || !closeTo(rep.Rows[0].Cost, 3*10.0/60, 1e-6) {
+		t.Errorf("report rows %+v, want solo with 1/6 GPU-hour at 3 USD", rep.Rows)
+	}
+}
+
+// TestSimulateBadInput runs `gpumeter simulate` on scenarios it cannot
+// play and ledgers it cannot or must not write.
+func TestSimulateBadInput(t *testing.T) {
+	dir := t.TempDir()
+	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), strings.Replace(soloScenario, "duration: 24h", "duration: 10m", 1))
+	withPID := writeText(t, filepath.Join(dir, "pid.yaml"), `version: 1
+duration: 10m
+gpus:
+  - model: NVIDIA H100 80GB HBM3
+    memory: 80GiB
+    idle_power: 100W
+    max_power: 500W
+containers:
+  - name: real
+    pid: 1
+    gpus: [0]
+`)
+	text := writeText(t, filepath.Join(dir, "notes.db"), textNotLedger)
+	foreign := filepath.Join(dir, "crm.db")
+	foreignSQLite(t, foreign)
+	pidDB := filepath.Join(dir, "pid.db")
+
+	runFailing(t, []cliCase{
+		{name: "no scenario", args: []string{"simulate", "--db", filepath.Join(dir, "x.db")},
+			want: []string{"--scenario"}},
+		{name: "missing scenario", args: []string{"simulate", "--scenario", filepath.Join(dir, "nope.yaml"), "--db", filepath.Join(dir, "x.db")},
+			want: []string{"nope.yaml"}},
+		{name: "scenario with pid entries", args: []string{"simulate", "--scenario", withPID, "--db", pidDB},
+			want: []string{withPID, "container real has pid: 1", "serve --sim"},
+			after: func(t *testing.T) {
+				if _, err := os.Stat(pidDB); err == nil {
+					t.Errorf("simulate created %s for a scenario it refused", pidDB)
+				}
+			}},
+		{name: "db and dsn", args: []string{"simulate", "--scenario", scenario, "--db", filepath.Join(dir, "x.db"), "--dsn", unreachableDSN},
+			want: []string{"--db and --dsn exclude each other"}},
+		{name: "db is a text file", args: []string{"simulate", "--scenario", scenario, "--db", text},
+			want:  []string{text, "not a gpumeter ledger"},
+			after: unchangedText(text, textNotLedger)},
+		{name: "db is someone else's SQLite", args: []string{"simulate", "--scenario", scenario, "--db", foreign},
+			want:  []string{foreign, "not a gpumeter ledger", "customers"},
+			after: unchangedForeign(foreign)},
+		{name: "unreachable PostgreSQL", args: []string{"simulate", "--scenario", scenario, "--dsn", unreachableDSN},
+			want: []string{"127.0.0.1:1", "connect"}, limit: 5 * time.Second},
+	})
+}
