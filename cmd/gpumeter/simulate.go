@@ -86,17 +86,13 @@ func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger
 	// A batch run: trade memory for fewer garbage collections.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	src := sim.NewSource(sc, false)
-	idle := map[string]float64{}
-	for _, g := range sc.GPUs {
-		idle[g.UUID] = g.IdlePower
-	}
 	s := sampler.New(sampler.Config{
 		Node:        sc.Node,
 		GPUs:        src,
 		GPUName:     "sim",
 		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
 		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{IdleWatts: idle}),
+		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
 	})
 	rec := record.New(record.Config{Store: store, Node: sc.Node, MaxRows: 1 << 30})
 

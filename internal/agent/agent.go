@@ -81,9 +81,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		gpus, gpuName = src, "sim"
 		inventories = append(inventories, sampler.Named{Name: "sim-containers", Inventory: src})
 		resolvers = append(resolvers, src)
-		for _, g := range sc.GPUs {
-			idle[g.UUID] = g.IdlePower
-		}
+		idle = sc.IdleWatts()
 		if node == "" {
 			node = sc.Node
 		}

@@ -32,17 +32,13 @@ func playScenario(t testing.TB, path string, samples int) *sampler.Sampler {
 		t.Fatal(err)
 	}
 	src := sim.NewSource(sc, false)
-	idle := map[string]float64{}
-	for _, g := range sc.GPUs {
-		idle[g.UUID] = g.IdlePower
-	}
 	s := sampler.New(sampler.Config{
 		Node:        sc.Node,
 		GPUs:        src,
 		GPUName:     "sim",
 		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
 		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{IdleWatts: idle}),
+		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
 	})
 	for i := 0; i < samples; i++ {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))

@@ -120,6 +120,16 @@ func Demo() *Scenario {
 	return s
 }
 
+// IdleWatts gives each GPU's idle power by UUID: a scenario's idle_power
+// counts as configured, so the meter splits energy by it exactly.
+func (s *Scenario) IdleWatts() map[string]float64 {
+	m := make(map[string]float64, len(s.GPUs))
+	for _, g := range s.GPUs {
+		m[g.UUID] = g.IdlePower
+	}
+	return m
+}
+
 // Load reads and parses the scenario file at path.
 func Load(path string) (*Scenario, error) {
 	data, err := os.ReadFile(path)
