@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/dockertest"
+)
+
+// TestLivePageInBrowser loads the agent's page in a real headless
+// Chromium and checks what its script rendered from the API.
+func TestLivePageInBrowser(t *testing.T) {
+	browser := ""
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			browser = p
+			break
+		}
+	}
+	if browser == "" {
+		dockertest.SkipUnlessCI(t, "no Chromium installed (apt-get install chromium)")
+	}
+	a := startServe(t, nil, "--demo", "--interval", "200ms")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu",
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", a.URL+"/").Output()
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	dom := string(out)
+	gpus, usage := section(dom, `id="gpus"`), section(dom, `id="usage"`)
+	for _, want := range []string{"NVIDIA H100 80GB HBM3", "90 %", "60.0 GiB / 80.0 GiB"} {
+		if !strings.Contains(gpus, want) {
+			t.Errorf("the GPU table does not show %q:\n%s", want, gpus)
+		}
+	}
+	for _, want := range []string{"alice-llama-finetune", "carol-notebook", "0.50", "(outside containers)", "bob"} {
+		if !strings.Contains(usage, want) {
+			t.Errorf("the usage table does not show %q:\n%s", want, usage)
+		}
+	}
+	if status := section(dom, `id="status"`); !strings.Contains(status, "node demo") || strings.Contains(status, "cannot reach the agent") {
+		t.Errorf("the status line is wrong:\n%s", status)
+	}
+}
+
+// section returns the element of dom that starts with the attribute attr,
+// up to the end of its table or div.
+func section(dom, attr string) string {
+	i := strings.Index(dom, attr)
+	if i < 0 {
+		return ""
+	}
+	rest := dom[i:]
+	for _, end := range []string{"</table>", "</div>"} {
+		if j := strings.Index(rest, end); j >= 0 {
+			return rest[:j]
+		}
+	}
+	return rest
+}
