@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -379,6 +380,28 @@ func TestServeErrors(t *testing.T) {
 				t.Errorf("stderr shows a crash:\n%s", stderr)
 			}
 		})
+	}
+}
+
+// TestServeBusyPortLeavesNothing: a demo that cannot listen removes the
+// ledger it made for itself, as a demo that stops does.
+func TestServeBusyPortLeavesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	tmp := t.TempDir()
+	_, stderr, code := runCLI(t, []string{"TMPDIR=" + tmp}, "serve", "--demo", "--listen", ln.Addr().String())
+	if code == 0 || !strings.Contains(stderr, "address already in use") {
+		t.Fatalf("exit status %d, want a failure to listen; stderr:\n%s", code, stderr)
+	}
+	left, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range left {
+		t.Errorf("left behind in $TMPDIR: %s", e.Name())
 	}
 }
 

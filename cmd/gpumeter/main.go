@@ -15,6 +15,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks for a clean stop; once it has, signals go back
+	// to their default, so a second one ends a stop that hangs (a GPU
+	// driver that stopped answering, say).
+	context.AfterFunc(ctx, stop)
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {

@@ -105,7 +105,7 @@ cost section.`,
 	f.StringVar(&db, "db", "", "SQLite ledger to read")
 	f.StringVar(&dsn, "dsn", "", "PostgreSQL ledger to read")
 	f.StringVar(&req.By, "by", "user", "group by: user, team, project, container, image, gpu or node")
-	f.StringVar(&since, "since", "", "window ending now, e.g. 24h or 7d (default 24h)")
+	f.StringVar(&since, "since", "", "window length ending at --to (default now), e.g. 24h or 7d (default 24h)")
 	f.StringVar(&from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
 	f.StringVar(&to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
 	f.StringVar(&req.User, "user", "", "only this user's usage")

@@ -55,6 +55,7 @@ then flags, each overriding the one before.`,
 			}
 			addr, err := a.Listen()
 			if err != nil {
+				a.Close()
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: serving on http://%s (metrics at /metrics)\n", addr)

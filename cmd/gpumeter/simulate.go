@@ -81,7 +81,7 @@ func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger
 		return err
 	}
 	if len(existing) > 0 {
-		return fmt.Errorf("%s already holds usage of node %s between %s and %s: simulating again would count it twice; use another --db", where, sc.Node, sc.Start.Format(time.RFC3339), end.Format(time.RFC3339))
+		return fmt.Errorf("%s already holds usage of node %s between %s and %s: simulating again would count it twice; use another --db (or another database in --dsn)", where, sc.Node, sc.Start.Format(time.RFC3339), end.Format(time.RFC3339))
 	}
 	// A batch run: trade memory for fewer garbage collections.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))

@@ -52,8 +52,13 @@ type Agent struct {
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
 // inventories, but starts nothing.
-func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version string) (*Agent, error) {
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version string) (_ *Agent, err error) {
 	a := &Agent{cfg: cfg, log: logger, version: version}
+	defer func() {
+		if err != nil {
+			a.close()
+		}
+	}()
 	users := cgroup.NewUsers(cfg.PasswdFile)
 	procs := cgroup.NewResolver(cfg.ProcRoot, users)
 	a.closers = append(a.closers, procs.Close)
@@ -124,9 +129,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	var onTick func(*sampler.Tick)
 	if cfg.LedgerEnabled {
 		path := cfg.LedgerPath()
-		if cfg.Source == "demo" && cfg.LedgerDSN == "" {
-			// The demo's made-up usage must not mix with a real ledger:
-			// it gets one of its own for as long as it runs.
+		dsn := cfg.LedgerDSN
+		if cfg.Source == "demo" {
+			// The demo's made-up usage must not mix with a real ledger,
+			// a shared PostgreSQL one least of all: it gets a SQLite
+			// ledger of its own for as long as it runs.
+			dsn = ""
 			dir, err := os.MkdirTemp("", "gpumeter-demo")
 			if err != nil {
 				return nil, err
@@ -134,9 +142,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			a.closers = append(a.closers, func() error { return os.RemoveAll(dir) })
 			path = filepath.Join(dir, "ledger.db")
 		}
-		store, err := backend.Open(ctx, cfg.LedgerDSN, path, true)
+		store, err := backend.Open(ctx, dsn, path, true)
 		if err != nil {
-			a.close()
 			return nil, fmt.Errorf("open the ledger: %w", err)
 		}
 		a.store = store
@@ -240,6 +247,18 @@ func CostModel(c config.Cost) report.CostModel {
 	}
 }
 
+// Close releases what New opened: the ledger, the GPU source and the
+// demo's own ledger. Run does it when it returns; Close is for an agent
+// that never gets to Run, one whose Listen failed, say.
+func (a *Agent) Close() {
+	if a.store != nil {
+		if err := a.store.Close(); err != nil {
+			a.log.Warn("close the ledger", "err", err)
+		}
+	}
+	a.close()
+}
+
 func (a *Agent) close() {
 	for _, c := range a.closers {
 		if err := c(); err != nil {
@@ -253,6 +272,7 @@ func (a *Agent) close() {
 func (a *Agent) Run(ctx context.Context) error {
 	if a.listener == nil {
 		if _, err := a.Listen(); err != nil {
+			a.Close()
 			return err
 		}
 	}
@@ -276,14 +296,19 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		})
 	}
+	// The recorder stops only after the sampler has, so that its final
+	// flush holds the last tick too.
+	recCtx, stopRecorder := context.WithCancel(context.Background())
+	defer stopRecorder()
 	if a.recorder != nil {
 		wg.Go(func() {
-			if err := a.recorder.Run(ctx); err != nil {
+			if err := a.recorder.Run(recCtx); err != nil {
 				a.log.Error("final ledger write", "err", err)
 			}
 		})
 	}
 	wg.Go(func() {
+		defer stopRecorder()
 		if err := a.sampler.Run(ctx); err != nil {
 			errs <- fmt.Errorf("sampler: %w", err)
 			cancel()
@@ -299,14 +324,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ctx.Done()
 	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
 	defer stop()
-	_ = srv.Shutdown(shutdown)
-	wg.Wait()
-	if a.store != nil {
-		if err := a.store.Close(); err != nil {
-			a.log.Warn("close the ledger", "err", err)
-		}
+	if err := srv.Shutdown(shutdown); err != nil {
+		// Requests still running (a report on a ledger that does not
+		// answer, say) are cut off: closing their connections ends their
+		// contexts, so that they let go of the ledger before it closes.
+		_ = srv.Close()
 	}
-	a.close()
+	wg.Wait()
+	a.Close()
 	close(errs)
 	return errors.Join(collect(errs)...)
 }

@@ -463,7 +463,7 @@ func (c *Config) LoadEnv(environ []string) error {
 	}
 	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "GPUMETER_") || envNotSettings[name] {
+		if !strings.HasPrefix(name, "GPUMETER_") || envNotSettings[name] || strings.HasPrefix(name, "GPUMETER_TEST_") {
 			continue
 		}
 		k, ok := byEnv[name]
@@ -489,7 +489,9 @@ func (c *Config) LoadEnv(environ []string) error {
 }
 
 // envNotSettings are GPUMETER_* variables that are not settings: the
-// config file path and the API client's address.
+// config file path and the API client's address. GPUMETER_TEST_* are the
+// test suites' own (a PostgreSQL DSN, say), left set in a developer's
+// shell while the binary runs.
 var envNotSettings = map[string]bool{"GPUMETER_CONFIG": true, "GPUMETER_URL": true}
 
 // Validate checks values that parse but make no sense together.

@@ -112,6 +112,9 @@ func TestLoadEnv(t *testing.T) {
 		"GPUMETER_DOCKER_HOST=tcp://127.0.0.1:2375",
 		"GPUMETER_IDLE_POWER=A100=50W,H100=70",
 		"GPUMETER_CONFIG=/etc/x.yaml",
+		// The test suites' own variables, set as the README says.
+		"GPUMETER_TEST_PG_DSN=postgres://localhost/test",
+		"GPUMETER_TEST_PG_BIN=/usr/lib/postgresql/16/bin",
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ package meter
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strconv"
 	"time"
@@ -250,6 +251,12 @@ func (m *Meter) Step(in Input) *Tick {
 		key := GPUKey(d.UUID, d.Index)
 		g := &t.GPUs[i]
 		g.Index, g.UUID, g.Err = d.Index, d.UUID, d.Err
+		if d.Err == nil && seenKey(in.Sample.Devices[:i], key) {
+			// Two devices under one UUID would share one GPU's books: a
+			// faulty source, so the second is treated as unreadable.
+			g.Err = fmt.Errorf("gpu %d: UUID %s is also another GPU's", d.Index, d.UUID)
+			continue
+		}
 		gs := m.gpus[key]
 		if gs == nil {
 			gs = &gpuState{index: d.Index}
@@ -287,6 +294,15 @@ func (m *Meter) Step(in Input) *Tick {
 	t.Usage = m.usageRows(in.Time)
 	t.Containers = m.containerRows(in.Time, in.Containers)
 	return t
+}
+
+func seenKey(devs []gpu.Device, key string) bool {
+	for i := range devs {
+		if GPUKey(devs[i].UUID, devs[i].Index) == key {
+			return true
+		}
+	}
+	return false
 }
 
 // GPUKey names a GPU across samples: its UUID, or its index when the

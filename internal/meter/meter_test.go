@@ -981,3 +981,21 @@ func TestRowNumbers(t *testing.T) {
 		t.Errorf("bob's row came back as %d, want a new number (not %d)", again, first)
 	}
 }
+
+// TestDuplicateUUID checks that a source reporting two devices under one
+// UUID gets the second treated as unreadable instead of crashing the meter.
+func TestDuplicateUUID(t *testing.T) {
+	a := gpu.Device{Index: 0, UUID: "GPU-X", Util: 50, Processes: []gpu.Process{{PID: 1, SMUtil: 50}, {PID: 2, SMUtil: 10}}}
+	b := gpu.Device{Index: 1, UUID: "GPU-X", Util: 10, Processes: []gpu.Process{{PID: 3, SMUtil: 10}}}
+	owners := [][]container.Owner{{bob, bob}, {bob}}
+	m := New(Config{})
+	for sec := range 3 {
+		tick := m.Step(Input{Time: at(sec), Sample: gpu.Sample{Devices: []gpu.Device{a, b}}, Owners: owners})
+		if tick.GPUs[0].Err != nil || tick.GPUs[1].Err == nil {
+			t.Fatalf("errors %v and %v; want only the second GPU marked", tick.GPUs[0].Err, tick.GPUs[1].Err)
+		}
+		if sec == 2 && tick.GPUs[0].Total.Seconds != 2 {
+			t.Errorf("the first GPU was metered %g s, want 2", tick.GPUs[0].Total.Seconds)
+		}
+	}
+}

@@ -109,6 +109,9 @@ type Recorder struct {
 	// are pending until the store has them, however long it takes.
 	writing int
 	st      Status
+	// last is the meter tick Add summed last: the sampler publishes it
+	// again while the GPU source reads nothing.
+	last *meter.Tick
 	// flushMu keeps one flush at a time, so batches reach the store in
 	// the order they were taken.
 	flushMu sync.Mutex
@@ -138,13 +141,19 @@ func (r *Recorder) Status() Status {
 }
 
 // Add sums a tick into the pending minutes. It does no I/O, so the sampler
-// may call it on every tick.
+// may call it on every tick. A tick that carries the same meter figures as
+// the one before (the sampler's last figures, republished while the GPU
+// source reads nothing) adds nothing: its deltas are in already.
 func (r *Recorder) Add(t *sampler.Tick) {
 	if t == nil || t.Tick == nil || t.Time.IsZero() {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if t.Tick == r.last {
+		return
+	}
+	r.last = t.Tick
 	p := r.p
 	now := t.Time.UTC()
 	if p.node == nil {
@@ -557,7 +566,11 @@ func (r *Recorder) Run(ctx context.Context) error {
 		case <-tick.C:
 			// A failed flush is counted and logged in Flush and its rows
 			// stay pending; retention waits for a ledger that writes.
-			err := r.Flush(ctx)
+			// A write that hangs (a half-open connection) must fail
+			// and show in ledger_up rather than block the recorder.
+			fctx, cancel := context.WithTimeout(ctx, max(30*time.Second, 3*r.cfg.FlushInterval))
+			err := r.Flush(fctx)
+			cancel()
 			if err == nil && r.cfg.MinuteRetention > 0 && r.cfg.HourRetention > 0 && time.Since(lastRetain) > time.Hour {
 				if err := r.cfg.Store.Retain(ctx, time.Now(), r.cfg.MinuteRetention, r.cfg.HourRetention); err != nil {
 					r.cfg.Logger.Warn("ledger retention", "err", err)

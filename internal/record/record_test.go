@@ -713,6 +713,41 @@ func TestRun(t *testing.T) {
 	})
 }
 
+// goneGPUs is a GPU source that reads one idle GPU until gone is set,
+// and nothing at all after.
+type goneGPUs struct{ gone bool }
+
+func (g *goneGPUs) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
+	if g.gone {
+		return gpu.Sample{}, errors.New("nvml: driver gone")
+	}
+	d := gpu.Device{Index: 0, UUID: gpuID, Model: model, MemoryTotal: 80 * gib, PowerWatts: idleW}
+	return gpu.Sample{Time: now, Devices: []gpu.Device{d}}, nil
+}
+
+// TestAddRepublishedTick: while the GPU source reads nothing, the sampler
+// publishes its last figures again with the new health. Those deltas were
+// summed once already and must not reach the ledger twice.
+func TestAddRepublishedTick(t *testing.T) {
+	store := openStore(t)
+	rec := record.New(record.Config{Store: store, Node: node})
+	src := &goneGPUs{}
+	s := sampler.New(sampler.Config{Node: node, GPUs: src, OnTick: rec.Add})
+	ctx := context.Background()
+	s.Step(ctx, at(0))
+	s.Step(ctx, at(1))
+	src.gone = true
+	for i := 2; i < 5; i++ {
+		if tick := s.Step(ctx, at(float64(i))); tick.GPUs[0].Delta.Seconds != 1 {
+			t.Fatalf("the sampler did not republish the last figures")
+		}
+	}
+	flush(t, rec)
+	if got := read(t, store, t0, t0.Add(time.Minute)).GPU; got.Seconds != 1 || got.IdleSeconds != 1 {
+		t.Errorf("ledger has %v GPU-seconds, %v idle; want 1 and 1", got.Seconds, got.IdleSeconds)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -173,10 +173,12 @@ func (r *Report) WriteFOCUS(w io.Writer) error {
 			frac := l.idle / r.Idle.Cost
 			f.description = fmt.Sprintf("Share of the idle GPU pool (%s)", r.IdlePolicy)
 			f.consumed, f.consumedUnit = frac*r.Idle.GPUHours, gpuHours
-			if r.Idle.GPUHours == 0 {
-				f.consumed, f.consumedUnit = frac*r.Idle.EnergyKWh*r.pue, kWhs
-			}
 			f.priced, f.pricedUnit = f.consumed, f.consumedUnit
+			if r.Idle.GPUHours == 0 {
+				// Metered kWh, priced as drawn (PUE), as energy lines are.
+				f.consumed, f.consumedUnit = frac*r.Idle.EnergyKWh, kWhs
+				f.priced, f.pricedUnit = f.consumed*r.pue, kWhs
+			}
 			f.cost, f.idleShare = l.idle, l.idle
 			if f.priced != 0 {
 				f.unitPrice = l.idle / f.priced

@@ -94,3 +94,61 @@ func TestFOCUSAddsUp(t *testing.T) {
 		}
 	}
 }
+
+// TestFOCUSIdleShareOfEnergy: when the idle pool holds energy only (every
+// GPU held all the time), each share's ConsumedQuantity is metered kWh, as
+// on the energy lines, and its PricingQuantity those kWh times PUE.
+func TestFOCUSIdleShareOfEnergy(t *testing.T) {
+	usage, gpus := fixture()
+	for i := range gpus {
+		gpus[i].AllocatedSeconds += gpus[i].IdleSeconds
+		gpus[i].IdleSeconds = 0
+	}
+	m := prices()
+	m.Idle = IdleWeighted
+	r, err := Build(usage, gpus, Options{By: ByUser, From: from, To: to, Cost: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Idle.GPUHours != 0 || r.Idle.EnergyKWh == 0 || !r.Idle.Shared {
+		t.Fatalf("idle %+v, want energy only, shared", r.Idle)
+	}
+	var b bytes.Buffer
+	if err := r.WriteFOCUS(&b); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := recs[0]
+	col := func(rec []string, name string) string { return rec[slices.Index(head, name)] }
+	f := func(rec []string, name string) float64 {
+		v, err := strconv.ParseFloat(col(rec, name), 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return v
+	}
+	var consumed float64
+	n := 0
+	for _, rec := range recs[1:] {
+		if col(rec, "ServiceName") != "GPU Idle Pool" {
+			continue
+		}
+		n++
+		if u := col(rec, "ConsumedUnit"); u != "Kilowatt-Hours" {
+			t.Errorf("ConsumedUnit %q, want Kilowatt-Hours", u)
+		}
+		if got, want := f(rec, "PricingQuantity"), f(rec, "ConsumedQuantity")*1.5; math.Abs(got-want) > 1e-9 {
+			t.Errorf("PricingQuantity %v, want ConsumedQuantity × PUE = %v", got, want)
+		}
+		consumed += f(rec, "ConsumedQuantity")
+	}
+	if n == 0 {
+		t.Fatal("no idle share lines")
+	}
+	if math.Abs(consumed-r.Idle.EnergyKWh) > 1e-9 {
+		t.Errorf("Σ ConsumedQuantity of the shares %v, want the pool's metered %v kWh", consumed, r.Idle.EnergyKWh)
+	}
+}

@@ -259,6 +259,12 @@ func (m CostModel) gpuPrice(model string) float64 {
 	return m.GPUHour[DefaultPrice]
 }
 
+// GPUHourCost is what one GPU-hour of model costs as a report charges it:
+// the model's price (else the default price) times the GPU weight.
+func (m CostModel) GPUHourCost(model string) float64 {
+	return m.weight(WeightGPU) * m.gpuPrice(model)
+}
+
 func (m CostModel) weight(name string) float64 {
 	if w, ok := m.Weights[name]; ok {
 		return w

@@ -65,7 +65,7 @@ func (r *Request) Validate(now time.Time) error {
 	}
 	switch {
 	case !r.From.IsZero() && r.Since != 0:
-		return &RequestError{"", "since and from exclude each other: give a window ending now, or one with a start"}
+		return &RequestError{"", "since and from exclude each other (--since/--from, or the since/from parameters): give a window's length or its start"}
 	case r.From.IsZero():
 		if r.Since <= 0 {
 			r.Since = 24 * time.Hour
@@ -106,7 +106,8 @@ func (r *Request) Filter() func(*ledger.UsageTotal) bool {
 			return false
 		}
 		for k, v := range r.Labels {
-			if labels[k] != v {
+			// A container without the label does not match, even k=.
+			if got, ok := labels[k]; !ok || got != v {
 				return false
 			}
 		}

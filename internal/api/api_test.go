@@ -1,0 +1,71 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/gpu"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+)
+
+// oneGPU is a GPU source that reads one idle GPU.
+type oneGPU struct{}
+
+func (oneGPU) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
+	return gpu.Sample{Time: now, Devices: []gpu.Device{{Index: 0, UUID: "GPU-0", Model: "Test GPU"}}}, nil
+}
+
+// TestErrorsAreJSON: every answer under /api/ that is not a result is the
+// API's JSON error with a status that says what went wrong.
+func TestErrorsAreJSON(t *testing.T) {
+	s := sampler.New(sampler.Config{Node: "n1", GPUs: oneGPU{}})
+	s.Step(context.Background(), time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
+	srv := httptest.NewServer(Handler(s, nil))
+	defer srv.Close()
+
+	tests := []struct {
+		method, path string
+		status       int
+		code, allow  string
+	}{
+		{http.MethodGet, "/api/v1/nothing", http.StatusNotFound, "not_found", ""},
+		{http.MethodPost, "/api/v1/gpus", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
+		{http.MethodDelete, "/api/v1/containers", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
+		{http.MethodPut, "/api/v1/usage", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
+		{http.MethodPost, "/api/v1/usage.csv", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
+		{http.MethodPost, "/api/v1/nothing", http.StatusNotFound, "not_found", ""},
+		{http.MethodGet, "/api/v1/usage", http.StatusServiceUnavailable, "ledger_off", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			req, err := http.NewRequest(tt.method, srv.URL+tt.path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != tt.status || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%d %s, want %d application/json; body %s", resp.StatusCode, resp.Header.Get("Content-Type"), tt.status, body)
+			}
+			if got := resp.Header.Get("Allow"); got != tt.allow {
+				t.Errorf("Allow: %q, want %q", got, tt.allow)
+			}
+			var e Error
+			if err := json.Unmarshal(body, &e); err != nil || e.Code != tt.code || e.Message == "" {
+				t.Errorf("body %s, want an error with code %q and a message", body, tt.code)
+			}
+		})
+	}
+}
