@@ -170,6 +170,22 @@ type GPUTotal struct {
 	GPUSums
 }
 
+// UsagePoint is one owner's use of one GPU in one step (a minute or an
+// hour) of a series, with what the ledger knows of the owner and the GPU.
+type UsagePoint struct {
+	Start     time.Time // start of the minute or hour, UTC
+	Node      string
+	OwnerKind string
+	OwnerID   string
+	// GPU carries Model and Index as in UsageTotal: Index is -1 for a GPU
+	// that usage named but no batch described.
+	GPU GPU
+	Sums
+	// Container is set for KindContainer owners the ledger knows. The
+	// points of one container share one Container.
+	Container *Container
+}
+
 // Store is a usage ledger.
 //
 // Usage and GPUs read hour rows for the whole hours inside the window and
@@ -185,6 +201,18 @@ type Store interface {
 	// GPUs sums per-GPU totals over the filter's window, ordered by node,
 	// GPU index and UUID.
 	GPUs(ctx context.Context, f Filter) ([]GPUTotal, error)
+	// Series returns usage per (node, owner, GPU) and step within the
+	// filter's window, ordered by start (oldest first), node, owner kind,
+	// owner ID and GPU UUID. step is time.Minute, which reads minute rows,
+	// or time.Hour, which reads hour rows and so widens a window edge that
+	// falls inside an hour to that hour; any other step is an error. A step
+	// without a row has no point (it is not a zero). Minute rows that
+	// Retain deleted have no stand-in: a minute series starts where they
+	// do.
+	Series(ctx context.Context, f Filter, step time.Duration) ([]UsagePoint, error)
+	// ContainerSeries returns each container's CPU and RAM per step, read
+	// as Series reads usage, ordered by start, node and container ID.
+	ContainerSeries(ctx context.Context, f Filter, step time.Duration) ([]ContainerUsage, error)
 	// Retain deletes minute rows older than minutes and hour rows older
 	// than hours, counted back from now. Cut-offs are rounded down to the
 	// hour, so minute rows always cover whole hours; a duration of zero or

@@ -253,7 +253,7 @@ func BenchWriteMinute(b *testing.B, s ledger.Store) {
 
 // BenchUsage measures Usage and GPUs over the month Fill30Days wrote: the
 // whole 30 days (hour rows only), and with both edges inside an hour
-// (minute rows at the edges).
+// (minute rows at the edges); and Series and ContainerSeries at both steps.
 func BenchUsage(b *testing.B, s ledger.Store, m Month) {
 	ctx := context.Background()
 	for _, w := range []struct {
@@ -299,4 +299,39 @@ func BenchUsage(b *testing.B, s ledger.Store, m Month) {
 			}
 		}
 	})
+	// The series the waste rules read: every owner's usage and every
+	// container's CPU and RAM hour by hour over the month, and minute by
+	// minute over a day and over the month.
+	for _, w := range []struct {
+		name string
+		f    ledger.Filter
+		step time.Duration
+	}{
+		{"SeriesMonthHour", ledger.Filter{From: m.From, To: m.To}, time.Hour},
+		{"SeriesDayMinute", ledger.Filter{From: m.From.Add(10 * 24 * time.Hour), To: m.From.Add(11 * 24 * time.Hour)}, time.Minute},
+		{"SeriesMonthMinute", ledger.Filter{From: m.From, To: m.To}, time.Minute},
+	} {
+		b.Run(w.name, func(b *testing.B) {
+			var rows int
+			for b.Loop() {
+				got, err := s.Series(ctx, w.f, w.step)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows = len(got)
+			}
+			b.ReportMetric(float64(rows), "rows")
+		})
+		b.Run("Container"+w.name, func(b *testing.B) {
+			var rows int
+			for b.Loop() {
+				got, err := s.ContainerSeries(ctx, w.f, w.step)
+				if err != nil {
+					b.Fatal(err)
+				}
+				rows = len(got)
+			}
+			b.ReportMetric(float64(rows), "rows")
+		})
+	}
 }

@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"RoundTrip", testRoundTrip},
 		{"AddsTwice", testAddsTwice},
 		{"PeaksAreMax", testPeaksAreMax},
+		{"SumsPastInt64", testSumsPastInt64},
 		{"BatchAcrossBoundaries", testBatchAcrossBoundaries},
 		{"WindowEdges", testWindowEdges},
 		{"OpenWindow", testOpenWindow},
@@ -43,6 +44,14 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"AtomicBatch", testAtomicBatch},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"CancelledContext", testCancelledContext},
+		{"SeriesEmpty", testSeriesEmpty},
+		{"SeriesRoundTrip", testSeriesRoundTrip},
+		{"SeriesWindowEdges", testSeriesWindowEdges},
+		{"SeriesNodeFilter", testSeriesNodeFilter},
+		{"SeriesOrder", testSeriesOrder},
+		{"SeriesRetain", testSeriesRetain},
+		{"SeriesStep", testSeriesStep},
+		{"SeriesCancelledContext", testSeriesCancelledContext},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -247,6 +256,30 @@ func testPeaksAreMax(t *testing.T, s ledger.Store) {
 		})
 		checkGPUs(t, s, f, []ledger.GPUTotal{{GPU: gpuMetaA, GPUSums: ledger.GPUSums{Seconds: 4, PeakUtil: 95.25}}})
 	}
+}
+
+// testSumsPastInt64: byte-seconds over a long window add up to more than
+// an int64 holds, which every figure of a row does not.
+func testSumsPastInt64(t *testing.T, s ledger.Store) {
+	// A container that held 1 TiB of RAM (and as much GPU memory) for 120
+	// days, booked an hour at a time, plus a few byte-seconds more.
+	const hours = 120 * 24
+	const perHour = 3600 << 40
+	b := ledger.Batch{GPUs: []ledger.GPU{gpuMetaA}}
+	for h := range hours {
+		start := at(h, 0)
+		b.Usage = append(b.Usage, usage(nodeA, start, ledger.KindContainer, ctr1, gpuA, ledger.Sums{AllocatedSeconds: 3600, MemoryByteSeconds: perHour}))
+		b.ContainerUsage = append(b.ContainerUsage, ledger.ContainerUsage{Node: nodeA, Start: start, ContainerID: ctr1, CPUSeconds: 3600, RAMByteSeconds: perHour})
+	}
+	b.Usage = append(b.Usage, usage(nodeA, at(0, 7), ledger.KindContainer, ctr1, gpuA, ledger.Sums{MemoryByteSeconds: 12345}))
+	b.ContainerUsage = append(b.ContainerUsage, ledger.ContainerUsage{Node: nodeA, Start: at(0, 7), ContainerID: ctr1, RAMByteSeconds: 12345})
+	write(t, s, b)
+	const total = hours*perHour + 12345 // past math.MaxInt64
+	checkUsage(t, s, ledger.Filter{From: t0, To: at(hours, 0)}, []ledger.UsageTotal{
+		{Node: nodeA, OwnerKind: ledger.KindContainer, OwnerID: ctr1, GPU: gpuMetaA,
+			Sums:       ledger.Sums{AllocatedSeconds: hours * 3600, MemoryByteSeconds: total},
+			CPUSeconds: hours * 3600, RAMByteSeconds: total},
+	})
 }
 
 func testBatchAcrossBoundaries(t *testing.T, s ledger.Store) {

@@ -360,6 +360,34 @@ func (s *Store) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, e
 	return out, nil
 }
 
+// Series returns usage per (node, owner, GPU) and step within the
+// filter's window.
+func (s *Store) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
+	var out []ledger.UsagePoint
+	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
+		out, err = sqlledger.Series(ctx, q, f, step)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
+// ContainerSeries returns each container's CPU and RAM per step within
+// the filter's window.
+func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.ContainerUsage, error) {
+	var out []ledger.ContainerUsage
+	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
+		out, err = sqlledger.ContainerSeries(ctx, q, f, step)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read ledger %s: %w", s.path, err)
+	}
+	return out, nil
+}
+
 // read runs fn in one read transaction: one snapshot of the WAL.
 func (s *Store) read(ctx context.Context, fn func(sqlledger.Querier) error) error {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})

@@ -131,6 +131,21 @@ func DecodeLabels(s string) (map[string]string, error) {
 	return l, nil
 }
 
+// byteSecondsUnit splits a byte-seconds column for summing: a container
+// that holds 1 TiB of RAM for four months adds up to more byte-seconds
+// than an int64 holds, which SQLite's SUM refuses and PostgreSQL cannot
+// cast back to bigint. SUM(x / unit) and SUM(x % unit) stay far from that
+// and exact in both; bigSum joins them.
+const byteSecondsUnit = 1 << 20
+
+// splitSum is the SQL that sums col over a group as col_hi and col_lo.
+func splitSum(col string) string {
+	return fmt.Sprintf("CAST(SUM(%[1]s / %[2]d) AS BIGINT) AS %[1]s_hi, CAST(SUM(%[1]s %% %[2]d) AS BIGINT) AS %[1]s_lo", col, byteSecondsUnit)
+}
+
+// bigSum joins the two halves of splitSum, rounding once.
+func bigSum(hi, lo int64) float64 { return float64(hi)*byteSecondsUnit + float64(lo) }
+
 func deref[T any](p *T) T {
 	var zero T
 	if p == nil {
@@ -170,11 +185,11 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 
 	var uq query
 	usageSQL := `SELECT s.owner_id, n.name, o.kind, o.name, g.uuid, g.idx, g.model, g.memory_total,
-	s.allocated_us, s.present_us, s.used_us, s.memory_byte_s, s.energy_mj, s.peak_memory_bytes, s.peak_util_cpct
+	s.allocated_us, s.present_us, s.used_us, s.memory_byte_s_hi, s.memory_byte_s_lo, s.energy_mj, s.peak_memory_bytes, s.peak_util_cpct
 FROM (
 	SELECT gpu_id, owner_id,
 		CAST(SUM(allocated_us) AS BIGINT) AS allocated_us, CAST(SUM(present_us) AS BIGINT) AS present_us,
-		CAST(SUM(used_us) AS BIGINT) AS used_us, CAST(SUM(memory_byte_s) AS BIGINT) AS memory_byte_s,
+		CAST(SUM(used_us) AS BIGINT) AS used_us, ` + splitSum("memory_byte_s") + `,
 		CAST(SUM(energy_mj) AS BIGINT) AS energy_mj,
 		MAX(peak_memory_bytes) AS peak_memory_bytes, MAX(peak_util_cpct) AS peak_util_cpct
 	FROM (
@@ -202,9 +217,11 @@ JOIN owners o ON o.id = s.owner_id`
 			t       ledger.UsageTotal
 			idx     *int64
 			v       UsageValues
+			mHi     int64 // memory byte-seconds, split as splitSum does
+			mLo     int64
 		)
 		if err := rows.Scan(&ownerID, &t.Node, &t.OwnerKind, &t.OwnerID, &t.GPU.UUID, &idx, &t.GPU.Model, &t.GPU.MemoryTotal,
-			&v.AllocatedUS, &v.PresentUS, &v.UsedUS, &v.MemoryByteS, &v.EnergyMJ, &v.PeakMemory, &v.PeakUtil); err != nil {
+			&v.AllocatedUS, &v.PresentUS, &v.UsedUS, &mHi, &mLo, &v.EnergyMJ, &v.PeakMemory, &v.PeakUtil); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("usage: %w", err)
 		}
@@ -214,6 +231,7 @@ JOIN owners o ON o.id = s.owner_id`
 			t.GPU.Index = int(*idx)
 		}
 		t.Sums = v.Sums()
+		t.MemoryByteSeconds = bigSum(mHi, mLo)
 		o := owners[ownerID]
 		if o == nil {
 			o = &owned{cpu: len(out)}
@@ -230,9 +248,9 @@ JOIN owners o ON o.id = s.owner_id`
 	}
 
 	var cq query
-	ctrSQL := `SELECT s.owner_id, n.name, o.name, s.cpu_us, s.ram_byte_s
+	ctrSQL := `SELECT s.owner_id, n.name, o.name, s.cpu_us, s.ram_byte_s_hi, s.ram_byte_s_lo
 FROM (
-	SELECT owner_id, CAST(SUM(cpu_us) AS BIGINT) AS cpu_us, CAST(SUM(ram_byte_s) AS BIGINT) AS ram_byte_s
+	SELECT owner_id, CAST(SUM(cpu_us) AS BIGINT) AS cpu_us, ` + splitSum("ram_byte_s") + `
 	FROM (
 	` + ctrRows(&cq) + `
 	) AS u
@@ -248,13 +266,14 @@ JOIN nodes n ON n.id = o.node_id`
 		var (
 			ownerID  int64
 			node, id string
-			v        ContainerValues
+			cpuUS    int64
+			rHi, rLo int64
 		)
-		if err := rows.Scan(&ownerID, &node, &id, &v.CPUUS, &v.RAMByteS); err != nil {
+		if err := rows.Scan(&ownerID, &node, &id, &cpuUS, &rHi, &rLo); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("container usage: %w", err)
 		}
-		cpu, ram := float64(v.CPUUS)/MicrosPerSecond, float64(v.RAMByteS)
+		cpu, ram := float64(cpuUS)/MicrosPerSecond, bigSum(rHi, rLo)
 		if o := owners[ownerID]; o != nil {
 			out[o.cpu].CPUSeconds, out[o.cpu].RAMByteSeconds = cpu, ram
 			continue

@@ -200,3 +200,65 @@ func TestLabels(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanSeries(t *testing.T) {
+	minutes := func(from, to int64) Plan { return Plan{Window: Range{from, to}, Minutes: []Range{{from, to}}} }
+	hours := func(from, to int64) Plan { return Plan{Window: Range{from, to}, Hours: Range{from, to}} }
+	tests := []struct {
+		name string
+		f    ledger.Filter
+		step time.Duration
+		want Plan
+	}{
+		{"Minutes", ledger.Filter{From: at(0, 17), To: at(3, 43)}, time.Minute, minutes(unix(0, 17), unix(3, 43))},
+		{"MinutesSecondsTruncated", ledger.Filter{From: at(0, 17).Add(59 * time.Second), To: at(3, 43).Add(time.Second)}, time.Minute, minutes(unix(0, 17), unix(3, 43))},
+		{"HoursWidened", ledger.Filter{From: at(0, 17), To: at(3, 43)}, time.Hour, hours(unix(0, 0), unix(4, 0))},
+		{"HoursAligned", ledger.Filter{From: at(0, 0), To: at(3, 0)}, time.Hour, hours(unix(0, 0), unix(3, 0))},
+		{"HoursEndInsideFirstMinute", ledger.Filter{From: at(0, 0), To: at(3, 0).Add(30 * time.Second)}, time.Hour, hours(unix(0, 0), unix(3, 0))},
+		{"HoursInsideOneHour", ledger.Filter{From: at(0, 17), To: at(0, 43)}, time.Hour, hours(unix(0, 0), unix(1, 0))},
+		{"Empty", ledger.Filter{From: at(1, 0), To: at(1, 0)}, time.Hour, Plan{}},
+		{"EmptyAfterTruncation", ledger.Filter{From: at(1, 0).Add(10 * time.Second), To: at(1, 0).Add(50 * time.Second)}, time.Hour, Plan{}},
+		{"Inverted", ledger.Filter{From: at(2, 0), To: at(1, 0)}, time.Minute, Plan{}},
+		{"OpenMinutes", ledger.Filter{}, time.Minute, minutes(minUnix, maxUnix)},
+		{"OpenHours", ledger.Filter{}, time.Hour, hours(minUnix, maxUnix)},
+		{"OpenEndHours", ledger.Filter{From: at(0, 17)}, time.Hour, hours(unix(0, 0), maxUnix)},
+		{"FarFuture", ledger.Filter{From: at(0, 17), To: time.Unix(math.MaxInt64, 0)}, time.Hour, hours(unix(0, 0), maxUnix)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PlanSeries(tc.f, tc.step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("PlanSeries mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for _, step := range []time.Duration{0, time.Second, 2 * time.Minute, 24 * time.Hour} {
+		if _, err := PlanSeries(ledger.Filter{}, step); err == nil {
+			t.Errorf("PlanSeries(step %v) succeeded, want an error", step)
+		}
+	}
+}
+
+func TestChunks(t *testing.T) {
+	var c chunks[int]
+	const n = 2*chunkRows + 3
+	for i := range n {
+		*c.next() = i
+	}
+	if c.len() != n {
+		t.Fatalf("len = %d, want %d", c.len(), n)
+	}
+	seen := 0
+	for i, v := range c.all() {
+		if i != seen || *v != i {
+			t.Fatalf("row %d: got index %d, value %d", seen, i, *v)
+		}
+		seen++
+	}
+	if seen != n {
+		t.Errorf("all yielded %d rows, want %d", seen, n)
+	}
+}

@@ -1,6 +1,7 @@
 package sqlledger
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -40,13 +41,7 @@ func (p Plan) Empty() bool { return p.Window.Empty() }
 // hours at its edges from minute rows; an edge hour before the horizon has
 // no minute rows left, so its hour row stands in whole.
 func PlanWindow(f ledger.Filter, horizon int64) Plan {
-	from, to := int64(minUnix), int64(maxUnix)
-	if !f.From.IsZero() {
-		from = floor(f.From.Unix(), 60)
-	}
-	if !f.To.IsZero() {
-		to = floor(f.To.Unix(), 60)
-	}
+	from, to := minuteWindow(f)
 	if from >= to {
 		return Plan{}
 	}
@@ -70,6 +65,38 @@ func PlanWindow(f ledger.Filter, horizon int64) Plan {
 		p.Minutes = append(p.Minutes, Range{hTo, to})
 	}
 	return p
+}
+
+// PlanSeries plans a series over f's window at step: minute rows over the
+// window, or hour rows over every hour it touches. Steps other than
+// time.Minute and time.Hour are an error.
+func PlanSeries(f ledger.Filter, step time.Duration) (Plan, error) {
+	if step != time.Minute && step != time.Hour {
+		return Plan{}, fmt.Errorf("series step %v: want %v or %v", step, time.Minute, time.Hour)
+	}
+	from, to := minuteWindow(f)
+	if from >= to {
+		return Plan{}, nil
+	}
+	if step == time.Minute {
+		r := Range{from, to}
+		return Plan{Window: r, Minutes: []Range{r}}, nil
+	}
+	r := Range{floor(from, 3600), floor(to+3599, 3600)}
+	return Plan{Window: r, Hours: r}, nil
+}
+
+// minuteWindow is f's window in unix seconds, truncated to the minute and
+// kept within the bounds of an open window.
+func minuteWindow(f ledger.Filter) (from, to int64) {
+	from, to = minUnix, maxUnix
+	if !f.From.IsZero() {
+		from = min(max(floor(f.From.Unix(), 60), minUnix), maxUnix)
+	}
+	if !f.To.IsZero() {
+		to = min(max(floor(f.To.Unix(), 60), minUnix), maxUnix)
+	}
+	return from, to
 }
 
 // RetainCutoffs returns the starts before which Retain deletes minute and
