@@ -1,23 +1,19 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/agent"
-	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 func newReport() *cobra.Command {
 	var (
-		configPath, db, dsn, since, from, to string
-		labels                               []string
-		req                                  report.Request
+		lf     ledgerFlags
+		labels []string
+		req    report.Request
 	)
 	cmd := &cobra.Command{
 		Use:   "report",
@@ -30,30 +26,12 @@ another, such as one that simulate wrote. Prices come from the config's
 cost section.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd, configPath)
+			cfg, err := loadConfig(cmd, lf.configPath)
 			if err != nil {
 				return err
 			}
-			if db != "" && dsn != "" {
-				return errors.New("--db and --dsn exclude each other")
-			}
-			if since != "" {
-				if req.Since, err = config.ParseDuration(since); err != nil {
-					return fmt.Errorf("--since: %w", err)
-				}
-				if req.Since == 0 {
-					return errors.New("--since: must be more than 0")
-				}
-			}
-			if from != "" {
-				if req.From, err = report.ParseTime(from); err != nil {
-					return fmt.Errorf("--from: %w", err)
-				}
-			}
-			if to != "" {
-				if req.To, err = report.ParseTime(to); err != nil {
-					return fmt.Errorf("--to: %w", err)
-				}
+			if err := lf.window(&req); err != nil {
+				return err
 			}
 			for _, l := range labels {
 				k, v, err := report.ParseLabel(l)
@@ -65,21 +43,14 @@ cost section.`,
 				}
 				req.Labels[k] = v
 			}
-			if err := req.Validate(time.Now()); err != nil {
-				var re *report.RequestError
-				if errors.As(err, &re) && re.Param != "" {
-					return fmt.Errorf("--%s: %s", re.Param, re.Msg)
-				}
+			if err := validate(&req); err != nil {
 				return err
 			}
 			cost := agent.CostModel(cfg.Cost)
 			if err := cost.Validate(nil); err != nil {
 				return fmt.Errorf("config cost: %w", err)
 			}
-			if db == "" && dsn == "" {
-				db, dsn = cfg.LedgerPath(), cfg.LedgerDSN
-			}
-			store, err := backend.Open(cmd.Context(), dsn, db, false)
+			store, err := lf.open(cmd.Context(), &cfg)
 			if err != nil {
 				return err
 			}
@@ -100,14 +71,9 @@ cost section.`,
 			return writeReport(cmd, rep, req.Format)
 		},
 	}
+	lf.register(cmd, "prices")
 	f := cmd.Flags()
-	f.StringVarP(&configPath, "config", "c", "", "config file, for the ledger and prices (default $GPUMETER_CONFIG, else "+defaultConfigPath+" if it exists)")
-	f.StringVar(&db, "db", "", "SQLite ledger to read")
-	f.StringVar(&dsn, "dsn", "", "PostgreSQL ledger to read")
 	f.StringVar(&req.By, "by", "user", "group by: user, team, project, container, image, gpu or node")
-	f.StringVar(&since, "since", "", "window length ending at --to (default now), e.g. 24h or 7d (default 24h)")
-	f.StringVar(&from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
-	f.StringVar(&to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
 	f.StringVar(&req.User, "user", "", "only this user's usage")
 	f.StringVar(&req.Team, "team", "", "only this team's usage")
 	f.StringArrayVar(&labels, "label", nil, "only containers with this label, key=value (repeatable)")

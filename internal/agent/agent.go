@@ -30,6 +30,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
+	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // ErrNoDriver is returned when no GPU source was chosen and NVML could not
@@ -46,6 +47,7 @@ type Agent struct {
 	docker   *docker.Inventory
 	store    ledger.Store
 	recorder *record.Recorder
+	waste    *waste.Live
 	closers  []func() error
 	listener net.Listener
 }
@@ -158,6 +160,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		})
 		onTick = a.recorder.Add
 	}
+	if cfg.WasteEnabled {
+		a.waste = waste.NewLive(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(cfg.Cost)})
+		onTick = chain(onTick, a.waste.Add)
+	}
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
 		Node:        node,
@@ -170,6 +176,17 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		Logger:      logger,
 	})
 	return a, nil
+}
+
+// chain calls first, then next, on every tick; first may be nil.
+func chain(first, next func(*sampler.Tick)) func(*sampler.Tick) {
+	if first == nil {
+		return next
+	}
+	return func(t *sampler.Tick) {
+		first(t)
+		next(t)
+	}
 }
 
 func hasPIDs(sc *sim.Scenario) bool {
@@ -204,8 +221,13 @@ func (a *Agent) Handler() http.Handler {
 		extra = append(extra, a.recorder)
 		reports = a
 	}
+	var findings api.Waste
+	if a.waste != nil {
+		extra = append(extra, a.waste)
+		findings = a.waste
+	}
 	mux.Handle("GET /metrics", exporter.Handler(a.sampler, a.version, extra...))
-	mux.Handle("/", api.Handler(a.sampler, reports))
+	mux.Handle("/", api.Handler(a.sampler, reports, findings))
 	return mux
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // TickSource gives the latest tick; *sampler.Sampler is one.
@@ -151,10 +152,16 @@ type Reports interface {
 	Report(ctx context.Context, r report.Request) (*report.Report, error)
 }
 
+// Waste gives the live waste findings; *waste.Live is one.
+type Waste interface {
+	Report() *waste.Report
+}
+
 // Handler serves the API and the page. Other handlers (metrics) are mounted
 // by the caller on the same mux. reports may be nil: the usage endpoints
-// then say that the ledger is off.
-func Handler(src TickSource, reports Reports) http.Handler {
+// then say that the ledger is off; so may findings, when the live waste
+// rules are off.
+func Handler(src TickSource, reports Reports, findings Waste) http.Handler {
 	mux := http.NewServeMux()
 	usage := func(format string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
@@ -214,6 +221,17 @@ func Handler(src TickSource, reports Reports) http.Handler {
 	}
 	mux.HandleFunc("GET /api/v1/usage", usage(""))
 	mux.HandleFunc("GET /api/v1/usage.csv", usage("csv"))
+	mux.HandleFunc("GET /api/v1/waste", func(w http.ResponseWriter, r *http.Request) {
+		if findings == nil {
+			writeError(w, http.StatusServiceUnavailable, "waste_off", "the live waste rules are off (waste.enabled: false); `gpumeter waste` reads the ledger")
+			return
+		}
+		if len(r.URL.Query()) > 0 {
+			writeError(w, http.StatusBadRequest, "bad_request", "/api/v1/waste takes no parameters: it lists the live findings")
+			return
+		}
+		writeJSON(w, findings.Report())
+	})
 	mux.HandleFunc("GET /api/v1/gpus", func(w http.ResponseWriter, r *http.Request) {
 		t := src.Latest()
 		if t == nil {

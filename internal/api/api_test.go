@@ -25,7 +25,7 @@ func (oneGPU) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
 func TestErrorsAreJSON(t *testing.T) {
 	s := sampler.New(sampler.Config{Node: "n1", GPUs: oneGPU{}})
 	s.Step(context.Background(), time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
-	srv := httptest.NewServer(Handler(s, nil))
+	srv := httptest.NewServer(Handler(s, nil, nil))
 	defer srv.Close()
 
 	tests := []struct {

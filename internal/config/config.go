@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // Config is the whole of gpumeter's settings.
@@ -58,6 +60,11 @@ type Config struct {
 	MaxPendingRows  int
 
 	Cost Cost
+
+	// WasteEnabled runs the waste rules on the live ticks; Waste are the
+	// rules, for the agent and for `gpumeter waste`.
+	WasteEnabled bool
+	Waste        waste.Rules
 }
 
 // Cost is the price list reports charge by.
@@ -117,6 +124,9 @@ func Default() Config {
 		MaxPendingRows:  100_000,
 
 		Cost: Cost{Currency: "USD", GPUHour: map[string]float64{}, PUE: 1, Basis: "allocated", Idle: "none", Weights: map[string]float64{}},
+
+		WasteEnabled: true,
+		Waste:        waste.DefaultRules(),
 	}
 }
 
@@ -249,6 +259,35 @@ func mapKey(name, help string, p func(*Config) *map[string]float64, parse func(s
 		}}
 }
 
+// thresholdKey is a setting holding any finite number: Validate, not the
+// parser, says which make no sense, so that every source of a value gets
+// the same words.
+func thresholdKey(name, help string, p func(*Config) *float64) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("%q is not a number", v)
+			}
+			*p(c) = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(*p(c), 'f', -1, 64) }}
+}
+
+func sizeKey(name, help string, p func(*Config) *uint64) Key {
+	return Key{Name: name, Help: help,
+		set: func(c *Config, _, v string) error {
+			n, err := ParseSize(v)
+			if err != nil {
+				return err
+			}
+			*p(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return FormatSize(*p(c)) }}
+}
+
 func parsePrice(s string) (float64, error) {
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 	if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -293,6 +332,29 @@ func Keys() []Key {
 		enumKey("cost.basis", "which GPU-hours are charged", func(c *Config) *string { return &c.Cost.Basis }, "allocated", "present", "used"),
 		enumKey("cost.idle", "how the cost of idle GPUs is shared", func(c *Config) *string { return &c.Cost.Idle }, "none", "weighted", "even"),
 		mapKey("cost.weights", "billing weights per resource (gpu, cpu, ram, energy), default 1", func(c *Config) *map[string]float64 { return &c.Cost.Weights }, parsePrice, ""),
+		boolKey("waste.enabled", "run the waste rules on live ticks (/api/v1/waste, gpumeter_waste_* metrics)", func(c *Config) *bool { return &c.WasteEnabled }),
+		boolKey("waste.idle.enabled", "find idle containers", func(c *Config) *bool { return &c.Waste.Idle.Enabled }),
+		thresholdKey("waste.idle.sm_percent", "SM utilisation (%) under which a held GPU is idle; over_allocated uses it too", func(c *Config) *float64 { return &c.Waste.Idle.SMPercent }),
+		thresholdKey("waste.idle.cpu_cores", "CPU use (cores) under which a container is idle", func(c *Config) *float64 { return &c.Waste.Idle.CPUCores }),
+		durationKey("waste.idle.window", "how long a container must stay idle", func(c *Config) *time.Duration { return &c.Waste.Idle.Window }),
+		durationKey("waste.idle.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.Idle.Grace }),
+		boolKey("waste.stalled.enabled", "find stalled containers (GPU memory held, SM 0 %, CPU busy)", func(c *Config) *bool { return &c.Waste.Stalled.Enabled }),
+		durationKey("waste.stalled.window", "how long a container must stay stalled", func(c *Config) *time.Duration { return &c.Waste.Stalled.Window }),
+		durationKey("waste.stalled.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.Stalled.Grace }),
+		boolKey("waste.over_allocated.enabled", "find containers that use fewer GPUs than they hold", func(c *Config) *bool { return &c.Waste.OverAllocated.Enabled }),
+		durationKey("waste.over_allocated.window", "the window GPU use is judged over", func(c *Config) *time.Duration { return &c.Waste.OverAllocated.Window }),
+		durationKey("waste.over_allocated.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.OverAllocated.Grace }),
+		durationKey("waste.too_old.max_age", "containers running longer than this are reported (0: never)", func(c *Config) *time.Duration { return &c.Waste.TooOld.MaxAge }),
+		durationKey("waste.too_old.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.TooOld.Grace }),
+		boolKey("waste.low_efficiency.enabled", "find containers whose used / allocated GPU-hours stay low", func(c *Config) *bool { return &c.Waste.LowEfficiency.Enabled }),
+		thresholdKey("waste.low_efficiency.threshold", "efficiency (used / allocated GPU-hours) under which a container is reported", func(c *Config) *float64 { return &c.Waste.LowEfficiency.Threshold }),
+		thresholdKey("waste.low_efficiency.min_gpu_hours", "allocated GPU-hours a container must hold over the window to be judged", func(c *Config) *float64 { return &c.Waste.LowEfficiency.MinGPUHours }),
+		durationKey("waste.low_efficiency.window", "the window efficiency is judged over", func(c *Config) *time.Duration { return &c.Waste.LowEfficiency.Window }),
+		durationKey("waste.low_efficiency.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.LowEfficiency.Grace }),
+		boolKey("waste.outside.enabled", "find GPU processes outside containers and GPU memory no process accounts for", func(c *Config) *bool { return &c.Waste.Outside.Enabled }),
+		sizeKey("waste.outside.unaccounted_memory", "GPU memory no process accounts for above which a GPU is reported (live only)", func(c *Config) *uint64 { return &c.Waste.Outside.UnaccountedMemory }),
+		durationKey("waste.outside.window", "how long outside use must last", func(c *Config) *time.Duration { return &c.Waste.Outside.Window }),
+		durationKey("waste.outside.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.Outside.Grace }),
 	}
 }
 
@@ -542,8 +604,22 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("cost.weights.%s: not a resource (gpu, cpu, ram, energy)", name))
 		}
 	}
+	errs = append(errs, c.WasteErrors()...)
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
+}
+
+// WasteErrors are the errors of the waste rules, named by their keys.
+func (c *Config) WasteErrors() []error {
+	err := c.Waste.Validate()
+	if err == nil {
+		return nil
+	}
+	var errs []error
+	for _, line := range strings.Split(err.Error(), "\n") {
+		errs = append(errs, errors.New("waste."+line))
+	}
+	return errs
 }
 
 // ParseDuration parses a Go duration, with days allowed in front (35d,
@@ -569,6 +645,37 @@ func ParseDuration(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q is negative", s)
 	}
 	return d, nil
+}
+
+// ParseSize parses a size in bytes, with KiB, MiB, GiB or TiB (powers of
+// 1024) allowed after the number.
+func ParseSize(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	mult := uint64(1)
+	for i, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		if strings.HasSuffix(t, unit) {
+			mult = 1 << (10 * (i + 1))
+			t = strings.TrimSpace(strings.TrimSuffix(t, unit))
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || math.IsNaN(f) || f*float64(mult) >= 1<<63 {
+		return 0, fmt.Errorf("%q is not a size like 512MiB or 1GiB", s)
+	}
+	return uint64(f * float64(mult)), nil
+}
+
+// FormatSize writes a size as ParseSize reads it, in the largest unit
+// that keeps it whole.
+func FormatSize(n uint64) string {
+	units := []string{"TiB", "GiB", "MiB", "KiB"}
+	for i, u := range units {
+		if m := uint64(1) << (10 * (len(units) - i)); n >= m && n%m == 0 {
+			return strconv.FormatUint(n/m, 10) + u
+		}
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 // ParsePower parses a power in watts, with or without the W suffix.

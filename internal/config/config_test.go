@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 func TestParseFull(t *testing.T) {
@@ -27,6 +29,14 @@ func TestParseFull(t *testing.T) {
 			Currency: "EUR", GPUHour: map[string]float64{"NVIDIA H100 80GB HBM3": 2.5, "default": 1.2},
 			CPUCoreHour: 0.03, RAMGBHour: 0.004, KWh: 0.25, PUE: 1.4, Basis: "used", Idle: "weighted",
 			Weights: map[string]float64{"gpu": 1, "cpu": 0.5},
+		},
+		Waste: waste.Rules{
+			Idle:          waste.IdleRule{Enabled: true, SMPercent: 2.5, CPUCores: 0.2, Window: 2 * time.Hour, Grace: 15 * time.Minute},
+			Stalled:       waste.StalledRule{Window: 45 * time.Minute},
+			OverAllocated: waste.OverAllocatedRule{Enabled: true, Window: 90 * time.Minute, Grace: 10 * time.Minute},
+			TooOld:        waste.TooOldRule{MaxAge: 7 * 24 * time.Hour, Grace: time.Hour},
+			LowEfficiency: waste.LowEfficiencyRule{Enabled: true, Threshold: 0.25, MinGPUHours: 2, Window: 8 * time.Hour, Grace: time.Hour},
+			Outside:       waste.OutsideRule{Enabled: true, UnaccountedMemory: 2 << 30, Window: 5 * time.Minute, Grace: time.Minute},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -155,6 +165,8 @@ func TestValidate(t *testing.T) {
 		{"pue", func(c *Config) { c.Cost.PUE = 0.5 }, "cost.pue: 0.5 is below 1"},
 		{"weight", func(c *Config) { c.Cost.Weights["gpus"] = 1 }, "cost.weights.gpus: not a resource"},
 		{"data dir", func(c *Config) { c.DataDir = "" }, "data_dir: must not be empty"},
+		{"waste threshold", func(c *Config) { c.Waste.Idle.SMPercent = -1 }, "waste.idle.sm_percent: -1 is negative"},
+		{"waste grace", func(c *Config) { c.Waste.Stalled.Grace = time.Hour }, "waste.stalled.grace: 1h0m0s is longer than the window, 30m0s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/waste"
+)
+
+// TestWasteClassic simulates the classic patterns of GPU waste into a
+// ledger and runs `gpumeter waste` on it: it finds each pattern, and
+// nothing else, with the wasted GPU-hours worked out by hand in
+// testdata/waste/classic.yaml.
+func TestWasteClassic(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "classic.db")
+	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", "testdata/waste/classic.yaml", "--db", db); code != 0 {
+		t.Fatalf("simulate exited %d: %s", code, stderr)
+	}
+	args := []string{"waste", "--config", "testdata/waste/gpumeter.yaml", "--db", db, "--from", "2026-11-02T16:00:00Z", "--to", "2026-11-03T08:00:00Z"}
+	out, stderr, code := runCLI(t, nil, append(args, "--format", "json")...)
+	if code != 0 {
+		t.Fatalf("waste exited %d: %s", code, stderr)
+	}
+	var rep waste.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("waste --format json: %v\n%s", err, out)
+	}
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339, "2026-11-0"+s+":00Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	wants := []struct {
+		rule, who, owner string
+		gpus             []int
+		since, until     time.Time
+		wasted           float64 // GPU-hours
+		active           bool
+	}{
+		{waste.RuleOverAllocated, "greedy-llm", "alice", []int{1, 2, 3}, at("2T16:00"), at("2T19:00"), 3 * 3, false},
+		{waste.RuleStalled, "dataloader", "bob", []int{4, 5}, at("2T18:00"), at("2T19:30"), 2 * 1.5, false},
+		{waste.RuleIdle, "notebook", "carol", []int{6}, at("2T20:00"), at("3T05:00"), 9, false},
+		{waste.RuleTooOld, "no-limit", "erin", []int{7}, at("3T04:00"), at("3T08:00"), 4, true},
+		{waste.RuleOutside, "", "frank", []int{7}, at("2T17:00"), at("2T19:00"), 2, false},
+	}
+	if len(rep.Findings) != len(wants) {
+		t.Errorf("%d findings, want %d:\n%s", len(rep.Findings), len(wants), out)
+	}
+	var total float64
+	for _, w := range wants {
+		total += w.wasted
+		i := slices.IndexFunc(rep.Findings, func(f waste.Finding) bool { return f.Rule == w.rule && f.Container == w.who && f.Owner == w.owner })
+		if i < 0 {
+			t.Errorf("no %s finding for %s/%s", w.rule, w.who, w.owner)
+			continue
+		}
+		f := rep.Findings[i]
+		var gpus []int
+		for _, g := range f.GPUs {
+			gpus = append(gpus, g.Index)
+		}
+		if !slices.Equal(gpus, w.gpus) {
+			t.Errorf("%s %s: GPUs %v, want %v", w.rule, w.who, gpus, w.gpus)
+		}
+		if !f.Since.Equal(w.since) || !f.Until.Equal(w.until) {
+			t.Errorf("%s %s: %s to %s, want %s to %s", w.rule, w.who, f.Since, f.Until, w.since, w.until)
+		}
+		if math.Abs(f.WastedGPUHours-w.wasted) > w.wasted*1e-3 {
+			t.Errorf("%s %s: wasted %v GPU-hours, want %v", w.rule, w.who, f.WastedGPUHours, w.wasted)
+		}
+		if math.Abs(f.Cost-2.5*w.wasted) > 2.5*w.wasted*1e-3 {
+			t.Errorf("%s %s: cost %v, want %v at 2.50 a GPU-hour", w.rule, w.who, f.Cost, 2.5*w.wasted)
+		}
+		if f.Active != w.active || f.Node != "gpu-07" || f.ID == "" || len(f.Evidence) == 0 {
+			t.Errorf("%s %s: active %v, node %q, ID %q, evidence %v", w.rule, w.who, f.Active, f.Node, f.ID, f.Evidence)
+		}
+	}
+	if rep.Currency != "EUR" {
+		t.Errorf("currency %q, want EUR", rep.Currency)
+	}
+	if n := len(rep.Totals); n == 0 || rep.Totals[n-1].Rule != waste.TotalKey || math.Abs(rep.Totals[n-1].WastedGPUHours-total) > total*1e-3 {
+		t.Errorf("totals %+v, want the last to be %s with %v GPU-hours", rep.Totals, waste.TotalKey, total)
+	}
+
+	// The other formats say the same.
+	table, stderr, code := runCLI(t, nil, args...)
+	if code != 0 {
+		t.Fatalf("waste (table) exited %d: %s", code, stderr)
+	}
+	for _, want := range []string{"RULE", "greedy-llm", "dataloader", "notebook", "no-limit", "frank", "TOTAL"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table does not contain %q:\n%s", want, table)
+		}
+	}
+	csv, stderr, code := runCLI(t, nil, append(args, "--format", "csv")...)
+	if code != 0 {
+		t.Fatalf("waste --format csv exited %d: %s", code, stderr)
+	}
+	if lines := strings.Split(strings.TrimSpace(csv), "\n"); len(lines) != 1+len(wants) || !strings.HasPrefix(lines[0], "rule,id,") {
+		t.Errorf("csv has %d lines, want a header and %d:\n%s", len(lines), len(wants), csv)
+	}
+
+	// A stricter rule on the command line finds more: the evening and
+	// morning of the notebook (40 % SM) count as idle under 50 %.
+	out, stderr, code = runCLI(t, nil, append(args, "--format", "json", "--waste-idle-sm-percent", "50")...)
+	if code != 0 {
+		t.Fatalf("waste --waste-idle-sm-percent 50 exited %d: %s", code, stderr)
+	}
+	var strict waste.Report
+	if err := json.Unmarshal([]byte(out), &strict); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(strict.Findings, func(f waste.Finding) bool { return f.Rule == waste.RuleIdle && f.Container == "notebook" })
+	if i < 0 || math.Abs(strict.Findings[i].WastedGPUHours-11) > 11e-3 {
+		t.Errorf("with idle under 50 %%, findings:\n%s\nwant the notebook idle for all its 11 h", out)
+	}
+}
+
+// TestWasteBadInput: rules that make no sense are config errors, named
+// by their keys, wherever they come from.
+func TestWasteBadInput(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", "testdata/accuracy/exclusive.yaml", "--db", db); code != 0 {
+		t.Fatalf("simulate exited %d: %s", code, stderr)
+	}
+	badConfig := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(badConfig, []byte("waste:\n  idle:\n    window: 1h\n    grace: 2h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wasteDB := func(args ...string) []string { return append([]string{"waste", "--db", db, "--since", "7d"}, args...) }
+	runFailing(t, []cliCase{
+		{name: "negative threshold", args: wasteDB("--waste-idle-sm-percent", "-1"), want: []string{"waste.idle.sm_percent: -1 is negative"}},
+		{name: "negative efficiency", args: wasteDB("--waste-low-efficiency-threshold", "-0.5"), want: []string{"waste.low_efficiency.threshold: -0.5 is negative"}},
+		{name: "grace over window", args: wasteDB("--waste-stalled-grace", "1h"), want: []string{"waste.stalled.grace: 1h0m0s is longer than the window, 30m0s"}},
+		{name: "grace over window in a file", args: wasteDB("--config", badConfig), want: []string{"waste.idle.grace: 2h0m0s is longer than the window, 1h0m0s"}},
+		{name: "negative window", args: wasteDB("--waste-idle-window", "-1h"), want: []string{"--waste-idle-window", "negative"}},
+		{name: "not a number", args: wasteDB("--waste-idle-cpu-cores", "lots"), want: []string{`"lots" is not a number`}},
+		{name: "bad format", args: wasteDB("--format", "focus"), want: []string{`--format: "focus" is not one of table, csv, json`}},
+		{name: "since and from", args: wasteDB("--from", "2026-11-01"), want: []string{"since and from exclude each other"}},
+		{name: "missing ledger", args: []string{"waste", "--db", filepath.Join(dir, "nope.db")}, want: []string{"nope.db"}},
+	})
+	// serve refuses the same.
+	_, stderr, code := runCLI(t, []string{"GPUMETER_WASTE_OUTSIDE_GRACE=1m"}, "serve", "--demo", "--listen", "127.0.0.1:0")
+	if code == 0 || !strings.Contains(stderr, "waste.outside.grace: 1m0s is longer than the window, 0s") {
+		t.Errorf("serve with a grace over its window: status %d, stderr:\n%s", code, stderr)
+	}
+}
+
+// TestServeWasteLive plays the patterns with windows of two seconds:
+// /api/v1/waste lists them as `gpumeter waste --format json` would, and
+// /metrics counts them.
+func TestServeWasteLive(t *testing.T) {
+	env := []string{
+		"GPUMETER_WASTE_IDLE_WINDOW=2s", "GPUMETER_WASTE_STALLED_WINDOW=2s", "GPUMETER_WASTE_OVER_ALLOCATED_WINDOW=2s",
+		"GPUMETER_WASTE_LOW_EFFICIENCY_WINDOW=4s", "GPUMETER_WASTE_LOW_EFFICIENCY_MIN_GPU_HOURS=0",
+	}
+	a := startServe(t, env, "--sim", "testdata/waste/live.yaml", "--interval", "100ms")
+	want := map[string]string{ // rule -> who
+		waste.RuleIdle: "notebook", waste.RuleStalled: "dataloader", waste.RuleOverAllocated: "greedy-llm", waste.RuleOutside: "frank",
+	}
+	var rep waste.Report
+	waitFor(t, 15*time.Second, "the live findings", func() bool {
+		rep = waste.Report{}
+		if err := json.Unmarshal([]byte(get(t, a.URL+"/api/v1/waste")), &rep); err != nil {
+			t.Fatal(err)
+		}
+		active := 0
+		for _, f := range rep.Findings {
+			if f.Active && f.WastedGPUHours > 0 {
+				active++
+			}
+		}
+		return active >= len(want)
+	})
+	if len(rep.Findings) != len(want) {
+		t.Errorf("%d findings, want %d: %+v", len(rep.Findings), len(want), rep.Findings)
+	}
+	for _, f := range rep.Findings {
+		who := f.Container
+		if who == "" {
+			who = f.Owner
+		}
+		if want[f.Rule] != who {
+			t.Errorf("finding %s for %s, want none", f.Rule, who)
+		}
+		if !f.Active || f.Node != "gpu-07" || f.Since.IsZero() || f.FirstSeen.Before(f.Since) {
+			t.Errorf("%s %s: active %v, node %q, since %s, first seen %s", f.Rule, who, f.Active, f.Node, f.Since, f.FirstSeen)
+		}
+	}
+	metrics := series(get(t, a.URL+"/metrics"))
+	for rule, who := range want {
+		owner := map[string]string{"notebook": "carol", "dataloader": "bob", "greedy-llm": "alice", "frank": "frank"}[who]
+		key := fmt.Sprintf(`gpumeter_waste_findings{Hostname="gpu-07",owner=%q,rule=%q}`, owner, rule)
+		if metrics[key] != 1 {
+			t.Errorf("%s = %v, want 1", key, metrics[key])
+		}
+		key = fmt.Sprintf(`gpumeter_waste_gpu_hours_total{Hostname="gpu-07",owner=%q,rule=%q}`, owner, rule)
+		if metrics[key] <= 0 {
+			t.Errorf("%s = %v, want more than 0", key, metrics[key])
+		}
+	}
+}

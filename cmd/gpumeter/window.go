@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/backend"
+	"github.com/gpumeter/gpumeter/internal/report"
+)
+
+// ledgerFlags are the flags of the commands that read the ledger over a
+// window (report, waste): the config, the ledger and the window.
+type ledgerFlags struct {
+	configPath, db, dsn, since, from, to string
+}
+
+func (lf *ledgerFlags) register(cmd *cobra.Command, what string) {
+	f := cmd.Flags()
+	f.StringVarP(&lf.configPath, "config", "c", "", "config file, for the ledger and "+what+" (default $GPUMETER_CONFIG, else "+defaultConfigPath+" if it exists)")
+	f.StringVar(&lf.db, "db", "", "SQLite ledger to read")
+	f.StringVar(&lf.dsn, "dsn", "", "PostgreSQL ledger to read")
+	f.StringVar(&lf.since, "since", "", "window length ending at --to (default now), e.g. 24h or 7d (default 24h)")
+	f.StringVar(&lf.from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
+	f.StringVar(&lf.to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
+}
+
+// window parses the window flags into req.
+func (lf *ledgerFlags) window(req *report.Request) error {
+	var err error
+	if lf.db != "" && lf.dsn != "" {
+		return errors.New("--db and --dsn exclude each other")
+	}
+	if lf.since != "" {
+		if req.Since, err = config.ParseDuration(lf.since); err != nil {
+			return fmt.Errorf("--since: %w", err)
+		}
+		if req.Since == 0 {
+			return errors.New("--since: must be more than 0")
+		}
+	}
+	if lf.from != "" {
+		if req.From, err = report.ParseTime(lf.from); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+	}
+	if lf.to != "" {
+		if req.To, err = report.ParseTime(lf.to); err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+	}
+	return nil
+}
+
+// validate validates the request, naming the flag at fault.
+func validate(req *report.Request) error {
+	if err := req.Validate(time.Now()); err != nil {
+		var re *report.RequestError
+		if errors.As(err, &re) && re.Param != "" {
+			return fmt.Errorf("--%s: %s", re.Param, re.Msg)
+		}
+		return err
+	}
+	return nil
+}
+
+// open opens the ledger the flags name, else the config's.
+func (lf *ledgerFlags) open(ctx context.Context, cfg *config.Config) (ledger.Store, error) {
+	db, dsn := lf.db, lf.dsn
+	if db == "" && dsn == "" {
+		db, dsn = cfg.LedgerPath(), cfg.LedgerDSN
+	}
+	return backend.Open(ctx, dsn, db, false)
+}
