@@ -5,7 +5,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/agent"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -46,24 +45,11 @@ cost section.`,
 			if err := validate(&req); err != nil {
 				return err
 			}
-			cost := agent.CostModel(cfg.Cost)
-			if err := cost.Validate(nil); err != nil {
-				return fmt.Errorf("config cost: %w", err)
-			}
-			store, err := lf.open(cmd.Context(), &cfg)
+			store, cost, err := lf.openPriced(cmd.Context(), &cfg)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			// A price for a model the ledger never metered is most likely
-			// misspelt, and would silently fall back to the default price.
-			models, err := report.Models(cmd.Context(), store)
-			if err != nil {
-				return err
-			}
-			if err := cost.Validate(models); err != nil {
-				return fmt.Errorf("config cost: %w", err)
-			}
 			rep, err := report.Run(cmd.Context(), store, req, cost)
 			if err != nil {
 				return err

@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/agent"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -48,22 +47,11 @@ is judged minute by minute, a longer one hour by hour.`,
 			if errs := cfg.WasteErrors(); len(errs) > 0 {
 				return fmt.Errorf("invalid config:\n%w", errors.Join(errs...))
 			}
-			cost := agent.CostModel(cfg.Cost)
-			if err := cost.Validate(nil); err != nil {
-				return fmt.Errorf("config cost: %w", err)
-			}
-			store, err := lf.open(cmd.Context(), &cfg)
+			store, cost, err := lf.openPriced(cmd.Context(), &cfg)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			models, err := report.Models(cmd.Context(), store)
-			if err != nil {
-				return err
-			}
-			if err := cost.Validate(models); err != nil {
-				return fmt.Errorf("config cost: %w", err)
-			}
 			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: req.From, To: req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost})
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumeter/gpumeter/internal/agent"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
@@ -76,4 +77,30 @@ func (lf *ledgerFlags) open(ctx context.Context, cfg *config.Config) (ledger.Sto
 		db, dsn = cfg.LedgerPath(), cfg.LedgerDSN
 	}
 	return backend.Open(ctx, dsn, db, false)
+}
+
+// openPriced opens the ledger and checks the config's price list against
+// it: a price for a model the ledger never metered is most likely
+// misspelt, and would silently fall back to the default price.
+func (lf *ledgerFlags) openPriced(ctx context.Context, cfg *config.Config) (ledger.Store, report.CostModel, error) {
+	cost := agent.CostModel(cfg.Cost)
+	if err := cost.Validate(nil); err != nil {
+		return nil, cost, fmt.Errorf("config cost: %w", err)
+	}
+	store, err := lf.open(ctx, cfg)
+	if err != nil {
+		return nil, cost, err
+	}
+	models, err := report.Models(ctx, store)
+	if err == nil {
+		err = cost.Validate(models)
+		if err != nil {
+			err = fmt.Errorf("config cost: %w", err)
+		}
+	}
+	if err != nil {
+		store.Close()
+		return nil, cost, err
+	}
+	return store, cost, nil
 }
