@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -59,7 +63,25 @@ then flags, each overriding the one before.`,
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: serving on http://%s (metrics at /metrics)\n", addr)
-			return a.Run(cmd.Context())
+			ctx, stop := context.WithCancel(cmd.Context())
+			defer stop()
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer stop()
+			wg.Go(func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-hup:
+						reload(cmd, a, logger, configPath, demo, simFile)
+					}
+				}
+			})
+			return a.Run(ctx)
 		},
 	}
 	f := cmd.Flags()
@@ -74,6 +96,24 @@ then flags, each overriding the one before.`,
 		f.String(k.Flag(), "", k.Help+" (default "+quoteDefault(k.Default())+")")
 	}
 	return cmd
+}
+
+// reload reads the settings again, as serve did at the start, and hands
+// them to the agent, which keeps its old ones when they do not validate.
+func reload(cmd *cobra.Command, a *agent.Agent, logger *slog.Logger, configPath string, demo bool, simFile string) {
+	cfg, err := loadConfig(cmd, configPath)
+	if err == nil {
+		switch {
+		case demo:
+			cfg.Source = "demo"
+		case simFile != "":
+			cfg.Source, cfg.SimFile = "sim", simFile
+		}
+		err = a.Reload(cfg)
+	}
+	if err != nil {
+		logger.Error("config reload rejected, the old config stays in force", "err", err)
+	}
 }
 
 func quoteDefault(s string) string {

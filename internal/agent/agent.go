@@ -26,6 +26,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -47,7 +48,9 @@ type Agent struct {
 	docker   *docker.Inventory
 	store    ledger.Store
 	recorder *record.Recorder
-	waste    *waste.Live
+	waste    *liveWaste
+	policy   *policy.Engine
+	reloadMu sync.Mutex
 	closers  []func() error
 	listener net.Listener
 }
@@ -161,8 +164,21 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = a.recorder.Add
 	}
 	if cfg.WasteEnabled {
-		a.waste = waste.NewLive(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(cfg.Cost)})
+		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(cfg.Cost)})
 		onTick = chain(onTick, a.waste.Add)
+		dir := cfg.DataDir
+		if cfg.Source == "demo" {
+			// The demo's made-up findings stay out of a real audit log.
+			d, err := os.MkdirTemp("", "gpumeter-demo-audit")
+			if err != nil {
+				return nil, err
+			}
+			a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
+			dir = d
+		}
+		if err := a.newPolicy(cfg, dir); err != nil {
+			return nil, err
+		}
 	}
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
@@ -326,6 +342,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Go(func() {
 			if err := a.recorder.Run(recCtx); err != nil {
 				a.log.Error("final ledger write", "err", err)
+			}
+		})
+	}
+	if a.policy != nil {
+		wg.Go(func() {
+			if err := a.policy.Run(ctx); err != nil {
+				a.log.Error("policy", "err", err)
 			}
 		})
 	}

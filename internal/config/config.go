@@ -21,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -65,6 +66,9 @@ type Config struct {
 	// rules, for the agent and for `gpumeter waste`.
 	WasteEnabled bool
 	Waste        waste.Rules
+
+	// Policy is what the agent does about live findings.
+	Policy policy.Config
 }
 
 // Cost is the price list reports charge by.
@@ -127,6 +131,8 @@ func Default() Config {
 
 		WasteEnabled: true,
 		Waste:        waste.DefaultRules(),
+
+		Policy: policy.DefaultConfig(),
 	}
 }
 
@@ -296,6 +302,35 @@ func parsePrice(s string) (float64, error) {
 	return f, nil
 }
 
+// actionKey is the policy action of one waste rule.
+func actionKey(rule string, p func(*Config) *string) Key {
+	k := enumKey("policy.rules."+rule+".action", "what is done about "+rule+" findings", p, policy.ActionReport, policy.ActionNotify, policy.ActionStop)
+	get := k.get
+	k.get = func(c *Config) string {
+		if v := get(c); v != "" {
+			return v
+		}
+		return policy.ActionReport
+	}
+	return k
+}
+
+// listKey is a setting holding a comma-separated list.
+func listKey(name, help string, p func(*Config) *[]string) Key {
+	return Key{Name: name, Help: help + " (comma-separated)",
+		set: func(c *Config, _, v string) error {
+			var out []string
+			for _, part := range strings.Split(v, ",") {
+				if part = strings.TrimSpace(part); part != "" {
+					out = append(out, part)
+				}
+			}
+			*p(c) = out
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(*p(c), ",") }}
+}
+
 // Keys lists every setting in the order the reference shows them.
 func Keys() []Key {
 	return []Key{
@@ -355,6 +390,22 @@ func Keys() []Key {
 		sizeKey("waste.outside.unaccounted_memory", "GPU memory no process accounts for above which a GPU is reported (live only)", func(c *Config) *uint64 { return &c.Waste.Outside.UnaccountedMemory }),
 		durationKey("waste.outside.window", "how long outside use must last", func(c *Config) *time.Duration { return &c.Waste.Outside.Window }),
 		durationKey("waste.outside.grace", "how much longer before it is reported", func(c *Config) *time.Duration { return &c.Waste.Outside.Grace }),
+		boolKey("policy.dry_run", "log and audit what the policy would do, and do nothing", func(c *Config) *bool { return &c.Policy.DryRun }),
+		actionKey("idle", func(c *Config) *string { return &c.Policy.Actions.Idle }),
+		actionKey("stalled", func(c *Config) *string { return &c.Policy.Actions.Stalled }),
+		actionKey("over_allocated", func(c *Config) *string { return &c.Policy.Actions.OverAllocated }),
+		actionKey("too_old", func(c *Config) *string { return &c.Policy.Actions.TooOld }),
+		actionKey("low_efficiency", func(c *Config) *string { return &c.Policy.Actions.LowEfficiency }),
+		actionKey("outside", func(c *Config) *string { return &c.Policy.Actions.Outside }),
+		stringKey("policy.webhook.url", "URL notifications and warnings are POSTed to as JSON (with a Slack-compatible text field)", func(c *Config) *string { return &c.Policy.Webhook.URL }),
+		durationKey("policy.webhook.timeout", "how long one webhook attempt may take", func(c *Config) *time.Duration { return &c.Policy.Webhook.Timeout }),
+		intKey("policy.webhook.retries", "how many more times a failed webhook call is tried, with a doubling backoff", func(c *Config) *int { return &c.Policy.Webhook.Retries }),
+		durationKey("policy.stop.warning_wait", "time between the warning and the stop", func(c *Config) *time.Duration { return &c.Policy.WarningWait }),
+		durationKey("policy.stop.grace", "how long docker stop waits before it kills the container", func(c *Config) *time.Duration { return &c.Policy.Grace }),
+		listKey("policy.exempt.labels", "containers with any of these labels (key=value, or key for any value) are left alone; gpumeter.exempt=true always is", func(c *Config) *[]string { return &c.Policy.Exempt.Labels }),
+		listKey("policy.exempt.names", "container name patterns left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Names }),
+		listKey("policy.exempt.images", "image patterns left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Images }),
+		listKey("policy.exempt.owners", "users, teams or projects left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Owners }),
 	}
 }
 
@@ -605,6 +656,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.WasteErrors()...)
+	if err := c.Policy.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, errors.New("policy."+line))
+		}
+	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -37,6 +38,13 @@ func TestParseFull(t *testing.T) {
 			TooOld:        waste.TooOldRule{MaxAge: 7 * 24 * time.Hour, Grace: time.Hour},
 			LowEfficiency: waste.LowEfficiencyRule{Enabled: true, Threshold: 0.25, MinGPUHours: 2, Window: 8 * time.Hour, Grace: time.Hour},
 			Outside:       waste.OutsideRule{Enabled: true, UnaccountedMemory: 2 << 30, Window: 5 * time.Minute, Grace: time.Minute},
+		},
+		Policy: policy.Config{
+			Actions:     policy.Actions{Idle: policy.ActionStop, Stalled: policy.ActionNotify},
+			Webhook:     policy.Webhook{URL: "https://hooks.example.com/gpumeter", Timeout: 3 * time.Second, Retries: 2},
+			WarningWait: 15 * time.Minute, Grace: time.Minute,
+			Exempt: policy.Selectors{Labels: []string{"keep=yes", "team=infra"}, Names: []string{"notebook-*"},
+				Images: []string{"registry.lab/serving/*"}, Owners: []string{"alice", "bob"}},
 		},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

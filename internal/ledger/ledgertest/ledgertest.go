@@ -52,6 +52,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"SeriesRetain", testSeriesRetain},
 		{"SeriesStep", testSeriesStep},
 		{"SeriesCancelledContext", testSeriesCancelledContext},
+		{"Audit", testAudit},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

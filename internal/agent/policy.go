@@ -1,0 +1,136 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/waste"
+)
+
+// liveWaste is the live waste evaluator, replaceable when a reload
+// changes the rules: the sampler, the API, the metrics and the policy
+// all go through it.
+type liveWaste struct {
+	cur   atomic.Pointer[waste.Live]
+	rules waste.Rules // guarded by mu; the rules cur runs
+	mu    sync.Mutex
+}
+
+func newLiveWaste(cfg waste.LiveConfig) *liveWaste {
+	w := &liveWaste{rules: cfg.Rules}
+	w.cur.Store(waste.NewLive(cfg))
+	return w
+}
+
+func (w *liveWaste) Add(t *sampler.Tick)       { w.cur.Load().Add(t) }
+func (w *liveWaste) Report() *waste.Report     { return w.cur.Load().Report() }
+func (w *liveWaste) Findings() []waste.Finding { return w.cur.Load().Report().Findings }
+
+// Describe implements prometheus.Collector.
+func (w *liveWaste) Describe(ch chan<- *prometheus.Desc) { w.cur.Load().Describe(ch) }
+
+// Collect implements prometheus.Collector.
+func (w *liveWaste) Collect(ch chan<- prometheus.Metric) { w.cur.Load().Collect(ch) }
+
+// setRules starts a new evaluator when the rules changed, and says
+// whether it did. Its findings start over: runs seen under the old
+// thresholds mean nothing under the new ones.
+func (w *liveWaste) setRules(cfg waste.LiveConfig) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if reflect.DeepEqual(w.rules, cfg.Rules) {
+		return false
+	}
+	w.rules = cfg.Rules
+	w.cur.Store(waste.NewLive(cfg))
+	return true
+}
+
+// newPolicy builds the policy engine over the live findings, with its
+// audit log under dir.
+func (a *Agent) newPolicy(cfg config.Config, dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("policy audit log: %w", err)
+	}
+	audit, err := policy.OpenFile(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		return err
+	}
+	a.closers = append(a.closers, audit.Close)
+	auditors := auditors{audit}
+	if as, ok := a.store.(ledger.AuditStore); ok {
+		auditors = append(auditors, ledgerAudit{as})
+	}
+	ec := policy.EngineConfig{
+		Policy:   cfg.Policy,
+		Findings: a.waste.Findings,
+		Audit:    auditors,
+		Logger:   a.log.With("part", "policy"),
+	}
+	if a.docker != nil {
+		ec.Stopper, ec.Containers = a.docker, a.docker
+	}
+	a.policy = policy.NewEngine(ec)
+	return nil
+}
+
+// auditors writes every event to each of its auditors: the JSON lines
+// file always, the ledger when there is one.
+type auditors []policy.Auditor
+
+func (as auditors) Audit(ctx context.Context, e policy.Event) error {
+	var errs []error
+	for _, a := range as {
+		if err := a.Audit(ctx, e); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ledgerAudit writes audit events to the ledger's audit_events table.
+type ledgerAudit struct{ store ledger.AuditStore }
+
+func (l ledgerAudit) Audit(ctx context.Context, e policy.Event) error {
+	return l.store.Audit(ctx, []ledger.AuditEvent{{
+		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
+		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
+		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
+	}})
+}
+
+// Reload applies the waste thresholds and the policy of a new config,
+// together, once the whole config has passed validation; other settings
+// need a restart and are left as they are. A config that does not pass
+// leaves everything as it was.
+func (a *Agent) Reload(cfg config.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid config:\n%w", err)
+	}
+	if a.waste == nil {
+		if cfg.WasteEnabled {
+			return errors.New("waste.enabled: turning the waste rules on needs a restart")
+		}
+		return nil
+	}
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	changed := a.waste.setRules(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(a.cfg.Cost)})
+	if a.policy != nil {
+		a.policy.SetPolicy(cfg.Policy)
+	}
+	a.log.Info("config reloaded", "waste_rules_changed", changed, "policy_dry_run", cfg.Policy.DryRun)
+	return nil
+}

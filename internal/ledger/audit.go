@@ -1,0 +1,33 @@
+package ledger
+
+import (
+	"context"
+	"time"
+)
+
+// AuditEvent is one thing the policy did, or would have done in a dry
+// run: a notification, a warning or a stop.
+type AuditEvent struct {
+	Time        time.Time // kept to the microsecond
+	Node        string
+	Kind        string // notify, warn, stop
+	Rule        string
+	FindingID   string
+	ContainerID string
+	Container   string
+	Owner       string
+	Evidence    map[string]float64
+	DryRun      bool
+	Outcome     string
+	Attempts    int
+	Error       string
+}
+
+// AuditStore keeps the policy's audit events. Both backends implement it.
+type AuditStore interface {
+	// Audit adds events atomically.
+	Audit(ctx context.Context, events []AuditEvent) error
+	// AuditEvents returns the events in the filter's window, by the
+	// exact time (not truncated to the minute), oldest first.
+	AuditEvents(ctx context.Context, f Filter) ([]AuditEvent, error)
+}

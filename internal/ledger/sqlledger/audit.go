@@ -1,0 +1,74 @@
+package sqlledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// InsertAudit is the statement that adds one audit event; AuditArgs gives
+// its arguments.
+const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+
+// AuditArgs are the arguments of InsertAudit for e.
+func AuditArgs(e ledger.AuditEvent) ([]any, error) {
+	ev := "{}"
+	if len(e.Evidence) > 0 {
+		b, err := json.Marshal(e.Evidence)
+		if err != nil {
+			return nil, fmt.Errorf("audit evidence: %w", err)
+		}
+		ev = string(b)
+	}
+	return []any{e.Time.UnixMicro(), e.Node, e.Kind, e.Rule, e.FindingID, e.ContainerID, e.Container, e.Owner,
+		ev, e.DryRun, e.Outcome, int64(e.Attempts), e.Error}, nil
+}
+
+// AuditEvents reads the audit events in f's window, oldest first.
+func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.AuditEvent, error) {
+	var qb query
+	var where []string
+	if !f.From.IsZero() {
+		where = append(where, "at_us >= "+qb.arg(f.From.UnixMicro()))
+	}
+	if !f.To.IsZero() {
+		where = append(where, "at_us < "+qb.arg(f.To.UnixMicro()))
+	}
+	if f.Node != "" {
+		where = append(where, "node = "+qb.arg(f.Node))
+	}
+	sql := "SELECT at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error FROM audit_events"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	rows, err := q.Query(ctx, sql+" ORDER BY at_us, id", qb.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ledger.AuditEvent
+	for rows.Next() {
+		var (
+			e        ledger.AuditEvent
+			at, n    int64
+			evidence string
+		)
+		if err := rows.Scan(&at, &e.Node, &e.Kind, &e.Rule, &e.FindingID, &e.ContainerID, &e.Container, &e.Owner,
+			&evidence, &e.DryRun, &e.Outcome, &n, &e.Error); err != nil {
+			return nil, err
+		}
+		e.Time, e.Attempts = time.UnixMicro(at).UTC(), int(n)
+		if evidence != "{}" && evidence != "" {
+			if err := json.Unmarshal([]byte(evidence), &e.Evidence); err != nil {
+				return nil, fmt.Errorf("audit evidence: %w", err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
