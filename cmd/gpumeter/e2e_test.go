@@ -357,7 +357,7 @@ func TestServeErrors(t *testing.T) {
 		{"no driver", nil, []string{"serve", "--listen", "127.0.0.1:0", "--nvml-library", "/nonexistent/libnvidia-ml.so.1"}, []string{"no NVIDIA driver found", "--demo", "--sim FILE"}},
 		{"bad config", nil, []string{"serve", "--config", badConfig}, []string{badConfig + ":2: interval:", `"soon" is not a duration`}},
 		{"bad env", []string{"GPUMETER_INTERVAL=-3s"}, []string{"serve", "--demo"}, []string{"GPUMETER_INTERVAL", "negative"}},
-		{"bad flag value", nil, []string{"serve", "--demo", "--docker-enabled", "perhaps"}, []string{"--docker-enabled", `"perhaps" is not true or false`}},
+		{"bad flag value", nil, []string{"serve", "--demo", "--docker-enabled=perhaps"}, []string{"--docker-enabled", `"perhaps" is not true or false`}},
 		{"bad scenario", nil, []string{"serve", "--sim", badScenario}, []string{badScenario + ":11", "GPU index 7 out of range"}},
 		{"missing scenario", nil, []string{"serve", "--sim", filepath.Join(dir, "nope.yaml")}, []string{"nope.yaml"}},
 		{"demo and sim", nil, []string{"serve", "--demo", "--sim", badScenario}, []string{"--demo and --sim exclude each other"}},
@@ -410,4 +410,27 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "gpumeter ") {
 		t.Errorf("version printed %q with status %d", out, code)
 	}
+}
+
+// TestBareBoolFlag checks that a true/false setting given as a bare flag
+// means true, and that =false turns it off.
+func TestBareBoolFlag(t *testing.T) {
+	a := startServe(t, nil, "--demo", "--interval", "100ms", "--ledger-enabled=false")
+	resp, err := http.Get(a.URL + "/api/v1/usage")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("with --ledger-enabled=false /api/v1/usage answered %d, want 503", resp.StatusCode)
+	}
+	b := startServe(t, nil, "--demo", "--interval", "100ms", "--ledger-enabled")
+	waitFor(t, 20*time.Second, "a usage report from the demo's ledger", func() bool {
+		resp, err := http.Get(b.URL + "/api/v1/usage?since=1h")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 }

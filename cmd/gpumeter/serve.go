@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpumeter/gpumeter/internal/agent"
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -89,13 +90,22 @@ then flags, each overriding the one before.`,
 	f.StringVar(&simFile, "sim", "", "play this scenario file instead of reading GPUs")
 	f.BoolVar(&demo, "demo", false, "play the built-in demo scenario instead of reading GPUs")
 	for _, k := range config.Keys() {
-		if k.IsMap() {
-			f.StringArray(k.Flag(), nil, k.Help+" (name=value, repeatable)")
-			continue
-		}
-		f.String(k.Flag(), "", k.Help+" (default "+quoteDefault(k.Default())+")")
+		keyFlag(f, k)
 	}
 	return cmd
+}
+
+// keyFlag registers the flag of a setting. A map setting repeats; a bare
+// true/false flag (--ledger-enabled) means true.
+func keyFlag(f *pflag.FlagSet, k config.Key) {
+	if k.IsMap() {
+		f.StringArray(k.Flag(), nil, k.Help+" (name=value, repeatable)")
+		return
+	}
+	f.String(k.Flag(), "", k.Help+" (default "+quoteDefault(k.Default())+")")
+	if k.IsBool() {
+		f.Lookup(k.Flag()).NoOptDefVal = "true"
+	}
 }
 
 // reload reads the settings again, as serve did at the start, and hands

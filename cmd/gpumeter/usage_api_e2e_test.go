@@ -229,7 +229,7 @@ func TestServeUsageAPI(t *testing.T) {
 // configuration error, not a report with the default price.
 func TestServeUsageAPIUnavailable(t *testing.T) {
 	t.Run("ledger off", func(t *testing.T) {
-		a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "100ms", "--ledger-enabled", "false")
+		a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "100ms", "--ledger-enabled=false")
 		for _, path := range []string{"/api/v1/usage?since=1h", "/api/v1/usage.csv"} {
 			msg := apiError(t, a.URL+path, http.StatusServiceUnavailable, "ledger_off")
 			if !strings.Contains(msg, "ledger.enabled") {

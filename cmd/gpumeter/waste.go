@@ -73,7 +73,7 @@ is judged minute by minute, a longer one hour by hour.`,
 	f.StringVar(&format, "format", "table", "output: table, csv or json")
 	for _, k := range config.Keys() {
 		if strings.HasPrefix(k.Name, "waste.") && k.Name != "waste.enabled" {
-			f.String(k.Flag(), "", k.Help+" (default "+quoteDefault(k.Default())+")")
+			keyFlag(f, k)
 		}
 	}
 	return cmd

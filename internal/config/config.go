@@ -146,6 +146,8 @@ type Key struct {
 	get func(c *Config) string
 	// isMap marks keys whose YAML value is a mapping of sub-keys.
 	isMap bool
+	// boolean marks true/false keys.
+	boolean bool
 }
 
 // Env is the environment variable that overrides the key.
@@ -165,6 +167,10 @@ func (k Key) Default() string {
 // IsMap reports whether the key takes a mapping (in a file) or
 // name=value pairs (in the environment and on the command line).
 func (k Key) IsMap() bool { return k.isMap }
+
+// IsBool reports whether the key is true or false, so that a bare flag
+// (--ledger-enabled) can mean true.
+func (k Key) IsBool() bool { return k.boolean }
 
 func stringKey(name, help string, p func(*Config) *string) Key {
 	return Key{Name: name, Help: help,
@@ -198,7 +204,7 @@ func durationKey(name, help string, p func(*Config) *time.Duration) Key {
 }
 
 func boolKey(name, help string, p func(*Config) *bool) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, boolean: true,
 		set: func(c *Config, _, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
