@@ -214,54 +214,38 @@ func (s *Store) Retain(ctx context.Context, now time.Time, minutes, hours time.D
 
 // Usage sums usage per (node, owner, GPU) over the filter's window.
 func (s *Store) Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error) {
-	var out []ledger.UsageTotal
-	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
-		out, err = sqlledger.Usage(ctx, q, f)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
-	}
-	return out, nil
+	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.UsageTotal, error) { return sqlledger.Usage(ctx, q, f) })
 }
 
 // GPUs sums per-GPU totals over the filter's window.
 func (s *Store) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error) {
-	var out []ledger.GPUTotal
-	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
-		out, err = sqlledger.GPUs(ctx, q, f)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
-	}
-	return out, nil
+	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.GPUTotal, error) { return sqlledger.GPUs(ctx, q, f) })
 }
 
 // Series returns usage per (node, owner, GPU) and step within the
 // filter's window.
 func (s *Store) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
-	var out []ledger.UsagePoint
-	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
-		out, err = sqlledger.Series(ctx, q, f, step)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
-	}
-	return out, nil
+	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.UsagePoint, error) { return sqlledger.Series(ctx, q, f, step) })
 }
 
 // ContainerSeries returns each container's CPU and RAM per step within
 // the filter's window.
 func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.ContainerUsage, error) {
-	var out []ledger.ContainerUsage
+	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.ContainerUsage, error) {
+		return sqlledger.ContainerSeries(ctx, q, f, step)
+	})
+}
+
+// query runs fn in one read snapshot and names the ledger in its error.
+func query[T any](ctx context.Context, s *Store, fn func(sqlledger.Querier) (T, error)) (T, error) {
+	var out T
 	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
-		out, err = sqlledger.ContainerSeries(ctx, q, f, step)
+		out, err = fn(q)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
+		var zero T
+		return zero, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
 	}
 	return out, nil
 }
