@@ -92,31 +92,43 @@ func startServe(t *testing.T, env []string, args ...string) *agentProc {
 			t.Logf("serve stderr:\n%s", stderr)
 		}
 	})
+	a.URL = awaitServing(t, pr, nil, stderr)
+	return a
+}
+
+// awaitServing reads an agent's stderr for the address it serves on, then
+// waits for its first sample. exited, when not nil, closes if the agent
+// ends first; log is its stderr so far, for the failure message.
+func awaitServing(t *testing.T, stderr io.Reader, exited <-chan struct{}, log fmt.Stringer) string {
+	t.Helper()
 	found := make(chan string, 1)
 	go func() {
-		sc := bufio.NewScanner(pr)
+		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
 				found <- m[1]
 				break
 			}
 		}
-		_, _ = io.Copy(io.Discard, pr)
+		_, _ = io.Copy(io.Discard, stderr)
 	}()
+	var url string
 	select {
-	case a.URL = <-found:
+	case url = <-found:
+	case <-exited:
+		t.Fatalf("serve exited before listening; stderr:\n%s", log)
 	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not start listening; stderr:\n%s", stderr)
+		t.Fatalf("serve did not start listening; stderr:\n%s", log)
 	}
 	waitFor(t, 10*time.Second, "the first sample", func() bool {
-		resp, err := http.Get(a.URL + "/healthz")
+		resp, err := http.Get(url + "/healthz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-	return a
+	return url
 }
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {

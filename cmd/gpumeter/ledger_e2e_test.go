@@ -4,7 +4,6 @@ package main
 // writes, and held off by another process that locks the SQLite file.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -116,32 +115,7 @@ func launch(t *testing.T, dataDir string, args ...string) *agentRun {
 			t.Logf("serve %s stderr:\n%s", strings.Join(args, " "), a.stderr)
 		}
 	})
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	select {
-	case a.URL = <-found:
-	case <-a.done:
-		t.Fatalf("serve exited before listening (%v); stderr:\n%s", a.err, a.stderr)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not start listening; stderr:\n%s", a.stderr)
-	}
-	waitFor(t, 10*time.Second, "the first sample", func() bool {
-		resp, err := http.Get(a.URL + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	a.URL = awaitServing(t, pr, a.done, a.stderr)
 	return a
 }
 
