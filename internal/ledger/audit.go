@@ -6,11 +6,12 @@ import (
 )
 
 // AuditEvent is one thing the policy did, or would have done in a dry
-// run: a notification, a warning or a stop.
+// run (a notification, a warning or a stop), or one API call that changed
+// something or was denied.
 type AuditEvent struct {
 	Time        time.Time // kept to the microsecond
 	Node        string
-	Kind        string // notify, warn, stop
+	Kind        string // notify, warn, stop, api
 	Rule        string
 	FindingID   string
 	ContainerID string
@@ -21,9 +22,17 @@ type AuditEvent struct {
 	Outcome     string
 	Attempts    int
 	Error       string
+	// Caller, Role, Source, Action, Target and Status describe an API
+	// call; policy events leave them empty.
+	Caller string
+	Role   string
+	Source string // the remote address, or "unix uid N"
+	Action string // e.g. containers.stop
+	Target string
+	Status int // the HTTP status
 }
 
-// AuditStore keeps the policy's audit events. Both backends implement it.
+// AuditStore keeps audit events. Both backends implement it.
 type AuditStore interface {
 	// Audit adds events atomically.
 	Audit(ctx context.Context, events []AuditEvent) error

@@ -10,8 +10,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-// testAudit: audit events come back as written, oldest first, filtered by
-// exact time and node.
+// testAudit: audit events, the policy's and the API's, come back as
+// written, oldest first, filtered by exact time and node.
 func testAudit(t *testing.T, s ledger.Store) {
 	as, ok := s.(ledger.AuditStore)
 	if !ok {
@@ -25,6 +25,9 @@ func testAudit(t *testing.T, s ledger.Store) {
 		{Time: at, Node: "n1", Kind: "warn", Rule: "idle", FindingID: "idle-1", ContainerID: "abc", Container: "nb",
 			Owner: "carol", Evidence: map[string]float64{"sm_percent": 0.5}, Outcome: "failed", Attempts: 4, Error: "webhook: 500"},
 		{Time: at.Add(time.Second), Node: "n2", Kind: "notify", Rule: "outside", FindingID: "outside-1", Owner: "frank", DryRun: true, Outcome: "dry_run"},
+		{Time: at.Add(3 * time.Second), Node: "n1", Kind: "api", ContainerID: "abc", Outcome: "denied",
+			Caller: "alice (token alice-laptop)", Role: "viewer", Source: "192.0.2.7:51234", Action: "containers.stop",
+			Target: "abc", Status: 403, Error: "role viewer may not stop containers"},
 	}
 	if err := as.Audit(ctx, events); err != nil {
 		t.Fatal(err)
@@ -36,7 +39,7 @@ func testAudit(t *testing.T, s ledger.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ledger.AuditEvent{events[1], events[2], events[0]}
+	want := []ledger.AuditEvent{events[1], events[2], events[0], events[3]}
 	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("AuditEvents (-want +got):\n%s", diff)
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	_ "modernc.org/sqlite"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -338,5 +339,48 @@ func killWriter(path string) {
 		if i == 0 {
 			os.Stdout.Write([]byte("."))
 		}
+	}
+}
+
+// TestUpgradeFromVersion2 opens a version 2 ledger holding a policy audit
+// event: the event survives the migration with the API fields empty, and
+// API events can be added beside it.
+func TestUpgradeFromVersion2(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	var stmts []string
+	for _, name := range []string{"0001_init.sql", "0002_audit.sql"} {
+		b, err := os.ReadFile(filepath.Join("migrations", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts = append(stmts, string(b))
+	}
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	stmts = append(stmts,
+		"INSERT INTO gpumeter_meta VALUES ('magic', 'gpumeter ledger'), ('schema_version', '2')",
+		fmt.Sprintf(`INSERT INTO audit_events (at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error)
+			VALUES (%d, 'n1', 'stop', 'idle', 'idle-1', 'abc', 'nb', 'carol', '{}', 0, 'stopped', 0, '')`, at.UnixMicro()))
+	rawExec(t, path, stmts...)
+
+	s := open(t, path)
+	api := ledger.AuditEvent{Time: at.Add(time.Second), Node: "n1", Kind: "api", Outcome: "allowed",
+		Caller: "bob", Role: "admin", Source: "unix uid 0", Action: "containers.stop", Target: "abc", Status: 200}
+	if err := s.Audit(context.Background(), []ledger.AuditEvent{api}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.AuditEvents(context.Background(), ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ledger.AuditEvent{
+		{Time: at, Node: "n1", Kind: "stop", Rule: "idle", FindingID: "idle-1", ContainerID: "abc", Container: "nb", Owner: "carol", Outcome: "stopped"},
+		api,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("AuditEvents after the upgrade (-want +got):\n%s", diff)
+	}
+	var v string
+	if err := rawDB(t, path).QueryRow("SELECT value FROM gpumeter_meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != strconv.Itoa(sqlite.SchemaVersion()) {
+		t.Errorf("schema_version = %q, %v; want %d", v, err, sqlite.SchemaVersion())
 	}
 }

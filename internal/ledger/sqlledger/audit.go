@@ -12,8 +12,9 @@ import (
 
 // InsertAudit is the statement that adds one audit event; AuditArgs gives
 // its arguments.
-const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`
+const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error,
+	caller, role, source, action, target, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
 
 // AuditArgs are the arguments of InsertAudit for e.
 func AuditArgs(e ledger.AuditEvent) ([]any, error) {
@@ -26,7 +27,8 @@ func AuditArgs(e ledger.AuditEvent) ([]any, error) {
 		ev = string(b)
 	}
 	return []any{e.Time.UnixMicro(), e.Node, e.Kind, e.Rule, e.FindingID, e.ContainerID, e.Container, e.Owner,
-		ev, e.DryRun, e.Outcome, int64(e.Attempts), e.Error}, nil
+		ev, e.DryRun, e.Outcome, int64(e.Attempts), e.Error,
+		e.Caller, e.Role, e.Source, e.Action, e.Target, int64(e.Status)}, nil
 }
 
 // AuditEvents reads the audit events in f's window, oldest first.
@@ -42,7 +44,8 @@ func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.Audi
 	if f.Node != "" {
 		where = append(where, "node = "+qb.arg(f.Node))
 	}
-	sql := "SELECT at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error FROM audit_events"
+	sql := "SELECT at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error, " +
+		"caller, role, source, action, target, status FROM audit_events"
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -54,15 +57,16 @@ func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.Audi
 	var out []ledger.AuditEvent
 	for rows.Next() {
 		var (
-			e        ledger.AuditEvent
-			at, n    int64
-			evidence string
+			e             ledger.AuditEvent
+			at, n, status int64
+			evidence      string
 		)
 		if err := rows.Scan(&at, &e.Node, &e.Kind, &e.Rule, &e.FindingID, &e.ContainerID, &e.Container, &e.Owner,
-			&evidence, &e.DryRun, &e.Outcome, &n, &e.Error); err != nil {
+			&evidence, &e.DryRun, &e.Outcome, &n, &e.Error,
+			&e.Caller, &e.Role, &e.Source, &e.Action, &e.Target, &status); err != nil {
 			return nil, err
 		}
-		e.Time, e.Attempts = time.UnixMicro(at).UTC(), int(n)
+		e.Time, e.Attempts, e.Status = time.UnixMicro(at).UTC(), int(n), int(status)
 		if evidence != "{}" && evidence != "" {
 			if err := json.Unmarshal([]byte(evidence), &e.Evidence); err != nil {
 				return nil, fmt.Errorf("audit evidence: %w", err)

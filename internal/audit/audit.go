@@ -1,0 +1,185 @@
+// Package audit is the audit log: what the waste policy did to containers
+// and which API calls changed something or were turned away, with who
+// asked, from where and what came of it. Events go to a JSON lines file
+// and, when there is one, to the ledger.
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// KindAPI is the kind of an event that records an API call. The policy's
+// kinds (notify, warn, stop) are defined in internal/policy.
+const KindAPI = "api"
+
+// Outcomes of an API call.
+const (
+	OutcomeAllowed = "allowed"
+	OutcomeDenied  = "denied"
+	// OutcomeDropped marks the summary written in place of events the
+	// queue had no room for; its Action is ActionDropped.
+	OutcomeDropped = "dropped"
+)
+
+// ActionDropped is the action of the summary of dropped events.
+const ActionDropped = "audit.dropped"
+
+// Event is one line of the audit log. Policy events fill Rule through
+// Attempts; API events fill Caller through Status.
+type Event struct {
+	Time        time.Time          `json:"time"`
+	Kind        string             `json:"kind"`
+	Rule        string             `json:"rule"`
+	FindingID   string             `json:"finding_id"`
+	Node        string             `json:"node,omitempty"`
+	ContainerID string             `json:"container_id,omitempty"`
+	Container   string             `json:"container,omitempty"`
+	Owner       string             `json:"owner"`
+	Evidence    map[string]float64 `json:"evidence,omitempty"`
+	DryRun      bool               `json:"dry_run"`
+	Outcome     string             `json:"outcome"`
+	// Attempts is how many times the webhook was tried.
+	Attempts int    `json:"attempts,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// Caller is who made the call: a user and the token they used
+	// ("alice (token alice-laptop)"), "anonymous", or "policy".
+	Caller string `json:"caller,omitempty"`
+	Role   string `json:"role,omitempty"`
+	// Source is the remote address, or "unix uid N" on the local socket.
+	Source string `json:"source,omitempty"`
+	Action string `json:"action,omitempty"` // e.g. containers.stop, usage.read
+	Target string `json:"target,omitempty"` // e.g. a container id, user=bob
+	Status int    `json:"status,omitempty"` // the HTTP status
+}
+
+// ToLedger converts e to the ledger's record.
+func ToLedger(e Event) ledger.AuditEvent {
+	return ledger.AuditEvent{
+		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
+		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
+		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
+		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status,
+	}
+}
+
+// FromLedger converts a ledger record back to an Event.
+func FromLedger(e ledger.AuditEvent) Event {
+	return Event{
+		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
+		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
+		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
+		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status,
+	}
+}
+
+// Auditor records events.
+type Auditor interface {
+	Audit(ctx context.Context, e Event) error
+}
+
+// File appends events as JSON lines to a file, one write per event, so
+// that a crash loses at most the event being written.
+type File struct {
+	path string
+	mu   sync.Mutex
+	f    *os.File
+}
+
+var _ Auditor = (*File)(nil)
+
+// OpenFile opens the audit file at path for appending, creating it
+// readable by its owner only, since events name users. An existing file
+// keeps the mode it has.
+func OpenFile(path string) (*File, error) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open the audit log: %w", err)
+	}
+	return &File{path: path, f: f}, nil
+}
+
+// Path is the file's path.
+func (a *File) Path() string { return a.path }
+
+// Audit appends e.
+func (a *File) Audit(_ context.Context, e Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("audit event: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.f.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write the audit log: %w", err)
+	}
+	return nil
+}
+
+// Close closes the file.
+func (a *File) Close() error { return a.f.Close() }
+
+// maxLine bounds one line of an audit file; File writes lines of a few
+// hundred bytes.
+const maxLine = 1 << 20
+
+// ReadFile reads the events of the audit file at path with from <= Time <
+// to, oldest first; a zero from or to leaves that end open. Every line must
+// be one event: a line that is not is an error naming the file and the
+// line, since an audit log that skips what it cannot read hides things.
+func ReadFile(path string, from, to time.Time) ([]Event, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the audit log: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	var out []Event
+	n := 0
+	for sc.Scan() {
+		n++
+		e, err := parseLine(sc.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("read the audit log %s: line %d: %w", path, n, err)
+		}
+		if (from.IsZero() || !e.Time.Before(from)) && (to.IsZero() || e.Time.Before(to)) {
+			out = append(out, e)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			err = fmt.Errorf("longer than %d bytes", maxLine)
+		}
+		return nil, fmt.Errorf("read the audit log %s: line %d: %w", path, n+1, err)
+	}
+	// Writers append concurrently, so the file is in time order only
+	// nearly.
+	slices.SortStableFunc(out, func(a, b Event) int { return a.Time.Compare(b.Time) })
+	return out, nil
+}
+
+func parseLine(line []byte) (Event, error) {
+	var e Event
+	// A JSON null would decode to the zero Event without complaint.
+	if t := bytes.TrimSpace(line); len(t) == 0 || t[0] != '{' {
+		return e, errors.New("not a JSON object")
+	}
+	if err := json.Unmarshal(line, &e); err != nil {
+		return e, err
+	}
+	if e.Time.IsZero() {
+		return e, errors.New("no time")
+	}
+	return e, nil
+}
