@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 
@@ -63,7 +66,7 @@ then flags, each overriding the one before.`,
 				a.Close()
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: serving on http://%s (metrics at /metrics)\n", addr)
+			printServing(cmd.ErrOrStderr(), a, addr)
 			ctx, stop := context.WithCancel(cmd.Context())
 			defer stop()
 			hup := make(chan os.Signal, 1)
@@ -123,6 +126,23 @@ func reload(cmd *cobra.Command, a *agent.Agent, logger *slog.Logger, configPath 
 	}
 	if err != nil {
 		logger.Error("config reload rejected, the old config stays in force", "err", err)
+	}
+}
+
+// printServing says where the agent answers, and how to get in.
+func printServing(w io.Writer, a *agent.Agent, addr net.Addr) {
+	base := a.Scheme() + "://" + addr.String()
+	fmt.Fprintf(w, "gpumeter: serving on %s (metrics at /metrics)\n", base)
+	if sock := a.Socket(); sock != "" {
+		fmt.Fprintf(w, "gpumeter: local CLI socket %s (root and this user need no token)\n", sock)
+	}
+	if tok := a.DemoToken(); tok != "" {
+		host := addr.String()
+		if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+			host = net.JoinHostPort("localhost", strconv.Itoa(tcp.Port))
+		}
+		fmt.Fprintf(w, "gpumeter: demo admin token, valid while this demo runs: %s\n", tok)
+		fmt.Fprintf(w, "gpumeter: open %s://%s/#token=%s\n", a.Scheme(), host, tok)
 	}
 }
 

@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
@@ -53,6 +55,9 @@ type Agent struct {
 	reloadMu sync.Mutex
 	closers  []func() error
 	listener net.Listener
+	socket   net.Listener // nil when api.socket is off
+	sec      security
+	audit    *audit.Log
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -163,22 +168,17 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		})
 		onTick = a.recorder.Add
 	}
+	if err := a.initSecurity(cfg.Source == "demo"); err != nil {
+		return nil, err
+	}
+	auditFile, err := a.openAudit(cfg, node)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.WasteEnabled {
 		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(cfg.Cost)})
 		onTick = chain(onTick, a.waste.Add)
-		dir := cfg.DataDir
-		if cfg.Source == "demo" {
-			// The demo's made-up findings stay out of a real audit log.
-			d, err := os.MkdirTemp("", "gpumeter-demo-audit")
-			if err != nil {
-				return nil, err
-			}
-			a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
-			dir = d
-		}
-		if err := a.newPolicy(cfg, dir); err != nil {
-			return nil, err
-		}
+		a.newPolicy(cfg, auditFile)
 	}
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
@@ -217,15 +217,50 @@ func hasPIDs(sc *sim.Scenario) bool {
 // Sampler gives access to the live ticks.
 func (a *Agent) Sampler() *sampler.Sampler { return a.sampler }
 
-// Listen opens the listener, so that a caller learns a bad address before
-// Run and can read the chosen port (":0" in tests).
+// Listen opens the listeners, so that a caller learns a bad address
+// before Run and can read the chosen port (":0" in tests).
 func (a *Agent) Listen() (net.Addr, error) {
-	ln, err := net.Listen("tcp", a.cfg.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+	if err := a.listen(); err != nil {
+		return nil, err
 	}
-	a.listener = ln
-	return ln.Addr(), nil
+	return a.listener.Addr(), nil
+}
+
+// Socket is the Unix socket the agent serves on, or "".
+func (a *Agent) Socket() string {
+	if a.socket == nil {
+		return ""
+	}
+	return a.socket.Addr().String()
+}
+
+// openAudit opens the audit log the policy and the API write to: a JSON
+// lines file under the data directory, and the ledger when there is one.
+func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
+	dir := cfg.DataDir
+	if cfg.Source == "demo" {
+		// The demo's made-up findings stay out of a real audit log.
+		d, err := os.MkdirTemp("", "gpumeter-demo-audit")
+		if err != nil {
+			return nil, err
+		}
+		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
+		dir = d
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	a.closers = append(a.closers, f.Close)
+	lc := audit.LogConfig{File: f, Node: node, Logger: a.log.With("part", "audit")}
+	if as, ok := a.store.(ledger.AuditStore); ok {
+		lc.Store = as
+	}
+	a.audit = audit.NewLog(lc)
+	return f, nil
 }
 
 // Handler is the agent's HTTP surface: /metrics, the API and the page.
@@ -242,8 +277,30 @@ func (a *Agent) Handler() http.Handler {
 		extra = append(extra, a.waste)
 		findings = a.waste
 	}
-	mux.Handle("GET /metrics", exporter.Handler(a.sampler, a.version, extra...))
-	mux.Handle("/", api.Handler(a.sampler, reports, findings))
+	ac := api.Config{
+		Ticks:   a.sampler,
+		Reports: reports,
+		Waste:   findings,
+		Auth:    a.sec.auth.Load,
+		Limiter: a.sec.limiter.Load,
+		Limits: api.Limits{
+			MaxBodyBytes:    int64(a.cfg.API.MaxBodyBytes),
+			MaxReportWindow: a.cfg.API.MaxReportWindow,
+			MaxReportRows:   a.cfg.API.MaxReportRows,
+		},
+		Logger: a.log.With("part", "api"),
+	}
+	if a.docker != nil {
+		ac.Stopper = a.docker
+	}
+	if a.audit != nil {
+		extra = append(extra, a.audit)
+		ac.Audit = a.audit
+	}
+	apiHandler := api.New(ac)
+	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, extra...)))
+	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
+	mux.Handle("/", apiHandler)
 	return mux
 }
 
@@ -318,14 +375,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	srv := &http.Server{
 		Handler:           a.Handler(),
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		ReadHeaderTimeout: a.cfg.API.ReadHeaderTimeout,
+		ReadTimeout:       a.cfg.API.ReadTimeout,
+		WriteTimeout:      a.cfg.API.ReadTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    32 << 10,
+		ConnContext:       auth.ConnContext,
+		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	if a.docker != nil {
 		wg.Go(func() {
 			if err := a.docker.Run(ctx); err != nil {
@@ -345,6 +404,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		})
 	}
+	// The audit log, too, stops after the server has, so that it keeps
+	// the last calls.
+	auditCtx, stopAudit := context.WithCancel(context.Background())
+	defer stopAudit()
+	if a.audit != nil {
+		wg.Go(func() { _ = a.audit.Run(auditCtx) })
+	}
 	if a.policy != nil {
 		wg.Go(func() {
 			if err := a.policy.Run(ctx); err != nil {
@@ -359,12 +425,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			cancel()
 		}
 	})
-	wg.Go(func() {
-		if err := srv.Serve(a.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errs <- fmt.Errorf("http: %w", err)
-			cancel()
+	for _, ln := range []net.Listener{a.listener, a.socket} {
+		if ln == nil {
+			continue
 		}
-	})
+		wg.Go(func() {
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("http on %s: %w", ln.Addr(), err)
+				cancel()
+			}
+		})
+	}
 	a.log.Info("serving", "listen", a.listener.Addr().String(), "interval", a.cfg.Interval.String())
 	<-ctx.Done()
 	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
@@ -375,6 +446,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// contexts, so that they let go of the ledger before it closes.
 		_ = srv.Close()
 	}
+	stopAudit()
 	wg.Wait()
 	a.Close()
 	close(errs)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -52,6 +53,12 @@ func (s *stuckStore) Close() error {
 func TestRunStopsWithAReportStuck(t *testing.T) {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
+	cfg.API.Socket = "none"
+	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Auth.Tokens = map[string]auth.Token{"t": tok}
 	store := &stuckStore{reading: make(chan struct{})}
 	a := &Agent{
 		cfg:      cfg,
@@ -59,6 +66,9 @@ func TestRunStopsWithAReportStuck(t *testing.T) {
 		sampler:  sampler.New(sampler.Config{GPUs: oneGPU{}}),
 		store:    store,
 		recorder: record.New(record.Config{Store: store, FlushInterval: time.Hour}),
+	}
+	if err := a.initSecurity(false); err != nil {
+		t.Fatal(err)
 	}
 	addr, err := a.Listen()
 	if err != nil {
@@ -70,7 +80,9 @@ func TestRunStopsWithAReportStuck(t *testing.T) {
 	go func() { done <- a.Run(ctx) }()
 
 	go func() {
-		resp, err := http.Get("http://" + addr.String() + "/api/v1/usage?since=1h")
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr.String()+"/api/v1/usage?since=1h", nil)
+		req.Header.Set("Authorization", "Bearer "+secret)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			resp.Body.Close()
 		}

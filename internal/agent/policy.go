@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
@@ -58,18 +57,11 @@ func (w *liveWaste) setRules(cfg waste.LiveConfig) bool {
 	return true
 }
 
-// newPolicy builds the policy engine over the live findings, with its
-// audit log under dir.
-func (a *Agent) newPolicy(cfg config.Config, dir string) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("policy audit log: %w", err)
-	}
-	audit, err := policy.OpenFile(filepath.Join(dir, "audit.jsonl"))
-	if err != nil {
-		return err
-	}
-	a.closers = append(a.closers, audit.Close)
-	auditors := auditors{audit}
+// newPolicy builds the policy engine over the live findings. It writes
+// its audit events itself, to the audit file and the ledger, and waits for
+// them: an action must not go unrecorded.
+func (a *Agent) newPolicy(cfg config.Config, file *audit.File) {
+	auditors := auditors{file}
 	if as, ok := a.store.(ledger.AuditStore); ok {
 		auditors = append(auditors, ledgerAudit{as})
 	}
@@ -83,7 +75,6 @@ func (a *Agent) newPolicy(cfg config.Config, dir string) error {
 		ec.Stopper, ec.Containers = a.docker, a.docker
 	}
 	a.policy = policy.NewEngine(ec)
-	return nil
 }
 
 // auditors writes every event to each of its auditors: the JSON lines
@@ -104,33 +95,33 @@ func (as auditors) Audit(ctx context.Context, e policy.Event) error {
 type ledgerAudit struct{ store ledger.AuditStore }
 
 func (l ledgerAudit) Audit(ctx context.Context, e policy.Event) error {
-	return l.store.Audit(ctx, []ledger.AuditEvent{{
-		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
-		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
-		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
-	}})
+	return l.store.Audit(ctx, []ledger.AuditEvent{audit.ToLedger(e)})
 }
 
-// Reload applies the waste thresholds and the policy of a new config,
-// together, once the whole config has passed validation; other settings
-// need a restart and are left as they are. A config that does not pass
-// leaves everything as it was.
+// Reload applies the tokens, certificates, limits, waste thresholds and
+// policy of a new config, together, once the whole config has passed
+// validation; other settings need a restart and are left as they are. A
+// config that does not pass, or whose certificate does not load, leaves
+// everything as it was.
 func (a *Agent) Reload(cfg config.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}
-	if a.waste == nil {
-		if cfg.WasteEnabled {
-			return errors.New("waste.enabled: turning the waste rules on needs a restart")
-		}
-		return nil
+	if a.waste == nil && cfg.WasteEnabled {
+		return errors.New("waste.enabled: turning the waste rules on needs a restart")
 	}
 	a.reloadMu.Lock()
 	defer a.reloadMu.Unlock()
-	changed := a.waste.setRules(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(a.cfg.Cost)})
+	if err := a.sec.reload(&cfg); err != nil {
+		return err
+	}
+	changed := false
+	if a.waste != nil {
+		changed = a.waste.setRules(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(a.cfg.Cost)})
+	}
 	if a.policy != nil {
 		a.policy.SetPolicy(cfg.Policy)
 	}
-	a.log.Info("config reloaded", "waste_rules_changed", changed, "policy_dry_run", cfg.Policy.DryRun)
+	a.log.Info("config reloaded", "tokens", len(cfg.Auth.Tokens), "waste_rules_changed", changed, "policy_dry_run", cfg.Policy.DryRun)
 	return nil
 }

@@ -3,28 +3,13 @@
 package api
 
 import (
-	"bytes"
-	"context"
-	"embed"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"net/http"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/meter"
-	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
-
-// TickSource gives the latest tick; *sampler.Sampler is one.
-type TickSource interface {
-	Latest() *sampler.Tick
-}
 
 // GPU is one GPU in /api/v1/gpus.
 type GPU struct {
@@ -142,152 +127,6 @@ type ContainersResponse struct {
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-}
-
-//go:embed static
-var static embed.FS
-
-// Reports builds usage reports from the ledger; nil when the ledger is off.
-type Reports interface {
-	Report(ctx context.Context, r report.Request) (*report.Report, error)
-}
-
-// Waste gives the live waste findings; *waste.Live is one.
-type Waste interface {
-	Report() *waste.Report
-}
-
-// Handler serves the API and the page. Other handlers (metrics) are mounted
-// by the caller on the same mux. reports may be nil: the usage endpoints
-// then say that the ledger is off; so may findings, when the live waste
-// rules are off.
-func Handler(src TickSource, reports Reports, findings Waste) http.Handler {
-	mux := http.NewServeMux()
-	usage := func(format string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if reports == nil {
-				writeError(w, http.StatusServiceUnavailable, "ledger_off", "the ledger is off (ledger.enabled: false), so there is no usage to report")
-				return
-			}
-			req, err := report.RequestFromQuery(r.URL.Query(), config.ParseDuration)
-			if err == nil {
-				if format != "" {
-					if req.Format != "" && req.Format != format {
-						err = fmt.Errorf("format: %s serves %s only", r.URL.Path, format)
-					}
-					req.Format = format
-				} else if req.Format == "" {
-					req.Format = "json"
-				}
-			}
-			if err == nil {
-				err = req.Validate(time.Now())
-			}
-			if err != nil {
-				writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-				return
-			}
-			rep, err := reports.Report(r.Context(), req)
-			if errors.Is(err, report.ErrInvalidCost) {
-				writeError(w, http.StatusInternalServerError, "bad_config", err.Error())
-				return
-			}
-			if err != nil {
-				writeError(w, http.StatusInternalServerError, "ledger_error", "could not read the ledger; the agent's log says why")
-				return
-			}
-			var buf bytes.Buffer
-			switch req.Format {
-			case "csv":
-				w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-				err = rep.WriteCSV(&buf)
-			case "focus":
-				w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-				err = rep.WriteFOCUS(&buf)
-			case "table":
-				w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-				err = rep.WriteTable(&buf)
-			default:
-				w.Header().Set("Content-Type", "application/json")
-				err = rep.WriteJSON(&buf)
-			}
-			if err != nil {
-				writeError(w, http.StatusInternalServerError, "render_error", "could not render the report")
-				return
-			}
-			w.Header().Set("Cache-Control", "no-store")
-			_, _ = w.Write(buf.Bytes())
-		}
-	}
-	mux.HandleFunc("GET /api/v1/usage", usage(""))
-	mux.HandleFunc("GET /api/v1/usage.csv", usage("csv"))
-	mux.HandleFunc("GET /api/v1/waste", func(w http.ResponseWriter, r *http.Request) {
-		if findings == nil {
-			writeError(w, http.StatusServiceUnavailable, "waste_off", "the live waste rules are off (waste.enabled: false); `gpumeter waste` reads the ledger")
-			return
-		}
-		if len(r.URL.Query()) > 0 {
-			writeError(w, http.StatusBadRequest, "bad_request", "/api/v1/waste takes no parameters: it lists the live findings")
-			return
-		}
-		writeJSON(w, findings.Report())
-	})
-	mux.HandleFunc("GET /api/v1/gpus", func(w http.ResponseWriter, r *http.Request) {
-		t := src.Latest()
-		if t == nil {
-			writeError(w, http.StatusServiceUnavailable, "no_sample", "no sample taken yet; try again in a second")
-			return
-		}
-		writeJSON(w, GPUsFromTick(t))
-	})
-	mux.HandleFunc("GET /api/v1/containers", func(w http.ResponseWriter, r *http.Request) {
-		t := src.Latest()
-		if t == nil {
-			writeError(w, http.StatusServiceUnavailable, "no_sample", "no sample taken yet; try again in a second")
-			return
-		}
-		writeJSON(w, ContainersFromTick(t))
-	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if src.Latest() == nil {
-			writeError(w, http.StatusServiceUnavailable, "no_sample", "no sample taken yet")
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
-		// Every endpoint is read-only: a path that GET would find was
-		// asked with the wrong method.
-		get := r.Clone(r.Context())
-		get.Method = http.MethodGet
-		if _, pattern := mux.Handler(get); pattern != "/api/" {
-			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" "+r.URL.Path+" is not allowed: the API is read-only, use GET")
-			return
-		}
-		writeError(w, http.StatusNotFound, "not_found", "no such endpoint: "+r.Method+" "+r.URL.Path)
-	})
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-cache")
-		http.ServeFileFS(w, r, static, "static/index.html")
-	})
-	return mux
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: msg})
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
@@ -25,7 +26,15 @@ func (oneGPU) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
 func TestErrorsAreJSON(t *testing.T) {
 	s := sampler.New(sampler.Config{Node: "n1", GPUs: oneGPU{}})
 	s.Step(context.Background(), time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
-	srv := httptest.NewServer(Handler(s, nil, nil))
+	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(New(Config{Ticks: s, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }}))
 	defer srv.Close()
 
 	tests := []struct {
@@ -35,6 +44,7 @@ func TestErrorsAreJSON(t *testing.T) {
 	}{
 		{http.MethodGet, "/api/v1/nothing", http.StatusNotFound, "not_found", ""},
 		{http.MethodPost, "/api/v1/gpus", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
+		{http.MethodGet, "/api/v1/containers/x/stop", http.StatusMethodNotAllowed, "method_not_allowed", "POST"},
 		{http.MethodDelete, "/api/v1/containers", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
 		{http.MethodPut, "/api/v1/usage", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
 		{http.MethodPost, "/api/v1/usage.csv", http.StatusMethodNotAllowed, "method_not_allowed", "GET, HEAD"},
@@ -47,6 +57,7 @@ func TestErrorsAreJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			req.Header.Set("Authorization", "Bearer "+secret)
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -68,4 +79,15 @@ func TestErrorsAreJSON(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openHandler serves the API to anyone as a viewer, for tests of what
+// the endpoints answer rather than of who may call them.
+func openHandler(t *testing.T, ticks TickSource, reports Reports, findings Waste) http.Handler {
+	t.Helper()
+	authn, err := auth.New(auth.Config{Anonymous: auth.RoleViewer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(Config{Ticks: ticks, Reports: reports, Waste: findings, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }})
 }

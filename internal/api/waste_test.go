@@ -45,7 +45,7 @@ func TestWaste(t *testing.T) {
 		return resp.StatusCode, body
 	}
 
-	status, body := get(Handler(s, nil, fixedWaste{rep}), "/api/v1/waste")
+	status, body := get(openHandler(t, s, nil, fixedWaste{rep}), "/api/v1/waste")
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %s", status, body)
 	}
@@ -64,8 +64,8 @@ func TestWaste(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"off", Handler(s, nil, nil), "/api/v1/waste", http.StatusServiceUnavailable, "waste_off"},
-		{"parameters", Handler(s, nil, fixedWaste{rep}), "/api/v1/waste?since=1h", http.StatusBadRequest, "bad_request"},
+		{"off", openHandler(t, s, nil, nil), "/api/v1/waste", http.StatusServiceUnavailable, "waste_off"},
+		{"parameters", openHandler(t, s, nil, fixedWaste{rep}), "/api/v1/waste?since=1h", http.StatusBadRequest, "bad_request"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, body := get(tt.h, tt.path)

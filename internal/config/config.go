@@ -21,6 +21,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -69,6 +70,54 @@ type Config struct {
 
 	// Policy is what the agent does about live findings.
 	Policy policy.Config
+
+	// Auth is who may call the API; API limits what one call may take;
+	// TLS secures the listener; WebConfigFile is an exporter-toolkit web
+	// config for /metrics and /healthz.
+	Auth          Auth
+	API           APILimits
+	TLS           TLS
+	WebConfigFile string
+}
+
+// Auth is who may call the API.
+type Auth struct {
+	Tokens      map[string]auth.Token    // by ID
+	ClientCerts map[string]auth.CertUser // by certificate common name
+	Anonymous   string                   // none or viewer
+}
+
+// APILimits bound what callers of the API may take.
+type APILimits struct {
+	// Socket is the Unix socket the CLI reaches the agent on; "" means
+	// api.sock under DataDir, "none" turns it off.
+	Socket            string
+	MaxBodyBytes      uint64
+	RateLimit         float64 // requests per second per caller; 0: off
+	RateBurst         int
+	MaxReportWindow   time.Duration
+	MaxReportRows     int
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+}
+
+// SocketPath is where the agent's Unix socket is, or "" when it is off.
+func (c *Config) SocketPath() string {
+	switch c.API.Socket {
+	case "none":
+		return ""
+	case "":
+		return filepath.Join(c.DataDir, "api.sock")
+	}
+	return c.API.Socket
+}
+
+// TLS is the listener's certificate and how clients prove who they are.
+type TLS struct {
+	CertFile     string
+	KeyFile      string
+	ClientCAFile string
+	ClientAuth   string // optional or required, when ClientCAFile is set
 }
 
 // Cost is the price list reports charge by.
@@ -133,6 +182,18 @@ func Default() Config {
 		Waste:        waste.DefaultRules(),
 
 		Policy: policy.DefaultConfig(),
+
+		Auth: Auth{Tokens: map[string]auth.Token{}, ClientCerts: map[string]auth.CertUser{}, Anonymous: "none"},
+		API: APILimits{
+			MaxBodyBytes:      64 << 10,
+			RateLimit:         50,
+			RateBurst:         100,
+			MaxReportWindow:   400 * 24 * time.Hour,
+			MaxReportRows:     10_000,
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       30 * time.Second,
+		},
+		TLS: TLS{ClientAuth: "optional"},
 	}
 }
 
@@ -412,7 +473,73 @@ func Keys() []Key {
 		listKey("policy.exempt.names", "container name patterns left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Names }),
 		listKey("policy.exempt.images", "image patterns left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Images }),
 		listKey("policy.exempt.owners", "users, teams or projects left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Owners }),
+		entryKey("auth.tokens", "API tokens by name: \"user=NAME role=admin|user|viewer sha256=HASH [expires=TIME]\", as `gpumeter token create` prints them",
+			func(c *Config, id, v string) error {
+				t, err := auth.ParseToken(id, v)
+				if err == nil {
+					setEntry(&c.Auth.Tokens, id, t)
+				}
+				return err
+			},
+			func(c *Config) map[string]string { return entries(c.Auth.Tokens, auth.Token.Entry) }),
+		entryKey("auth.client_certs", "client certificates by subject common name: \"user=NAME role=ROLE\" (needs tls.client_ca_file)",
+			func(c *Config, cn, v string) error {
+				cu, err := auth.ParseCertUser(cn, v)
+				if err == nil {
+					setEntry(&c.Auth.ClientCerts, cn, cu)
+				}
+				return err
+			},
+			func(c *Config) map[string]string { return entries(c.Auth.ClientCerts, auth.CertUser.Entry) }),
+		enumKey("auth.anonymous", "what callers without credentials may do on the API; /metrics and /healthz are always open unless web.config_file sets basic auth", func(c *Config) *string { return &c.Auth.Anonymous }, "none", "viewer"),
+		stringKey("api.socket", "Unix socket (mode 0600) for the CLI on this host; root and the agent's user need no token on it (default: api.sock in data_dir; none: off)", func(c *Config) *string { return &c.API.Socket }),
+		sizeKey("api.max_body", "largest request body accepted", func(c *Config) *uint64 { return &c.API.MaxBodyBytes }),
+		floatKey("api.rate_limit", "API requests per second allowed to each caller (token, certificate or address); 0: no limit", func(c *Config) *float64 { return &c.API.RateLimit }),
+		intKey("api.rate_burst", "API requests a caller may make at once above the rate", func(c *Config) *int { return &c.API.RateBurst }),
+		durationKey("api.max_report_window", "longest window a usage report over the API may cover", func(c *Config) *time.Duration { return &c.API.MaxReportWindow }),
+		intKey("api.max_report_rows", "most rows a usage report over the API may return", func(c *Config) *int { return &c.API.MaxReportRows }),
+		durationKey("api.read_header_timeout", "how long a client may take to send its request headers", func(c *Config) *time.Duration { return &c.API.ReadHeaderTimeout }),
+		durationKey("api.read_timeout", "how long a client may take to send its whole request", func(c *Config) *time.Duration { return &c.API.ReadTimeout }),
+		stringKey("tls.cert_file", "certificate (PEM) the listener serves HTTPS with; re-read on SIGHUP", func(c *Config) *string { return &c.TLS.CertFile }),
+		stringKey("tls.key_file", "private key (PEM) of tls.cert_file", func(c *Config) *string { return &c.TLS.KeyFile }),
+		stringKey("tls.client_ca_file", "CA bundle (PEM) client certificates are verified against", func(c *Config) *string { return &c.TLS.ClientCAFile }),
+		enumKey("tls.client_auth", "whether every client must show a certificate signed by tls.client_ca_file", func(c *Config) *string { return &c.TLS.ClientAuth }, "optional", "required"),
+		stringKey("web.config_file", "Prometheus exporter-toolkit web config: basic_auth_users guard /metrics and /healthz, tls_server_config may serve HTTPS instead of tls.*", func(c *Config) *string { return &c.WebConfigFile }),
 	}
+}
+
+// entryKey is a setting holding name: text entries that set parses.
+func entryKey(name, help string, set func(c *Config, sub, v string) error, get func(c *Config) map[string]string) Key {
+	return Key{Name: name, Help: help, isMap: true,
+		set: func(c *Config, sub, v string) error {
+			if sub == "" {
+				return errors.New("want name=value")
+			}
+			return set(c, sub, v)
+		},
+		get: func(c *Config) string {
+			m := get(c)
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				parts = append(parts, k+"="+m[k])
+			}
+			return strings.Join(parts, ",")
+		}}
+}
+
+func setEntry[T any](m *map[string]T, k string, v T) {
+	if *m == nil {
+		*m = map[string]T{}
+	}
+	(*m)[k] = v
+}
+
+func entries[T any](m map[string]T, render func(T) string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = render(v)
+	}
+	return out
 }
 
 func lookup(name string) (Key, bool) {
@@ -611,7 +738,10 @@ func (c *Config) LoadEnv(environ []string) error {
 // config file path and the API client's address. GPUMETER_TEST_* are the
 // test suites' own (a PostgreSQL DSN, say), left set in a developer's
 // shell while the binary runs.
-var envNotSettings = map[string]bool{"GPUMETER_CONFIG": true, "GPUMETER_URL": true}
+var envNotSettings = map[string]bool{
+	"GPUMETER_CONFIG": true, "GPUMETER_URL": true, "GPUMETER_TOKEN": true,
+	"GPUMETER_CLIENT_CONFIG": true, "GPUMETER_CA_FILE": true,
+}
 
 // Validate checks values that parse but make no sense together.
 func (c *Config) Validate() error {
@@ -661,6 +791,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("cost.weights.%s: not a resource (gpu, cpu, ram, energy)", name))
 		}
 	}
+	errs = append(errs, c.securityErrors()...)
 	errs = append(errs, c.WasteErrors()...)
 	if err := c.Policy.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -669,6 +800,62 @@ func (c *Config) Validate() error {
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)
+}
+
+// securityErrors are the errors of the auth, api and tls keys.
+func (c *Config) securityErrors() []error {
+	var errs []error
+	if _, err := c.AuthConfig(nil); err != nil {
+		errs = append(errs, err)
+	}
+	if c.API.MaxBodyBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("api.max_body: %s is below 1KiB", FormatSize(c.API.MaxBodyBytes)))
+	}
+	if c.API.RateLimit > 0 && c.API.RateBurst < 1 {
+		errs = append(errs, fmt.Errorf("api.rate_burst: %d is below 1 while api.rate_limit is on", c.API.RateBurst))
+	}
+	if c.API.MaxReportWindow < time.Hour {
+		errs = append(errs, fmt.Errorf("api.max_report_window: %s is shorter than an hour", c.API.MaxReportWindow))
+	}
+	if c.API.MaxReportRows < 1 {
+		errs = append(errs, fmt.Errorf("api.max_report_rows: %d is below 1", c.API.MaxReportRows))
+	}
+	if c.API.ReadHeaderTimeout < 100*time.Millisecond || c.API.ReadHeaderTimeout > time.Minute {
+		errs = append(errs, fmt.Errorf("api.read_header_timeout: %s is outside 100ms..1m", c.API.ReadHeaderTimeout))
+	}
+	if c.API.ReadTimeout < c.API.ReadHeaderTimeout || c.API.ReadTimeout > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("api.read_timeout: %s is outside api.read_header_timeout..10m", c.API.ReadTimeout))
+	}
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		errs = append(errs, errors.New("tls.cert_file, tls.key_file: set both or neither"))
+	}
+	if c.TLS.ClientCAFile != "" && c.TLS.CertFile == "" {
+		errs = append(errs, errors.New("tls.client_ca_file: client certificates need HTTPS: set tls.cert_file and tls.key_file too"))
+	}
+	if c.TLS.ClientAuth == "required" && c.TLS.ClientCAFile == "" {
+		errs = append(errs, errors.New("tls.client_auth: required needs tls.client_ca_file"))
+	}
+	if len(c.Auth.ClientCerts) > 0 && c.TLS.ClientCAFile == "" && c.WebConfigFile == "" {
+		errs = append(errs, errors.New("auth.client_certs: no client certificate can be verified without tls.client_ca_file"))
+	}
+	return errs
+}
+
+// AuthConfig is the authenticator's config; socketUIDs are the Unix
+// socket peers let in without a token.
+func (c *Config) AuthConfig(socketUIDs []int) (auth.Config, error) {
+	ac := auth.Config{SocketUIDs: socketUIDs}
+	for _, id := range slices.Sorted(maps.Keys(c.Auth.Tokens)) {
+		ac.Tokens = append(ac.Tokens, c.Auth.Tokens[id])
+	}
+	for _, cn := range slices.Sorted(maps.Keys(c.Auth.ClientCerts)) {
+		ac.Certs = append(ac.Certs, c.Auth.ClientCerts[cn])
+	}
+	if c.Auth.Anonymous == "viewer" {
+		ac.Anonymous = auth.RoleViewer
+	}
+	_, err := auth.New(ac)
+	return ac, err
 }
 
 // WasteErrors are the errors of the waste rules, named by their keys.

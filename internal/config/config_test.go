@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -46,6 +47,20 @@ func TestParseFull(t *testing.T) {
 			Exempt: policy.Selectors{Labels: []string{"keep=yes", "team=infra"}, Names: []string{"notebook-*"},
 				Images: []string{"registry.lab/serving/*"}, Owners: []string{"alice", "bob"}},
 		},
+		Auth: Auth{
+			Tokens: map[string]auth.Token{
+				"alice-laptop": {ID: "alice-laptop", User: "alice", Role: auth.RoleUser, Hash: auth.HashToken("hello"), Expires: time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)},
+				"grafana":      {ID: "grafana", User: "grafana", Role: auth.RoleViewer, Hash: auth.HashToken("world")},
+			},
+			ClientCerts: map[string]auth.CertUser{"ops.lab": {Name: "ops.lab", User: "ops", Role: auth.RoleAdmin}},
+			Anonymous:   "viewer",
+		},
+		API: APILimits{
+			Socket: "/run/gpumeter/api.sock", MaxBodyBytes: 16 << 10, RateLimit: 20, RateBurst: 40,
+			MaxReportWindow: 90 * 24 * time.Hour, MaxReportRows: 500, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 20 * time.Second,
+		},
+		TLS:           TLS{CertFile: "/etc/gpumeter/tls/server.crt", KeyFile: "/etc/gpumeter/tls/server.key", ClientCAFile: "/etc/gpumeter/tls/clients.pem", ClientAuth: "required"},
+		WebConfigFile: "/etc/gpumeter/web.yml",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)

@@ -433,3 +433,15 @@ func round(v float64) float64 {
 	r, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', 12, 64), 64)
 	return r
 }
+
+// Only is the report narrowed to the findings keep keeps, with its totals
+// summed again.
+func (r *Report) Only(keep func(*Finding) bool) *Report {
+	var fs []Finding
+	for i := range r.Findings {
+		if keep(&r.Findings[i]) {
+			fs = append(fs, r.Findings[i])
+		}
+	}
+	return newReport(r.From, r.To, r.Currency, fs)
+}

@@ -1,0 +1,395 @@
+package api
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/waste"
+)
+
+//go:embed static
+var static embed.FS
+
+// TickSource gives the latest tick; *sampler.Sampler is one.
+type TickSource interface {
+	Latest() *sampler.Tick
+}
+
+// Reports builds usage reports from the ledger; nil when the ledger is off.
+type Reports interface {
+	Report(ctx context.Context, r report.Request) (*report.Report, error)
+}
+
+// Waste gives the live waste findings; *waste.Live is one.
+type Waste interface {
+	Report() *waste.Report
+}
+
+// Stopper stops a container; *docker.Inventory is one. An error for a
+// container that no longer exists wraps docker.ErrNotFound.
+type Stopper interface {
+	Stop(ctx context.Context, id string, grace time.Duration) error
+}
+
+// Auditor keeps the audit log; *audit.Log is one. Record must not block.
+type Auditor interface {
+	Record(e audit.Event)
+	Events(ctx context.Context, from, to time.Time, limit int) ([]audit.Event, bool, error)
+}
+
+// Limits bound what one call may take.
+type Limits struct {
+	MaxBodyBytes    int64
+	MaxReportWindow time.Duration
+	MaxReportRows   int
+	// MaxAuditEvents is the most audit events one call returns.
+	MaxAuditEvents int
+}
+
+// Config is what the API serves from and who it lets in.
+type Config struct {
+	Ticks   TickSource
+	Reports Reports // nil: the ledger is off
+	Waste   Waste   // nil: the live waste rules are off
+	Stopper Stopper // nil: no Docker
+	Audit   Auditor // nil: nothing is recorded (tests only)
+	// Auth gives the current authenticator; it changes on a reload.
+	Auth    func() *auth.Authenticator
+	Limiter func() *auth.Limiter
+	Limits  Limits
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Error codes of the API, stable for clients to test.
+const (
+	CodeBadRequest       = "bad_request"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeRateLimited      = "rate_limited"
+	CodeWindowTooLong    = "window_too_long"
+	CodeTooManyRows      = "too_many_rows"
+	CodeConflict         = "conflict"
+	CodeUnsupportedType  = "unsupported_media_type"
+	CodeNoSample         = "no_sample"
+	CodeLedgerOff        = "ledger_off"
+	CodeWasteOff         = "waste_off"
+	CodeDockerOff        = "docker_off"
+	CodeInternal         = "internal_error"
+)
+
+// Outcomes of API calls in the audit log, besides audit's allowed and
+// denied: a request that was malformed, and one that was allowed but
+// could not be done.
+const (
+	OutcomeRejected = "rejected"
+	OutcomeFailed   = "failed"
+)
+
+// server is the API's handler.
+type server struct {
+	cfg Config
+	mux *http.ServeMux
+}
+
+// route is one endpoint: what it does, in auth's terms, and its handler.
+// Every /api/ route goes through guard, which authenticates, rate-limits,
+// authorises the action and audits denials, so that no handler can forget
+// to.
+type route struct {
+	method, pattern string
+	act             auth.Action
+	mutating        bool
+	h               func(w http.ResponseWriter, r *http.Request, c *call)
+}
+
+// call is one authenticated request on its way through a handler.
+type call struct {
+	id      auth.Identity
+	ownOnly bool // the caller may see or touch only its own things
+	source  string
+	act     auth.Action
+}
+
+// New builds the API: /api/v1/*, /healthz and the page at /.
+func New(cfg Config) http.Handler {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Limits.MaxBodyBytes <= 0 {
+		cfg.Limits.MaxBodyBytes = 64 << 10
+	}
+	if cfg.Limits.MaxAuditEvents <= 0 {
+		cfg.Limits.MaxAuditEvents = 10_000
+	}
+	s := &server{cfg: cfg, mux: http.NewServeMux()}
+	routes := []route{
+		{method: "GET", pattern: "/api/v1/whoami", act: auth.ActWhoami, h: s.whoami},
+		{method: "GET", pattern: "/api/v1/gpus", act: auth.ActGPUsRead, h: s.gpus},
+		{method: "GET", pattern: "/api/v1/containers", act: auth.ActContainersRead, h: s.containers},
+		{method: "POST", pattern: "/api/v1/containers/{id}/stop", act: auth.ActContainerStop, mutating: true, h: s.stop},
+		{method: "GET", pattern: "/api/v1/usage", act: auth.ActUsageRead, h: s.usage("")},
+		{method: "GET", pattern: "/api/v1/usage.csv", act: auth.ActUsageRead, h: s.usage("csv")},
+		{method: "GET", pattern: "/api/v1/waste", act: auth.ActWasteRead, h: s.waste},
+		{method: "GET", pattern: "/api/v1/audit", act: auth.ActAuditRead, h: s.audit},
+	}
+	allow := map[string][]string{}
+	for _, rt := range routes {
+		s.mux.Handle(rt.method+" "+rt.pattern, s.guard(rt))
+		allow[rt.pattern] = append(allow[rt.pattern], rt.method)
+	}
+	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		// A path some route serves was asked with the wrong method.
+		for _, m := range []string{"GET", "POST"} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := s.mux.Handler(probe); pattern != "/api/" {
+				methods := allow[strings.TrimPrefix(pattern, m+" ")]
+				if methods[0] == "GET" {
+					methods = append(methods, "HEAD")
+				}
+				w.Header().Set("Allow", strings.Join(methods, ", "))
+				writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed: use "+strings.Join(methods, " or "))
+				return
+			}
+		}
+		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+	})
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Ticks.Latest() == nil {
+			writeError(w, http.StatusServiceUnavailable, CodeNoSample, "no sample taken yet")
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	// The page holds no data: it asks the API, with the caller's token.
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		http.ServeFileFS(w, r, static, "static/index.html")
+	})
+	return s
+}
+
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.mux.ServeHTTP(w, r)
+}
+
+// guard is the one place a request is let in or turned away.
+func (s *server) guard(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c := &call{source: source(r), act: rt.act}
+		id, authErr := s.cfg.Auth().Authenticate(r)
+		c.id = id
+		key := "addr:" + hostOf(c.source)
+		if authErr == nil {
+			key = id.Method + ":" + id.Name
+		}
+		if ok, wait, first := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {
+			secs := max(1, int((wait+time.Second-1)/time.Second))
+			w.Header().Set("Retry-After", strconv.Itoa(secs))
+			// One audit event per run of refusals, not one per request:
+			// a flood must not flood the log.
+			if first {
+				s.record(r, c, "", http.StatusTooManyRequests, "rate limited")
+			}
+			writeError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf("too many requests from %s; try again in %d s", describe(id, authErr, c.source), secs))
+			return
+		}
+		if authErr != nil {
+			var ae *auth.Error
+			code, msg := CodeInternal, "authentication failed"
+			if errors.As(authErr, &ae) {
+				code, msg = ae.Code, ae.Msg
+			}
+			w.Header().Set("WWW-Authenticate", `Bearer realm="gpumeter"`)
+			s.record(r, c, "", http.StatusUnauthorized, code)
+			writeError(w, http.StatusUnauthorized, code, msg)
+			return
+		}
+		ownOnly, err := auth.Authorize(id, rt.act)
+		if err != nil {
+			s.forbid(w, r, c, "", err)
+			return
+		}
+		c.ownOnly = ownOnly
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes)
+		}
+		if !rt.mutating && r.ContentLength > 0 {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, r.Method+" "+r.URL.Path+" takes no body")
+			return
+		}
+		rt.h(w, r, c)
+	})
+}
+
+// forbid refuses c with 403 and audits it.
+func (s *server) forbid(w http.ResponseWriter, r *http.Request, c *call, target string, err error) {
+	s.record(r, c, target, http.StatusForbidden, err.Error())
+	writeError(w, http.StatusForbidden, CodeForbidden, err.Error())
+}
+
+// record writes one audit event for c.
+func (s *server) record(r *http.Request, c *call, target string, status int, detail string) {
+	if s.cfg.Audit == nil {
+		return
+	}
+	outcome := audit.OutcomeAllowed
+	switch status {
+	case http.StatusOK:
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
+		outcome = audit.OutcomeDenied
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
+		outcome = OutcomeRejected
+	default:
+		outcome = OutcomeFailed
+	}
+	if target == "" {
+		target = r.Method + " " + r.URL.Path
+	}
+	s.cfg.Audit.Record(audit.Event{
+		Time: s.cfg.Now(), Kind: audit.KindAPI, Caller: c.id.Caller(), Role: string(c.id.Role),
+		Source: c.source, Action: string(c.act), Target: target, Status: status, Outcome: outcome, Error: detail,
+	})
+}
+
+// source is where r came from: the peer address, or the socket peer.
+func source(r *http.Request) string {
+	if uid, ok := auth.PeerUID(r.Context()); ok {
+		return "unix uid " + strconv.Itoa(uid)
+	}
+	return r.RemoteAddr
+}
+
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+func describe(id auth.Identity, authErr error, src string) string {
+	if authErr == nil {
+		return id.Caller()
+	}
+	return hostOf(src)
+}
+
+// decodeJSON reads r's body into v: one JSON object, no unknown fields,
+// nothing after it. A bad body is answered, and its status and error
+// returned for the audit log.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, error) {
+	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
+		err := errors.New("the body must be application/json, not " + ct)
+		writeError(w, http.StatusUnsupportedMediaType, CodeUnsupportedType, err.Error())
+		return http.StatusUnsupportedMediaType, err
+	}
+	err := DecodeStrict(r.Body, v)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		err = fmt.Errorf("the body is larger than %d bytes (api.max_body)", mbe.Limit)
+		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, err.Error())
+		return http.StatusRequestEntityTooLarge, err
+	case err != nil:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return http.StatusBadRequest, err
+	}
+	return http.StatusOK, nil
+}
+
+// DecodeStrict decodes one JSON value from rd into v, refusing unknown
+// fields and trailing data, with errors that say where the body is wrong.
+// An empty body is an empty object.
+func DecodeStrict(rd io.Reader, v any) error {
+	dec := json.NewDecoder(rd)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil
+		case errors.As(err, &mbe):
+			return err
+		case errors.As(err, &syn):
+			return fmt.Errorf("the body is not valid JSON at byte %d", syn.Offset)
+		case errors.As(err, &typ):
+			return fmt.Errorf("the body's field %q must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return errors.New("the body ends in the middle of its JSON")
+		}
+		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return fmt.Errorf("the body has an unknown field %s", f)
+		}
+		return fmt.Errorf("the body is not what was expected: %v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return errors.New("the body has more after its JSON object")
+	}
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: msg})
+}
+
+// owns says whether the caller of c may see something owned by user.
+func (c *call) owns(user string) bool { return !c.ownOnly || user == c.id.User }
+
+// ownerUser is the user an owner stands for: a container's user, or the
+// host user itself.
+func ownerUser(t *sampler.Tick, o container.Owner) string {
+	switch o.Kind {
+	case container.OwnerContainer:
+		for i := range t.Containers {
+			if t.Containers[i].ID == o.ID {
+				return t.Containers[i].User
+			}
+		}
+	case container.OwnerHost:
+		return o.ID
+	}
+	return ""
+}
