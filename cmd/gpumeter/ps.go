@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"text/tabwriter"
 
@@ -15,9 +14,9 @@ import (
 
 func newPs() *cobra.Command {
 	var (
-		agentURL string
-		format   string
-		all      bool
+		cf     clientFlags
+		format string
+		all    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "ps",
@@ -30,10 +29,13 @@ and the GPU-hours and energy booked since the agent started.`,
 			if format != "table" && format != "json" {
 				return fmt.Errorf("--format: %q is not table or json", format)
 			}
-			c := api.Client{URL: agentURL}
-			resp, err := c.Containers(cmd.Context())
+			c, err := cf.client()
 			if err != nil {
 				return err
+			}
+			resp, err := c.Containers(cmd.Context())
+			if err != nil {
+				return c.explain(err)
 			}
 			if format == "json" {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -43,11 +45,7 @@ and the GPU-hours and energy booked since the agent started.`,
 			return writePs(cmd.OutOrStdout(), resp, all)
 		},
 	}
-	url := os.Getenv("GPUMETER_URL")
-	if url == "" {
-		url = api.DefaultURL
-	}
-	cmd.Flags().StringVar(&agentURL, "url", url, "agent address ($GPUMETER_URL)")
+	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "also show stopped containers and containers without GPUs")
 	return cmd

@@ -2,15 +2,18 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 func newReport() *cobra.Command {
 	var (
 		lf     ledgerFlags
+		cf     clientFlags
 		labels []string
 		req    report.Request
 	)
@@ -22,12 +25,22 @@ and used GPU-hours, efficiency, peak GPU memory, energy, CPU and RAM, cost,
 the idle pool and totals that reconcile with the host. Reads the agent's
 ledger (data_dir or ledger.dsn from the config) unless --db or --dsn names
 another, such as one that simulate wrote. Prices come from the config's
-cost section.`,
+cost section.
+
+With --url, or with $GPUMETER_URL and neither --db nor --dsn, the agent there
+makes the report from its ledger with its prices, and it is printed as the
+agent returns it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadConfig(cmd, lf.configPath)
+			remote, err := lf.fromAgent(cmd)
 			if err != nil {
 				return err
+			}
+			var cfg config.Config
+			if !remote {
+				if cfg, err = loadConfig(cmd, lf.configPath); err != nil {
+					return err
+				}
 			}
 			if err := lf.window(&req); err != nil {
 				return err
@@ -45,6 +58,9 @@ cost section.`,
 			if err := validate(&req); err != nil {
 				return err
 			}
+			if remote {
+				return reportFromAgent(cmd, &cf, lf, req, labels)
+			}
 			store, cost, err := lf.openPriced(cmd.Context(), &cfg)
 			if err != nil {
 				return err
@@ -58,6 +74,7 @@ cost section.`,
 		},
 	}
 	lf.register(cmd, "prices")
+	cf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&req.By, "by", "user", "group by: user, team, project, container, image, gpu or node")
 	f.StringVar(&req.User, "user", "", "only this user's usage")
@@ -66,6 +83,32 @@ cost section.`,
 	f.StringVar(&req.Node, "node", "", "only this node")
 	f.StringVar(&req.Format, "format", "table", "output: table, csv, json or focus (FOCUS 1.2 CSV)")
 	return cmd
+}
+
+// reportFromAgent asks the agent for the report the flags describe and
+// prints it as it comes. The window goes as the flags gave it, so that
+// the agent reads it against its own clock.
+func reportFromAgent(cmd *cobra.Command, cf *clientFlags, lf ledgerFlags, req report.Request, labels []string) error {
+	q := url.Values{}
+	for k, v := range map[string]string{
+		"by": req.By, "since": lf.since, "from": lf.from, "to": lf.to,
+		"user": req.User, "team": req.Team, "node": req.Node, "format": req.Format,
+	} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	q["label"] = labels
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	body, _, err := c.Usage(cmd.Context(), q)
+	if err != nil {
+		return c.explain(err)
+	}
+	_, err = cmd.OutOrStdout().Write(body)
+	return err
 }
 
 func writeReport(cmd *cobra.Command, rep *report.Report, format string) error {

@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/report"
@@ -16,6 +18,7 @@ import (
 func newWaste() *cobra.Command {
 	var (
 		lf     ledgerFlags
+		cf     clientFlags
 		req    report.Request
 		format string
 	)
@@ -28,9 +31,22 @@ running past a maximum age or with a low efficiency, and GPU use outside
 containers; each with the evidence, since when, and the GPU-hours and cost
 wasted. Reads the ledger as report does; the rules (waste.* settings, also
 as flags here) and prices come from the config. A window of up to two days
-is judged minute by minute, a longer one hour by hour.`,
+is judged minute by minute, a longer one hour by hour.
+
+With --url, or with $GPUMETER_URL and neither --db nor --dsn, it lists the
+agent's live findings instead, judged by the agent's own rules.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			remote, err := lf.fromAgent(cmd)
+			if err != nil {
+				return err
+			}
+			if remote {
+				if !slices.Contains(waste.Formats(), format) {
+					return fmt.Errorf("--format: %q is not one of %s", format, strings.Join(waste.Formats(), ", "))
+				}
+				return wasteFromAgent(cmd, &cf, req.Node, format)
+			}
 			cfg, err := loadConfig(cmd, lf.configPath)
 			if err != nil {
 				return err
@@ -56,18 +72,11 @@ is judged minute by minute, a longer one hour by hour.`,
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			switch format {
-			case "json":
-				return rep.WriteJSON(w)
-			case "csv":
-				return rep.WriteCSV(w)
-			default:
-				return rep.WriteTable(w)
-			}
+			return writeWaste(cmd.OutOrStdout(), rep, format)
 		},
 	}
 	lf.register(cmd, "rules and prices")
+	cf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&req.Node, "node", "", "only this node")
 	f.StringVar(&format, "format", "table", "output: table, csv or json")
@@ -77,4 +86,47 @@ is judged minute by minute, a longer one hour by hour.`,
 		}
 	}
 	return cmd
+}
+
+// wasteFromAgent prints the agent's live findings, on node only when
+// node is set. The flags that shape a judgement of the ledger (a window,
+// the rules) are refused: the live findings have no window, and the agent
+// judges by its own rules.
+func wasteFromAgent(cmd *cobra.Command, cf *clientFlags, node, format string) error {
+	var bad error
+	cmd.Flags().Visit(func(f *pflag.Flag) {
+		switch {
+		case bad != nil:
+		case f.Name == "since" || f.Name == "from" || f.Name == "to":
+			bad = fmt.Errorf("--%s: the agent's live findings have no window; --db or --dsn reads the ledger over one", f.Name)
+		case strings.HasPrefix(f.Name, "waste-"):
+			bad = fmt.Errorf("--%s: the agent judges by its own waste rules; --db or --dsn applies these to the ledger", f.Name)
+		}
+	})
+	if bad != nil {
+		return bad
+	}
+	c, err := cf.client()
+	if err != nil {
+		return err
+	}
+	rep, err := c.Waste(cmd.Context())
+	if err != nil {
+		return c.explain(err)
+	}
+	if node != "" {
+		rep = rep.Only(func(f *waste.Finding) bool { return f.Node == node })
+	}
+	return writeWaste(cmd.OutOrStdout(), rep, format)
+}
+
+func writeWaste(w io.Writer, rep *waste.Report, format string) error {
+	switch format {
+	case "json":
+		return rep.WriteJSON(w)
+	case "csv":
+		return rep.WriteCSV(w)
+	default:
+		return rep.WriteTable(w)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +30,26 @@ func (lf *ledgerFlags) register(cmd *cobra.Command, what string) {
 	f.StringVar(&lf.since, "since", "", "window length ending at --to (default now), e.g. 24h or 7d (default 24h)")
 	f.StringVar(&lf.from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
 	f.StringVar(&lf.to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
+}
+
+// fromAgent says whether the command asks the agent rather than reading
+// the ledger: with --url, or with $GPUMETER_URL unless --db or --dsn names
+// a ledger. With the agent, the flags that only matter to reading the
+// ledger here are refused rather than ignored.
+func (lf *ledgerFlags) fromAgent(cmd *cobra.Command) (bool, error) {
+	f := cmd.Flags()
+	local := lf.db != "" || lf.dsn != ""
+	if f.Changed("url") && local {
+		return false, errors.New("--url asks the agent, --db and --dsn read a ledger here: give one or the other")
+	}
+	remote := f.Changed("url") || (os.Getenv("GPUMETER_URL") != "" && !local)
+	switch {
+	case !remote && f.Changed("ca-file"):
+		return false, errors.New("--ca-file is for an agent named by --url or $GPUMETER_URL")
+	case remote && f.Changed("config"):
+		return false, errors.New("--config: the agent uses its own config; --config is for reading a ledger here (--db, --dsn, or without --url and $GPUMETER_URL)")
+	}
+	return remote, nil
 }
 
 // window parses the window flags into req.

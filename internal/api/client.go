@@ -1,84 +1,268 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // DefaultURL is where the agent listens by default.
 const DefaultURL = "http://localhost:9400"
 
-// Client reads the agent's API. Its zero value talks to DefaultURL.
+// unixHost is the host name of requests sent over a Unix socket: the
+// socket decides where they go, the name only fills the Host header.
+const unixHost = "gpumeter"
+
+// maxAnswer bounds what the client reads of one answer.
+const maxAnswer = 64 << 20
+
+// How long a call may take. Reading the ledger over a long window takes
+// longer than reading the live tick.
+const (
+	liveTimeout   = 30 * time.Second
+	ledgerTimeout = 2 * time.Minute
+	// stopSlack is added to a stop's grace period: Docker answers once
+	// the container is gone, which is at most the grace period and the
+	// kill after it.
+	stopSlack = 30 * time.Second
+)
+
+// Client talks to the agent's API. Its zero value talks to DefaultURL
+// without credentials.
 type Client struct {
-	URL  string       // base URL of the agent; "" means DefaultURL
-	HTTP *http.Client // nil means a client with a 10 s timeout
+	// URL is the agent: http://host:port, https://host:port or
+	// unix:///path/to/api.sock; "" means DefaultURL.
+	URL string
+	// Token is sent as a bearer token; "" sends none, which the agent
+	// accepts only on its socket from root and its own user.
+	Token string
+	// HTTP sends the requests; nil means a client that reaches URL,
+	// sockets included, trusting the system's certificate authorities.
+	// A client of one's own must be able to reach URL itself.
+	HTTP *http.Client
+}
+
+// ClientOptions are what NewClient builds a client from.
+type ClientOptions struct {
+	URL   string // as Client.URL
+	Token string // as Client.Token
+	// CAFile is a PEM bundle of the authorities an https agent's
+	// certificate is checked against instead of the system's.
+	CAFile string
+	// CertFile and KeyFile are the client certificate (PEM) shown to an
+	// https agent that maps certificates to users.
+	CertFile, KeyFile string
+}
+
+// NewClient checks o and builds a client from it. A URL the client cannot
+// use, or a CA, certificate or key file that does not load, is an error
+// naming it.
+func NewClient(o ClientOptions) (*Client, error) {
+	ep, err := parseURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkToken(o.Token); err != nil {
+		return nil, err
+	}
+	tr := transport(ep)
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s: no PEM certificate in it", o.CAFile)
+		}
+		tr.TLSClientConfig.RootCAs = pool
+	}
+	switch {
+	case o.CertFile != "" && o.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate %s, key %s: %w", o.CertFile, o.KeyFile, err)
+		}
+		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
+	case o.CertFile != "":
+		return nil, fmt.Errorf("client certificate %s: no key file given for it", o.CertFile)
+	case o.KeyFile != "":
+		return nil, fmt.Errorf("client key %s: no certificate file given for it", o.KeyFile)
+	}
+	return &Client{URL: o.URL, Token: o.Token, HTTP: httpClient(ep, tr)}, nil
+}
+
+// checkToken refuses a token that cannot be a header value, so that the
+// mistake is named rather than reported as an unreachable agent.
+func checkToken(tok string) error {
+	for _, r := range tok {
+		if r < 0x21 || r > 0x7e {
+			return errors.New("token: has spaces, line breaks or other characters no token has")
+		}
+	}
+	return nil
+}
+
+// endpoint is where a Client's URL leads.
+type endpoint struct {
+	base   string // scheme://host[/prefix] that paths are added to
+	socket string // the socket's path for a unix:// URL
+	where  string // how errors name the agent
+}
+
+func parseURL(raw string) (endpoint, error) {
+	if raw == "" {
+		raw = DefaultURL
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
+	}
+	if u.User != nil {
+		return endpoint{}, fmt.Errorf("agent URL %q: the agent takes no user or password in its URL; set GPUMETER_TOKEN", u.Redacted())
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return endpoint{}, fmt.Errorf("agent URL %q: want no ? or # part", raw)
+	}
+	switch u.Scheme {
+	case "unix":
+		p := u.Host + u.Path
+		if p == "" {
+			return endpoint{}, fmt.Errorf("agent URL %q: want unix:///path/to/api.sock", raw)
+		}
+		return endpoint{base: "http://" + unixHost, socket: p, where: "on the socket " + p}, nil
+	case "http", "https":
+		if u.Host == "" {
+			return endpoint{}, fmt.Errorf("agent URL %q: no host", raw)
+		}
+		base := u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
+		return endpoint{base: base, where: "at " + base}, nil
+	}
+	return endpoint{}, fmt.Errorf("agent URL %q: want http://HOST:PORT, https://HOST:PORT or unix:///path/to/api.sock", raw)
+}
+
+// transport is a transport that reaches ep, with a TLS config to add to.
+func transport(ep endpoint) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	if ep.socket != "" {
+		var d net.Dialer
+		path := ep.socket
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		}
+		tr.Proxy = nil
+	}
+	return tr
+}
+
+// redirectError is an answer that redirected elsewhere.
+type redirectError struct{ msg string }
+
+func (e *redirectError) Error() string { return e.msg }
+
+func httpClient(ep endpoint, tr *http.Transport) *http.Client {
+	return &http.Client{
+		Transport: tr,
+		// The agent never redirects. Whatever does (a proxy sending http
+		// to https, say) would turn a stop into a GET, so it is named
+		// instead of followed.
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return &redirectError{fmt.Sprintf("the agent %s redirected to %s: give that URL instead", ep.where, req.URL.Redacted())}
+		},
+	}
+}
+
+// Whoami fetches /api/v1/whoami: who the agent takes the caller for.
+func (c *Client) Whoami(ctx context.Context) (Whoami, error) {
+	var out Whoami
+	err := c.getJSON(ctx, "/api/v1/whoami", nil, liveTimeout, &out)
+	return out, err
 }
 
 // Containers fetches /api/v1/containers.
 func (c *Client) Containers(ctx context.Context) (ContainersResponse, error) {
 	var out ContainersResponse
-	err := c.get(ctx, "/api/v1/containers", &out)
+	err := c.getJSON(ctx, "/api/v1/containers", nil, liveTimeout, &out)
 	return out, err
 }
 
 // GPUs fetches /api/v1/gpus.
 func (c *Client) GPUs(ctx context.Context) (GPUsResponse, error) {
 	var out GPUsResponse
-	err := c.get(ctx, "/api/v1/gpus", &out)
+	err := c.getJSON(ctx, "/api/v1/gpus", nil, liveTimeout, &out)
 	return out, err
 }
 
-// StatusError is an error answer from the agent.
-type StatusError struct {
-	Status int
-	Error_ Error
+// Usage fetches a usage report from /api/v1/usage with the parameters q
+// (as report.RequestFromQuery reads them) and returns it as the agent
+// rendered it, in the format q asks for.
+func (c *Client) Usage(ctx context.Context, q url.Values) (body []byte, contentType string, err error) {
+	return c.do(ctx, http.MethodGet, "/api/v1/usage", q, nil, ledgerTimeout)
 }
 
-func (e *StatusError) Error() string {
-	if e.Error_.Message != "" {
-		return fmt.Sprintf("agent answered %d: %s", e.Status, e.Error_.Message)
+// Waste fetches the agent's live waste findings from /api/v1/waste.
+func (c *Client) Waste(ctx context.Context) (*waste.Report, error) {
+	var out waste.Report
+	if err := c.getJSON(ctx, "/api/v1/waste", nil, liveTimeout, &out); err != nil {
+		return nil, err
 	}
-	return fmt.Sprintf("agent answered %d", e.Status)
+	return &out, nil
 }
 
-func (c *Client) get(ctx context.Context, path string, out any) error {
-	base := c.URL
-	if base == "" {
-		base = DefaultURL
-	}
-	u, err := url.Parse(strings.TrimRight(base, "/") + path)
+// Audit fetches audit events from /api/v1/audit with the parameters q:
+// since, from, to and limit.
+func (c *Client) Audit(ctx context.Context, q url.Values) (AuditResponse, error) {
+	var out AuditResponse
+	err := c.getJSON(ctx, "/api/v1/audit", q, ledgerTimeout, &out)
+	return out, err
+}
+
+// Stop asks the agent to stop the container id (an ID, a prefix of 12 or
+// more of it, or a name).
+func (c *Client) Stop(ctx context.Context, id string, req StopRequest) (StopResponse, error) {
+	var out StopResponse
+	grace, err := ParseStop(req)
 	if err != nil {
-		return fmt.Errorf("agent URL %q: %w", base, err)
+		return out, err
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = &http.Client{Timeout: 10 * time.Second}
+	path := "/api/v1/containers/" + url.PathEscape(id) + "/stop"
+	body, ct, err := c.do(ctx, http.MethodPost, path, nil, req, grace+stopSlack)
+	if err != nil {
+		return out, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	err = decode(path, body, ct, &out)
+	return out, err
+}
+
+func (c *Client) getJSON(ctx context.Context, path string, q url.Values, timeout time.Duration, out any) error {
+	body, ct, err := c.do(ctx, http.MethodGet, path, q, nil, timeout)
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("reach the agent at %s (is `gpumeter serve` running?): %w", base, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		se := &StatusError{Status: resp.StatusCode}
-		_ = json.Unmarshal(body, &se.Error_)
-		return se
+	return decode(path, body, ct, out)
+}
+
+func decode(path string, body []byte, contentType string, out any) error {
+	if !isJSON(contentType) {
+		return fmt.Errorf("%s: the answer is %s, not JSON: is this a gpumeter agent? It begins %q", path, contentType, snippet(body))
 	}
 	if err := json.Unmarshal(body, out); err != nil {
 		var syn *json.SyntaxError
@@ -88,4 +272,175 @@ func (c *Client) get(ctx context.Context, path string, out any) error {
 		return fmt.Errorf("%s: unexpected answer: %w", path, err)
 	}
 	return nil
+}
+
+// do sends one request and returns the body of a 200 answer; any other
+// answer is a *StatusError.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in any, timeout time.Duration) ([]byte, string, error) {
+	ep, err := parseURL(c.URL)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := checkToken(c.Token); err != nil {
+		return nil, "", err
+	}
+	u := ep.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(callCtx, method, u, rd)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		tr := transport(ep)
+		// A client made for one call keeps no connections open after it.
+		tr.DisableKeepAlives = true
+		hc = httpClient(ep, tr)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, "", reachError(ctx, ep, timeout, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("read the agent's answer to %s: %w", path, err)
+	}
+	if len(body) > maxAnswer {
+		return nil, "", fmt.Errorf("the agent's answer to %s is larger than %d MiB", path, maxAnswer>>20)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", statusError(resp.StatusCode, ct, body)
+	}
+	return body, ct, nil
+}
+
+// reachError says why a request got no answer, and what to do about it.
+func reachError(ctx context.Context, ep endpoint, timeout time.Duration, err error) error {
+	var cve *tls.CertificateVerificationError
+	var rhe tls.RecordHeaderError
+	var re *redirectError
+	switch {
+	case errors.As(err, &re):
+		return re
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("the agent %s did not answer within %s", ep.where, timeout)
+	case errors.As(err, &cve):
+		return fmt.Errorf("the agent's certificate %s is not trusted (--ca-file or GPUMETER_CA_FILE names the authority that signed it): %w", ep.where, cve.Err)
+	case errors.As(err, &rhe):
+		return fmt.Errorf("the agent %s does not speak TLS: use http:// (%w)", ep.where, err)
+	case ep.socket != "" && errors.Is(err, syscall.EACCES):
+		return fmt.Errorf("reach the agent on the socket %s: permission denied: only root and the agent's own user may use it; others use a token (`gpumeter token create`) over --url", ep.socket)
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return fmt.Errorf("reach the agent %s (is `gpumeter serve` running? --url or GPUMETER_URL names another agent): %w", ep.where, err)
+}
+
+// StatusError is an answer from the agent other than 200 OK.
+type StatusError struct {
+	Status int // the HTTP status
+	// Code and Message are the API's error (an Error); both are empty
+	// when the answer was not one, a proxy's error page say.
+	Code    string
+	Message string
+	// Body is the start of an answer that was not an API error, made
+	// safe to print.
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	status := fmt.Sprintf("%d %s", e.Status, http.StatusText(e.Status))
+	switch {
+	case e.Message != "":
+		return "agent answered " + status + ": " + e.Message
+	case e.Code != "":
+		return "agent answered " + status + ": " + e.Code
+	case e.Body != "":
+		return fmt.Sprintf("agent answered %s, not with an API error: %q", status, e.Body)
+	}
+	return "agent answered " + status + " with no body"
+}
+
+func statusError(status int, contentType string, body []byte) *StatusError {
+	se := &StatusError{Status: status}
+	var e Error
+	if isJSON(contentType) && json.Unmarshal(body, &e) == nil && (e.Code != "" || e.Message != "") {
+		se.Code, se.Message = e.Code, clean(e.Message)
+		return se
+	}
+	se.Body = snippet(body)
+	return se
+}
+
+// IsUnauthorized reports whether err is the agent's 401: no credentials,
+// or a token it does not accept.
+func IsUnauthorized(err error) bool { return hasStatus(err, http.StatusUnauthorized) }
+
+// IsForbidden reports whether err is the agent's 403: the caller is
+// known but may not do what it asked.
+func IsForbidden(err error) bool { return hasStatus(err, http.StatusForbidden) }
+
+func hasStatus(err error, status int) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Status == status
+}
+
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// snippet is the start of a body that is not what was expected, on one
+// line and without control characters, for an error message.
+func snippet(body []byte) string {
+	const max = 200
+	cut := len(body) > max
+	if cut {
+		body = body[:max]
+		for len(body) > 0 && !utf8.Valid(body) {
+			body = body[:len(body)-1]
+		}
+	}
+	s := strings.Join(strings.Fields(clean(string(body))), " ")
+	if cut {
+		s += "…"
+	}
+	return s
+}
+
+// clean replaces control and format characters, which could move a
+// terminal's cursor or reorder text, with spaces; invalid UTF-8 becomes
+// U+FFFD.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
 }

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/waste"
+)
+
+// seen is one request the fake agent answered.
+type seen struct {
+	Method, Path, Query, Auth, Body string
+}
+
+// fakeAgent answers the API's endpoints with fixed answers on a Unix
+// socket, refusing requests without the token gpm_test, and keeps what
+// it was asked.
+type fakeAgent struct {
+	URL      string
+	requests chan seen
+	waste    *waste.Report
+	audit    api.AuditResponse
+}
+
+func startFakeAgent(t *testing.T) *fakeAgent {
+	t.Helper()
+	since := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	fa := &fakeAgent{
+		requests: make(chan seen, 16),
+		waste: &waste.Report{From: since, To: since.Add(time.Hour), Currency: "USD",
+			Findings: []waste.Finding{
+				{ID: "f1", Rule: "idle", Node: "n1", OwnerKind: "container", ContainerID: "0123456789abcdef", Container: "alice-train", Owner: "alice",
+					GPUs: []waste.GPURef{{Index: 0, UUID: "GPU-0"}}, Since: since, FirstSeen: since, Until: since.Add(time.Hour), Active: true,
+					Evidence: map[string]float64{waste.EvSMPercent: 0.4, waste.EvDuration: 3600}, WastedGPUHours: 1, Cost: 2.5},
+				{ID: "f2", Rule: "idle", Node: "n2", OwnerKind: "host", Owner: "dave",
+					GPUs: []waste.GPURef{{Index: 1, UUID: "GPU-1"}}, Since: since, FirstSeen: since, Until: since.Add(time.Hour),
+					Evidence: map[string]float64{waste.EvSMPercent: 0, waste.EvDuration: 3600}, WastedGPUHours: 1, Cost: 2.5},
+			},
+			Totals: []waste.Total{{Rule: "idle", Findings: 2, Active: 1, WastedGPUHours: 2, Cost: 5}, {Rule: waste.TotalKey, Findings: 2, Active: 1, WastedGPUHours: 2, Cost: 5}},
+		},
+		audit: api.AuditResponse{From: since, To: since.Add(time.Hour), Events: []audit.Event{
+			{Time: since.Add(time.Minute), Kind: audit.KindAPI, Caller: "bob (token bob-1)", Role: "user", Source: "10.0.0.7:1", Action: "containers.stop", Target: "container x", Status: 403, Outcome: audit.OutcomeDenied},
+		}, Truncated: true},
+	}
+	answer := func(v any) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(v)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /api/v1/whoami", answer(api.Whoami{User: "alice", Role: "user", Method: "token", Name: "alice-1"}))
+	mux.Handle("GET /api/v1/containers", answer(api.ContainersResponse{Node: "n1", Containers: []api.Container{{
+		ID: "0123456789abcdef", Name: "alice-train", User: "alice", Team: "nlp", Running: true, GPURequest: "all",
+		GPUs: []api.GPUShare{{OwnerKind: "container", GPU: 0, Share: 1, SMPercent: 55, MemoryBytes: 2 << 30}},
+	}}}))
+	mux.Handle("POST /api/v1/containers/{id}/stop", answer(api.StopResponse{ID: "0123456789abcdef", Name: "alice-train", Stopped: true}))
+	mux.Handle("GET /api/v1/waste", answer(fa.waste))
+	mux.Handle("GET /api/v1/audit", answer(fa.audit))
+	mux.HandleFunc("GET /api/v1/usage", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		io.WriteString(w, "team,gpu_hours\nnlp,3.5\n")
+	})
+	ln, path := listenUnix(t)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fa.requests <- seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), string(body)}
+		if r.Header.Get("Authorization") != "Bearer gpm_test" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"code":"bad_token","message":"the token is not accepted: it is wrong or has been removed"}`)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	fa.URL = "unix://" + path
+	return fa
+}
+
+// next is the request the agent answered last.
+func (fa *fakeAgent) next(t *testing.T) seen {
+	t.Helper()
+	select {
+	case r := <-fa.requests:
+		return r
+	default:
+		t.Fatal("the agent was asked nothing")
+		return seen{}
+	}
+}
+
+// clientEnvironment keeps the tests from the developer's own client
+// settings: no client config, and the token the fake agent accepts.
+func clientEnvironment(t *testing.T, url string) {
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("GPUMETER_CLIENT_CONFIG", "")
+	t.Setenv("GPUMETER_CA_FILE", "")
+	t.Setenv("GPUMETER_TOKEN", "gpm_test")
+	t.Setenv("GPUMETER_URL", url)
+}
+
+func TestCommandsAskTheAgent(t *testing.T) {
+	fa := startFakeAgent(t)
+	clientEnvironment(t, fa.URL)
+
+	var wasteTable, wasteN1 bytes.Buffer
+	if err := fa.waste.WriteTable(&wasteTable); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.waste.Only(func(f *waste.Finding) bool { return f.Node == "n1" }).WriteTable(&wasteN1); err != nil {
+		t.Fatal(err)
+	}
+	var wasteJSON bytes.Buffer
+	if err := fa.waste.WriteJSON(&wasteJSON); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name string
+		args []string
+		want seen
+		out  *regexp.Regexp
+	}{
+		{"whoami", []string{"whoami"}, seen{Method: "GET", Path: "/api/v1/whoami"},
+			regexp.MustCompile(`^user: +alice\nrole: +user\nauthenticated by: token alice-1\nagent: +unix://\S+\n$`)},
+		{"ps", []string{"ps", "--url", fa.URL}, seen{Method: "GET", Path: "/api/v1/containers"},
+			regexp.MustCompile(`(?m)^0123456789ab\s+alice-train\s+alice\s+nlp\s+0\s+1\.00\s+55%\s+2\.0 GiB`)},
+		{"stop", []string{"stop", "alice-train", "--timeout", "30s", "--reason", "done"},
+			seen{Method: "POST", Path: "/api/v1/containers/alice-train/stop", Body: `{"timeout":"30s","reason":"done"}`},
+			regexp.MustCompile(`^stopped alice-train \(0123456789ab\)\n$`)},
+		{"report", []string{"report", "--by", "team", "--since", "7d", "--label", "a=b", "--label", "c=d", "--node", "n1", "--format", "csv"},
+			seen{Method: "GET", Path: "/api/v1/usage", Query: "by=team&format=csv&label=a%3Db&label=c%3Dd&node=n1&since=7d"},
+			regexp.MustCompile(`^team,gpu_hours\nnlp,3\.5\n$`)},
+		{"report defaults", []string{"report", "--url", fa.URL, "--from", "2026-11-01", "--to", "2026-11-02T12:00:00Z", "--user", "alice"},
+			seen{Method: "GET", Path: "/api/v1/usage", Query: "by=user&format=table&from=2026-11-01&to=2026-11-02T12%3A00%3A00Z&user=alice"},
+			regexp.MustCompile(`nlp,3\.5`)},
+		{"waste", []string{"waste"}, seen{Method: "GET", Path: "/api/v1/waste"},
+			regexp.MustCompile(`^` + regexp.QuoteMeta(wasteTable.String()) + `$`)},
+		{"waste on a node", []string{"waste", "--node", "n1"}, seen{Method: "GET", Path: "/api/v1/waste"},
+			regexp.MustCompile(`^` + regexp.QuoteMeta(wasteN1.String()) + `$`)},
+		{"waste json", []string{"waste", "--format", "json"}, seen{Method: "GET", Path: "/api/v1/waste"},
+			regexp.MustCompile(`^` + regexp.QuoteMeta(wasteJSON.String()) + `$`)},
+		{"audit", []string{"audit", "--since", "2d", "--limit", "1"}, seen{Method: "GET", Path: "/api/v1/audit", Query: "limit=1&since=2d"},
+			regexp.MustCompile(`(?m)^2026-11-02 09:01:00\s+api\s+bob \(token bob-1\)\s+user\s+10\.0\.0\.7:1\s+containers\.stop\s+container x\s+403 denied\s+-$`)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, _, err := runCmd(t, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := fa.next(t)
+			tt.want.Auth = "Bearer gpm_test"
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("request (-want +got):\n%s", diff)
+			}
+			if !tt.out.MatchString(out) {
+				t.Errorf("output does not match %s:\n%s", tt.out, out)
+			}
+		})
+	}
+}
+
+func TestCommandsAgentErrors(t *testing.T) {
+	fa := startFakeAgent(t)
+	clientEnvironment(t, fa.URL)
+	tests := []struct {
+		name  string
+		token string
+		args  []string
+		want  []string
+	}{
+		{"refused token", "gpm_wrong", []string{"whoami"}, []string{"401 Unauthorized", "not accepted", "the token came from GPUMETER_TOKEN"}},
+		{"no token", "", []string{"ps"}, []string{"401", "no token was sent: set GPUMETER_TOKEN", "gpumeter token create"}},
+		{"waste window", "gpm_test", []string{"waste", "--since", "2h"}, []string{"--since: the agent's live findings have no window", "--db or --dsn"}},
+		{"waste rules", "gpm_test", []string{"waste", "--waste-idle-window", "5m"}, []string{"--waste-idle-window: the agent judges by its own waste rules"}},
+		{"report and a ledger", "gpm_test", []string{"report", "--url", fa.URL, "--db", "x.db"}, []string{"--url asks the agent, --db and --dsn read a ledger here"}},
+		{"report config", "gpm_test", []string{"report", "--config", "gpumeter.yaml"}, []string{"--config: the agent uses its own config"}},
+		{"report bad flag", "gpm_test", []string{"report", "--by", "colour"}, []string{`--by: "colour" is not one of`}},
+		{"stop bad timeout", "gpm_test", []string{"stop", "x", "--timeout", "1h"}, []string{"--timeout: 1h0m0s is longer than 10m"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("GPUMETER_TOKEN", tt.token)
+			_, _, err := runCmd(t, tt.args...)
+			for _, w := range tt.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("err %v, want one saying %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFromAgent(t *testing.T) {
+	tests := []struct {
+		name string
+		env  string
+		args []string
+		want bool
+	}{
+		{"nothing", "", nil, false},
+		{"--url", "", []string{"--url", "http://a:1"}, true},
+		{"GPUMETER_URL", "http://a:1", nil, true},
+		{"GPUMETER_URL and --db", "http://a:1", []string{"--db", "x.db"}, false},
+		{"GPUMETER_URL and --dsn", "http://a:1", []string{"--dsn", "postgres://x"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("GPUMETER_URL", tt.env)
+			var lf ledgerFlags
+			var cf clientFlags
+			cmd := &cobra.Command{}
+			lf.register(cmd, "x")
+			cf.register(cmd)
+			if err := cmd.ParseFlags(tt.args); err != nil {
+				t.Fatal(err)
+			}
+			got, err := lf.fromAgent(cmd)
+			if err != nil || got != tt.want {
+				t.Errorf("fromAgent = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/report"
+)
+
+// defaultAuditLimit is the most events audit --file prints unless --limit
+// says otherwise; the agent has its own.
+const defaultAuditLimit = 10_000
+
+func newAudit() *cobra.Command {
+	var (
+		cf                          clientFlags
+		since, from, to, file, form string
+		limit                       int
+	)
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Show the audit log: API calls that changed something or were refused, and what the waste policy did",
+		Long: `Show the agent's audit log over a window, oldest first: API calls that
+changed something or were turned away, with who called, from where and with
+what status, and what the waste policy did to containers. Reads it from the
+agent (admins only), or with --file from an audit.jsonl on this host.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if form != "table" && form != "json" {
+				return fmt.Errorf("--format: %q is not table or json", form)
+			}
+			flags := cmd.Flags()
+			if file != "" && (flags.Changed("url") || flags.Changed("ca-file")) {
+				return errors.New("--file reads the log on this host; --url and --ca-file ask an agent: give one or the other")
+			}
+			w, err := auditWindow(since, from, to, time.Now())
+			if err != nil {
+				return err
+			}
+			if flags.Changed("limit") && limit < 1 {
+				return fmt.Errorf("--limit: %d is not 1 or more", limit)
+			}
+			var resp api.AuditResponse
+			if file != "" {
+				if !flags.Changed("limit") {
+					limit = defaultAuditLimit
+				}
+				events, err := audit.ReadFile(file, w.From, w.To)
+				if err != nil {
+					return err
+				}
+				resp = api.AuditResponse{From: w.From.UTC(), To: w.To.UTC(), Events: events}
+				if len(events) > limit {
+					resp.Events, resp.Truncated = events[len(events)-limit:], true
+				}
+			} else {
+				q := url.Values{}
+				for k, v := range map[string]string{"since": since, "from": from, "to": to} {
+					if v != "" {
+						q.Set(k, v)
+					}
+				}
+				if flags.Changed("limit") {
+					q.Set("limit", strconv.Itoa(limit))
+				}
+				c, err := cf.client()
+				if err != nil {
+					return err
+				}
+				if resp, err = c.Audit(cmd.Context(), q); err != nil {
+					return c.explain(err)
+				}
+			}
+			if resp.Events == nil {
+				resp.Events = []audit.Event{}
+			}
+			if resp.Truncated {
+				fmt.Fprintf(cmd.ErrOrStderr(), "more events fell in the window than the %d shown, the newest: narrow the window or raise --limit\n", len(resp.Events))
+			}
+			if form == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(resp)
+			}
+			return writeAudit(cmd.OutOrStdout(), resp.Events)
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&since, "since", "", "window length ending at --to, e.g. 1h or 7d (default 24h)")
+	f.StringVar(&from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
+	f.StringVar(&to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
+	f.IntVar(&limit, "limit", 0, "at most this many events, the newest (default: the agent's api limit, or 10000 with --file)")
+	f.StringVar(&form, "format", "table", "output: table or json")
+	f.StringVar(&file, "file", "", "read this audit.jsonl instead of asking the agent")
+	return cmd
+}
+
+// auditWindow is the window the flags ask for: since before to, or from
+// to to; the last 24 hours by default.
+func auditWindow(since, from, to string, now time.Time) (api.AuditQuery, error) {
+	w := api.AuditQuery{To: now}
+	var err error
+	if since != "" && from != "" {
+		return w, errors.New("--since and --from exclude each other: give a window's length or its start")
+	}
+	back := 24 * time.Hour
+	if since != "" {
+		if back, err = config.ParseDuration(since); err != nil {
+			return w, fmt.Errorf("--since: %w", err)
+		}
+		if back == 0 {
+			return w, errors.New("--since: must be more than 0")
+		}
+	}
+	if to != "" {
+		if w.To, err = report.ParseTime(to); err != nil {
+			return w, fmt.Errorf("--to: %w", err)
+		}
+	}
+	if from != "" {
+		if w.From, err = report.ParseTime(from); err != nil {
+			return w, fmt.Errorf("--from: %w", err)
+		}
+	} else {
+		w.From = w.To.Add(-back)
+	}
+	if !w.From.Before(w.To) {
+		return w, fmt.Errorf("the window is empty: from %s is not before to %s", w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
+	}
+	return w, nil
+}
+
+// writeAudit prints one line per event. API calls fill the caller's
+// columns; the policy's events put the rule in DETAIL and the container
+// in TARGET.
+func writeAudit(w io.Writer, events []audit.Event) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tKIND\tCALLER\tROLE\tSOURCE\tACTION\tTARGET\tSTATUS/OUTCOME\tDETAIL")
+	for i := range events {
+		e := &events[i]
+		caller, action, target := e.Caller, e.Action, e.Target
+		var detail []string
+		if e.Kind != audit.KindAPI {
+			if caller == "" {
+				caller = "policy"
+			}
+			if action == "" {
+				action = e.Kind
+			}
+			if target == "" {
+				target = e.Container
+				if target == "" {
+					target = short(e.ContainerID)
+				}
+				if e.Owner != "" {
+					target += " of " + e.Owner
+				}
+			}
+			if e.Rule != "" {
+				detail = append(detail, "rule "+e.Rule)
+			}
+		}
+		status := e.Outcome
+		if e.Status != 0 {
+			status = strconv.Itoa(e.Status) + " " + e.Outcome
+		}
+		if e.DryRun {
+			status += " (dry run)"
+		}
+		if e.Error != "" {
+			detail = append(detail, e.Error)
+		}
+		fmt.Fprintln(tw, strings.Join([]string{
+			e.Time.UTC().Format("2006-01-02 15:04:05"), cell(e.Kind), cell(caller), cell(e.Role), cell(e.Source),
+			cell(action), cell(target), cell(strings.TrimSpace(status)), cell(strings.Join(detail, "; ")),
+		}, "\t"))
+	}
+	return tw.Flush()
+}
+
+// cell is s for a table cell: "-" when empty, and cleaned, so that a tab
+// in a target cannot shift the columns.
+func cell(s string) string { return dash(strings.TrimSpace(clean(s))) }
+
+// clean replaces control and format characters with spaces: what the
+// agent answers can hold what callers sent it (a container name in a
+// URL, say), which must not move the terminal's cursor or reorder text.
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(s, "\uFFFD"))
+}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/api"
+)
+
+func newStop() *cobra.Command {
+	var (
+		cf  clientFlags
+		req api.StopRequest
+	)
+	cmd := &cobra.Command{
+		Use:   "stop CONTAINER",
+		Short: "Stop a container through the agent, recorded in its audit log",
+		Long: `Ask the agent to stop a container, named by its ID, a prefix of 12 or more
+characters of it, or its name. Docker sends SIGTERM, and SIGKILL after
+--timeout. Admins may stop any container, users their own; the agent records
+the call, with --reason, in its audit log.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := api.ParseStop(req); err != nil {
+				return fmt.Errorf("--%w", err)
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			resp, err := c.Stop(cmd.Context(), args[0], req)
+			if err != nil {
+				return c.explain(err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "stopped %s (%s)\n", clean(resp.Name), short(resp.ID))
+			return err
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&req.Timeout, "timeout", "", "how long Docker waits before it kills the container, at most 10m (default 10s)")
+	f.StringVar(&req.Reason, "reason", "", "why, for the audit log (at most 500 characters)")
+	return cmd
+}
