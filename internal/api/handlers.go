@@ -107,7 +107,10 @@ func (s *server) containers(w http.ResponseWriter, r *http.Request, c *call) {
 	if c.ownOnly {
 		kept := out.Containers[:0]
 		for _, ct := range out.Containers {
-			if c.owns(ct.User) {
+			// A container the inventory does not know is listed with the
+			// placeholder user "unresolved": it is nobody's, even for a
+			// user who happens to be called that.
+			if ct.Resolved && c.owns(ct.User) {
 				kept = append(kept, ct)
 			}
 		}
@@ -163,7 +166,9 @@ func ParseStop(req StopRequest) (time.Duration, error) {
 func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	id := r.PathValue("id")
 	if len(r.URL.Query()) > 0 {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, r.URL.Path+" takes its options in a JSON body, not as parameters")
+		msg := r.URL.Path + " takes its options in a JSON body, not as parameters"
+		s.record(r, c, "container "+id, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
 		return
 	}
 	var req StopRequest
@@ -188,8 +193,7 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 		}
 	}
-	// A user learns no more about a container that is not theirs than
-	// about one that does not exist.
+	// Another user's container is refused without naming its owner.
 	if found == nil || !c.owns(found.User) {
 		if found != nil {
 			s.forbid(w, r, c, "container "+found.ID, auth.AuthorizeOwner(c.id, c.act, found.User))
@@ -367,7 +371,7 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 			}
 			aq.Limit = n
 		default:
-			return aq, fmt.Errorf("%s: not a parameter of /api/v1/audit (since, from, to, limit)", k)
+			return aq, fmt.Errorf("%q is not a parameter of /api/v1/audit (since, from, to, limit)", k)
 		}
 	}
 	if q.Has("since") && q.Has("from") {

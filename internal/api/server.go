@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -142,6 +144,14 @@ func New(cfg Config) http.Handler {
 	if cfg.Limits.MaxAuditEvents <= 0 {
 		cfg.Limits.MaxAuditEvents = 10_000
 	}
+	// Zero report limits would refuse every report; the defaults are
+	// api.max_report_window's and api.max_report_rows'.
+	if cfg.Limits.MaxReportWindow <= 0 {
+		cfg.Limits.MaxReportWindow = 400 * 24 * time.Hour
+	}
+	if cfg.Limits.MaxReportRows <= 0 {
+		cfg.Limits.MaxReportRows = 10_000
+	}
 	s := &server{cfg: cfg, mux: http.NewServeMux()}
 	routes := []route{
 		{method: "GET", pattern: "/api/v1/whoami", act: auth.ActWhoami, h: s.whoami},
@@ -240,7 +250,8 @@ func (s *server) guard(rt route) http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes)
 		}
-		if !rt.mutating && r.ContentLength > 0 {
+		// -1 is a body of unknown length, sent chunked.
+		if !rt.mutating && r.ContentLength != 0 {
 			writeError(w, http.StatusBadRequest, CodeBadRequest, r.Method+" "+r.URL.Path+" takes no body")
 			return
 		}
@@ -304,10 +315,12 @@ func describe(id auth.Identity, authErr error, src string) string {
 // nothing after it. A bad body is answered, and its status and error
 // returned for the audit log.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		err := errors.New("the body must be application/json, not " + ct)
-		writeError(w, http.StatusUnsupportedMediaType, CodeUnsupportedType, err.Error())
-		return http.StatusUnsupportedMediaType, err
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			err := errors.New("the body must be application/json, not " + ct)
+			writeError(w, http.StatusUnsupportedMediaType, CodeUnsupportedType, err.Error())
+			return http.StatusUnsupportedMediaType, err
+		}
 	}
 	err := DecodeStrict(r.Body, v)
 	var mbe *http.MaxBytesError
@@ -340,15 +353,17 @@ func DecodeStrict(rd io.Reader, v any) error {
 			return err
 		case errors.As(err, &syn):
 			return fmt.Errorf("the body is not valid JSON at byte %d", syn.Offset)
+		case errors.As(err, &typ) && typ.Field == "":
+			return fmt.Errorf("the body must be a JSON %s, not a JSON %s", jsonType(typ.Type), typ.Value)
 		case errors.As(err, &typ):
-			return fmt.Errorf("the body's field %q must be a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+			return fmt.Errorf("the body's field %q must be a %s, not a JSON %s", typ.Field, jsonType(typ.Type), typ.Value)
 		case errors.Is(err, io.ErrUnexpectedEOF):
 			return errors.New("the body ends in the middle of its JSON")
 		}
 		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 			return fmt.Errorf("the body has an unknown field %s", f)
 		}
-		return fmt.Errorf("the body is not what was expected: %v", err)
+		return fmt.Errorf("the body is not what was expected: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		var mbe *http.MaxBytesError
@@ -358,6 +373,35 @@ func DecodeStrict(rd io.Reader, v any) error {
 		return errors.New("the body has more after its JSON object")
 	}
 	return nil
+}
+
+// jsonType names the JSON type a Go type decodes from, so that an error
+// speaks of the body and never of the server's Go types.
+func jsonType(t reflect.Type) string {
+	if t == nil {
+		return "value"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Struct, reflect.Map:
+		return "object"
+	case reflect.Slice, reflect.Array:
+		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
+			return "string" // base64
+		}
+		return "array"
+	}
+	return "value"
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -63,7 +63,8 @@ func AuthorizeOwner(id Identity, act Action, owner string) error {
 	if err != nil || !ownOnly || owner == id.User {
 		return err
 	}
-	return &ForbiddenError{fmt.Sprintf("%s may %s only for their own containers and usage, not %q's", id.User, act, owner)}
+	// The owner is not named: a user must not learn whose a container is.
+	return &ForbiddenError{fmt.Sprintf("%s may %s only for their own containers and usage", id.User, act)}
 }
 
 // Visible says whether a listing for id may include something owned by

@@ -102,7 +102,9 @@ func HashToken(secret string) [sha256.Size]byte { return sha256.Sum256([]byte(se
 func (t Token) Entry() string {
 	s := "user=" + t.User + " role=" + string(t.Role) + " sha256=" + hex.EncodeToString(t.Hash[:])
 	if !t.Expires.IsZero() {
-		s += " expires=" + t.Expires.UTC().Format(time.RFC3339)
+		// RFC3339Nano, so that a fraction of a second given in the config
+		// is not lost; whole seconds render as RFC 3339 does.
+		s += " expires=" + t.Expires.UTC().Format(time.RFC3339Nano)
 	}
 	return s
 }
@@ -139,6 +141,12 @@ func ParseToken(id, entry string) (Token, error) {
 	if e, ok := fields["expires"]; ok {
 		if t.Expires, err = time.Parse(time.RFC3339, e); err != nil {
 			return t, fmt.Errorf("expires=%q is not an RFC 3339 time like 2027-03-01T00:00:00Z", e)
+		}
+		// A zero time would mean never, and a year outside 1970..9999 in
+		// UTC could not be written back as RFC 3339.
+		t.Expires = t.Expires.UTC()
+		if y := t.Expires.Year(); y < 1970 || y > 9999 {
+			return t, fmt.Errorf("expires=%q is not between the years 1970 and 9999", e)
 		}
 	}
 	return t, nil
@@ -186,6 +194,10 @@ func parseFields(s string, allowed ...string) (map[string]string, error) {
 	for _, f := range strings.Fields(s) {
 		k, v, ok := strings.Cut(f, "=")
 		if !ok || v == "" {
+			// Never echo a token, which would put the secret in a log.
+			if strings.HasPrefix(f, TokenPrefix) {
+				return nil, errors.New("a token is not an entry: put the line `gpumeter token create` printed for auth.tokens here, never the token")
+			}
 			return nil, fmt.Errorf("%q is not key=value", f)
 		}
 		known := false

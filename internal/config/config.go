@@ -563,7 +563,13 @@ func (c *Config) Set(name, value string) error {
 		if !found {
 			return fmt.Errorf("%s: want name=value, got %q", name, value)
 		}
-		if err := k.set(c, strings.TrimSpace(sub), strings.TrimSpace(v)); err != nil {
+		sub = strings.TrimSpace(sub)
+		if err := k.set(c, sub, strings.TrimSpace(v)); err != nil {
+			// Name the entry, as a file's error does: one variable may
+			// hold several.
+			if sub != "" {
+				name += "." + sub
+			}
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		return nil
@@ -645,8 +651,16 @@ func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 		if vn.Kind != yaml.MappingNode {
 			return fmt.Errorf("%s:%d: %s: want a mapping of name: value, got %s", file, vn.Line, k.Name, kindName(vn))
 		}
+		// A mapping node keeps both of two equal keys, and setting them
+		// in turn would let the last win unseen: a second token or price
+		// under one name is a mistake to report.
+		seen := map[string]bool{}
 		for i := 0; i+1 < len(vn.Content); i += 2 {
 			sk, sv := vn.Content[i], vn.Content[i+1]
+			if seen[sk.Value] {
+				return fmt.Errorf("%s:%d: %s.%s: set twice", file, sk.Line, k.Name, sk.Value)
+			}
+			seen[sk.Value] = true
 			if sv.Kind != yaml.ScalarNode {
 				return fmt.Errorf("%s:%d: %s.%s: want a single value, got %s", file, sv.Line, k.Name, sk.Value, kindName(sv))
 			}

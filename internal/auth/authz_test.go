@@ -1,0 +1,103 @@
+package auth
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// actions are every Action of the API.
+var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead}
+
+// TestAuthorizeMatrix spells out the whole policy, so that any change to
+// grants has to change this table too.
+func TestAuthorizeMatrix(t *testing.T) {
+	const (
+		no  = "deny"
+		own = "own"
+		all = "all"
+	)
+	want := map[Role]map[Action]string{
+		RoleAdmin: {
+			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
+			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
+		},
+		RoleUser: {
+			ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own,
+			ActWasteRead: own, ActContainerStop: own, ActAuditRead: no,
+		},
+		RoleViewer: {
+			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
+			ActWasteRead: all, ActContainerStop: no, ActAuditRead: no,
+		},
+		"": {
+			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
+			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
+		},
+		"root": {
+			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
+			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
+		},
+	}
+	if len(grants[RoleAdmin]) != len(actions) {
+		t.Fatalf("the admin is granted %d actions, the test knows %d: add the new action to actions and to this table", len(grants[RoleAdmin]), len(actions))
+	}
+	for role, acts := range want {
+		for _, act := range actions {
+			id := Identity{User: "alice", Role: role, Method: MethodToken, Name: "t"}
+			ownOnly, err := Authorize(id, act)
+			got := all
+			switch {
+			case err != nil:
+				got = no
+				var fe *ForbiddenError
+				if !errors.As(err, &fe) {
+					t.Errorf("Authorize(%q, %s) error %T, want *ForbiddenError", role, act, err)
+				}
+				if !strings.Contains(err.Error(), string(act)) {
+					t.Errorf("Authorize(%q, %s) = %q, which does not name the action", role, act, err)
+				}
+			case ownOnly:
+				got = own
+			}
+			if got != acts[act] {
+				t.Errorf("Authorize(%q, %s) = %s, want %s", role, act, got, acts[act])
+			}
+
+			// AuthorizeOwner and Visible agree with the grant for the
+			// caller's own things and for someone else's.
+			errOwn, errOther := AuthorizeOwner(id, act, "alice"), AuthorizeOwner(id, act, "bob")
+			wantOwn, wantOther := acts[act] != no, acts[act] == all
+			if (errOwn == nil) != wantOwn || (errOther == nil) != wantOther {
+				t.Errorf("AuthorizeOwner(%q, %s): own %v, other %v; want allowed %v and %v", role, act, errOwn, errOther, wantOwn, wantOther)
+			}
+			if Visible(id, act, "alice") != wantOwn || Visible(id, act, "bob") != wantOther {
+				t.Errorf("Visible(%q, %s) disagrees with AuthorizeOwner", role, act)
+			}
+			// Nothing unowned is a user's.
+			if acts[act] == own && Visible(id, act, "") {
+				t.Errorf("Visible(%q, %s, \"\") = true for something nobody owns", role, act)
+			}
+		}
+	}
+	if _, err := Authorize(Identity{Role: RoleAdmin}, "containers.delete"); err == nil {
+		t.Error("an admin may do an action that does not exist")
+	}
+}
+
+func TestAuthorizeMessages(t *testing.T) {
+	user := Identity{User: "alice", Role: RoleUser}
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{func() error { _, err := Authorize(Identity{Role: RoleViewer}, ActContainerStop); return err }(), "role viewer may not containers.stop"},
+		{func() error { _, err := Authorize(user, ActAuditRead); return err }(), "role user may not audit.read"},
+		{func() error { _, err := Authorize(Identity{}, ActWhoami); return err }(), "no role may whoami"},
+		{AuthorizeOwner(user, ActContainerStop, "bob"), `alice may containers.stop only for their own containers and usage`},
+	} {
+		if tt.err == nil || tt.err.Error() != tt.want {
+			t.Errorf("error %v, want %q", tt.err, tt.want)
+		}
+	}
+}
