@@ -216,7 +216,8 @@ type Store interface {
 	// Retain deletes minute rows older than minutes and hour rows older
 	// than hours, counted back from now. Cut-offs are rounded down to the
 	// hour, so minute rows always cover whole hours; a duration of zero or
-	// less keeps those rows forever. Nodes, GPUs and containers are kept.
+	// less keeps those rows forever. Audit events go with the hour rows.
+	// Nodes, GPUs and containers are kept.
 	Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error
 	Close() error
 }

@@ -56,3 +56,41 @@ func testAudit(t *testing.T, s ledger.Store) {
 		t.Error("Audit with a cancelled context succeeded")
 	}
 }
+
+// testAuditRetain: audit events are kept as long as the hourly rows, so
+// that a flood of refused requests cannot fill the disk for ever.
+func testAuditRetain(t *testing.T, s ledger.Store) {
+	as := s.(ledger.AuditStore)
+	ctx := context.Background()
+	now := time.Date(2026, 11, 2, 18, 17, 0, 0, time.UTC)
+	var events []ledger.AuditEvent
+	for h := 0; h < 10; h++ {
+		events = append(events, ledger.AuditEvent{Time: now.Add(-time.Duration(h)*time.Hour - time.Minute), Node: "n1", Kind: "api", Outcome: "denied", Status: 401})
+	}
+	if err := as.Audit(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	// Hour rows before 12:00 go, and the events with them.
+	if err := s.Retain(ctx, now, 3*time.Hour, 6*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := as.AuditEvents(ctx, ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+	want := 0
+	for _, e := range events {
+		if !e.Time.Before(cut) {
+			want++
+		}
+	}
+	if len(got) != want {
+		t.Fatalf("after Retain, %d audit events, want %d (those from %s on)", len(got), want, cut.Format(time.RFC3339))
+	}
+	for _, e := range got {
+		if e.Time.Before(cut) {
+			t.Errorf("event of %s outlived the retention", e.Time.Format(time.RFC3339))
+		}
+	}
+}

@@ -53,6 +53,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"SeriesStep", testSeriesStep},
 		{"SeriesCancelledContext", testSeriesCancelledContext},
 		{"Audit", testAudit},
+		{"AuditRetain", testAuditRetain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

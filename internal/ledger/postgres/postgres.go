@@ -197,6 +197,11 @@ func (s *Store) Retain(ctx context.Context, now time.Time, minutes, hours time.D
 					}
 				}
 			}
+			if hOK {
+				if _, err := tx.Exec(ctx, sqlledger.DeleteAudit, hCut*1e6); err != nil {
+					return err
+				}
+			}
 			if !mOK {
 				return nil
 			}

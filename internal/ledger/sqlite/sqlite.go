@@ -324,6 +324,11 @@ func (s *Store) retain(ctx context.Context, now time.Time, minutes, hours time.D
 			}
 		}
 	}
+	if hOK {
+		if _, err := tx.ExecContext(ctx, sqlledger.DeleteAudit, hCut*1e6); err != nil {
+			return err
+		}
+	}
 	if mOK {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
 			ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
