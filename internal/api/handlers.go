@@ -60,10 +60,12 @@ func (s *server) gpus(w http.ResponseWriter, r *http.Request, c *call) {
 	if t == nil {
 		return
 	}
-	out := GPUsFromTick(t)
-	if c.ownOnly {
-		filterGPUs(&out, t, c)
+	if !c.ownOnly {
+		writeBody(w, s.gpusBody.get(t, func() any { return GPUsFromTick(t) }))
+		return
 	}
+	out := GPUsFromTick(t)
+	filterGPUs(&out, t, c)
 	writeJSON(w, out)
 }
 
@@ -103,8 +105,12 @@ func (s *server) containers(w http.ResponseWriter, r *http.Request, c *call) {
 	if t == nil {
 		return
 	}
+	if !c.ownOnly {
+		writeBody(w, s.containersBody.get(t, func() any { return ContainersFromTick(t) }))
+		return
+	}
 	out := ContainersFromTick(t)
-	if c.ownOnly {
+	{
 		kept := out.Containers[:0]
 		for _, ct := range out.Containers {
 			// A container the inventory does not know is listed with the

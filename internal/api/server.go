@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
@@ -109,6 +110,33 @@ const (
 type server struct {
 	cfg Config
 	mux *http.ServeMux
+	// The whole-node views are the same for every caller until the next
+	// tick, so each is encoded once a tick.
+	gpusBody, containersBody tickBody
+}
+
+// tickBody is a JSON body made from one tick, kept until the next.
+type tickBody struct {
+	mu   sync.Mutex
+	tick *sampler.Tick
+	body []byte
+}
+
+// get is the body for t, made by build when t is new. Callers that come
+// while it is being made wait for it rather than make it again.
+func (b *tickBody) get(t *sampler.Tick, build func() any) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.tick != t {
+		body, err := json.Marshal(build())
+		if err != nil {
+			// The views are plain structs: this cannot fail, but an
+			// answer must still be JSON.
+			body = []byte(`{"code":"internal_error","message":"could not encode the answer"}`)
+		}
+		b.tick, b.body = t, append(body, '\n')
+	}
+	return b.body
 }
 
 // route is one endpoint: what it does, in auth's terms, and its handler.
@@ -404,12 +432,20 @@ func jsonType(t reflect.Type) string {
 	return "value"
 }
 
+// writeJSON answers with v as compact JSON: indenting costs more than
+// encoding, and clients that show JSON to people indent it themselves.
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeBody answers with a JSON body made before.
+func writeBody(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	_, _ = w.Write(body)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
