@@ -11,7 +11,8 @@ import (
 )
 
 // TestLivePageInBrowser loads the agent's page in a real headless
-// Chromium and checks what its script rendered from the API.
+// Chromium, signed in with the token in the address as the demo prints
+// it, and checks what its script rendered from the API.
 func TestLivePageInBrowser(t *testing.T) {
 	browser := ""
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
@@ -28,7 +29,7 @@ func TestLivePageInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu",
-		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", a.URL+"/").Output()
+		"--user-data-dir="+t.TempDir(), "--virtual-time-budget=5000", "--dump-dom", a.URL+"/#token="+a.Token).Output()
 	if err != nil {
 		t.Fatalf("chromium: %v", err)
 	}
@@ -44,8 +45,16 @@ func TestLivePageInBrowser(t *testing.T) {
 			t.Errorf("the usage table does not show %q:\n%s", want, usage)
 		}
 	}
-	if status := section(dom, `id="status"`); !strings.Contains(status, "node demo") || strings.Contains(status, "cannot reach the agent") {
-		t.Errorf("the status line is wrong:\n%s", status)
+	status := section(dom, `id="status"`)
+	for _, want := range []string{"node demo", "signed in as e2e (admin)"} {
+		if !strings.Contains(status, want) {
+			t.Errorf("the status line does not show %q:\n%s", want, status)
+		}
+	}
+	for _, bad := range []string{"cannot reach the agent", "not signed in"} {
+		if strings.Contains(status, bad) {
+			t.Errorf("the status line shows %q:\n%s", bad, status)
+		}
 	}
 }
 

@@ -156,7 +156,7 @@ containers:
 	proxy := dockertest.NewSocketProxy(t, engine)
 	a := startServe(t, nil, "--sim", scenario, "--interval", "200ms",
 		"--docker-host", "unix://"+proxy.Path(), "--host-passwd-file", passwd)
-	agent := api.Client{URL: a.URL}
+	agent := api.Client{URL: a.URL, Token: a.Token}
 	ctx := context.Background()
 
 	gpus, err := agent.GPUs(ctx)
@@ -252,7 +252,7 @@ containers:
 		regexp.MustCompile(`(?m)^` + carol.id[:12] + `\s+` + regexp.QuoteMeta(carol.name) + `\s+carol\s+-\s+1\s+1\.00\s+0%\s+1\.0 GiB\s`),
 	}
 	dockertest.WaitFor(t, settleE2E, "gpumeter ps to show the three containers", func() (bool, string) {
-		out, stderr, code := runCLI(t, nil, "ps", "--url", a.URL)
+		out, stderr, code := runCLI(t, a.cliEnv(), "ps", "--url", a.URL)
 		if code != 0 {
 			return false, fmt.Sprintf("exit %d: %s", code, stderr)
 		}

@@ -25,14 +25,29 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/auth"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 var binary string
 
+// adminToken is the admin token every agent the tests start accepts,
+// unless a test configures tokens of its own; adminTokens is its
+// auth.tokens entry. Both are made afresh for each run of the tests.
+var adminToken, adminTokens string
+
+// adminEnv gives an agent the test admin token, in the environment.
+func adminEnv() string { return "GPUMETER_AUTH_TOKENS=" + adminTokens }
+
 func TestMain(m *testing.M) {
 	flag.Parse()
+	secret, tok, err := auth.NewToken("e2e-admin", "e2e", auth.RoleAdmin, time.Time{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "make the test token:", err)
+		os.Exit(1)
+	}
+	adminToken, adminTokens = secret, tok.ID+"="+tok.Entry()
 	dir, err := os.MkdirTemp("", "gpumeter-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -52,47 +67,80 @@ func TestMain(m *testing.M) {
 
 // agentProc is a running `gpumeter serve`.
 type agentProc struct {
-	URL    string
+	URL string
+	// Token is an admin token the agent accepts: adminToken, or "" when
+	// the test configured the agent's tokens itself.
+	Token  string
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *lockedBuffer
 }
 
-var servingRE = regexp.MustCompile(`serving on (http://\S+)`)
+var servingRE = regexp.MustCompile(`serving on (https?://\S+)`)
+
+// hasEnv says whether env sets the variable name.
+func hasEnv(env []string, name string) bool {
+	return slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, name+"=") })
+}
 
 // startServe runs `gpumeter serve args...` on a free loopback port and
-// waits until it has taken its first sample.
+// waits until it has taken its first sample. The agent accepts adminToken
+// unless env sets GPUMETER_AUTH_TOKENS.
 func startServe(t *testing.T, env []string, args ...string) *agentProc {
 	t.Helper()
-	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
+	return startServeWith(t, serveOptions{env: env, args: args})
+}
+
+// serveOptions are how startServeWith runs an agent.
+type serveOptions struct {
+	env  []string
+	args []string
+	// ready says whether the agent at url has taken its first sample;
+	// nil asks /healthz over plain HTTP.
+	ready func(url string) bool
+}
+
+func startServeWith(t *testing.T, o serveOptions) *agentProc {
+	t.Helper()
+	args := append([]string{"serve", "--listen", "127.0.0.1:0"}, o.args...)
 	cmd := exec.Command(binary, args...)
 	// Each agent keeps its ledger in the test's own directory unless the
 	// test says otherwise.
-	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir()), env...)
+	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir())
+	a := &agentProc{cmd: cmd, stderr: &lockedBuffer{}}
+	if !hasEnv(o.env, "GPUMETER_AUTH_TOKENS") {
+		cmd.Env = append(cmd.Env, adminEnv())
+		a.Token = adminToken
+	}
+	cmd.Env = append(cmd.Env, o.env...)
 	pr, pw := io.Pipe()
-	stderr := &bytes.Buffer{}
-	cmd.Stderr = io.MultiWriter(pw, stderr)
+	cmd.Stderr = io.MultiWriter(pw, a.stderr)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	a := &agentProc{cmd: cmd, stderr: stderr}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		pw.Close()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
 		select {
-		case err := <-done:
-			if err != nil && !t.Failed() {
-				t.Errorf("serve exited with %v after SIGTERM; stderr:\n%s", err, stderr)
+		case <-exited:
+			if waitErr != nil && !t.Failed() {
+				t.Errorf("serve exited with %v after SIGTERM; stderr:\n%s", waitErr, a.stderr)
 			}
 		case <-time.After(10 * time.Second):
 			_ = cmd.Process.Kill()
+			<-exited
 			t.Errorf("serve did not stop within 10s of SIGTERM")
 		}
 		if t.Failed() {
-			t.Logf("serve stderr:\n%s", stderr)
+			t.Logf("serve stderr:\n%s", a.stderr)
 		}
 	})
-	a.URL = awaitServing(t, pr, nil, stderr)
+	a.URL = awaitReady(t, pr, exited, a.stderr, o.ready)
 	return a
 }
 
@@ -101,6 +149,23 @@ func startServe(t *testing.T, env []string, args ...string) *agentProc {
 // ends first; log is its stderr so far, for the failure message.
 func awaitServing(t *testing.T, stderr io.Reader, exited <-chan struct{}, log fmt.Stringer) string {
 	t.Helper()
+	return awaitReady(t, stderr, exited, log, nil)
+}
+
+// awaitReady is awaitServing with the agent's own test of its first
+// sample; nil asks /healthz over plain HTTP.
+func awaitReady(t *testing.T, stderr io.Reader, exited <-chan struct{}, log fmt.Stringer, ready func(url string) bool) string {
+	t.Helper()
+	if ready == nil {
+		ready = func(url string) bool {
+			resp, err := http.Get(url + "/healthz")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}
+	}
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
@@ -120,14 +185,7 @@ func awaitServing(t *testing.T, stderr io.Reader, exited <-chan struct{}, log fm
 	case <-time.After(20 * time.Second):
 		t.Fatalf("serve did not start listening; stderr:\n%s", log)
 	}
-	waitFor(t, 10*time.Second, "the first sample", func() bool {
-		resp, err := http.Get(url + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitFor(t, 10*time.Second, "the first sample", func() bool { return ready(url) })
 	return url
 }
 
@@ -142,9 +200,22 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
+// getAs GETs url with token as its bearer token ("" sends none).
+func getAs(url, token string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// get GETs url as the test admin and returns the body of its 200 answer.
 func get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := getAs(url, adminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,6 +229,9 @@ func get(t *testing.T, url string) string {
 	}
 	return string(body)
 }
+
+// cliEnv is the environment a CLI command needs to call a as its admin.
+func (a *agentProc) cliEnv() []string { return []string{"GPUMETER_TOKEN=" + a.Token} }
 
 // runCLI runs the binary to completion and returns its output and status.
 func runCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
@@ -294,7 +368,7 @@ func TestServeSimAPIAndPs(t *testing.T) {
 		t.Errorf("GPU 0 has %d processes, want 2", n)
 	}
 
-	out, stderr, code := runCLI(t, nil, "ps", "--url", a.URL)
+	out, stderr, code := runCLI(t, a.cliEnv(), "ps", "--url", a.URL)
 	if code != 0 {
 		t.Fatalf("ps exited %d: %s", code, stderr)
 	}
@@ -310,7 +384,7 @@ func TestServeSimAPIAndPs(t *testing.T) {
 		}
 	}
 
-	out, stderr, code = runCLI(t, nil, "ps", "--url", a.URL, "--format", "json")
+	out, stderr, code = runCLI(t, a.cliEnv(), "ps", "--url", a.URL, "--format", "json")
 	if code != 0 {
 		t.Fatalf("ps --format json exited %d: %s", code, stderr)
 	}
@@ -428,7 +502,7 @@ func TestVersion(t *testing.T) {
 // means true, and that =false turns it off.
 func TestBareBoolFlag(t *testing.T) {
 	a := startServe(t, nil, "--demo", "--interval", "100ms", "--ledger-enabled=false")
-	resp, err := http.Get(a.URL + "/api/v1/usage")
+	resp, err := getAs(a.URL+"/api/v1/usage", a.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +512,7 @@ func TestBareBoolFlag(t *testing.T) {
 	}
 	b := startServe(t, nil, "--demo", "--interval", "100ms", "--ledger-enabled")
 	waitFor(t, 20*time.Second, "a usage report from the demo's ledger", func() bool {
-		resp, err := http.Get(b.URL + "/api/v1/usage?since=1h")
+		resp, err := getAs(b.URL+"/api/v1/usage?since=1h", b.Token)
 		if err != nil {
 			return false
 		}

@@ -92,7 +92,7 @@ func launch(t *testing.T, dataDir string, args ...string) *agentRun {
 	t.Helper()
 	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+dataDir)
+	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+dataDir, adminEnv())
 	pr, pw := io.Pipe()
 	a := &agentRun{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = io.MultiWriter(pw, a.stderr)
@@ -516,7 +516,7 @@ func TestServeLedgerLocked(t *testing.T) {
 		t.Errorf("gpumeter_ledger_dropped_rows_total = %g, want 0", got)
 	}
 	// Reports read the ledger as it was: readers do not wait on the lock.
-	resp, err := http.Get(a.URL + "/api/v1/usage?since=1h")
+	resp, err := getAs(a.URL+"/api/v1/usage?since=1h", adminToken)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -245,7 +245,7 @@ func logServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir()), env...)
+	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), adminEnv()), env...)
 	cmd.Stderr = f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -315,7 +315,7 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, logPath, regexp.MustCompile(`msg="config reloaded" waste_rules_changed=true policy_dry_run=true`))
+	waitLog(t, logPath, regexp.MustCompile(`msg="config reloaded" tokens=1 waste_rules_changed=true policy_dry_run=true`))
 	// The notebook of the scenario is idle: in dry run the agent says
 	// what it would do.
 	line = waitLog(t, logPath, regexp.MustCompile(`.*policy dry run: would warn, then stop the container.*`))

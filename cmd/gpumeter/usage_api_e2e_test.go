@@ -16,10 +16,11 @@ import (
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
-// fetch GETs url and returns the status, content type and body.
+// fetch GETs url as the test admin and returns the status, content type
+// and body.
 func fetch(t *testing.T, url string) (int, string, []byte) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := getAs(url, adminToken)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,10 +243,14 @@ func TestServeUsageAPIUnavailable(t *testing.T) {
 			"cost:\n  gpu_hour:\n    NVIDIA H100 80GB HBM3: 3\n    NVIDIA A100 80GB: 2\n")
 		a := startServe(t, nil, "--config", cfg, "--sim", "../../testdata/shared.yaml", "--interval", "100ms")
 		msg := apiError(t, a.URL+"/api/v1/usage?since=1h", http.StatusInternalServerError, "bad_config")
-		for _, w := range []string{`"NVIDIA A100 80GB"`, "NVIDIA H100 80GB HBM3"} {
-			if !strings.Contains(msg, w) {
-				t.Errorf("message %q does not contain %q", msg, w)
-			}
+		// Callers learn that the price list is wrong; which models it
+		// names is for the operator, in the agent's log.
+		if !strings.Contains(msg, "the agent's log says which") {
+			t.Errorf("message %q does not point to the agent's log", msg)
 		}
+		waitFor(t, 5*time.Second, "the agent's log to name the models", func() bool {
+			log := a.stderr.String()
+			return strings.Contains(log, `\"NVIDIA A100 80GB\"`) && strings.Contains(log, "NVIDIA H100 80GB HBM3")
+		})
 	})
 }

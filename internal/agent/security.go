@@ -58,12 +58,7 @@ func (s *security) prepare(cfg *config.Config) (prepared, error) {
 		return p, err
 	}
 	if s.demoToken != "" {
-		_, t, err := auth.NewToken("demo", "demo", auth.RoleAdmin, time.Time{})
-		if err != nil {
-			return p, err
-		}
-		t.Hash = auth.HashToken(s.demoToken)
-		ac.Tokens = append(ac.Tokens, t)
+		ac.Tokens = append(ac.Tokens, auth.Token{ID: "demo", User: "demo", Role: auth.RoleAdmin, Hash: auth.HashToken(s.demoToken)})
 	}
 	if p.auth, err = auth.New(ac); err != nil {
 		return p, err

@@ -35,6 +35,11 @@ func (id Identity) Caller() string {
 	case MethodAnonymous:
 		return "anonymous"
 	}
+	if id.User == "" {
+		// Refused before a user was known: an unmapped certificate, a
+		// socket peer that may not come in.
+		return id.Method + " " + id.Name
+	}
 	return id.User + " (" + id.Method + " " + id.Name + ")"
 }
 

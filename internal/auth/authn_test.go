@@ -183,7 +183,7 @@ func TestIdentityCaller(t *testing.T) {
 		{Identity{User: "anonymous", Role: RoleViewer, Method: MethodAnonymous, Name: "-"}, "anonymous"},
 		{Identity{User: "alice", Role: RoleUser, Method: MethodToken, Name: "alice-laptop"}, "alice (token alice-laptop)"},
 		{Identity{User: "uid:0", Role: RoleAdmin, Method: MethodSocket, Name: "uid 0"}, "uid:0 (socket uid 0)"},
-		{Identity{Method: MethodCert, Name: "stranger.lab"}, " (cert stranger.lab)"},
+		{Identity{Method: MethodCert, Name: "stranger.lab"}, "cert stranger.lab"},
 	} {
 		if got := tt.id.Caller(); got != tt.want {
 			t.Errorf("%+v.Caller() = %q, want %q", tt.id, got, tt.want)

@@ -21,6 +21,13 @@ type TLSFiles struct {
 	RequireClientCert bool
 }
 
+// nextProtos are the protocols the listener offers: HTTP/1.1 only. Go's
+// HTTP/2 server holds a client to neither api.read_header_timeout nor
+// api.read_timeout (it waits 10 s for the preface and as long as a
+// client likes for the rest of a frame), so offering it would let a slow
+// client keep a connection open long after an HTTP/1.1 one is cut off.
+var nextProtos = []string{"http/1.1"}
+
 // LoadTLS reads the files into a server TLS config, TLS 1.2 at least.
 // Every error names the file at fault.
 func LoadTLS(f TLSFiles) (*tls.Config, error) {
@@ -36,7 +43,7 @@ func LoadTLS(f TLSFiles) (*tls.Config, error) {
 		return nil, fmt.Errorf("tls.cert_file %s: the certificate expired at %s", f.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
 	cert.Leaf = leaf
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: nextProtos}
 	if f.ClientCAFile != "" {
 		pem, err := os.ReadFile(f.ClientCAFile)
 		if err != nil {
@@ -83,7 +90,7 @@ func (r *ReloadableTLS) Reload(f TLSFiles) error {
 func (r *ReloadableTLS) Config() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"h2", "http/1.1"},
+		NextProtos: nextProtos,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			cfg := r.cur.Load()
 			if cfg == nil {

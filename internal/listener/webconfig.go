@@ -41,7 +41,10 @@ func LoadWeb(path string) (*Web, error) {
 	w := &Web{path: path, cache: map[[sha256.Size]byte]bool{}}
 	w.cfg.TLSConfig.MinVersion = tls.VersionTLS12
 	w.cfg.TLSConfig.MaxVersion = tls.VersionTLS13
-	w.cfg.HTTPConfig.HTTP2 = true
+	// exporter-toolkit offers HTTP/2 unless told not to; here a file must
+	// ask for it (http_server_config: {http2: true}), since the HTTP/2
+	// server does not hold slow clients to the agent's timeouts.
+	w.cfg.HTTPConfig.HTTP2 = false
 	if err := yaml.UnmarshalStrict(data, &w.cfg); err != nil {
 		return nil, fmt.Errorf("web.config_file %s: %w", path, err)
 	}
@@ -65,7 +68,7 @@ func (w *Web) TLS() (*tls.Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("web.config_file %s: tls_server_config: %w", w.path, err)
 	}
-	cfg.NextProtos = []string{"http/1.1"}
+	cfg.NextProtos = nextProtos
 	if w.cfg.HTTPConfig.HTTP2 {
 		cfg.NextProtos = []string{"h2", "http/1.1"}
 	}
