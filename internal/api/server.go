@@ -243,8 +243,10 @@ func (s *server) guard(rt route) http.Handler {
 		c := &call{source: source(r), act: rt.act}
 		id, authErr := s.cfg.Auth().Authenticate(r)
 		c.id = id
+		// Callers who did not prove who they are share nothing but their
+		// address, so they are limited by it.
 		key := "addr:" + hostOf(c.source)
-		if authErr == nil {
+		if authErr == nil && id.Method != auth.MethodAnonymous {
 			key = id.Method + ":" + id.Name
 		}
 		if ok, wait, first := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {

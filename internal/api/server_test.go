@@ -797,3 +797,34 @@ func TestNewDefaultsLimits(t *testing.T) {
 		t.Errorf("a small stop with default limits: %d %s", a.status, a.body)
 	}
 }
+
+// TestRateLimitAnonymousByAddress: anonymous viewers share no identity,
+// so one of them using up its requests must not hold up the others.
+func TestRateLimitAnonymousByAddress(t *testing.T) {
+	authn, err := auth.New(auth.Config{Anonymous: auth.RoleViewer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limiter := auth.NewLimiter(1, 1, 0)
+	h := New(Config{Ticks: nilTicks{}, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return limiter }})
+	status := func(addr string) int {
+		r := httptest.NewRequest(http.MethodGet, "/api/v1/whoami", nil)
+		r.RemoteAddr = addr
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	for _, tt := range []struct {
+		addr string
+		want int
+	}{{"192.0.2.1:1000", 200}, {"192.0.2.1:1001", 429}, {"192.0.2.2:1000", 200}} {
+		if got := status(tt.addr); got != tt.want {
+			t.Errorf("anonymous from %s: %d, want %d", tt.addr, got, tt.want)
+		}
+	}
+}
+
+// nilTicks has taken no sample yet.
+type nilTicks struct{}
+
+func (nilTicks) Latest() *sampler.Tick { return nil }
