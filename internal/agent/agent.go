@@ -46,18 +46,19 @@ type Agent struct {
 	log     *slog.Logger
 	version string
 
-	sampler  *sampler.Sampler
-	docker   *docker.Inventory
-	store    ledger.Store
-	recorder *record.Recorder
-	waste    *liveWaste
-	policy   *policy.Engine
-	reloadMu sync.Mutex
-	closers  []func() error
-	listener net.Listener
-	socket   net.Listener // nil when api.socket is off
-	sec      security
-	audit    *audit.Log
+	sampler   *sampler.Sampler
+	docker    *docker.Inventory
+	store     ledger.Store
+	recorder  *record.Recorder
+	waste     *liveWaste
+	policy    *policy.Engine
+	reloadMu  sync.Mutex
+	closers   []func() error
+	listener  net.Listener
+	socket    net.Listener // nil when api.socket is off
+	sec       security
+	audit     *audit.Log
+	auditFile *audit.File
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -259,7 +260,7 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 	if as, ok := a.store.(ledger.AuditStore); ok {
 		lc.Store = as
 	}
-	a.audit = audit.NewLog(lc)
+	a.audit, a.auditFile = audit.NewLog(lc), f
 	return f, nil
 }
 

@@ -99,7 +99,7 @@ func (l ledgerAudit) Audit(ctx context.Context, e policy.Event) error {
 }
 
 // Reload applies the tokens, certificates, limits, waste thresholds and
-// policy of a new config, together, once the whole config has passed
+// policy of a new config, and reopens the audit log, together, once the whole config has passed
 // validation; other settings need a restart and are left as they are. A
 // config that does not pass, or whose certificate does not load, leaves
 // everything as it was.
@@ -121,6 +121,12 @@ func (a *Agent) Reload(cfg config.Config) error {
 	}
 	if a.policy != nil {
 		a.policy.SetPolicy(cfg.Policy)
+	}
+	if a.auditFile != nil {
+		// A log rotated by renaming is followed from here on.
+		if err := a.auditFile.Reopen(); err != nil {
+			a.log.Error("audit log", "err", err)
+		}
 	}
 	a.log.Info("config reloaded", "tokens", len(cfg.Auth.Tokens), "waste_rules_changed", changed, "policy_dry_run", cfg.Policy.DryRun)
 	return nil

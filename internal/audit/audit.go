@@ -126,8 +126,27 @@ func (a *File) Audit(_ context.Context, e Event) error {
 	return nil
 }
 
+// Reopen opens the path again and writes there from now on, so that a
+// log rotated by renaming (logrotate without copytruncate) is followed
+// after a SIGHUP. When the path cannot be opened the old file is kept.
+func (a *File) Reopen() error {
+	f, err := os.OpenFile(a.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("reopen the audit log: %w", err)
+	}
+	a.mu.Lock()
+	old := a.f
+	a.f = f
+	a.mu.Unlock()
+	return old.Close()
+}
+
 // Close closes the file.
-func (a *File) Close() error { return a.f.Close() }
+func (a *File) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.f.Close()
+}
 
 // maxLine bounds one line of an audit file; File writes lines of a few
 // hundred bytes.

@@ -231,3 +231,38 @@ func FuzzReadFile(f *testing.F) {
 		}
 	})
 }
+
+// TestFileReopen: after the log is renamed away and reopened, new events
+// go to a new file at the path and the renamed one keeps the old ones.
+func TestFileReopen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "audit.jsonl")
+	f, err := audit.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	if err := f.Audit(context.Background(), audit.Event{Time: at, Kind: audit.KindAPI, Outcome: audit.OutcomeDenied}); err != nil {
+		t.Fatal(err)
+	}
+	rotated := path + ".1"
+	if err := os.Rename(path, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Audit(context.Background(), audit.Event{Time: at.Add(time.Second), Kind: audit.KindAPI, Outcome: audit.OutcomeAllowed}); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{rotated: audit.OutcomeDenied, path: audit.OutcomeAllowed} {
+		got, err := audit.ReadFile(p, time.Time{}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 || got[0].Outcome != want {
+			t.Errorf("%s holds %+v, want one %s event", p, got, want)
+		}
+	}
+}
