@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 )
 
@@ -29,11 +28,17 @@ func Socket(path string) (net.Listener, error) {
 			return nil, fmt.Errorf("api.socket: remove the stale %s: %w", path, err)
 		}
 	}
-	// The socket is created with no access for anyone else, so that there
-	// is no moment in which another user could connect.
-	old := syscall.Umask(0o177)
-	ln, err := net.Listen("unix", path)
-	syscall.Umask(old)
+	// The socket is made in a directory only this user may enter, made
+	// 0600 there and only then moved into place, so that there is no
+	// moment in which another user could connect; the process umask,
+	// which every goroutine shares, is left alone.
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".api-sock-")
+	if err != nil {
+		return nil, fmt.Errorf("api.socket: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		var se *net.OpError
 		if errors.As(err, &se) {
@@ -41,9 +46,31 @@ func Socket(path string) (net.Listener, error) {
 		}
 		return nil, fmt.Errorf("api.socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	ln.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("api.socket: %w", err)
 	}
-	return ln, nil
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("api.socket: %w", err)
+	}
+	return &socket{UnixListener: ln, addr: &net.UnixAddr{Name: path, Net: "unix"}}, nil
+}
+
+// socket is a Unix listener whose file was moved to its place after it
+// was made: it says where it is now, and removes that file when closed.
+type socket struct {
+	*net.UnixListener
+	addr *net.UnixAddr
+}
+
+func (s *socket) Addr() net.Addr { return s.addr }
+
+func (s *socket) Close() error {
+	err := s.UnixListener.Close()
+	if rerr := os.Remove(s.addr.Name); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
 }
