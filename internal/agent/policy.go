@@ -98,8 +98,8 @@ func (l ledgerAudit) Audit(ctx context.Context, e policy.Event) error {
 	return l.store.Audit(ctx, []ledger.AuditEvent{audit.ToLedger(e)})
 }
 
-// Reload applies the tokens, certificates, limits, waste thresholds and
-// policy of a new config, and reopens the audit log, together, once the whole config has passed
+// Reload applies the tokens, certificates, rate limit, web config, waste
+// thresholds and policy of a new config, and reopens the audit log, together, once the whole config has passed
 // validation; other settings need a restart and are left as they are. A
 // config that does not pass, or whose certificate does not load, leaves
 // everything as it was.
