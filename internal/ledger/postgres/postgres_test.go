@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -337,23 +336,7 @@ func TestUpgradeFromVersion2(t *testing.T) {
 			VALUES (%d, 'n1', 'stop', 'idle', 'idle-1', 'abc', 'nb', 'carol', '{}', false, 'stopped', 0, '')`, at.UnixMicro()))
 	rawExec(t, dsn, stmts...)
 
-	s := open(t, dsn)
-	api := ledger.AuditEvent{Time: at.Add(time.Second), Node: "n1", Kind: "api", Outcome: "allowed",
-		Caller: "bob", Role: "admin", Source: "unix uid 0", Action: "containers.stop", Target: "abc", Status: 200}
-	if err := s.Audit(context.Background(), []ledger.AuditEvent{api}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.AuditEvents(context.Background(), ledger.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []ledger.AuditEvent{
-		{Time: at, Node: "n1", Kind: "stop", Rule: "idle", FindingID: "idle-1", ContainerID: "abc", Container: "nb", Owner: "carol", Outcome: "stopped"},
-		api,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("AuditEvents after the upgrade (-want +got):\n%s", diff)
-	}
+	ledgertest.AuditAfterUpgrade(t, open(t, dsn), at)
 	if n := rawCount(t, dsn, "gpumeter_meta WHERE key = 'schema_version' AND value = '"+strconv.Itoa(postgres.SchemaVersion())+"'"); n != 1 {
 		t.Errorf("schema_version is not %d after the upgrade", postgres.SchemaVersion())
 	}

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	_ "modernc.org/sqlite"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -362,23 +361,7 @@ func TestUpgradeFromVersion2(t *testing.T) {
 			VALUES (%d, 'n1', 'stop', 'idle', 'idle-1', 'abc', 'nb', 'carol', '{}', 0, 'stopped', 0, '')`, at.UnixMicro()))
 	rawExec(t, path, stmts...)
 
-	s := open(t, path)
-	api := ledger.AuditEvent{Time: at.Add(time.Second), Node: "n1", Kind: "api", Outcome: "allowed",
-		Caller: "bob", Role: "admin", Source: "unix uid 0", Action: "containers.stop", Target: "abc", Status: 200}
-	if err := s.Audit(context.Background(), []ledger.AuditEvent{api}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.AuditEvents(context.Background(), ledger.Filter{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []ledger.AuditEvent{
-		{Time: at, Node: "n1", Kind: "stop", Rule: "idle", FindingID: "idle-1", ContainerID: "abc", Container: "nb", Owner: "carol", Outcome: "stopped"},
-		api,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("AuditEvents after the upgrade (-want +got):\n%s", diff)
-	}
+	ledgertest.AuditAfterUpgrade(t, open(t, path), at)
 	var v string
 	if err := rawDB(t, path).QueryRow("SELECT value FROM gpumeter_meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != strconv.Itoa(sqlite.SchemaVersion()) {
 		t.Errorf("schema_version = %q, %v; want %d", v, err, sqlite.SchemaVersion())
