@@ -341,3 +341,18 @@ func TestUpgradeFromVersion2(t *testing.T) {
 		t.Errorf("schema_version is not %d after the upgrade", postgres.SchemaVersion())
 	}
 }
+
+// TestUpgradeFromV3 restores a dump of a ledger written by the release at
+// schema version 3: it migrates, and reads what that release read.
+func TestUpgradeFromV3(t *testing.T) {
+	dump, err := os.ReadFile(filepath.Join(ledgertest.V3Dir, "ledger.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsn := pgtest.DSN(t)
+	rawExec(t, dsn, string(dump))
+	ledgertest.UpgradeFromV3(t, open(t, dsn))
+	if n := rawCount(t, dsn, "gpumeter_meta WHERE key = 'schema_version' AND value = '"+strconv.Itoa(postgres.SchemaVersion())+"'"); n != 1 {
+		t.Errorf("schema_version is not %d after the upgrade", postgres.SchemaVersion())
+	}
+}

@@ -367,3 +367,21 @@ func TestUpgradeFromVersion2(t *testing.T) {
 		t.Errorf("schema_version = %q, %v; want %d", v, err, sqlite.SchemaVersion())
 	}
 }
+
+// TestUpgradeFromV3 opens a copy of a ledger file written by the release
+// at schema version 3: it migrates, and reads what that release read.
+func TestUpgradeFromV3(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(ledgertest.V3Dir, "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ledgertest.UpgradeFromV3(t, open(t, path))
+	var v string
+	if err := rawDB(t, path).QueryRow("SELECT value FROM gpumeter_meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != strconv.Itoa(sqlite.SchemaVersion()) {
+		t.Errorf("schema_version after the upgrade = %q (%v), want %d", v, err, sqlite.SchemaVersion())
+	}
+}
