@@ -117,8 +117,10 @@ type ContainerUsage struct {
 // Batch is one flush. A store writes a batch atomically: all of it or
 // none. Usage sums are added to what the store holds for the same key
 // (peaks take the maximum) in both the minute and the hour tables, so a
-// batch must carry only what was not written before.
+// batch must carry only what was not written before, and ID makes
+// writing the same batch twice harmless.
 type Batch struct {
+	ID             BatchID // zero: written without a lease
 	Nodes          []Node
 	GPUs           []GPU
 	Containers     []Container
@@ -213,12 +215,17 @@ type Store interface {
 	// ContainerSeries returns each container's CPU and RAM per step, read
 	// as Series reads usage, ordered by start, node and container ID.
 	ContainerSeries(ctx context.Context, f Filter, step time.Duration) ([]ContainerUsage, error)
-	// Retain deletes minute rows older than minutes and hour rows older
-	// than hours, counted back from now. Cut-offs are rounded down to the
-	// hour, so minute rows always cover whole hours; a duration of zero or
-	// less keeps those rows forever. Audit events go with the hour rows.
-	// Nodes, GPUs and containers are kept.
-	Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error
+	// Totals reads what Usage and GPUs read, in one snapshot, so that the
+	// owners' rows and the GPUs' totals agree while agents write.
+	Totals(ctx context.Context, f Filter) ([]UsageTotal, []GPUTotal, error)
+	// Retain deletes node's minute rows older than minutes and its hour
+	// rows older than hours, counted back from now; node "" deletes every
+	// node's. On a ledger that many nodes share, each agent deletes only
+	// its own rows, under its own settings. Cut-offs are rounded down to
+	// the hour, so minute rows always cover whole hours; a duration of
+	// zero or less keeps those rows forever. Audit events go with the hour
+	// rows. Nodes, GPUs and containers are kept.
+	Retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error
 	Close() error
 }
 
@@ -252,6 +259,9 @@ func Hour(t time.Time) time.Time { return t.UTC().Truncate(time.Hour) }
 // finite, peaks within int64, and every string valid UTF-8 without NUL
 // bytes (PostgreSQL stores no others). Errors wrap ErrInvalidBatch.
 func (b *Batch) Validate() error {
+	if err := b.validateID(); err != nil {
+		return err
+	}
 	for i, n := range b.Nodes {
 		if err := keys(n.Name); err != nil {
 			return invalid("nodes[%d]: node name %v", i, err)
@@ -346,6 +356,55 @@ func (b *Batch) Validate() error {
 			number{"RAMByteSeconds", c.RAMByteSeconds},
 		); err != nil {
 			return invalid("%s: %v", at(), err)
+		}
+	}
+	return nil
+}
+
+// validateID checks that a batch with an ID is complete and holds only
+// its node's rows: the lease fences one node.
+func (b *Batch) validateID() error {
+	id := b.ID
+	if id.IsZero() {
+		return nil
+	}
+	if err := keys(id.Node, id.Instance); err != nil {
+		return invalid("batch ID (node %q, instance %q): %v", id.Node, id.Instance, err)
+	}
+	if id.Seq == 0 || id.Seq > math.MaxInt64 {
+		return invalid("batch ID (node %q): sequence %d is outside 1..%d", id.Node, id.Seq, int64(math.MaxInt64))
+	}
+	other := func(what string, i int, node string) error {
+		return invalid("%s[%d] is of node %q in a batch of node %q", what, i, node, id.Node)
+	}
+	for i, n := range b.Nodes {
+		if n.Name != id.Node {
+			return other("nodes", i, n.Name)
+		}
+	}
+	for i, g := range b.GPUs {
+		if g.Node != id.Node {
+			return other("gpus", i, g.Node)
+		}
+	}
+	for i, c := range b.Containers {
+		if c.Node != id.Node {
+			return other("containers", i, c.Node)
+		}
+	}
+	for i, u := range b.Usage {
+		if u.Node != id.Node {
+			return other("usage", i, u.Node)
+		}
+	}
+	for i, g := range b.GPUUsage {
+		if g.Node != id.Node {
+			return other("gpu usage", i, g.Node)
+		}
+	}
+	for i, c := range b.ContainerUsage {
+		if c.Node != id.Node {
+			return other("container usage", i, c.Node)
 		}
 	}
 	return nil

@@ -71,7 +71,7 @@ func testAuditRetain(t *testing.T, s ledger.Store) {
 		t.Fatal(err)
 	}
 	// Hour rows before 12:00 go, and the events with them.
-	if err := s.Retain(ctx, now, 3*time.Hour, 6*time.Hour); err != nil {
+	if err := s.Retain(ctx, "", now, 3*time.Hour, 6*time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	got, err := as.AuditEvents(ctx, ledger.Filter{})

@@ -40,6 +40,8 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"ContainerCPUOnce", testContainerCPUOnce},
 		{"UnknownGPU", testUnknownGPU},
 		{"Retain", testRetain},
+		{"RetainOneNode", testRetainOneNode},
+		{"TotalsOneSnapshot", testTotalsSnapshot},
 		{"InvalidBatch", testInvalidBatch},
 		{"AtomicBatch", testAtomicBatch},
 		{"ConcurrentWriters", testConcurrentWriters},
@@ -743,7 +745,7 @@ func testRetain(t *testing.T, s ledger.Store) {
 	// now is 18:17: minute rows before 15:00 and hour rows before 12:00 go.
 	now := at(10, 17)
 	ctx := context.Background()
-	if err := s.Retain(ctx, now, 3*time.Hour+17*time.Minute, 6*time.Hour); err != nil {
+	if err := s.Retain(ctx, "", now, 3*time.Hour+17*time.Minute, 6*time.Hour); err != nil {
 		t.Fatalf("Retain: %v", err)
 	}
 	check(at(0, 0), at(10, 0), 360)  // hours 12–17
@@ -763,10 +765,10 @@ func testRetain(t *testing.T, s ledger.Store) {
 
 	// Zero durations keep everything; an earlier now does not bring back
 	// or move the horizon.
-	if err := s.Retain(ctx, now, 0, 0); err != nil {
+	if err := s.Retain(ctx, "", now, 0, 0); err != nil {
 		t.Fatalf("Retain(0, 0): %v", err)
 	}
-	if err := s.Retain(ctx, now.Add(-5*time.Hour), 3*time.Hour, 6*time.Hour); err != nil {
+	if err := s.Retain(ctx, "", now.Add(-5*time.Hour), 3*time.Hour, 6*time.Hour); err != nil {
 		t.Fatalf("Retain(earlier): %v", err)
 	}
 	check(at(6, 10), at(6, 20), 60)

@@ -382,7 +382,7 @@ func testSeriesRetain(t *testing.T, s ledger.Store) {
 	}
 	write(t, s, b)
 	// Minute rows before 10:00 go, hour rows stay.
-	if err := s.Retain(context.Background(), at(2, 30), 30*time.Minute, 0); err != nil {
+	if err := s.Retain(context.Background(), "", at(2, 30), 30*time.Minute, 0); err != nil {
 		t.Fatalf("Retain: %v", err)
 	}
 	f := ledger.Filter{From: at(0, 0), To: at(3, 0)}

@@ -177,28 +177,16 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// Retain deletes old minute and hour rows.
-func (s *Store) Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
+// Retain deletes old minute and hour rows of node ("" for every node).
+func (s *Store) Retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error {
 	mCut, mOK, hCut, hOK := sqlledger.RetainCutoffs(now, minutes, hours)
 	if !mOK && !hOK {
 		return nil
 	}
 	err := s.retry(ctx, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			for _, t := range []string{"usage", "gpu", "container"} {
-				if mOK {
-					if _, err := tx.Exec(ctx, "DELETE FROM "+t+"_minute WHERE start < $1", mCut); err != nil {
-						return err
-					}
-				}
-				if hOK {
-					if _, err := tx.Exec(ctx, "DELETE FROM "+t+"_hour WHERE start < $1", hCut); err != nil {
-						return err
-					}
-				}
-			}
-			if hOK {
-				if _, err := tx.Exec(ctx, sqlledger.DeleteAudit, hCut*1e6); err != nil {
+			for _, d := range sqlledger.RetainDeletes(node, mCut, mOK, hCut, hOK) {
+				if _, err := tx.Exec(ctx, d.SQL, d.Args...); err != nil {
 					return err
 				}
 			}
@@ -239,6 +227,24 @@ func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.
 	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.ContainerUsage, error) {
 		return sqlledger.ContainerSeries(ctx, q, f, step)
 	})
+}
+
+// Totals reads Usage and GPUs in one REPEATABLE READ snapshot: under
+// PostgreSQL's default READ COMMITTED each statement would see the
+// batches committed by then, and rows and totals would disagree.
+func (s *Store) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
+	var gpus []ledger.GPUTotal
+	usage, err := query(ctx, s, func(q sqlledger.Querier) (u []ledger.UsageTotal, err error) {
+		if u, err = sqlledger.Usage(ctx, q, f); err != nil {
+			return nil, err
+		}
+		gpus, err = sqlledger.GPUs(ctx, q, f)
+		return u, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return usage, gpus, nil
 }
 
 // query runs fn in one read snapshot and names the ledger in its error.

@@ -356,3 +356,10 @@ func TestUpgradeFromV3(t *testing.T) {
 		t.Errorf("schema_version is not %d after the upgrade", postgres.SchemaVersion())
 	}
 }
+
+func TestLeases(t *testing.T) {
+	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Store, ledger.Store) {
+		dsn := pgtest.DSN(t)
+		return open(t, dsn), open(t, dsn)
+	}, false)
+}

@@ -26,12 +26,21 @@ func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
 	if err != nil {
 		return err
 	}
-	if b.Empty() {
+	if b.Empty() && b.ID.IsZero() {
 		return nil
 	}
 	stmts := statements(b, &rows)
+	if id := b.ID; !id.IsZero() {
+		stmts = append(stmts, statement{"lease", renewSQL, []any{id.Node, id.Instance, int64(id.Seq)}, 1})
+	}
 	return s.retry(ctx, func() error {
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if !b.ID.IsZero() {
+				written, err := fence(ctx, tx, b.ID)
+				if err != nil || written {
+					return err
+				}
+			}
 			// One round trip: every statement is pipelined.
 			var pb pgx.Batch
 			for _, st := range stmts {

@@ -49,7 +49,8 @@ type Store struct {
 	rdb   *sql.DB // query_only connections for reports
 	wsem  chan struct{}
 	stmts *stmts
-	ids   ids // guarded by wsem
+	ids   ids         // guarded by wsem
+	wlock *writerLock // held from Acquire to Release or Close; guarded by wsem
 }
 
 var _ ledger.Store = (*Store)(nil)
@@ -274,6 +275,7 @@ func (s *Store) Close() error {
 		errs = append(errs, s.rdb.Close())
 	}
 	errs = append(errs, s.wdb.Close())
+	errs = append(errs, s.releaseWriterLock())
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close ledger %s: %w", s.path, err)
 	}
@@ -291,14 +293,14 @@ func (s *Store) lock(ctx context.Context) error {
 }
 
 // Retain deletes old minute and hour rows.
-func (s *Store) Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
-	if err := s.retain(ctx, now, minutes, hours); err != nil {
+func (s *Store) Retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error {
+	if err := s.retain(ctx, node, now, minutes, hours); err != nil {
 		return fmt.Errorf("retain ledger %s: %w", s.path, err)
 	}
 	return nil
 }
 
-func (s *Store) retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
+func (s *Store) retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error {
 	mCut, mOK, hCut, hOK := sqlledger.RetainCutoffs(now, minutes, hours)
 	if !mOK && !hOK {
 		return nil
@@ -312,20 +314,8 @@ func (s *Store) retain(ctx context.Context, now time.Time, minutes, hours time.D
 		return err
 	}
 	defer tx.Rollback()
-	for _, t := range []string{"usage", "gpu", "container"} {
-		if mOK {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+t+"_minute WHERE start < $1", mCut); err != nil {
-				return err
-			}
-		}
-		if hOK {
-			if _, err := tx.ExecContext(ctx, "DELETE FROM "+t+"_hour WHERE start < $1", hCut); err != nil {
-				return err
-			}
-		}
-	}
-	if hOK {
-		if _, err := tx.ExecContext(ctx, sqlledger.DeleteAudit, hCut*1e6); err != nil {
+	for _, d := range sqlledger.RetainDeletes(node, mCut, mOK, hCut, hOK) {
+		if _, err := tx.ExecContext(ctx, d.SQL, d.Args...); err != nil {
 			return err
 		}
 	}
@@ -361,6 +351,22 @@ func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.
 	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.ContainerUsage, error) {
 		return sqlledger.ContainerSeries(ctx, q, f, step)
 	})
+}
+
+// Totals reads Usage and GPUs in one snapshot of the WAL.
+func (s *Store) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
+	var gpus []ledger.GPUTotal
+	usage, err := query(ctx, s, func(q sqlledger.Querier) (u []ledger.UsageTotal, err error) {
+		if u, err = sqlledger.Usage(ctx, q, f); err != nil {
+			return nil, err
+		}
+		gpus, err = sqlledger.GPUs(ctx, q, f)
+		return u, err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return usage, gpus, nil
 }
 
 // query runs fn in one read snapshot and names the ledger in its error.

@@ -385,3 +385,10 @@ func TestUpgradeFromV3(t *testing.T) {
 		t.Errorf("schema_version after the upgrade = %q (%v), want %d", v, err, sqlite.SchemaVersion())
 	}
 }
+
+func TestLeases(t *testing.T) {
+	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Store, ledger.Store) {
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		return open(t, path), open(t, path)
+	}, true)
+}

@@ -27,7 +27,7 @@ func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
 	if err != nil {
 		return err
 	}
-	if b.Empty() {
+	if b.Empty() && b.ID.IsZero() {
 		return nil
 	}
 	if err := s.lock(ctx); err != nil {
@@ -39,6 +39,15 @@ func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
 		return err
 	}
 	defer tx.Rollback()
+	if !b.ID.IsZero() {
+		written, err := fence(ctx, tx, b.ID)
+		if err != nil || written {
+			return err
+		}
+		if err := renew(ctx, tx, b.ID); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+	}
 	w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
 	if err := w.write(ctx, b, &rows); err != nil {
 		return err

@@ -16,10 +16,6 @@ const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_
 	caller, role, source, action, target, status)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
 
-// DeleteAudit deletes the audit events before a time in unix
-// microseconds: Retain keeps them as long as the hourly rows.
-const DeleteAudit = `DELETE FROM audit_events WHERE at_us < $1`
-
 // AuditArgs are the arguments of InsertAudit for e.
 func AuditArgs(e ledger.AuditEvent) ([]any, error) {
 	ev := "{}"

@@ -2,6 +2,7 @@ package sqlledger
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -109,4 +110,45 @@ func RetainCutoffs(now time.Time, minutes, hours time.Duration) (minuteCut int64
 		hourCut, hourOK = floor(now.Add(-hours).Unix(), 3600), true
 	}
 	return minuteCut, minuteOK, hourCut, hourOK
+}
+
+// Statement is one SQL statement with its arguments.
+type Statement struct {
+	SQL  string
+	Args []any
+}
+
+// RetainDeletes are the statements of Retain for the cut-offs of
+// RetainCutoffs. With a node they delete only that node's rows (its GPUs'
+// usage, its owners' CPU and RAM, its audit events), so that each agent of
+// a shared ledger keeps to its own; node "" deletes every node's. Audit
+// events go with the hour rows.
+func RetainDeletes(node string, minuteCut int64, minuteOK bool, hourCut int64, hourOK bool) []Statement {
+	var out []Statement
+	del := func(table, cond string, cut int64) {
+		switch {
+		case node == "":
+			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond, []any{cut}})
+		case table == "audit_events":
+			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond + " AND node = $2", []any{cut, node}})
+		case strings.HasPrefix(table, "container_"):
+			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond +
+				" AND owner_id IN (SELECT o.id FROM owners o JOIN nodes n ON n.id = o.node_id WHERE n.name = $2)", []any{cut, node}})
+		default:
+			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond +
+				" AND gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = $2)", []any{cut, node}})
+		}
+	}
+	for _, t := range []string{"usage", "gpu", "container"} {
+		if minuteOK {
+			del(t+"_minute", "start < $1", minuteCut)
+		}
+		if hourOK {
+			del(t+"_hour", "start < $1", hourCut)
+		}
+	}
+	if hourOK {
+		del("audit_events", "at_us < $1", hourCut*1e6)
+	}
+	return out
 }
