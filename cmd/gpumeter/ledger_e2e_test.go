@@ -543,7 +543,7 @@ func TestServeLedgerLocked(t *testing.T) {
 	truth := a.scrape(t).sum("gpumeter_gpu_metered_seconds_total")
 	a.stop(t)
 	log := a.stderr.String()
-	for _, want := range []string{"ledger write failed; keeping rows in memory and retrying", "database is locked", "ledger write recovered"} {
+	for _, want := range []string{"ledger write failed; keeping rows in memory and sending them again", "database is locked", "ledger write recovered"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the agent's log does not say %q:\n%s", want, log)
 		}

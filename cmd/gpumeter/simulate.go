@@ -74,7 +74,11 @@ const postgresLedger = "the PostgreSQL ledger"
 // memory before they are written; it bounds memory, not correctness.
 const simulateFlushEvery = time.Hour
 
-func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger.Store, where string) error {
+// simulateLeaseFlush is the flush interval whose lease takeover simulate
+// uses: the agent's default, as it takes a lease like an agent.
+const simulateLeaseFlush = 5 * time.Second
+
+func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger.Store, where string) (err error) {
 	end := sc.Start.Add(sc.Duration)
 	existing, err := store.GPUs(ctx, ledger.Filter{From: ledger.Minute(sc.Start), To: ledger.Minute(end.Add(time.Minute - 1)), Node: sc.Node})
 	if err != nil {
@@ -83,6 +87,19 @@ func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger
 	if len(existing) > 0 {
 		return fmt.Errorf("%s already holds usage of node %s between %s and %s: simulating again would count it twice; use another --db (or another database in --dsn)", where, sc.Node, sc.Start.Format(time.RFC3339), end.Format(time.RFC3339))
 	}
+	// A simulation writes its node's rows as an agent does, under the
+	// node's lease: never beside a live agent of the same node.
+	lease, err := record.Acquire(ctx, store, sc.Node, record.DefaultLeaseTakeover(simulateLeaseFlush))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		release, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if rerr := record.Release(release, store, lease); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 	// A batch run: trade memory for fewer garbage collections.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	src := sim.NewSource(sc, false)
@@ -94,7 +111,7 @@ func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger
 		Resolvers:   []sampler.ProcessResolver{src},
 		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
 	})
-	rec := record.New(record.Config{Store: store, Node: sc.Node, MaxRows: 1 << 30})
+	rec := record.New(record.Config{Store: store, Node: sc.Node, MaxRows: 1 << 30, Lease: lease})
 
 	began := time.Now()
 	var ticks int

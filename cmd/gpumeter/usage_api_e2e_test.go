@@ -4,6 +4,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -253,4 +254,41 @@ func TestServeUsageAPIUnavailable(t *testing.T) {
 			return strings.Contains(log, `\"NVIDIA A100 80GB\"`) && strings.Contains(log, "NVIDIA H100 80GB HBM3")
 		})
 	})
+}
+
+// TestServeUsageAddsUpWhileFlushing reads a window that ends now again
+// and again while the agent commits a batch every 100 ms: each report's
+// rows plus idle pool must equal the host's GPU-hours and energy, which
+// holds only when the rows and the GPU totals come from one snapshot.
+func TestServeUsageAddsUpWhileFlushing(t *testing.T) {
+	a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "20ms", "--ledger-flush-interval", "100ms")
+	usage := a.URL + "/api/v1/usage?by=container&since=1h"
+	reads := 0
+	deadline := time.Now().Add(4 * time.Second)
+	for ; time.Now().Before(deadline); time.Sleep(30 * time.Millisecond) { // under the API's rate limit
+		status, _, body := fetch(t, usage)
+		if status != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", usage, status, body)
+		}
+		var rep report.Report
+		if err := json.Unmarshal(body, &rep); err != nil {
+			t.Fatal(err)
+		}
+		if rep.Host.GPUHours == 0 {
+			continue
+		}
+		reads++
+		hours := rep.Totals.GPUHoursAllocated + rep.Idle.GPUHours
+		energy := rep.Totals.EnergyKWh + rep.Idle.EnergyKWh
+		// The ledger rounds each row to the microsecond and millijoule;
+		// one batch of 100 ms is some thousand times more than that.
+		if math.Abs(hours-rep.Host.GPUHours) > 1e-8 || math.Abs(energy-rep.Host.EnergyKWh) > 1e-8 {
+			t.Fatalf("read %d: rows %.9f + idle %.9f GPU-hours, host %.9f; rows %.9f + idle %.9f kWh, host %.9f: rows and totals are of different moments",
+				reads, rep.Totals.GPUHoursAllocated, rep.Idle.GPUHours, rep.Host.GPUHours, rep.Totals.EnergyKWh, rep.Idle.EnergyKWh, rep.Host.EnergyKWh)
+		}
+	}
+	if reads < 20 {
+		t.Errorf("only %d reports in 4 s, want at least 20 for the check to mean something", reads)
+	}
+	t.Logf("%d reports added up", reads)
 }

@@ -49,6 +49,7 @@ type Agent struct {
 	sampler   *sampler.Sampler
 	docker    *docker.Inventory
 	store     ledger.Store
+	lease     ledger.Lease // this agent's lease of its node in store
 	recorder  *record.Recorder
 	waste     *liveWaste
 	policy    *policy.Engine
@@ -158,7 +159,19 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			return nil, fmt.Errorf("open the ledger: %w", err)
 		}
 		a.store = store
+		// The lease comes before any write: a second agent for this node
+		// stops here, having written nothing.
+		takeover := cfg.LeaseTakeover
+		if takeover == 0 {
+			takeover = record.DefaultLeaseTakeover(cfg.FlushInterval)
+		}
+		if a.lease, err = record.Acquire(ctx, store, node, takeover); err != nil {
+			store.Close()
+			a.store = nil
+			return nil, err
+		}
 		a.recorder = record.New(record.Config{
+			Lease:           a.lease,
 			Store:           store,
 			Node:            node,
 			FlushInterval:   cfg.FlushInterval,
@@ -348,6 +361,11 @@ func CostModel(c config.Cost) report.CostModel {
 // that never gets to Run, one whose Listen failed, say.
 func (a *Agent) Close() {
 	if a.store != nil {
+		release, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := record.Release(release, a.store, a.lease); err != nil {
+			a.log.Warn("release the node's lease", "err", err)
+		}
+		cancel()
 		if err := a.store.Close(); err != nil {
 			a.log.Warn("close the ledger", "err", err)
 		}
@@ -400,7 +418,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer stopRecorder()
 	if a.recorder != nil {
 		wg.Go(func() {
-			if err := a.recorder.Run(recCtx); err != nil {
+			err := a.recorder.Run(recCtx)
+			var fenced *record.FencedError
+			switch {
+			case errors.As(err, &fenced):
+				// Another agent writes this node now: stop, and exit
+				// non-zero, rather than meter what nobody will book.
+				errs <- fmt.Errorf("ledger: %w", err)
+				cancel()
+			case err != nil:
 				a.log.Error("final ledger write", "err", err)
 			}
 		})

@@ -53,10 +53,14 @@ type Config struct {
 	// IdlePower is the idle power in watts by GPU model name or UUID.
 	IdlePower map[string]float64
 
-	DataDir         string
-	LedgerEnabled   bool
-	LedgerDSN       string
-	FlushInterval   time.Duration
+	DataDir       string
+	LedgerEnabled bool
+	LedgerDSN     string
+	FlushInterval time.Duration
+	// LeaseTakeover is how long a node's lease must be silent before
+	// another agent takes it over; 0 means the recorder's default for
+	// FlushInterval.
+	LeaseTakeover   time.Duration
 	MinuteRetention time.Duration
 	HourRetention   time.Duration
 	MaxPendingRows  int
@@ -422,6 +426,7 @@ func Keys() []Key {
 		boolKey("ledger.enabled", "write usage to the ledger", func(c *Config) *bool { return &c.LedgerEnabled }),
 		stringKey("ledger.dsn", "PostgreSQL DSN of a shared ledger (default: SQLite under data_dir)", func(c *Config) *string { return &c.LedgerDSN }),
 		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: at most this much is lost in a crash", func(c *Config) *time.Duration { return &c.FlushInterval }),
+		durationKey("ledger.lease_takeover", "how long the lease of a node must be silent before another agent may take it over (0: 3 × ledger.flush_interval plus the write deadline of max(30s, 3 × ledger.flush_interval), 45s at the defaults; if set, at least 3 × ledger.flush_interval)", func(c *Config) *time.Duration { return &c.LeaseTakeover }),
 		durationKey("ledger.minute_retention", "how long per-minute rows are kept", func(c *Config) *time.Duration { return &c.MinuteRetention }),
 		durationKey("ledger.hour_retention", "how long hourly rows are kept", func(c *Config) *time.Duration { return &c.HourRetention }),
 		intKey("ledger.max_pending_rows", "rows held in memory while the ledger cannot be written; past it the oldest minutes are dropped", func(c *Config) *int { return &c.MaxPendingRows }),
@@ -784,6 +789,9 @@ func (c *Config) Validate() error {
 	}
 	if c.FlushInterval < 100*time.Millisecond || c.FlushInterval > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("ledger.flush_interval: %s is outside 100ms..10m", c.FlushInterval))
+	}
+	if c.LeaseTakeover < 0 || c.LeaseTakeover != 0 && c.LeaseTakeover < 3*c.FlushInterval {
+		errs = append(errs, fmt.Errorf("ledger.lease_takeover: %s is shorter than 3 × ledger.flush_interval (%s): a live agent would lose its lease between two flushes", c.LeaseTakeover, 3*c.FlushInterval))
 	}
 	if c.MinuteRetention < time.Hour {
 		errs = append(errs, fmt.Errorf("ledger.minute_retention: %s is shorter than an hour", c.MinuteRetention))

@@ -5,12 +5,20 @@
 // flush interval and never writes a minute twice. While the ledger cannot
 // be written the rows stay in memory, up to a bound, and go out when it is
 // back.
+//
+// Under a node lease every batch carries an ID (node, instance, sequence).
+// A batch whose write failed is sent again alone, under the same ID, before
+// anything newer: when the failure was a lost reply to a COMMIT that went
+// through, the ledger finds the sequence written and adds nothing. A
+// recorder whose lease another agent took over is fenced: it writes
+// nothing more and says what it had not written.
 package record
 
 import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"math"
@@ -41,7 +49,11 @@ type Config struct {
 	MaxRows int
 	// Retain runs the ledger's retention every hour when both are set.
 	MinuteRetention, HourRetention time.Duration
-	Logger                         *slog.Logger
+	// Lease is the node lease the recorder writes under (see Acquire); a
+	// zero lease writes batches without IDs, as a tool that owns the
+	// ledger alone may.
+	Lease  ledger.Lease
+	Logger *slog.Logger
 }
 
 type usageKey struct {
@@ -100,15 +112,27 @@ type Status struct {
 	WriteSeconds float64 // how long the last flush took
 }
 
+// unresolved is a batch taken from pending whose write has not been
+// confirmed: it is sent again, alone and under its own ID, until the
+// ledger confirms it (or refuses it as invalid).
+type unresolved struct {
+	b        ledger.Batch
+	rows     int
+	from, to time.Time // the minutes it covers
+}
+
 // Recorder sums ticks into minutes and writes them.
 type Recorder struct {
 	cfg Config
 	mu  sync.Mutex
 	p   *pending
-	// writing is the number of rows of the batch a Flush is writing: they
-	// are pending until the store has them, however long it takes.
-	writing int
-	st      Status
+	// open is the batch being written or waiting to be written again; its
+	// rows count as pending until the store has them.
+	open *unresolved
+	seq  uint64 // the last batch sequence number given out
+	// fenced is set once the lease is lost: nothing is written after it.
+	fenced *FencedError
+	st     Status
 	// last is the meter tick Add summed last: the sampler publishes it
 	// again while the GPU source reads nothing.
 	last *meter.Tick
@@ -136,7 +160,7 @@ func (r *Recorder) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.st
-	s.PendingRows = r.p.rows() + r.writing
+	s.PendingRows = r.p.rows() + r.openRows()
 	return s
 }
 
@@ -150,7 +174,7 @@ func (r *Recorder) Add(t *sampler.Tick) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t.Tick == r.last {
+	if t.Tick == r.last || r.fenced != nil {
 		return
 	}
 	r.last = t.Tick
@@ -325,7 +349,7 @@ func addSums(dst, s *ledger.Sums) {
 // bound drops the oldest minutes while more rows wait than allowed.
 func (r *Recorder) bound() {
 	p := r.p
-	over := p.rows() - r.cfg.MaxRows
+	over := p.rows() + r.openRows() - r.cfg.MaxRows
 	if over <= 0 {
 		return
 	}
@@ -369,113 +393,155 @@ func (r *Recorder) bound() {
 	r.st.DroppedRows += uint64(dropped)
 }
 
-// Flush writes everything pending as one batch. On failure the rows go
-// back to pending (added to whatever arrived meanwhile), so nothing is lost
-// while memory allows.
+func (r *Recorder) openRows() int {
+	if r.open == nil {
+		return 0
+	}
+	return r.open.rows
+}
+
+// Flush writes the batch left unresolved by an earlier Flush, if any, and
+// then everything pending as one new batch. A batch whose write fails
+// stays as it is, and the next Flush sends it again before anything newer,
+// so that nothing is lost while memory allows and, under a lease, nothing
+// is counted twice. Under a lease a Flush with nothing pending still
+// writes an empty batch, which renews the lease.
 func (r *Recorder) Flush(ctx context.Context) error {
 	r.flushMu.Lock()
 	defer r.flushMu.Unlock()
 	r.mu.Lock()
+	if r.fenced != nil {
+		r.mu.Unlock()
+		return r.fenced
+	}
+	u := r.open
+	r.mu.Unlock()
+	if u != nil {
+		if err := r.send(ctx, u); err != nil {
+			return err
+		}
+	}
+
+	r.mu.Lock()
 	p := r.p
-	if p.rows() == 0 && len(p.meta) == 0 && p.node == nil {
+	leased := r.cfg.Lease.Instance != ""
+	if p.rows() == 0 && len(p.meta) == 0 && p.node == nil && !leased {
 		r.mu.Unlock()
 		return nil
 	}
 	r.p = newPending()
-	r.writing = p.rows()
+	u = &unresolved{b: r.batch(p), rows: p.rows()}
+	u.from, u.to = p.span()
+	if leased {
+		r.seq++
+		u.b.ID = ledger.BatchID{Node: r.cfg.Lease.Node, Instance: r.cfg.Lease.Instance, Seq: r.seq}
+	}
+	r.open = u
 	r.mu.Unlock()
-
-	start := time.Now()
-	err := r.cfg.Store.Write(ctx, r.batch(p))
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.writing = 0
-	r.st.WriteSeconds = time.Since(start).Seconds()
-	if err != nil {
-		r.st.FlushErrors++
-		if r.st.LastError == "" {
-			r.cfg.Logger.Error("ledger write failed; keeping rows in memory and retrying", "err", err)
-		}
-		r.st.LastError = err.Error()
-		if errors.Is(err, ledger.ErrInvalidBatch) {
-			// The ledger will refuse these rows however often they are
-			// sent: keeping them would block every later batch.
-			r.cfg.Logger.Error("ledger refused a batch as invalid; dropping it", "rows", p.rows(), "err", err)
-			r.st.DroppedRows += uint64(p.rows())
-			return err
-		}
-		r.merge(p)
-		r.bound()
-		return err
-	}
-	if r.st.LastError != "" {
-		r.cfg.Logger.Info("ledger write recovered")
-	}
-	r.st.Flushes++
-	r.st.LastFlush = time.Now()
-	r.st.LastError = ""
-	return nil
+	return r.send(ctx, u)
 }
 
-// merge puts a batch that failed back under what arrived since.
-func (r *Recorder) merge(old *pending) {
-	p := r.p
-	for k, s := range old.usage {
-		if cur := p.usage[k]; cur != nil {
-			addSums(cur, s)
-		} else {
-			p.usage[k] = s
+// send writes u and books the outcome.
+func (r *Recorder) send(ctx context.Context, u *unresolved) error {
+	start := time.Now()
+	err := r.cfg.Store.Write(ctx, u.b)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.st.WriteSeconds = time.Since(start).Seconds()
+	if err == nil {
+		r.open = nil
+		if r.st.LastError != "" {
+			r.cfg.Logger.Info("ledger write recovered")
 		}
+		r.st.Flushes++
+		r.st.LastFlush = time.Now()
+		r.st.LastError = ""
+		return nil
 	}
-	for id, info := range old.rowInfo {
-		p.rowInfo[id] = info
+	r.st.FlushErrors++
+	wasFailing := r.st.LastError != ""
+	r.st.LastError = err.Error()
+	switch {
+	case errors.Is(err, ledger.ErrFenced):
+		r.fenced = r.fence(err)
+		r.cfg.Logger.Error("ledger lease lost: writing stops", "err", r.fenced)
+		return r.fenced
+	case errors.Is(err, ledger.ErrInvalidBatch):
+		// The ledger will refuse these rows however often they are
+		// sent: keeping them would block every later batch.
+		r.cfg.Logger.Error("ledger refused a batch as invalid; dropping it", "rows", u.rows, "err", err)
+		r.st.DroppedRows += uint64(u.rows)
+		r.open = nil
+		return err
 	}
-	for k, s := range old.gpus {
-		if cur := p.gpus[k]; cur != nil {
-			cur.Seconds += s.Seconds
-			cur.AllocatedSeconds += s.AllocatedSeconds
-			cur.IdleSeconds += s.IdleSeconds
-			cur.UsedSeconds += s.UsedSeconds
-			cur.UnattributedSeconds += s.UnattributedSeconds
-			cur.EnergyJoules += s.EnergyJoules
-			cur.IdleEnergyJoules += s.IdleEnergyJoules
-			cur.PeakUtil = math.Max(cur.PeakUtil, s.PeakUtil)
-		} else {
-			p.gpus[k] = s
+	if !wasFailing {
+		r.cfg.Logger.Error("ledger write failed; keeping rows in memory and sending them again", "err", err)
+	}
+	return err
+}
+
+// fence records what a recorder that lost its lease had not written.
+func (r *Recorder) fence(err error) *FencedError {
+	f := &FencedError{Err: err, Node: r.cfg.Node}
+	if r.open != nil {
+		f.Rows, f.From, f.To, f.Seq = r.open.rows, r.open.from, r.open.to, r.open.b.ID.Seq
+	}
+	rows := r.p.rows()
+	if rows > 0 {
+		from, to := r.p.span()
+		if f.Rows == 0 || from.Before(f.From) {
+			f.From = from
 		}
-	}
-	for k, s := range old.containers {
-		if cur := p.containers[k]; cur != nil {
-			cur.CPUSeconds += s.CPUSeconds
-			cur.RAMByteSeconds += s.RAMByteSeconds
-		} else {
-			p.containers[k] = s
+		if to.After(f.To) {
+			f.To = to
 		}
+		f.Rows += rows
 	}
-	for id, c := range old.meta {
-		if cur, newer := p.meta[id]; newer {
-			// The newer record knows the container's latest state; the
-			// older one when it was first seen.
-			if !c.FirstSeen.IsZero() && c.FirstSeen.Before(cur.FirstSeen) {
-				cur.FirstSeen = c.FirstSeen
-				p.meta[id] = cur
-			}
-		} else {
-			p.meta[id] = c
-		}
+	return f
+}
+
+// FencedError is what Flush and Run return once the recorder's lease was
+// taken over: the rows it had not written (the batch refused and what
+// came after it), which the agent that holds the lease now did not book
+// either, are lost, never counted twice.
+type FencedError struct {
+	Err      error // wraps ledger.ErrFenced
+	Node     string
+	Seq      uint64 // the refused batch
+	Rows     int
+	From, To time.Time // the minutes those rows cover
+}
+
+func (e *FencedError) Error() string {
+	msg := fmt.Sprintf("%v; this agent stops writing node %q", e.Err, e.Node)
+	if e.Rows == 0 {
+		return msg + " (every row it had was written)"
 	}
-	for id, g := range old.gpuMeta {
-		if _, newer := p.gpuMeta[id]; !newer {
-			p.gpuMeta[id] = g
-		}
+	return fmt.Sprintf("%s; not written: %d rows of the minutes %s to %s UTC (batch %d and after)", msg, e.Rows,
+		e.From.UTC().Format("2006-01-02 15:04"), e.To.UTC().Format("15:04"), e.Seq)
+}
+
+func (e *FencedError) Unwrap() error { return e.Err }
+
+// span is the first and last minute that pending rows cover.
+func (p *pending) span() (from, to time.Time) {
+	first, last := int64(math.MaxInt64), int64(math.MinInt64)
+	see := func(m int64) {
+		first, last = min(first, m), max(last, m)
 	}
-	if old.node != nil {
-		if p.node == nil {
-			p.node = old.node
-		} else {
-			p.node.FirstSeen = old.node.FirstSeen
-		}
+	for k := range p.usage {
+		see(k.minute)
 	}
+	for k := range p.gpus {
+		see(k.minute)
+	}
+	for k := range p.containers {
+		see(k.minute)
+	}
+	if first > last {
+		return time.Time{}, time.Time{}
+	}
+	return time.Unix(first, 0).UTC(), time.Unix(last, 0).UTC()
 }
 
 // batch renders pending rows in a stable order, so that concurrent
@@ -551,7 +617,8 @@ func (r *Recorder) batch(p *pending) ledger.Batch {
 }
 
 // Run flushes every FlushInterval until ctx ends, then flushes once more
-// with a short deadline, so a clean stop loses nothing.
+// with a short deadline, so a clean stop loses nothing. It returns early,
+// with a *FencedError, when the lease is lost.
 func (r *Recorder) Run(ctx context.Context) error {
 	tick := time.NewTicker(r.cfg.FlushInterval)
 	defer tick.Stop()
@@ -568,11 +635,20 @@ func (r *Recorder) Run(ctx context.Context) error {
 			// stay pending; retention waits for a ledger that writes.
 			// A write that hangs (a half-open connection) must fail
 			// and show in ledger_up rather than block the recorder.
-			fctx, cancel := context.WithTimeout(ctx, max(30*time.Second, 3*r.cfg.FlushInterval))
+			fctx, cancel := context.WithTimeout(ctx, r.WriteTimeout())
 			err := r.Flush(fctx)
 			cancel()
+			var fenced *FencedError
+			if errors.As(err, &fenced) {
+				return err
+			}
 			if err == nil && r.cfg.MinuteRetention > 0 && r.cfg.HourRetention > 0 && time.Since(lastRetain) > time.Hour {
-				if err := r.cfg.Store.Retain(ctx, time.Now(), r.cfg.MinuteRetention, r.cfg.HourRetention); err != nil {
+				// This node's rows only: on a shared ledger every agent
+				// keeps to its own, under the same deadline as a write.
+				rctx, cancel := context.WithTimeout(ctx, r.WriteTimeout())
+				err := r.cfg.Store.Retain(rctx, r.cfg.Node, time.Now(), r.cfg.MinuteRetention, r.cfg.HourRetention)
+				cancel()
+				if err != nil {
 					r.cfg.Logger.Warn("ledger retention", "err", err)
 				} else {
 					lastRetain = time.Now()
@@ -580,6 +656,17 @@ func (r *Recorder) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// WriteTimeout is how long one write (or retention run) of Run may take:
+// 30 s, or three flush intervals when that is longer.
+func (r *Recorder) WriteTimeout() time.Duration {
+	return WriteTimeout(r.cfg.FlushInterval)
+}
+
+// WriteTimeout is a recorder's write deadline for a flush interval.
+func WriteTimeout(flush time.Duration) time.Duration {
+	return max(30*time.Second, 3*flush)
 }
 
 var (

@@ -84,11 +84,11 @@ func (s *flakyStore) Write(ctx context.Context, b ledger.Batch) error {
 	return s.Store.Write(ctx, b)
 }
 
-func (s *flakyStore) Retain(ctx context.Context, now time.Time, minutes, hours time.Duration) error {
+func (s *flakyStore) Retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error {
 	s.mu.Lock()
 	s.retains++
 	s.mu.Unlock()
-	return s.Store.Retain(ctx, now, minutes, hours)
+	return s.Store.Retain(ctx, node, now, minutes, hours)
 }
 
 func (s *flakyStore) failNext(n int) {
@@ -519,10 +519,11 @@ func checkClose(t *testing.T, what string, got, want, tol float64) {
 	}
 }
 
-// TestFlushFailureMerges checks that rows a failed flush puts back add up
-// with rows summed while the write was under way, and that the container
-// keeps the first time it was seen.
-func TestFlushFailureMerges(t *testing.T) {
+// TestFlushFailureRetriesAlone checks that a batch whose write failed is
+// sent again alone, before the rows summed while it was under way (which
+// go out in a batch of their own), that together they add up, and that the
+// container keeps the first time it was seen.
+func TestFlushFailureRetriesAlone(t *testing.T) {
 	store := &flakyStore{Store: openStore(t), fail: 1}
 	rec := record.New(record.Config{Store: store, Node: node})
 	r := newRig()
@@ -533,8 +534,8 @@ func TestFlushFailureMerges(t *testing.T) {
 		t.Fatalf("Flush() = %v, want %v", err, errDiskFull)
 	}
 	flush(t, rec)
-	if w, f, _ := store.counts(); w != 1 || f != 1 {
-		t.Errorf("%d writes, %d failed; want 1 and 1", w, f)
+	if w, f, _ := store.counts(); w != 2 || f != 1 {
+		t.Errorf("%d writes, %d failed; want 2 (the failed batch again, then the new rows) and 1", w, f)
 	}
 	got := read(t, store, t0, t0.Add(time.Minute))
 	want := minute{

@@ -184,7 +184,10 @@ func RequestFromQuery(q url.Values, parseDuration func(string) (time.Duration, e
 
 // Reader is the part of a ledger a report reads.
 type Reader interface {
-	Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error)
+	// Totals reads the owners' rows and the GPUs' totals of a window in
+	// one snapshot: read apart while an agent writes, rows plus idle pool
+	// would not add up to the GPUs' time.
+	Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error)
 	GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error)
 }
 
@@ -211,13 +214,9 @@ func Models(ctx context.Context, store Reader) ([]string, error) {
 // Run reads the ledger for a validated request and builds the report.
 func Run(ctx context.Context, store Reader, r Request, cost CostModel) (*Report, error) {
 	f := ledger.Filter{From: r.From, To: r.To, Node: r.Node}
-	usage, err := store.Usage(ctx, f)
+	usage, gpus, err := store.Totals(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("read usage: %w", err)
-	}
-	gpus, err := store.GPUs(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("read GPU totals: %w", err)
 	}
 	return Build(usage, gpus, Options{By: r.By, From: r.From, To: r.To, Cost: cost, Filter: r.Filter()})
 }
