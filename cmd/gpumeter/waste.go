@@ -34,9 +34,9 @@ as flags here) and prices come from the config. A window of up to two days
 is judged minute by minute, a longer one hour by hour but for its first
 partial hour and its last hour, judged minute by minute: both find the same,
 a finding since the same time to the hour. A finding is active (NOW) when
-its condition held at the window's end and its node's data reaches that
-end, give or take a minute and the config's ledger.flush_interval: those of
-an agent that stopped are not.
+its condition held at the window's end and its node's rows reach to within
+a minute and ledger.flush_interval of that end: an agent that stopped
+longer ago has nothing active.
 
 With --url, or with $GPUMETER_URL and neither --db nor --dsn, it lists the
 agent's live findings instead, judged by the agent's own rules.`,
