@@ -31,7 +31,12 @@ running past a maximum age or with a low efficiency, and GPU use outside
 containers; each with the evidence, since when, and the GPU-hours and cost
 wasted. Reads the ledger as report does; the rules (waste.* settings, also
 as flags here) and prices come from the config. A window of up to two days
-is judged minute by minute, a longer one hour by hour.
+is judged minute by minute, a longer one hour by hour but for its first
+partial hour and its last hour, judged minute by minute: both find the same,
+a finding since the same time to the hour. A finding is active (NOW) when
+its condition held at the window's end and its node's rows reach to within
+a minute and ledger.flush_interval of that end: an agent that stopped
+longer ago has nothing active.
 
 With --url, or with $GPUMETER_URL and neither --db nor --dsn, it lists the
 agent's live findings instead, judged by the agent's own rules.`,
@@ -68,7 +73,7 @@ agent's live findings instead, judged by the agent's own rules.`,
 				return err
 			}
 			defer store.Close()
-			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: req.From, To: req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost})
+			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: req.From, To: req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost, Flush: cfg.FlushInterval})
 			if err != nil {
 				return err
 			}

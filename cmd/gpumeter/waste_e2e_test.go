@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -208,5 +209,121 @@ func TestServeWasteLive(t *testing.T) {
 		if metrics[key] <= 0 {
 			t.Errorf("%s = %v, want more than 0", key, metrics[key])
 		}
+	}
+}
+
+// TestWasteWindowLength runs the real agent on the live patterns
+// (testdata/waste/live.yaml) until it has flushed a few seconds of them,
+// stops it, and judges its ledger with `gpumeter waste` over 47 h and
+// 49 h. Under two days the rules read minute rows, over two days the
+// whole hours come from hour rows: both windows find the same rules,
+// owners and GPUs, since the same time to the hour, and whether a finding
+// is active must not depend on the window's length either.
+//
+// The ledger spans seconds, not days: what picks minute or hour rows is
+// the window's length alone, so a ledger reaching back two days would only
+// add rows neither window disagrees on (the unit tests in internal/waste
+// cover a ledger whose data crosses hours). What this test proves is that
+// the binary, over what a real agent wrote, does not change its findings
+// with the window's length, and that a stopped agent's findings are never
+// active. Right after the stop they may be (within a minute and a flush
+// interval nothing tells a stopped agent from a live one about to flush),
+// so windows ending now are only compared with each other; windows ending
+// later (--to in the future, as running the command then would give) must
+// find nothing active: three minutes after the stop, on minute rows, and
+// two hours after the stop's hour, where the 49 h window reads the agent's
+// rows from hour rows.
+func TestWasteWindowLength(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	started := time.Now()
+	a := launch(t, data, "--sim", "testdata/waste/live.yaml", "--interval", "100ms", "--ledger-flush-interval", "1s")
+	for range 4 {
+		nextFlush(t, a)
+	}
+	a.stop(t)
+	stopped := time.Now()
+	db := filepath.Join(data, "ledger.db")
+
+	// Windows of seconds for the rules, as the agent ran for seconds.
+	rules := []string{"--waste-idle-window", "2s", "--waste-stalled-window", "2s", "--waste-over-allocated-window", "2s"}
+	judge := func(since string, to time.Time) map[string]waste.Finding {
+		t.Helper()
+		args := append([]string{"waste", "--db", db, "--format", "json", "--since", since}, rules...)
+		if !to.IsZero() {
+			args = append(args, "--to", to.UTC().Format(time.RFC3339))
+		}
+		out, stderr, code := runCLI(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("%s exited %d: %s", strings.Join(args, " "), code, stderr)
+		}
+		var rep waste.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		got := map[string]waste.Finding{}
+		for _, f := range rep.Findings {
+			var gpus []int
+			for _, g := range f.GPUs {
+				gpus = append(gpus, g.Index)
+			}
+			got[fmt.Sprintf("%s %s/%s %v", f.Rule, f.Container, f.Owner, gpus)] = f
+		}
+		return got
+	}
+	want := []string{
+		"idle notebook/carol [0]",
+		"stalled dataloader/bob [1]",
+		"over_allocated greedy-llm/alice [3]",
+		"outside /frank [4]",
+	}
+	for _, end := range []struct {
+		name string
+		to   time.Time // zero: now
+		over bool      // the window ends past the slack after the stop
+	}{
+		{"ending now", time.Time{}, false},
+		{"ending three minutes after the stop", stopped.Truncate(time.Minute).Add(3 * time.Minute), true},
+		{"ending two hours after the stop's hour", stopped.Truncate(time.Hour).Add(2 * time.Hour), true},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			var minutes, hours map[string]waste.Finding
+			for try := 1; ; try++ {
+				// Windows ending now end with the minute: judged in two
+				// minutes, they would end a minute apart.
+				at := time.Now().Truncate(time.Minute)
+				minutes, hours = judge("47h", end.to), judge("49h", end.to)
+				if !end.to.IsZero() || time.Now().Truncate(time.Minute).Equal(at) || try == 3 {
+					break
+				}
+			}
+			for _, k := range want {
+				m, okM := minutes[k]
+				h, okH := hours[k]
+				if !okM || !okH {
+					t.Errorf("%s: found over 47 h %v, over 49 h %v; want both", k, okM, okH)
+					continue
+				}
+				if d := h.Since.Sub(m.Since).Abs(); d >= time.Hour {
+					t.Errorf("%s: since %s over 47 h, %s over 49 h: want the same to the hour", k, m.Since, h.Since)
+				}
+				if m.Since.Before(started.Truncate(time.Minute)) || m.Since.After(stopped) {
+					t.Errorf("%s: since %s over 47 h, want it while the agent ran, %s to %s", k, m.Since, started, stopped)
+				}
+				if m.Active != h.Active {
+					t.Errorf("%s: active %v over 47 h, %v over 49 h", k, m.Active, h.Active)
+				}
+				if end.over && (m.Active || h.Active) {
+					t.Errorf("%s: active over 47 h %v, over 49 h %v, %s after the agent stopped; want neither", k, m.Active, h.Active, end.to.Sub(stopped).Round(time.Second))
+				}
+			}
+			for _, got := range []map[string]waste.Finding{minutes, hours} {
+				for k := range got {
+					if !slices.Contains(want, k) {
+						t.Errorf("unwanted finding %s; over 47 h: %v; over 49 h: %v", k, slices.Sorted(maps.Keys(minutes)), slices.Sorted(maps.Keys(hours)))
+					}
+				}
+			}
+		})
 	}
 }

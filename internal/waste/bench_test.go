@@ -170,5 +170,9 @@ func evaluateBy(ctx context.Context, s *sqlite.Store, opt Options, step time.Dur
 	if err != nil {
 		return nil, err
 	}
-	return evaluate(points, cpu, step, opt), nil
+	l := byMinute(opt.From, opt.To)
+	if step == time.Hour {
+		l.hourFrom, l.hourTo = l.from, l.to
+	}
+	return evaluate(points, cpu, l, opt), nil
 }

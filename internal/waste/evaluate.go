@@ -15,9 +15,16 @@ type Reader interface {
 	ContainerSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.ContainerUsage, error)
 }
 
-// MinuteSteps is the longest window evaluated on the ledger's minute rows;
-// a longer one reads its hour rows, so that a month takes a second, not a
-// minute. Rules then see hour steps: a condition must hold for whole hours.
+// MinuteSteps is the longest window evaluated on the ledger's minute rows
+// only; a longer one reads its whole hours from hour rows, so that a month
+// takes a second, not a minute. Rules then see hour steps there: a
+// condition must hold for whole hours. The partial hours at the window's
+// ends, and the last hour or so before its end (see tailStart), come from
+// minute rows all the same: a finding never starts before the window does,
+// and whether it holds at the end is judged minute by minute. (Where
+// Retain has deleted the minute rows of a window's first partial hour, a
+// window reaching back further than ledger.minute_retention, that part of
+// an hour is not seen.)
 const MinuteSteps = 48 * time.Hour
 
 // Options say what to evaluate.
@@ -27,12 +34,27 @@ type Options struct {
 	Node     string // "" for all nodes
 	Rules    Rules
 	Cost     report.CostModel
+	// Flush is how often the agents commit their rows to the ledger
+	// (ledger.flush_interval): a live agent's data may end that much
+	// before now. It is part of the slack with which a node's data must
+	// reach To for its findings to be active; see Evaluate.
+	Flush time.Duration
 }
 
 // Evaluate applies the rules to the ledger's usage over a window. What
 // happened before the window is not seen: a condition that held across
 // From starts there, and wasted GPU-hours count inside the window only.
 // Unaccounted GPU memory is not in the ledger, so only Live finds it.
+//
+// A finding is active when its condition held in its owner's last step
+// and that step's row ends less than a minute plus opt.Flush before To:
+// the owner's node was still writing when the window ended. The minute is
+// the minute rows' step: windows end on whole minutes, so one ending now
+// ends up to a minute after it; the flush interval is how long a live
+// agent holds rows before it commits them. Less slack would call a live
+// node stopped; more would keep a stopped node's findings active for
+// longer. A node whose agent stopped is active for that slack after its
+// last row ends, and never after.
 func Evaluate(ctx context.Context, r Reader, opt Options) (*Report, error) {
 	if err := opt.Rules.Validate(); err != nil {
 		return nil, fmt.Errorf("waste rules: %w", err)
@@ -40,26 +62,104 @@ func Evaluate(ctx context.Context, r Reader, opt Options) (*Report, error) {
 	if !opt.From.Before(opt.To) {
 		return nil, fmt.Errorf("waste window is empty: from %s is not before to %s", opt.From.UTC().Format(time.RFC3339), opt.To.UTC().Format(time.RFC3339))
 	}
-	stepLen := time.Minute
-	if opt.To.Sub(opt.From) > MinuteSteps {
-		stepLen = time.Hour
+	l := planSteps(opt.From, opt.To, slack(opt.Flush))
+	var points []ledger.UsagePoint
+	var cpu []ledger.ContainerUsage
+	for _, sg := range l.segments() {
+		f := ledger.Filter{From: sg.from, To: sg.to, Node: opt.Node}
+		p, err := r.Series(ctx, f, sg.step)
+		if err != nil {
+			return nil, fmt.Errorf("read usage series: %w", err)
+		}
+		c, err := r.ContainerSeries(ctx, f, sg.step)
+		if err != nil {
+			return nil, fmt.Errorf("read container series: %w", err)
+		}
+		// The segments follow each other in time, so the points stay in
+		// the order evaluate wants.
+		points, cpu = append(points, p...), append(cpu, c...)
 	}
-	f := ledger.Filter{From: opt.From, To: opt.To, Node: opt.Node}
-	points, err := r.Series(ctx, f, stepLen)
-	if err != nil {
-		return nil, fmt.Errorf("read usage series: %w", err)
+	return evaluate(points, cpu, l, opt), nil
+}
+
+// slack is how long before a window's end a node's last row may end for
+// the node to count as live at the end: see Evaluate.
+func slack(flush time.Duration) time.Duration { return time.Minute + max(flush, 0) }
+
+// layout says which rows a window is read from: hour rows for the steps
+// that start in [hourFrom, hourTo), minute rows for the others.
+type layout struct {
+	from, to         time.Time
+	hourFrom, hourTo time.Time // equal when the window reads no hour rows
+}
+
+// byMinute reads [from, to) from minute rows only.
+func byMinute(from, to time.Time) layout {
+	from, to = ledger.Minute(from), ledger.Minute(to)
+	return layout{from: from, to: to, hourFrom: to, hourTo: to}
+}
+
+// planSteps lays out the window [from, to): minute rows for a window of up
+// to MinuteSteps; for a longer one, hour rows for its whole hours but for
+// the partial hour at its start and the hours from tailStart on, which
+// come from minute rows.
+func planSteps(from, to time.Time, slack time.Duration) layout {
+	l := byMinute(from, to)
+	if l.to.Sub(l.from) <= MinuteSteps {
+		return l
 	}
-	cpu, err := r.ContainerSeries(ctx, f, stepLen)
-	if err != nil {
-		return nil, fmt.Errorf("read container series: %w", err)
+	l.hourFrom = ledger.Hour(l.from.Add(time.Hour - time.Minute))
+	l.hourTo = tailStart(l.to, slack)
+	if l.hourTo.Before(l.hourFrom) {
+		l.hourTo = l.hourFrom
 	}
-	return evaluate(points, cpu, stepLen, opt), nil
+	return l
+}
+
+// tailStart is where a window ending at to reads minute rows again: the
+// start of the hour that holds to - slack. Whether a node is still
+// writing at the window's end is judged on the rows that end in the last
+// slack; were one of them an hour row, a node that stopped at its start
+// would read as live for an hour.
+func tailStart(to time.Time, slack time.Duration) time.Time { return ledger.Hour(to.Add(-slack)) }
+
+// segment is a part of a window read at one step.
+type segment struct {
+	from, to time.Time
+	step     time.Duration
+}
+
+// segments are the reads of the layout, in time order.
+func (l layout) segments() []segment {
+	var out []segment
+	for _, sg := range []segment{
+		{l.from, l.hourFrom, time.Minute},
+		{l.hourFrom, l.hourTo, time.Hour},
+		{l.hourTo, l.to, time.Minute},
+	} {
+		if sg.from.Before(sg.to) {
+			out = append(out, sg)
+		}
+	}
+	return out
+}
+
+// step is the length of the row that starts at start.
+func (l layout) step(start time.Time) time.Duration {
+	if !start.Before(l.hourFrom) && start.Before(l.hourTo) {
+		return time.Hour
+	}
+	return time.Minute
 }
 
 // ledgerSubject is a subject with its steps, in time order.
 type ledgerSubject struct {
 	subject
-	from, to time.Time // when a container ran; zero when unknown
+	// from and to bound what the ledger knows a container ran, each zero
+	// when unknown: from its start, or from when an agent first saw it if
+	// that was later, to its end, or to when an agent last saw it if that
+	// was earlier (the agent stopped, or the container outlived it).
+	from, to time.Time
 	steps    []step
 }
 
@@ -69,7 +169,7 @@ type ownerKey struct {
 	node, kind, id, gpu string
 }
 
-func evaluate(points []ledger.UsagePoint, cpu []ledger.ContainerUsage, stepLen time.Duration, opt Options) *Report {
+func evaluate(points []ledger.UsagePoint, cpu []ledger.ContainerUsage, l layout, opt Options) *Report {
 	rules := opt.Rules
 	subjects := map[ownerKey]*ledgerSubject{}
 	ctrs := map[ctrKey]*ledgerSubject{}
@@ -96,7 +196,7 @@ func evaluate(points []ledger.UsagePoint, cpu []ledger.ContainerUsage, stepLen t
 		}
 		slot := ls.slot(GPURef{Index: p.GPU.Index, UUID: p.GPU.UUID, Model: p.GPU.Model}, opt.Cost.GPUHourCost(p.GPU.Model))
 		if n := len(ls.steps); n == 0 || !ls.steps[n-1].start.Equal(p.Start) {
-			ls.steps = append(ls.steps, step{start: p.Start, end: p.Start.Add(stepLen)})
+			ls.steps = append(ls.steps, step{start: p.Start, end: p.Start.Add(l.step(p.Start))})
 		}
 		s := &ls.steps[len(ls.steps)-1]
 		g := s.at(slot)
@@ -124,11 +224,13 @@ func evaluate(points []ledger.UsagePoint, cpu []ledger.ContainerUsage, stepLen t
 	}
 
 	var fs []Finding
+	live := opt.To.Add(-slack(opt.Flush))
 	for _, ls := range order {
 		t := newTracker(&rules, &ls.subject)
-		var prevEnd time.Time
+		var prevEnd, rowEnd time.Time
 		for i := range ls.steps {
 			s := &ls.steps[i]
+			rowEnd = s.end // the end of its row, before span narrows it
 			ls.span(s, opt.To)
 			if !prevEnd.IsZero() && s.start.Sub(prevEnd) > time.Second {
 				// A gap: the owner was not there.
@@ -137,7 +239,10 @@ func evaluate(points []ledger.UsagePoint, cpu []ledger.ContainerUsage, stepLen t
 			t.add(s)
 			prevEnd = s.end
 		}
-		if prevEnd.Before(opt.To.Add(-stepLen)) {
+		if !rowEnd.After(live) {
+			// The owner's rows, and so its node's, stop before the
+			// window's end: what held in its last step does not hold
+			// at the end.
 			t.absent()
 		}
 		for _, f := range t.findings {
@@ -157,12 +262,24 @@ func newLedgerSubject(p *ledger.UsagePoint) *ledgerSubject {
 		s.name = shortID(p.OwnerID)
 		if c := p.Container; c != nil {
 			s.name, s.image, s.owner, s.team, s.project = c.Name, c.Image, c.User, c.Team, c.Project
-			ls.from = c.StartedAt
-			if ls.from.IsZero() {
+			s.started = c.StartedAt
+			if s.started.IsZero() {
+				s.started = c.FirstSeen
+			}
+			ls.from = s.started
+			if c.FirstSeen.After(ls.from) {
+				// Started before any agent saw it: nothing was metered
+				// before.
 				ls.from = c.FirstSeen
 			}
 			ls.to = c.FinishedAt
-			s.started = ls.from
+			// Stores keep times to the second: the last sighting may
+			// lie up to a second after LastSeen.
+			if seen := c.LastSeen.Add(time.Second); !c.LastSeen.IsZero() && (ls.to.IsZero() || seen.Before(ls.to)) {
+				// No agent saw it after: nothing was metered after,
+				// and the step of a stopped agent is not a full one.
+				ls.to = seen
+			}
 		}
 	case ledger.KindHost:
 		s.kind, s.ownerKind, s.id, s.owner = kindHost, OwnerHost, p.OwnerID, p.OwnerID
@@ -179,14 +296,17 @@ func (ls *ledgerSubject) span(s *step, to time.Time) {
 	}
 	switch ls.kind {
 	case kindContainer:
-		if ls.from.After(s.start) && ls.from.Before(s.end) {
-			s.start = ls.from
+		start, end := s.start, s.end
+		if ls.from.After(start) {
+			start = ls.from
 		}
-		if !ls.to.IsZero() && ls.to.After(s.start) && ls.to.Before(s.end) {
-			s.end = ls.to
+		if !ls.to.IsZero() && ls.to.Before(end) {
+			end = ls.to
 		}
-		s.seconds = s.end.Sub(s.start).Seconds()
-		if stopped := !ls.to.IsZero() && !ls.to.After(s.start); s.seconds <= 0 || stopped {
+		if end.After(start) {
+			s.start, s.end = start, end
+			s.seconds = end.Sub(start).Seconds()
+		} else {
 			// What the ledger knows of the container does not cover
 			// the step: the time it booked on its GPUs does.
 			s.seconds = 0

@@ -74,7 +74,9 @@
 // start of the first, Until the end of the last, and the wasted GPU-hours
 // add up. FirstSeen is when the finding was first reported (the end of
 // the step in which its first run reached window + grace) and Active
-// whether the condition held in the latest step.
+// whether the condition held in the latest step; over the ledger, also
+// that the owner's node was still writing at the window's end, so that
+// the findings of an agent that stopped are never active (see Evaluate).
 package waste
 
 import (
@@ -303,7 +305,8 @@ type Finding struct {
 	Since     time.Time `json:"since"`
 	FirstSeen time.Time `json:"first_seen"`
 	Until     time.Time `json:"until"`
-	// Active says whether the condition holds now (in the latest step).
+	// Active says whether the condition holds now: in the latest step,
+	// with the node's data reaching the end of the window.
 	Active bool `json:"active"`
 	// Evidence holds the figures that triggered the finding, by name:
 	// see Evidence keys.

@@ -297,7 +297,7 @@ func TestRules(t *testing.T) {
 			for _, h := range tt.hosts {
 				end = max(end, h.to)
 			}
-			got := evaluate(ps, cs, time.Minute, Options{From: t0, To: min2t(end), Rules: rules, Cost: priced})
+			got := evaluate(ps, cs, byMinute(t0, min2t(end)), Options{From: t0, To: min2t(end), Rules: rules, Cost: priced})
 			check(t, got, tt.want)
 		})
 	}
@@ -317,7 +317,7 @@ func TestSinceInsideAMinute(t *testing.T) {
 		ps = append(ps, ledger.UsagePoint{Start: min2t(m), Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: "c", GPU: testGPUs[0],
 			Sums: ledger.Sums{AllocatedSeconds: alloc}, Container: meta})
 	}
-	got := evaluate(ps, nil, time.Minute, Options{From: t0, To: min2t(90), Rules: DefaultRules(), Cost: priced})
+	got := evaluate(ps, nil, byMinute(t0, min2t(90)), Options{From: t0, To: min2t(90), Rules: DefaultRules(), Cost: priced})
 	if len(got.Findings) != 1 {
 		t.Fatalf("got %d findings, want 1:\n%s", len(got.Findings), dump(got))
 	}
