@@ -26,6 +26,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -60,7 +61,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build gpumeter:", err)
 		os.Exit(1)
 	}
-	code := m.Run()
+	code := pgtest.Main(m) // runs the tests, then stops their PostgreSQL
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

@@ -177,7 +177,14 @@ func (m metrics) has(name string) bool {
 // reportJSON runs `gpumeter report --format json` over the last hour.
 func reportJSON(t *testing.T, db, by string) report.Report {
 	t.Helper()
-	out, stderr, code := runCLI(t, nil, "report", "--db", db, "--since", "1h", "--by", by, "--format", "json")
+	return reportOf(t, by, "--db", db)
+}
+
+// reportOf runs `gpumeter report --format json` over the last hour of the
+// ledger that where names (--db FILE or --dsn DSN).
+func reportOf(t *testing.T, by string, where ...string) report.Report {
+	t.Helper()
+	out, stderr, code := runCLI(t, nil, append([]string{"report", "--since", "1h", "--by", by, "--format", "json"}, where...)...)
 	if code != 0 {
 		t.Fatalf("report exited %d: %s", code, stderr)
 	}

@@ -48,6 +48,10 @@ func (s *Store) Acquire(ctx context.Context, want ledger.Lease, takeover time.Du
 			return err
 		})
 	})
+	var held *ledger.LeaseHeldError
+	if errors.As(err, &held) {
+		return ledger.Lease{}, err // it names the node and the holder
+	}
 	if err != nil {
 		return ledger.Lease{}, fmt.Errorf("lease of node %q in postgres %s: %w", want.Node, s.where, err)
 	}

@@ -363,3 +363,44 @@ func TestLeases(t *testing.T) {
 		return open(t, dsn), open(t, dsn)
 	}, false)
 }
+
+// TestLostCommitReply sends a batch through a proxy that forwards its
+// COMMIT and cuts the connection before the reply: Write fails though the
+// batch is in. Sent again under the same ID, it must add nothing; without
+// an ID it would count twice, which is why the recorder always sends one.
+func TestLostCommitReply(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	proxy, via := pgtest.NewProxy(t, dsn)
+	s := open(t, via)
+	ctx := context.Background()
+	l, err := s.Acquire(ctx, ledger.Lease{Node: "n1", Instance: "i1", Host: "h", PID: 1}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	b := ledger.Batch{
+		ID:       ledger.BatchID{Node: "n1", Instance: l.Instance, Seq: 1},
+		Usage:    []ledger.Usage{{Node: "n1", Start: at, OwnerKind: ledger.KindHost, OwnerID: "ivan", GPU: "GPU-1", Sums: ledger.Sums{UsedSeconds: 30}}},
+		GPUUsage: []ledger.GPUUsage{{Node: "n1", Start: at, GPU: "GPU-1", GPUSums: ledger.GPUSums{Seconds: 60, UsedSeconds: 30}}},
+	}
+	proxy.DropNextCommits(1)
+	if err := s.Write(ctx, b); err == nil {
+		t.Fatal("Write through a cut COMMIT reply succeeded, want an error")
+	}
+	if _, dropped := proxy.Counts(); dropped != 1 {
+		t.Fatalf("proxy cut %d COMMIT replies, want 1", dropped)
+	}
+	if n := rawCount(t, dsn, "node_leases WHERE node = 'n1' AND seq = 1"); n != 1 {
+		t.Fatalf("the batch did not commit behind the cut reply: the test proves nothing")
+	}
+	if err := s.Write(ctx, b); err != nil {
+		t.Fatalf("Write again: %v", err)
+	}
+	rows, gpus, err := s.Totals(ctx, ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].UsedSeconds != 30 || len(gpus) != 1 || gpus[0].Seconds != 60 {
+		t.Errorf("after a lost reply and a retry: rows %+v, GPUs %+v; want the batch once (30 used, 60 seconds)", rows, gpus)
+	}
+}

@@ -97,6 +97,10 @@ func (s *Store) releaseWriterLock() error {
 // PostgreSQL ledger, which many hosts share.
 func (s *Store) Acquire(ctx context.Context, want ledger.Lease, takeover time.Duration) (ledger.Lease, error) {
 	l, err := s.acquire(ctx, want)
+	var held *ledger.LeaseHeldError
+	if errors.As(err, &held) {
+		return ledger.Lease{}, err // it names the ledger and the holder
+	}
 	if err != nil {
 		return ledger.Lease{}, fmt.Errorf("lease of node %q in %s: %w", want.Node, s.path, err)
 	}
