@@ -184,6 +184,8 @@ func TestValidate(t *testing.T) {
 		{"empty label", func(c *Config) { c.UserLabel = "" }, "labels.user: must not be empty"},
 		{"negative idle", func(c *Config) { c.IdlePower["x"] = -1 }, "idle_power.x: -1W is negative"},
 		{"flush", func(c *Config) { c.FlushInterval = time.Hour }, "ledger.flush_interval: 1h0m0s is outside"},
+		{"takeover", func(c *Config) { c.LeaseTakeover = 10 * time.Second }, "ledger.lease_takeover: 10s is shorter than 3 × ledger.flush_interval (15s)"},
+		{"takeover negative", func(c *Config) { c.LeaseTakeover = -time.Second }, "ledger.lease_takeover: -1s is shorter"},
 		{"pending", func(c *Config) { c.MaxPendingRows = 5 }, "ledger.max_pending_rows: 5 is below 1000"},
 		{"pue", func(c *Config) { c.Cost.PUE = 0.5 }, "cost.pue: 0.5 is below 1"},
 		{"weight", func(c *Config) { c.Cost.Weights["gpus"] = 1 }, "cost.weights.gpus: not a resource"},
