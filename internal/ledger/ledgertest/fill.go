@@ -231,10 +231,22 @@ func BenchWriteMinute(b *testing.B, s ledger.Store) {
 		batch.GPUUsage = append(batch.GPUUsage, ledger.GPUUsage{Node: m.Node, GPU: g.UUID,
 			GPUSums: ledger.GPUSums{Seconds: 60, AllocatedSeconds: 60, UsedSeconds: 51.2, EnergyJoules: 26000.5, PeakUtil: 98}})
 	}
+	// As the agent writes: under the node's lease, each batch fenced and
+	// numbered.
+	lt, ok := s.(ledger.LeaseTaker)
+	if !ok {
+		b.Fatalf("%T keeps no leases", s)
+	}
+	l, err := lt.Acquire(ctx, ledger.Lease{Node: m.Node, Instance: "bench", Host: "bench", PID: 1}, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch.ID = ledger.BatchID{Node: l.Node, Instance: l.Instance}
 	minute := 0
 	for b.Loop() {
 		start := m.From.Add(time.Duration(minute) * time.Minute)
 		minute++
+		batch.ID.Seq = uint64(minute)
 		for i := range batch.Usage {
 			batch.Usage[i].Start = start
 		}
