@@ -36,6 +36,13 @@ func TestServeSecondAgentOnOneDataDir(t *testing.T) {
 	if !strings.Contains(stderr, want) || !strings.Contains(stderr, "stop it") {
 		t.Errorf("second agent says:\n%s\nwant it to name the first (%q) and what to do", stderr, want)
 	}
+	// Readers take no lock: they read while the agent writes.
+	db := filepath.Join(data, "ledger.db")
+	for _, args := range [][]string{{"report", "--db", db, "--since", "1h"}, {"waste", "--db", db, "--since", "1h"}} {
+		if out, stderr, code := runCLI(t, nil, args...); code != 0 || out == "" {
+			t.Errorf("%s while the agent writes: exit %d, stderr %s", strings.Join(args, " "), code, stderr)
+		}
+	}
 	before := nextFlush(t, first).sum("gpumeter_ledger_flushes_total")
 	m := nextFlush(t, first)
 	if m.sum("gpumeter_ledger_flushes_total") <= before || m.sum("gpumeter_ledger_up") != 1 {

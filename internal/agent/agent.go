@@ -68,7 +68,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	a := &Agent{cfg: cfg, log: logger, version: version}
 	defer func() {
 		if err != nil {
-			a.close()
+			a.Close() // the ledger too, giving back its lease
 		}
 	}()
 	users := cgroup.NewUsers(cfg.PasswdFile)
@@ -166,8 +166,6 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			takeover = record.DefaultLeaseTakeover(cfg.FlushInterval)
 		}
 		if a.lease, err = record.Acquire(ctx, store, node, takeover); err != nil {
-			store.Close()
-			a.store = nil
 			return nil, err
 		}
 		a.recorder = record.New(record.Config{
