@@ -50,7 +50,12 @@ type Input struct {
 
 // Sums are usage totals of one owner on one GPU.
 type Sums struct {
-	AllocatedSeconds  float64 // Σ allocation share · Δt
+	AllocatedSeconds float64 // Σ allocation share · Δt
+	// HeldSeconds is Δt while the owner was a running container holding
+	// the GPU, not split among the holders: the GPU time it had access
+	// to, which efficiency (used / held) is measured against. Host
+	// processes and OwnerNone hold nothing.
+	HeldSeconds       float64
 	PresentSeconds    float64 // Δt while the owner had a process on the GPU
 	UsedSeconds       float64 // Σ SM share · Δt (SM-weighted GPU-seconds)
 	MemoryByteSeconds float64
@@ -60,6 +65,7 @@ type Sums struct {
 
 func (s *Sums) add(d Sums) {
 	s.AllocatedSeconds += d.AllocatedSeconds
+	s.HeldSeconds += d.HeldSeconds
 	s.PresentSeconds += d.PresentSeconds
 	s.UsedSeconds += d.UsedSeconds
 	s.MemoryByteSeconds += d.MemoryByteSeconds
@@ -446,6 +452,10 @@ func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, idleW float64) 
 	for _, o := range p.owners {
 		var s Sums
 		s.AllocatedSeconds = o.share * dt
+		if o.share > 0 {
+			// Only holders have a share; each holds the whole interval.
+			s.HeldSeconds = dt
+		}
 		if o.procs > 0 {
 			s.PresentSeconds = dt
 		}

@@ -28,6 +28,7 @@ func at(sec int) time.Time { return start.Add(time.Duration(sec) * time.Second) 
 var (
 	ownerA = container.Owner{Kind: container.OwnerContainer, ID: "a"}
 	ownerB = container.Owner{Kind: container.OwnerContainer, ID: "b"}
+	ownerC = container.Owner{Kind: container.OwnerContainer, ID: "c"}
 	bob    = container.Owner{Kind: container.OwnerHost, ID: "bob"}
 	nobody = container.Owner{}
 )
@@ -153,10 +154,16 @@ func near(a, b float64) bool {
 // energy plus the idle pool is the GPU's energy, that the owners'
 // allocated seconds are the GPU's allocated seconds, that allocated plus
 // idle is the metered time, and that the owners' used seconds plus the
-// unattributed ones are the device's used seconds.
+// unattributed ones are the device's used seconds. It also asserts what
+// held seconds are: each of the n holders holds the whole interval while
+// its allocated share is 1/n of it, nobody else holds anything, and no
+// holder uses more than it held (efficiency, used / held, is within 0..1).
 func checkConservation(t *testing.T, tick *Tick) {
 	t.Helper()
-	type sum struct{ energy, alloc, used float64 }
+	type sum struct {
+		energy, alloc, used float64
+		holders             int
+	}
 	byGPU := map[int]sum{}
 	for _, u := range tick.Usage {
 		if u.Delta.EnergyJoules < 0 {
@@ -166,7 +173,31 @@ func checkConservation(t *testing.T, tick *Tick) {
 		s.energy += u.Delta.EnergyJoules
 		s.alloc += u.Delta.AllocatedSeconds
 		s.used += u.Delta.UsedSeconds
+		if u.Delta.HeldSeconds > 0 {
+			s.holders++
+		}
 		byGPU[u.GPU] = s
+	}
+	for _, u := range tick.Usage {
+		d, when := u.Delta, tick.Time.Format(time.TimeOnly)
+		var dt float64
+		for _, g := range tick.GPUs {
+			if g.Index == u.GPU {
+				dt = g.Delta.Seconds
+			}
+		}
+		switch {
+		case u.Owner.Kind != container.OwnerContainer && d.HeldSeconds != 0:
+			t.Errorf("%s: %s: held %v, want 0 for an owner that is not a container", when, usageKey(u), d.HeldSeconds)
+		case (d.HeldSeconds > 0) != (d.AllocatedSeconds > 0):
+			t.Errorf("%s: %s: held %v and allocated %v: one without the other", when, usageKey(u), d.HeldSeconds, d.AllocatedSeconds)
+		case d.HeldSeconds > 0 && !near(d.HeldSeconds, dt):
+			t.Errorf("%s: %s: held %v, want the whole interval %v", when, usageKey(u), d.HeldSeconds, dt)
+		case d.HeldSeconds > 0 && !near(d.AllocatedSeconds*float64(byGPU[u.GPU].holders), d.HeldSeconds):
+			t.Errorf("%s: %s: allocated %v × %d holders, want held %v", when, usageKey(u), d.AllocatedSeconds, byGPU[u.GPU].holders, d.HeldSeconds)
+		case d.HeldSeconds > 0 && d.UsedSeconds > d.HeldSeconds*(1+1e-12):
+			t.Errorf("%s: %s: used %v > held %v: efficiency above 1", when, usageKey(u), d.UsedSeconds, d.HeldSeconds)
+		}
 	}
 	for _, g := range tick.GPUs {
 		d, s := g.Delta, byGPU[g.Index]
@@ -211,7 +242,7 @@ func TestStep(t *testing.T) {
 			},
 			wantGPU: []GPUSums{{Seconds: 20, AllocatedSeconds: 20, UsedSeconds: 8, EnergyJoules: 5000}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 20, PresentSeconds: 10, UsedSeconds: 8, MemoryByteSeconds: 40000, EnergyJoules: 5000, PeakMemoryBytes: 4000},
+				"container/a@0": {AllocatedSeconds: 20, HeldSeconds: 20, PresentSeconds: 10, UsedSeconds: 8, MemoryByteSeconds: 40000, EnergyJoules: 5000, PeakMemoryBytes: 4000},
 			},
 		},
 		{
@@ -221,8 +252,10 @@ func TestStep(t *testing.T) {
 			//   b 200·20/100 = 40, pool 200−160 = 40.
 			//   a 50+120 = 170, b 50+40 = 90.
 			// Two intervals: a 340, b 180, pool 80; allocated 2·½ = 1
-			//   each; used a 2·0.6 = 1.2, b 2·0.2 = 0.4;
-			//   unattributed 2·(100−80)/100 = 0.4.
+			//   each, held 2 each (each had the GPU all the time);
+			//   used a 2·0.6 = 1.2, b 2·0.2 = 0.4; unattributed
+			//   2·(100−80)/100 = 0.4. a's efficiency is used / held =
+			//   60 %, where used / allocated would be 120 %.
 			name: "two containers time-slicing one GPU",
 			cfg:  Config{IdleWatts: map[string]float64{"GPU-0": 100}},
 			samples: func() []sample {
@@ -236,8 +269,32 @@ func TestStep(t *testing.T) {
 			}(),
 			wantGPU: []GPUSums{{Seconds: 2, AllocatedSeconds: 2, UsedSeconds: 2, UnattributedSeconds: 0.4, EnergyJoules: 600, IdleEnergyJoules: 80}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 1, PresentSeconds: 2, UsedSeconds: 1.2, MemoryByteSeconds: 6000, EnergyJoules: 340, PeakMemoryBytes: 3000},
-				"container/b@0": {AllocatedSeconds: 1, PresentSeconds: 2, UsedSeconds: 0.4, MemoryByteSeconds: 2000, EnergyJoules: 180, PeakMemoryBytes: 1000},
+				"container/a@0": {AllocatedSeconds: 1, HeldSeconds: 2, PresentSeconds: 2, UsedSeconds: 1.2, MemoryByteSeconds: 6000, EnergyJoules: 340, PeakMemoryBytes: 3000},
+				"container/b@0": {AllocatedSeconds: 1, HeldSeconds: 2, PresentSeconds: 2, UsedSeconds: 0.4, MemoryByteSeconds: 2000, EnergyJoules: 180, PeakMemoryBytes: 1000},
+			},
+		},
+		{
+			// Three holders, one busy: each is allocated ⅓ of the 2 s
+			//   and holds all of it. a at SM 90: used 1.8, which is 270 %
+			//   of its allocated ⅔ and 90 % of its held 2.
+			// Idle 300 W = the power: ΔE is all idle, 100 J each per
+			//   interval by share.
+			name: "three containers time-slicing, one busy",
+			cfg:  Config{IdleWatts: map[string]float64{"GPU-0": 300}},
+			samples: func() []sample {
+				ctrs := []container.Container{running("a", "0"), running("b", "0"), running("c", "0")}
+				procs := []proc{{1, ownerA, 90, 1000}, {2, ownerB, 5, 1000}, {3, ownerC, 5, 1000}}
+				return []sample{
+					{0, []dev{{util: 100, watts: 300, energyJ: 0, procs: procs}}, ctrs},
+					{1, []dev{{util: 100, watts: 300, energyJ: 300, procs: procs}}, ctrs},
+					{2, []dev{{util: 100, watts: 300, energyJ: 600, procs: procs}}, ctrs},
+				}
+			}(),
+			wantGPU: []GPUSums{{Seconds: 2, AllocatedSeconds: 2, UsedSeconds: 2, EnergyJoules: 600}},
+			wantUsage: map[string]Sums{
+				"container/a@0": {AllocatedSeconds: 2.0 / 3, HeldSeconds: 2, PresentSeconds: 2, UsedSeconds: 1.8, MemoryByteSeconds: 2000, EnergyJoules: 200, PeakMemoryBytes: 1000},
+				"container/b@0": {AllocatedSeconds: 2.0 / 3, HeldSeconds: 2, PresentSeconds: 2, UsedSeconds: 0.1, MemoryByteSeconds: 2000, EnergyJoules: 200, PeakMemoryBytes: 1000},
+				"container/c@0": {AllocatedSeconds: 2.0 / 3, HeldSeconds: 2, PresentSeconds: 2, UsedSeconds: 0.1, MemoryByteSeconds: 2000, EnergyJoules: 200, PeakMemoryBytes: 1000},
 			},
 		},
 		{
@@ -259,8 +316,8 @@ func TestStep(t *testing.T) {
 				{Seconds: 10, AllocatedSeconds: 10, EnergyJoules: 500},
 			},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 10, PresentSeconds: 10, UsedSeconds: 9, MemoryByteSeconds: 50000, EnergyJoules: 2500, PeakMemoryBytes: 5000},
-				"container/a@1": {AllocatedSeconds: 10, EnergyJoules: 500},
+				"container/a@0": {AllocatedSeconds: 10, HeldSeconds: 10, PresentSeconds: 10, UsedSeconds: 9, MemoryByteSeconds: 50000, EnergyJoules: 2500, PeakMemoryBytes: 5000},
+				"container/a@1": {AllocatedSeconds: 10, HeldSeconds: 10, EnergyJoules: 500},
 			},
 		},
 		{
@@ -289,7 +346,7 @@ func TestStep(t *testing.T) {
 				{20, []dev{{util: 0, watts: 60, energyJ: 1200}}, []container.Container{running("a", "0")}},
 			},
 			wantGPU:   []GPUSums{{Seconds: 20, AllocatedSeconds: 20, EnergyJoules: 1200}},
-			wantUsage: map[string]Sums{"container/a@0": {AllocatedSeconds: 20, EnergyJoules: 1200}},
+			wantUsage: map[string]Sums{"container/a@0": {AllocatedSeconds: 20, HeldSeconds: 20, EnergyJoules: 1200}},
 		},
 		{
 			// Idle power = 60 W. ΔE 650 J; idle 60·10 = 600 → a;
@@ -300,7 +357,7 @@ func TestStep(t *testing.T) {
 				{10, []dev{{util: 0, watts: 65, energyJ: 650}}, []container.Container{running("a", "0")}},
 			},
 			wantGPU:   []GPUSums{{Seconds: 10, AllocatedSeconds: 10, EnergyJoules: 650, IdleEnergyJoules: 50}},
-			wantUsage: map[string]Sums{"container/a@0": {AllocatedSeconds: 10, EnergyJoules: 600}},
+			wantUsage: map[string]Sums{"container/a@0": {AllocatedSeconds: 10, HeldSeconds: 10, EnergyJoules: 600}},
 		},
 		{
 			// Nobody holds or uses it: 20 s and 800 J in the pool.
@@ -331,7 +388,7 @@ func TestStep(t *testing.T) {
 			}(),
 			wantGPU: []GPUSums{{Seconds: 1, AllocatedSeconds: 1, UsedSeconds: 0.8, EnergyJoules: 280}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 1, PresentSeconds: 1, UsedSeconds: 0.6, MemoryByteSeconds: 1500, EnergyJoules: 230, PeakMemoryBytes: 1500},
+				"container/a@0": {AllocatedSeconds: 1, HeldSeconds: 1, PresentSeconds: 1, UsedSeconds: 0.6, MemoryByteSeconds: 1500, EnergyJoules: 230, PeakMemoryBytes: 1500},
 				"host/bob@0":    {PresentSeconds: 1, UsedSeconds: 0.2, MemoryByteSeconds: 700, EnergyJoules: 50, PeakMemoryBytes: 700},
 			},
 		},
@@ -358,7 +415,7 @@ func TestStep(t *testing.T) {
 			}(),
 			wantGPU: []GPUSums{{Seconds: 30, AllocatedSeconds: 30, UsedSeconds: 30, UnattributedSeconds: 15, EnergyJoules: 7000, IdleEnergyJoules: 2000, EnergyResets: 1}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 30, PresentSeconds: 30, UsedSeconds: 15, MemoryByteSeconds: 30000, EnergyJoules: 5000, PeakMemoryBytes: 1000},
+				"container/a@0": {AllocatedSeconds: 30, HeldSeconds: 30, PresentSeconds: 30, UsedSeconds: 15, MemoryByteSeconds: 30000, EnergyJoules: 5000, PeakMemoryBytes: 1000},
 			},
 		},
 		{
@@ -377,7 +434,7 @@ func TestStep(t *testing.T) {
 			},
 			wantGPU: []GPUSums{{Seconds: 20, AllocatedSeconds: 10, IdleSeconds: 10, UsedSeconds: 11, EnergyJoules: 5000, IdleEnergyJoules: 1000}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 10, PresentSeconds: 10, UsedSeconds: 4, MemoryByteSeconds: 10000, EnergyJoules: 2000, PeakMemoryBytes: 1000},
+				"container/a@0": {AllocatedSeconds: 10, HeldSeconds: 10, PresentSeconds: 10, UsedSeconds: 4, MemoryByteSeconds: 10000, EnergyJoules: 2000, PeakMemoryBytes: 1000},
 				"host/bob@0":    {PresentSeconds: 10, UsedSeconds: 7, MemoryByteSeconds: 30000, EnergyJoules: 2000, PeakMemoryBytes: 3000},
 			},
 		},
@@ -409,8 +466,8 @@ func TestStep(t *testing.T) {
 				{Seconds: 30, AllocatedSeconds: 30, UsedSeconds: 30, EnergyJoules: 12000},
 			},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 30, PresentSeconds: 30, UsedSeconds: 15, MemoryByteSeconds: 30000, EnergyJoules: 6000, PeakMemoryBytes: 1000},
-				"container/b@1": {AllocatedSeconds: 30, PresentSeconds: 30, UsedSeconds: 30, MemoryByteSeconds: 60000, EnergyJoules: 12000, PeakMemoryBytes: 2000},
+				"container/a@0": {AllocatedSeconds: 30, HeldSeconds: 30, PresentSeconds: 30, UsedSeconds: 15, MemoryByteSeconds: 30000, EnergyJoules: 6000, PeakMemoryBytes: 1000},
+				"container/b@1": {AllocatedSeconds: 30, HeldSeconds: 30, PresentSeconds: 30, UsedSeconds: 30, MemoryByteSeconds: 60000, EnergyJoules: 12000, PeakMemoryBytes: 2000},
 			},
 		},
 		{
@@ -433,7 +490,7 @@ func TestStep(t *testing.T) {
 			}(),
 			wantGPU: []GPUSums{{Seconds: 20, AllocatedSeconds: 20, UsedSeconds: 13, UnattributedSeconds: 4, EnergyJoules: 4000, IdleEnergyJoules: 500}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 20, PresentSeconds: 20, UsedSeconds: 9, MemoryByteSeconds: 20000, EnergyJoules: 3500, PeakMemoryBytes: 1000},
+				"container/a@0": {AllocatedSeconds: 20, HeldSeconds: 20, PresentSeconds: 20, UsedSeconds: 9, MemoryByteSeconds: 20000, EnergyJoules: 3500, PeakMemoryBytes: 1000},
 			},
 		},
 		{
@@ -452,8 +509,8 @@ func TestStep(t *testing.T) {
 			}(),
 			wantGPU: []GPUSums{{Seconds: 1, AllocatedSeconds: 1, EnergyJoules: 200}},
 			wantUsage: map[string]Sums{
-				"container/a@0": {AllocatedSeconds: 0.5, PresentSeconds: 1, MemoryByteSeconds: 3000, EnergyJoules: 125, PeakMemoryBytes: 3000},
-				"container/b@0": {AllocatedSeconds: 0.5, PresentSeconds: 1, MemoryByteSeconds: 1000, EnergyJoules: 75, PeakMemoryBytes: 1000},
+				"container/a@0": {AllocatedSeconds: 0.5, HeldSeconds: 1, PresentSeconds: 1, MemoryByteSeconds: 3000, EnergyJoules: 125, PeakMemoryBytes: 3000},
+				"container/b@0": {AllocatedSeconds: 0.5, HeldSeconds: 1, PresentSeconds: 1, MemoryByteSeconds: 1000, EnergyJoules: 75, PeakMemoryBytes: 1000},
 			},
 		},
 		{
@@ -509,12 +566,15 @@ func TestStep(t *testing.T) {
 				}
 			}(),
 			wantGPU:   []GPUSums{{Seconds: 10, AllocatedSeconds: 10, EnergyJoules: 500}},
-			wantUsage: map[string]Sums{"container/a@0": {AllocatedSeconds: 10, EnergyJoules: 500}},
+			wantUsage: map[string]Sums{"container/a@0": {AllocatedSeconds: 10, HeldSeconds: 10, EnergyJoules: 500}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ticks := run(t, tt.cfg, tt.samples)
+			for _, tick := range ticks {
+				checkConservation(t, tick)
+			}
 			last := ticks[len(ticks)-1]
 			if diff := cmp.Diff(gpuTotals(last), tt.wantGPU, approx); diff != "" {
 				t.Errorf("GPU totals (-got +want):\n%s", diff)
@@ -633,7 +693,7 @@ func TestStepRetain(t *testing.T) {
 	cfg := func(retain time.Duration) Config {
 		return Config{IdleWatts: map[string]float64{"GPU-0": 100}, Retain: retain}
 	}
-	booked := Sums{AllocatedSeconds: 10, PresentSeconds: 10, UsedSeconds: 5, MemoryByteSeconds: 10000, EnergyJoules: 2000, PeakMemoryBytes: 1000}
+	booked := Sums{AllocatedSeconds: 10, HeldSeconds: 10, PresentSeconds: 10, UsedSeconds: 5, MemoryByteSeconds: 10000, EnergyJoules: 2000, PeakMemoryBytes: 1000}
 	tests := []struct {
 		name    string
 		cfg     Config
