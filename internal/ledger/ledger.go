@@ -66,7 +66,14 @@ type Container struct {
 // millijoule, byte-seconds to the byte-second and PeakUtil to a hundredth
 // of a percent. What is read back is rounded to those units.
 type Sums struct {
-	AllocatedSeconds  float64
+	AllocatedSeconds float64
+	// HeldSeconds is the GPU time a running container holding the GPU
+	// had it, not split among holders as AllocatedSeconds is: efficiency
+	// is UsedSeconds / HeldSeconds. Rows written before gpumeter kept it
+	// (ledger schema 3 and older) have none; a read sums it over the rows
+	// that have it, and UsageTotal.Unheld and UsagePoint.Unheld say what
+	// it leaves out.
+	HeldSeconds       float64
 	PresentSeconds    float64
 	UsedSeconds       float64
 	MemoryByteSeconds float64
@@ -83,6 +90,22 @@ type Usage struct {
 	OwnerID   string    // container ID or Unix user name; "" for KindNone
 	GPU       string    // GPU UUID
 	Sums
+}
+
+// Unheld is the part of a read sum whose rows have no held GPU-seconds:
+// rows written before gpumeter kept them (ledger schema 3 and older), or
+// that such a release began and a later one added to. Their held time is
+// unknown, not 0: HeldSeconds sums the other rows only. The zero value
+// says that every row has held seconds.
+type Unheld struct {
+	// Rows counts the rows summed that have no held seconds; All is set
+	// when none of the rows summed has them, so that HeldSeconds is
+	// unknown rather than 0.
+	Rows int
+	All  bool
+	// UsedSeconds is the UsedSeconds of those rows, which efficiency over
+	// the rows that have held seconds leaves out with them.
+	UsedSeconds float64
 }
 
 // GPUSums are one GPU's totals over a period.
@@ -156,6 +179,8 @@ type UsageTotal struct {
 	// and zero Sums.
 	GPU GPU
 	Sums
+	// Unheld says which of the summed rows HeldSeconds does not cover.
+	Unheld Unheld
 	// Container is set for KindContainer owners the ledger knows. The rows
 	// of one container share one Container.
 	Container *Container
@@ -183,6 +208,9 @@ type UsagePoint struct {
 	// that usage named but no batch described.
 	GPU GPU
 	Sums
+	// Unheld is set when the point's row has no held seconds (Rows 1,
+	// All, UsedSeconds the point's).
+	Unheld Unheld
 	// Container is set for KindContainer owners the ledger knows. The
 	// points of one container share one Container.
 	Container *Container
@@ -306,6 +334,7 @@ func (b *Batch) Validate() error {
 		}
 		if err := finite(
 			number{"AllocatedSeconds", u.AllocatedSeconds},
+			number{"HeldSeconds", u.HeldSeconds},
 			number{"PresentSeconds", u.PresentSeconds},
 			number{"UsedSeconds", u.UsedSeconds},
 			number{"MemoryByteSeconds", u.MemoryByteSeconds},

@@ -164,7 +164,7 @@ func Fill30Days(tb testing.TB, s ledger.Store) Month {
 				b.Usage = append(b.Usage, ledger.Usage{
 					Node: m.Node, Start: start, OwnerKind: ledger.KindContainer, OwnerID: id, GPU: m.GPUs[g].UUID,
 					Sums: ledger.Sums{
-						AllocatedSeconds: 60 / n, PresentSeconds: 60, UsedSeconds: u,
+						AllocatedSeconds: 60 / n, HeldSeconds: 60, PresentSeconds: 60, UsedSeconds: u,
 						MemoryByteSeconds: 60 * r.mem, EnergyJoules: e,
 						PeakMemoryBytes: r.memoryPeak, PeakUtil: r.util,
 					},
@@ -222,7 +222,7 @@ func BenchWriteMinute(b *testing.B, s ledger.Store) {
 		for k := range 4 {
 			g := m.GPUs[(c+k)%monthGPUs].UUID
 			batch.Usage = append(batch.Usage, ledger.Usage{Node: m.Node, OwnerKind: ledger.KindContainer, OwnerID: ct.ID, GPU: g,
-				Sums: ledger.Sums{AllocatedSeconds: 1.875, PresentSeconds: 60, UsedSeconds: 12.345678, MemoryByteSeconds: 60 * 3.5 * (1 << 30),
+				Sums: ledger.Sums{AllocatedSeconds: 1.875, HeldSeconds: 60, PresentSeconds: 60, UsedSeconds: 12.345678, MemoryByteSeconds: 60 * 3.5 * (1 << 30),
 					EnergyJoules: 812.345, PeakMemoryBytes: 4 << 30, PeakUtil: 37.5}})
 		}
 		batch.ContainerUsage = append(batch.ContainerUsage, ledger.ContainerUsage{Node: m.Node, ContainerID: ct.ID, CPUSeconds: 187.654321, RAMByteSeconds: 60 * 9.25 * (1 << 30)})

@@ -163,8 +163,8 @@ func testRoundTrip(t *testing.T, s ledger.Store) {
 		GPUs:       []ledger.GPU{gpuMetaA, gpuMetaB},
 		Containers: []ledger.Container{c1},
 		Usage: []ledger.Usage{
-			usage(nodeA, at(0, 0), ledger.KindContainer, ctr1, gpuA, ledger.Sums{AllocatedSeconds: 60, PresentSeconds: 60, UsedSeconds: 30.25, MemoryByteSeconds: 1.5e12, EnergyJoules: 4500.5, PeakMemoryBytes: 40 << 30, PeakUtil: 97.5}),
-			usage(nodeA, at(0, 1), ledger.KindContainer, ctr1, gpuA, ledger.Sums{AllocatedSeconds: 60, PresentSeconds: 60, UsedSeconds: 20, MemoryByteSeconds: 1e12, EnergyJoules: 3000.25, PeakMemoryBytes: 41 << 30, PeakUtil: 90}),
+			usage(nodeA, at(0, 0), ledger.KindContainer, ctr1, gpuA, ledger.Sums{AllocatedSeconds: 60, HeldSeconds: 60.000001, PresentSeconds: 60, UsedSeconds: 30.25, MemoryByteSeconds: 1.5e12, EnergyJoules: 4500.5, PeakMemoryBytes: 40 << 30, PeakUtil: 97.5}),
+			usage(nodeA, at(0, 1), ledger.KindContainer, ctr1, gpuA, ledger.Sums{AllocatedSeconds: 60, HeldSeconds: 120.5, PresentSeconds: 60, UsedSeconds: 20, MemoryByteSeconds: 1e12, EnergyJoules: 3000.25, PeakMemoryBytes: 41 << 30, PeakUtil: 90}),
 			usage(nodeA, at(0, 0), ledger.KindHost, "bob", gpuB, ledger.Sums{PresentSeconds: 45, UsedSeconds: 10.125, MemoryByteSeconds: 1e9, EnergyJoules: 100, PeakMemoryBytes: 1 << 30, PeakUtil: 12.5}),
 			usage(nodeA, at(0, 0), ledger.KindNone, "", gpuB, ledger.Sums{EnergyJoules: 0.001}),
 		},
@@ -181,7 +181,7 @@ func testRoundTrip(t *testing.T, s ledger.Store) {
 
 	want := []ledger.UsageTotal{
 		{Node: nodeA, OwnerKind: ledger.KindContainer, OwnerID: ctr1, GPU: gpuMetaA,
-			Sums:      ledger.Sums{AllocatedSeconds: 120, PresentSeconds: 120, UsedSeconds: 50.25, MemoryByteSeconds: 2.5e12, EnergyJoules: 7500.75, PeakMemoryBytes: 41 << 30, PeakUtil: 97.5},
+			Sums:      ledger.Sums{AllocatedSeconds: 120, HeldSeconds: 180.500001, PresentSeconds: 120, UsedSeconds: 50.25, MemoryByteSeconds: 2.5e12, EnergyJoules: 7500.75, PeakMemoryBytes: 41 << 30, PeakUtil: 97.5},
 			Container: &c1, CPUSeconds: 150.5, RAMByteSeconds: 1.1e12},
 		{Node: nodeA, OwnerKind: ledger.KindHost, OwnerID: "bob", GPU: gpuMetaB,
 			Sums: ledger.Sums{PresentSeconds: 45, UsedSeconds: 10.125, MemoryByteSeconds: 1e9, EnergyJoules: 100, PeakMemoryBytes: 1 << 30, PeakUtil: 12.5}},
@@ -205,7 +205,7 @@ func testRoundTrip(t *testing.T, s ledger.Store) {
 	// The first minute alone.
 	checkUsage(t, s, ledger.Filter{From: at(0, 0), To: at(0, 1)}, []ledger.UsageTotal{
 		{Node: nodeA, OwnerKind: ledger.KindContainer, OwnerID: ctr1, GPU: gpuMetaA,
-			Sums:      ledger.Sums{AllocatedSeconds: 60, PresentSeconds: 60, UsedSeconds: 30.25, MemoryByteSeconds: 1.5e12, EnergyJoules: 4500.5, PeakMemoryBytes: 40 << 30, PeakUtil: 97.5},
+			Sums:      ledger.Sums{AllocatedSeconds: 60, HeldSeconds: 60.000001, PresentSeconds: 60, UsedSeconds: 30.25, MemoryByteSeconds: 1.5e12, EnergyJoules: 4500.5, PeakMemoryBytes: 40 << 30, PeakUtil: 97.5},
 			Container: &c1, CPUSeconds: 90.5, RAMByteSeconds: 6e11},
 		want[1], want[2],
 	})
@@ -219,7 +219,7 @@ func testRoundTrip(t *testing.T, s ledger.Store) {
 }
 
 func testAddsTwice(t *testing.T, s ledger.Store) {
-	sums := ledger.Sums{AllocatedSeconds: 30, PresentSeconds: 20.5, UsedSeconds: 10.25, MemoryByteSeconds: 1000, EnergyJoules: 1.5, PeakMemoryBytes: 100, PeakUtil: 50}
+	sums := ledger.Sums{AllocatedSeconds: 30, HeldSeconds: 45.25, PresentSeconds: 20.5, UsedSeconds: 10.25, MemoryByteSeconds: 1000, EnergyJoules: 1.5, PeakMemoryBytes: 100, PeakUtil: 50}
 	b := ledger.Batch{
 		GPUs: []ledger.GPU{gpuMetaA},
 		Usage: []ledger.Usage{
@@ -233,7 +233,7 @@ func testAddsTwice(t *testing.T, s ledger.Store) {
 	}
 	write(t, s, b)
 	write(t, s, b)
-	want4 := ledger.Sums{AllocatedSeconds: 120, PresentSeconds: 82, UsedSeconds: 41, MemoryByteSeconds: 4000, EnergyJoules: 6, PeakMemoryBytes: 100, PeakUtil: 50}
+	want4 := ledger.Sums{AllocatedSeconds: 120, HeldSeconds: 181, PresentSeconds: 82, UsedSeconds: 41, MemoryByteSeconds: 4000, EnergyJoules: 6, PeakMemoryBytes: 100, PeakUtil: 50}
 	for _, f := range []ledger.Filter{{From: at(0, 10), To: at(0, 11)}, {From: t0, To: at(1, 0)}} {
 		checkUsage(t, s, f, []ledger.UsageTotal{
 			{Node: nodeA, OwnerKind: ledger.KindContainer, OwnerID: ctr1, CPUSeconds: 2.5, RAMByteSeconds: 128},
@@ -365,8 +365,13 @@ func edgeData() (ledger.Batch, []ledger.Batch) {
 }
 
 func edgeSums(m, i int) ledger.Sums {
+	var held float64 // the host owner (i == 2) holds nothing
+	if i < 2 {
+		held = float64(m%3)*0.75 + 7.5
+	}
 	return ledger.Sums{
 		AllocatedSeconds:  float64(m%7) + 0.5,
+		HeldSeconds:       held,
 		PresentSeconds:    float64((m + i) % 11),
 		UsedSeconds:       float64(m%5) + 0.25,
 		MemoryByteSeconds: float64(m * (i + 1) * 1024),
@@ -410,6 +415,7 @@ func bruteUsage(batches []ledger.Batch, from, to time.Time) []ledger.UsageTotal 
 				sums[k] = r
 			}
 			r.AllocatedSeconds += u.AllocatedSeconds
+			r.HeldSeconds += u.HeldSeconds
 			r.PresentSeconds += u.PresentSeconds
 			r.UsedSeconds += u.UsedSeconds
 			r.MemoryByteSeconds += u.MemoryByteSeconds
@@ -790,6 +796,8 @@ func testInvalidBatch(t *testing.T, s ledger.Store) {
 	}{
 		{"NaN", bad(func(u *ledger.Usage) { u.UsedSeconds = math.NaN() }), "UsedSeconds is NaN"},
 		{"Inf", bad(func(u *ledger.Usage) { u.EnergyJoules = math.Inf(1) }), "EnergyJoules is +Inf"},
+		{"HeldNaN", bad(func(u *ledger.Usage) { u.HeldSeconds = math.NaN() }), "HeldSeconds is NaN"},
+		{"HeldHuge", bad(func(u *ledger.Usage) { u.HeldSeconds = -1e300 }), "HeldSeconds -1e+300 is out of range"},
 		{"HugeValue", bad(func(u *ledger.Usage) { u.AllocatedSeconds = 1e300 }), "out of range"},
 		{"HugePeak", bad(func(u *ledger.Usage) { u.PeakMemoryBytes = math.MaxUint64 }), "out of range"},
 		{"NoNode", bad(func(u *ledger.Usage) { u.Node = "" }), "empty key"},

@@ -101,6 +101,7 @@ func bruteSeries(batches []ledger.Batch, from, to time.Time, step time.Duration,
 				points[k] = p
 			}
 			p.AllocatedSeconds += u.AllocatedSeconds
+			p.HeldSeconds += u.HeldSeconds
 			p.PresentSeconds += u.PresentSeconds
 			p.UsedSeconds += u.UsedSeconds
 			p.MemoryByteSeconds += u.MemoryByteSeconds
@@ -220,6 +221,7 @@ func testSeriesRoundTrip(t *testing.T, s ledger.Store) {
 			k := key{p.OwnerKind, p.OwnerID, p.GPU.UUID}
 			sum := sums[k]
 			sum.AllocatedSeconds += p.AllocatedSeconds
+			sum.HeldSeconds += p.HeldSeconds
 			sum.PresentSeconds += p.PresentSeconds
 			sum.UsedSeconds += p.UsedSeconds
 			sum.MemoryByteSeconds += p.MemoryByteSeconds

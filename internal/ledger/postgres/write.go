@@ -124,18 +124,24 @@ const (
 			finished_at = EXCLUDED.finished_at, exit_code = EXCLUDED.exit_code,
 			first_seen = LEAST(t.first_seen, EXCLUDED.first_seen),
 			last_seen = GREATEST(t.last_seen, EXCLUDED.last_seen)`
-	usageSQL = `INSERT INTO %s AS t (start, gpu_id, owner_id, allocated_us, present_us, used_us,
+	// held_us adds with a plain +, which keeps NULL: a row that a release
+	// without held seconds began (NULL) has held time for only part of
+	// what it sums, so it stays unknown; COALESCE(t.held_us, 0) would
+	// make it claim to cover all of its used time. Reads leave such a
+	// row's used time out of efficiency with it.
+	usageSQL = `INSERT INTO %s AS t (start, gpu_id, owner_id, allocated_us, held_us, present_us, used_us,
 			memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct)
-		SELECT r.start, g.id, o.id, r.a, r.p, r.u, r.m, r.e, r.pm, r.pu
+		SELECT r.start, g.id, o.id, r.a, r.h, r.p, r.u, r.m, r.e, r.pm, r.pu
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-			$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[])
-			AS r(start, node, gpu, kind, owner, a, p, u, m, e, pm, pu)
+			$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[])
+			AS r(start, node, gpu, kind, owner, a, p, u, m, e, pm, pu, h)
 		JOIN nodes n ON n.name = r.node
 		JOIN gpus g ON g.node_id = n.id AND g.uuid = r.gpu
 		JOIN owners o ON o.node_id = n.id AND o.kind = r.kind AND o.name = r.owner
 		ORDER BY r.start, g.id, o.id
 		ON CONFLICT (start, gpu_id, owner_id) DO UPDATE SET
 			allocated_us = t.allocated_us + EXCLUDED.allocated_us,
+			held_us = t.held_us + EXCLUDED.held_us,
 			present_us = t.present_us + EXCLUDED.present_us,
 			used_us = t.used_us + EXCLUDED.used_us,
 			memory_byte_s = t.memory_byte_s + EXCLUDED.memory_byte_s,
@@ -268,13 +274,13 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 		n := len(t.rows)
 		start := make([]int64, n)
 		nodes, gpus, kinds, owners := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		a, p, u, m, e, pm, pu := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		a, p, u, m, e, pm, pu, h := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
 		for i, row := range t.rows {
 			k, v := row.Key, row.Val
 			start[i], nodes[i], gpus[i], kinds[i], owners[i] = k.Start, k.Node, k.GPU, k.Kind, k.Owner
-			a[i], p[i], u[i], m[i], e[i], pm[i], pu[i] = v.AllocatedUS, v.PresentUS, v.UsedUS, v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil
+			a[i], p[i], u[i], m[i], e[i], pm[i], pu[i], h[i] = v.AllocatedUS, v.PresentUS, v.UsedUS, v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil, v.HeldUS
 		}
-		add(t.table, fmt.Sprintf(usageSQL, t.table), n, start, nodes, gpus, kinds, owners, a, p, u, m, e, pm, pu)
+		add(t.table, fmt.Sprintf(usageSQL, t.table), n, start, nodes, gpus, kinds, owners, a, p, u, m, e, pm, pu, h)
 	}
 	for _, t := range []struct {
 		table string

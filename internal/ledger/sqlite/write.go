@@ -103,11 +103,17 @@ const (
 			finished_at = excluded.finished_at, exit_code = excluded.exit_code,
 			first_seen = coalesce(min(first_seen, excluded.first_seen), first_seen, excluded.first_seen),
 			last_seen = coalesce(max(last_seen, excluded.last_seen), last_seen, excluded.last_seen)`
-	usageSQL = `INSERT INTO %s (start, gpu_id, owner_id, allocated_us, present_us, used_us,
+	// held_us adds with a plain +, which keeps NULL: a row that a release
+	// without held seconds began (NULL) has held time for only part of
+	// what it sums, so it stays unknown; COALESCE(held_us, 0) would make
+	// it claim to cover all of its used time. Reads leave such a row's
+	// used time out of efficiency with it.
+	usageSQL = `INSERT INTO %s (start, gpu_id, owner_id, allocated_us, held_us, present_us, used_us,
 		memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (start, gpu_id, owner_id) DO UPDATE SET
 			allocated_us = allocated_us + excluded.allocated_us,
+			held_us = held_us + excluded.held_us,
 			present_us = present_us + excluded.present_us,
 			used_us = used_us + excluded.used_us,
 			memory_byte_s = memory_byte_s + excluded.memory_byte_s,
@@ -253,7 +259,7 @@ func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) 
 			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
 			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
 			v := &u.Val
-			if _, err := st.ExecContext(ctx, u.Key.Start, gid, oid, v.AllocatedUS, v.PresentUS, v.UsedUS,
+			if _, err := st.ExecContext(ctx, u.Key.Start, gid, oid, v.AllocatedUS, v.HeldUS, v.PresentUS, v.UsedUS,
 				v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil); err != nil {
 				return fmt.Errorf("usage: %w", err)
 			}

@@ -143,6 +143,22 @@ func splitSum(col string) string {
 	return fmt.Sprintf("CAST(SUM(%[1]s / %[2]d) AS BIGINT) AS %[1]s_hi, CAST(SUM(%[1]s %% %[2]d) AS BIGINT) AS %[1]s_lo", col, byteSecondsUnit)
 }
 
+// heldSums sums held_us over a group as held_us (0 when no row has it),
+// with unheld_rows and held_rows, the rows without and with it, and
+// unheld_used_us, the used_us of the rows without it. held_us is NULL in
+// rows written before it existed, which SUM and COUNT(held_us) skip.
+const heldSums = `CAST(COALESCE(SUM(held_us), 0) AS BIGINT) AS held_us,
+		CAST(COUNT(*) - COUNT(held_us) AS BIGINT) AS unheld_rows, CAST(COUNT(held_us) AS BIGINT) AS held_rows,
+		CAST(COALESCE(SUM(CASE WHEN held_us IS NULL THEN used_us ELSE 0 END), 0) AS BIGINT) AS unheld_used_us`
+
+// unheld makes the ledger.Unheld of a group from heldSums' counts.
+func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
+	if unheldRows == 0 {
+		return ledger.Unheld{}
+	}
+	return ledger.Unheld{Rows: int(unheldRows), All: heldRows == 0, UsedSeconds: float64(unheldUsedUS) / MicrosPerSecond}
+}
+
 // bigSum joins the two halves of splitSum, rounding once.
 func bigSum(hi, lo int64) float64 { return float64(hi)*byteSecondsUnit + float64(lo) }
 
@@ -173,7 +189,7 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 		if f.Node != "" {
 			where = "gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = " + qb.arg(f.Node) + ")"
 		}
-		return qb.union("usage", "gpu_id, owner_id, allocated_us, present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct", where, p)
+		return qb.union("usage", "gpu_id, owner_id, allocated_us, held_us, present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct", where, p)
 	}
 	ctrRows := func(qb *query) string {
 		var where string
@@ -185,10 +201,11 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 
 	var uq query
 	usageSQL := `SELECT s.owner_id, n.name, o.kind, o.name, g.uuid, g.idx, g.model, g.memory_total,
-	s.allocated_us, s.present_us, s.used_us, s.memory_byte_s_hi, s.memory_byte_s_lo, s.energy_mj, s.peak_memory_bytes, s.peak_util_cpct
+	s.allocated_us, s.held_us, s.unheld_rows, s.held_rows, s.unheld_used_us,
+	s.present_us, s.used_us, s.memory_byte_s_hi, s.memory_byte_s_lo, s.energy_mj, s.peak_memory_bytes, s.peak_util_cpct
 FROM (
 	SELECT gpu_id, owner_id,
-		CAST(SUM(allocated_us) AS BIGINT) AS allocated_us, CAST(SUM(present_us) AS BIGINT) AS present_us,
+		CAST(SUM(allocated_us) AS BIGINT) AS allocated_us, ` + heldSums + `, CAST(SUM(present_us) AS BIGINT) AS present_us,
 		CAST(SUM(used_us) AS BIGINT) AS used_us, ` + splitSum("memory_byte_s") + `,
 		CAST(SUM(energy_mj) AS BIGINT) AS energy_mj,
 		MAX(peak_memory_bytes) AS peak_memory_bytes, MAX(peak_util_cpct) AS peak_util_cpct
@@ -219,9 +236,12 @@ JOIN owners o ON o.id = s.owner_id`
 			v       UsageValues
 			mHi     int64 // memory byte-seconds, split as splitSum does
 			mLo     int64
+
+			unheldRows, heldRows, unheldUsedUS int64
 		)
 		if err := rows.Scan(&ownerID, &t.Node, &t.OwnerKind, &t.OwnerID, &t.GPU.UUID, &idx, &t.GPU.Model, &t.GPU.MemoryTotal,
-			&v.AllocatedUS, &v.PresentUS, &v.UsedUS, &mHi, &mLo, &v.EnergyMJ, &v.PeakMemory, &v.PeakUtil); err != nil {
+			&v.AllocatedUS, &v.HeldUS, &unheldRows, &heldRows, &unheldUsedUS,
+			&v.PresentUS, &v.UsedUS, &mHi, &mLo, &v.EnergyMJ, &v.PeakMemory, &v.PeakUtil); err != nil {
 			rows.Close()
 			return nil, fmt.Errorf("usage: %w", err)
 		}
@@ -232,6 +252,7 @@ JOIN owners o ON o.id = s.owner_id`
 		}
 		t.Sums = v.Sums()
 		t.MemoryByteSeconds = bigSum(mHi, mLo)
+		t.Unheld = unheld(unheldRows, heldRows, unheldUsedUS)
 		o := owners[ownerID]
 		if o == nil {
 			o = &owned{cpu: len(out)}

@@ -66,6 +66,7 @@ func (k UsageKey) compare(o UsageKey) int {
 // UsageValues are ledger.Sums in stored units.
 type UsageValues struct {
 	AllocatedUS int64
+	HeldUS      int64
 	PresentUS   int64
 	UsedUS      int64
 	MemoryByteS int64
@@ -78,6 +79,7 @@ type UsageValues struct {
 func (v UsageValues) Add(w UsageValues) UsageValues {
 	return UsageValues{
 		AllocatedUS: v.AllocatedUS + w.AllocatedUS,
+		HeldUS:      v.HeldUS + w.HeldUS,
 		PresentUS:   v.PresentUS + w.PresentUS,
 		UsedUS:      v.UsedUS + w.UsedUS,
 		MemoryByteS: v.MemoryByteS + w.MemoryByteS,
@@ -91,6 +93,7 @@ func (v UsageValues) Add(w UsageValues) UsageValues {
 func (v UsageValues) Sums() ledger.Sums {
 	return ledger.Sums{
 		AllocatedSeconds:  float64(v.AllocatedUS) / MicrosPerSecond,
+		HeldSeconds:       float64(v.HeldUS) / MicrosPerSecond,
 		PresentSeconds:    float64(v.PresentUS) / MicrosPerSecond,
 		UsedSeconds:       float64(v.UsedUS) / MicrosPerSecond,
 		MemoryByteSeconds: float64(v.MemoryByteS),
@@ -211,6 +214,7 @@ func Rollup(b *ledger.Batch) (Rows, error) {
 		var c conv
 		v := UsageValues{
 			AllocatedUS: c.fixed("AllocatedSeconds", u.AllocatedSeconds, MicrosPerSecond),
+			HeldUS:      c.fixed("HeldSeconds", u.HeldSeconds, MicrosPerSecond),
 			PresentUS:   c.fixed("PresentSeconds", u.PresentSeconds, MicrosPerSecond),
 			UsedUS:      c.fixed("UsedSeconds", u.UsedSeconds, MicrosPerSecond),
 			MemoryByteS: c.fixed("MemoryByteSeconds", u.MemoryByteSeconds, 1),

@@ -48,19 +48,23 @@ func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration)
 	// The rows come by start; the points of each start are put in order
 	// once they are made.
 	var uq query
-	rows, err := q.Query(ctx, usageRows(&uq, "start, gpu_id, owner_id, allocated_us, present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct")+" ORDER BY start", uq.args...)
+	// held_us is NULL in rows written before it existed: read as 0 and a
+	// flag, which spares scanning a pointer per row.
+	rows, err := q.Query(ctx, usageRows(&uq, "start, gpu_id, owner_id, allocated_us, COALESCE(held_us, 0), CASE WHEN held_us IS NULL THEN 1 ELSE 0 END, "+
+		"present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct")+" ORDER BY start", uq.args...)
 	if err != nil {
 		return nil, fmt.Errorf("usage series: %w", err)
 	}
 	defer rows.Close()
 	type row struct {
 		start, gpu, owner int64
+		unheld            int64 // 1 when held_us is NULL
 		v                 UsageValues
 	}
 	var rs chunks[row]
 	for rows.Next() {
 		r := rs.next()
-		if err := rows.Scan(&r.start, &r.gpu, &r.owner, &r.v.AllocatedUS, &r.v.PresentUS, &r.v.UsedUS, &r.v.MemoryByteS,
+		if err := rows.Scan(&r.start, &r.gpu, &r.owner, &r.v.AllocatedUS, &r.v.HeldUS, &r.unheld, &r.v.PresentUS, &r.v.UsedUS, &r.v.MemoryByteS,
 			&r.v.EnergyMJ, &r.v.PeakMemory, &r.v.PeakUtil); err != nil {
 			return nil, fmt.Errorf("usage series: %w", err)
 		}
@@ -92,6 +96,9 @@ func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration)
 		out[i] = ledger.UsagePoint{
 			Start: time.Unix(r.start, 0).UTC(), Node: g.Node, OwnerKind: o.Kind, OwnerID: o.Name,
 			GPU: g, Sums: r.v.Sums(), Container: ctrs[r.owner],
+		}
+		if r.unheld != 0 {
+			out[i].Unheld = ledger.Unheld{Rows: 1, All: true, UsedSeconds: out[i].UsedSeconds}
 		}
 	}
 	slices.SortFunc(out[group:], compareUsagePoints)
