@@ -239,6 +239,7 @@ func (r *Recorder) Add(t *sampler.Tick) {
 				p.usage[k] = s
 			}
 			s.AllocatedSeconds += u.Delta.AllocatedSeconds * f
+			s.HeldSeconds += u.Delta.HeldSeconds * f
 			s.PresentSeconds += u.Delta.PresentSeconds * f
 			s.UsedSeconds += u.Delta.UsedSeconds * f
 			s.MemoryByteSeconds += u.Delta.MemoryByteSeconds * f
@@ -338,6 +339,7 @@ func ledgerContainer(node string, c *container.Container, now time.Time, prev le
 
 func addSums(dst, s *ledger.Sums) {
 	dst.AllocatedSeconds += s.AllocatedSeconds
+	dst.HeldSeconds += s.HeldSeconds
 	dst.PresentSeconds += s.PresentSeconds
 	dst.UsedSeconds += s.UsedSeconds
 	dst.MemoryByteSeconds += s.MemoryByteSeconds

@@ -223,7 +223,7 @@ func TestAddSplitsByMinute(t *testing.T) {
 			// 100 W by its allocation share of 1, the 150 W above by its
 			// SM share of 1); 0.5·dt GPU-seconds used.
 			whole := minute{
-				Usage: ledger.Sums{AllocatedSeconds: dt, PresentSeconds: dt, UsedSeconds: dt / 2, MemoryByteSeconds: gib * dt, EnergyJoules: 250 * dt},
+				Usage: ledger.Sums{AllocatedSeconds: dt, HeldSeconds: dt, PresentSeconds: dt, UsedSeconds: dt / 2, MemoryByteSeconds: gib * dt, EnergyJoules: 250 * dt},
 				GPU:   ledger.GPUSums{Seconds: dt, AllocatedSeconds: dt, UsedSeconds: dt / 2, EnergyJoules: 250 * dt},
 				CPU:   4 * dt,
 				RAM:   2 * gib * dt,
@@ -255,7 +255,7 @@ func TestAddSplitsByMinute(t *testing.T) {
 
 func scale(m minute, f float64) minute {
 	u, g := &m.Usage, &m.GPU
-	for _, v := range []*float64{&u.AllocatedSeconds, &u.PresentSeconds, &u.UsedSeconds, &u.MemoryByteSeconds, &u.EnergyJoules,
+	for _, v := range []*float64{&u.AllocatedSeconds, &u.HeldSeconds, &u.PresentSeconds, &u.UsedSeconds, &u.MemoryByteSeconds, &u.EnergyJoules,
 		&g.Seconds, &g.AllocatedSeconds, &g.UsedSeconds, &g.EnergyJoules, &m.CPU, &m.RAM} {
 		*v *= f
 	}
@@ -489,6 +489,10 @@ host_processes:
 		}
 		name := k.id + " on " + k.gpu
 		checkClose(t, name+" allocated", l.AllocatedSeconds, u.Total.AllocatedSeconds, 1e-4)
+		checkClose(t, name+" held", l.HeldSeconds, u.Total.HeldSeconds, 1e-4)
+		if l.Unheld != (ledger.Unheld{}) {
+			t.Errorf("%s: %+v, want every row with held seconds", name, l.Unheld)
+		}
 		checkClose(t, name+" present", l.PresentSeconds, u.Total.PresentSeconds, 1e-4)
 		checkClose(t, name+" used", l.UsedSeconds, u.Total.UsedSeconds, 1e-4)
 		checkClose(t, name+" energy", l.EnergyJoules, u.Total.EnergyJoules, 0.1)
@@ -539,7 +543,7 @@ func TestFlushFailureRetriesAlone(t *testing.T) {
 	}
 	got := read(t, store, t0, t0.Add(time.Minute))
 	want := minute{
-		Usage: ledger.Sums{AllocatedSeconds: 20, PresentSeconds: 20, UsedSeconds: 10, MemoryByteSeconds: 30 * gib, EnergyJoules: 5000, PeakMemoryBytes: 2 * gib, PeakUtil: 50},
+		Usage: ledger.Sums{AllocatedSeconds: 20, HeldSeconds: 20, PresentSeconds: 20, UsedSeconds: 10, MemoryByteSeconds: 30 * gib, EnergyJoules: 5000, PeakMemoryBytes: 2 * gib, PeakUtil: 50},
 		GPU:   ledger.GPUSums{Seconds: 20, AllocatedSeconds: 20, UsedSeconds: 10, EnergyJoules: 5000, PeakUtil: 50},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
