@@ -110,6 +110,7 @@ var usageSeries = []struct {
 	value     func(*meter.Usage) float64
 }{
 	{family{"gpumeter_container_gpu_allocated_seconds_total", "GPU time allocated to the container: its share of the GPU times seconds.", "counter"}, family{}, func(u *meter.Usage) float64 { return u.Total.AllocatedSeconds }},
+	{family{"gpumeter_container_gpu_held_seconds_total", "Time the container held the GPU, not split among the containers that share it: efficiency is used over held seconds.", "counter"}, family{}, func(u *meter.Usage) float64 { return u.Total.HeldSeconds }},
 	{family{"gpumeter_container_gpu_present_seconds_total", "Time the container had a process on the GPU.", "counter"}, family{"gpumeter_host_gpu_present_seconds_total", "Time a user's processes outside containers were on the GPU.", "counter"}, func(u *meter.Usage) float64 { return u.Total.PresentSeconds }},
 	{family{"gpumeter_container_gpu_used_seconds_total", "SM-weighted GPU time the container used.", "counter"}, family{"gpumeter_host_gpu_used_seconds_total", "SM-weighted GPU time used by a user's processes outside containers.", "counter"}, func(u *meter.Usage) float64 { return u.Total.UsedSeconds }},
 	{family{"gpumeter_container_gpu_memory_byte_seconds_total", "GPU memory the container held, integrated over time.", "counter"}, family{"gpumeter_host_gpu_memory_byte_seconds_total", "GPU memory held by a user's processes outside containers, integrated over time.", "counter"}, func(u *meter.Usage) float64 { return u.Total.MemoryByteSeconds }},

@@ -115,7 +115,8 @@ func TestCollectGolden(t *testing.T) {
 // accept wrong numbers.
 func TestCollectValues(t *testing.T) {
 	s := playScenario(t, "../../testdata/shared.yaml", 61)
-	// GPU 0: alice (60 %) and bob (20 %) share it: each holds 1/2 for 60 s.
+	// GPU 0: alice (60 %) and bob (20 %) share it: each is allocated 1/2
+	// for 60 s (30 s) and holds it all the time (60 s).
 	// GPU 1: carol holds it alone, idle; dave's host process uses 50 %.
 	// Power: idle 100 W + 400 W · util: GPU 0 at 80 % = 420 W, GPU 1 at
 	// 50 % = 300 W. Energy over 60 s: 25,200 J and 18,000 J.
@@ -129,6 +130,11 @@ func TestCollectValues(t *testing.T) {
 gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 30
 gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 30
 gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 60
+# HELP gpumeter_container_gpu_held_seconds_total Time the container held the GPU, not split among the containers that share it: efficiency is used over held seconds.
+# TYPE gpumeter_container_gpu_held_seconds_total counter
+gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 60
+gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 60
+gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 60
 # HELP gpumeter_container_gpu_energy_joules_total GPU energy attributed to the container.
 # TYPE gpumeter_container_gpu_energy_joules_total counter
 gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 17400
@@ -148,7 +154,7 @@ gpumeter_gpu_idle_energy_joules_total{Hostname="lab-1",UUID="%[2]s",gpu="1"} 0
 	short := func(name string) string { return sim.ContainerID("lab-1", name)[:12] }
 	want = sprintf(want, sim.GPUUUID("lab-1", 0), sim.GPUUUID("lab-1", 1), short("alice-train"), short("bob-notebook"), short("carol-idle"))
 	if err := testutil.GatherAndCompare(gatherer{s}, strings.NewReader(want),
-		"gpumeter_container_gpu_allocated_seconds_total", "gpumeter_container_gpu_energy_joules_total",
+		"gpumeter_container_gpu_allocated_seconds_total", "gpumeter_container_gpu_held_seconds_total", "gpumeter_container_gpu_energy_joules_total",
 		"gpumeter_host_gpu_energy_joules_total", "gpumeter_host_gpu_used_seconds_total",
 		"gpumeter_gpu_idle_energy_joules_total"); err != nil {
 		t.Error(err)
