@@ -56,6 +56,12 @@ import (
 //	                                for the idle pool
 //	Tags                          the container's labels as a JSON object;
 //	                                null for other owners
+//
+// The custom columns: x_gpu_hours_used (GPU lines), x_energy_kwh (energy
+// lines), x_idle_share, whose the line is (x_user, x_team, x_project),
+// where (x_node, x_gpu, x_gpu_model), and x_gpu_hours_held (GPU lines:
+// the GPU time the record held, not split among holders; empty where the
+// ledger has none). Columns added later go at the end.
 var focusHeader = []string{
 	"BilledCost", "BillingAccountId", "BillingAccountName", "BillingCurrency",
 	"BillingPeriodEnd", "BillingPeriodStart",
@@ -69,6 +75,7 @@ var focusHeader = []string{
 	"SubAccountId", "SubAccountName", "Tags",
 	"x_gpu_hours_used", "x_energy_kwh", "x_idle_share",
 	"x_user", "x_team", "x_project", "x_node", "x_gpu", "x_gpu_model",
+	"x_gpu_hours_held",
 }
 
 const focusIssuer = "gpumeter"
@@ -86,7 +93,7 @@ type focusLine struct {
 	category, service, sub   string
 	subAccount               string
 	tags                     string
-	gpuUsed, kWh             string // x_gpu_hours_used, x_energy_kwh
+	gpuUsed, kWh, gpuHeld    string // x_gpu_hours_used, x_energy_kwh, x_gpu_hours_held
 	idleShare                float64
 	user, team, project      string
 	gpu                      ledger.GPU
@@ -117,6 +124,7 @@ func (r *Report) WriteFOCUS(w io.Writer) error {
 			f.subAccount, f.subAccount, f.tags,
 			f.gpuUsed, f.kWh, num(f.idleShare),
 			f.user, f.team, f.project, f.gpu.Node, f.gpu.UUID, f.gpu.Model,
+			f.gpuHeld,
 		})
 	}
 	const (
@@ -136,6 +144,9 @@ func (r *Report) WriteFOCUS(w io.Writer) error {
 			f.unitPrice, f.cost = l.gpuPrice, l.gpu
 			f.category, f.service, f.sub = aiml, "GPU", ml
 			f.gpuUsed = num(u.UsedSeconds / secondsPerHour)
+			if !u.Unheld.All {
+				f.gpuHeld = num(u.HeldSeconds / secondsPerHour)
+			}
 			write(&f)
 		}
 		if kWh := u.EnergyJoules / joulesPerKWh; kWh != 0 || l.energy != 0 {

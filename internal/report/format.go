@@ -21,15 +21,16 @@ func (r *Report) WriteJSON(w io.Writer) error {
 
 // WriteTable writes the report for people, aligned as docker ps aligns:
 // the rows, their TOTAL, the idle pool, Unbilled when the basis is not
-// allocated, and what the HOST metered (whatever the filter). On those
-// last lines the ALLOC GPU-H column holds the line's own GPU-hours:
-// nobody's, not charged, and all the host metered. Figures are rounded for
-// reading: GPU-hours, core-hours, GiB-hours and cost to 2 decimals, kWh
-// to 3, memory in GiB.
+// allocated, and what the HOST metered (whatever the filter), then the
+// report's notes. On those last lines the ALLOC GPU-H column holds the
+// line's own GPU-hours: nobody's, not charged, and all the host metered.
+// HELD GPU-H and EFF are "-" where the row has no held GPU-hours. Figures
+// are rounded for reading: GPU-hours, core-hours, GiB-hours and cost to 2
+// decimals, kWh to 3, memory in GiB.
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	shared := r.Idle.Shared
-	head := []string{strings.ToUpper(r.By), "ALLOC GPU-H", "PRESENT GPU-H", "USED GPU-H", "EFF", "ENERGY kWh",
+	head := []string{strings.ToUpper(r.By), "ALLOC GPU-H", "HELD GPU-H", "PRESENT GPU-H", "USED GPU-H", "EFF", "ENERGY kWh",
 		"PEAK MEM", "PEAK UTIL", "CPU CORE-H", "RAM GiB-H", "CONTAINERS"}
 	if shared {
 		head = append(head, "IDLE SHARE")
@@ -37,8 +38,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 	head = append(head, "COST "+r.Currency)
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	row := func(x *Row) {
-		f := []string{x.Key, fixed(x.GPUHoursAllocated, 2), fixed(x.GPUHoursPresent, 2), fixed(x.GPUHoursUsed, 2),
-			fixed(100*x.Efficiency, 1) + "%", fixed(x.EnergyKWh, 3), gibString(x.PeakGPUMemoryBytes),
+		held, eff := "-", "-"
+		if x.GPUHoursHeld != nil {
+			held = fixed(*x.GPUHoursHeld, 2)
+			if *x.GPUHoursHeld > 0 {
+				eff = fixed(100*x.Efficiency, 1) + "%"
+			}
+		}
+		f := []string{x.Key, fixed(x.GPUHoursAllocated, 2), held, fixed(x.GPUHoursPresent, 2), fixed(x.GPUHoursUsed, 2),
+			eff, fixed(x.EnergyKWh, 3), gibString(x.PeakGPUMemoryBytes),
 			fixed(x.PeakUtilizationPercent, 0) + "%", fixed(x.CPUCoreHours, 2), fixed(x.RAMGBHours, 2),
 			strconv.Itoa(x.Containers)}
 		if shared {
@@ -49,7 +57,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	// other writes a line that is not a row: GPU-hours, energy and cost.
 	other := func(key string, hours float64, kWh string, cost string) {
-		f := []string{key, fixed(hours, 2), "-", "-", "-", kWh, "-", "-", "-", "-", "-"}
+		f := []string{key, fixed(hours, 2), "-", "-", "-", "-", kWh, "-", "-", "-", "-", "-"}
 		if shared {
 			f = append(f, "-")
 		}
@@ -71,7 +79,15 @@ func (r *Report) WriteTable(w io.Writer) error {
 		other("(unbilled)", r.Unbilled.GPUHours, "-", fixed(r.Unbilled.Cost, 2))
 	}
 	other("HOST", r.Host.GPUHours, fixed(r.Host.EnergyKWh, 3), fixed(r.Host.Cost, 2))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, n := range r.Notes {
+		if _, err := fmt.Fprintf(w, "\nnote: %s\n", n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // csvHeader are the columns of WriteCSV.
@@ -81,12 +97,15 @@ var csvHeader = []string{
 	"efficiency", "energy_kwh", "peak_gpu_memory_bytes", "peak_utilization_percent",
 	"cpu_core_hours", "ram_gb_hours", "containers",
 	"cost_gpu", "cost_cpu", "cost_ram", "cost_energy", "cost_idle_share", "cost", "currency",
+	"gpu_hours_held",
 }
 
 // WriteCSV writes the report for machines in machine units (hours, kWh,
 // bytes), one line per row, then kind "total" (the rows' sum), "idle" and,
 // when the basis is not allocated, "unbilled". Columns that do not apply
-// to a kind are empty.
+// to a kind are empty, and so is gpu_hours_held where it is unknown (null
+// in JSON). Columns added later go at the end, so that the older ones
+// keep their place.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
 	cw.Write(csvHeader)
@@ -95,7 +114,8 @@ func (r *Report) WriteCSV(w io.Writer) error {
 			num(x.GPUHoursAllocated), num(x.GPUHoursPresent), num(x.GPUHoursUsed), "", "",
 			num(x.Efficiency), num(x.EnergyKWh), strconv.FormatUint(x.PeakGPUMemoryBytes, 10), num(x.PeakUtilizationPercent),
 			num(x.CPUCoreHours), num(x.RAMGBHours), strconv.Itoa(x.Containers),
-			num(x.CostGPU), num(x.CostCPU), num(x.CostRAM), num(x.CostEnergy), num(x.CostIdleShare), num(x.Cost), r.Currency})
+			num(x.CostGPU), num(x.CostCPU), num(x.CostRAM), num(x.CostEnergy), num(x.CostIdleShare), num(x.Cost), r.Currency,
+			optNum(x.GPUHoursHeld)})
 	}
 	for i := range r.Rows {
 		row("row", &r.Rows[i])
@@ -104,7 +124,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	// other writes a line that is not a row, filling the named columns.
 	other := func(kind string, kv ...string) {
 		f := make([]string, len(csvHeader))
-		f[0], f[1], f[len(f)-1] = kind, "("+kind+")", r.Currency
+		f[0], f[1], f[slices.Index(csvHeader, "currency")] = kind, "("+kind+")", r.Currency
 		for i := 0; i < len(kv); i += 2 {
 			f[slices.Index(csvHeader, kv[i])] = kv[i+1]
 		}
@@ -125,6 +145,14 @@ func num(v float64) string {
 		return "0" // and never "-0"
 	}
 	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
+// optNum is num for a figure that may be unknown: "" then.
+func optNum(v *float64) string {
+	if v == nil {
+		return ""
+	}
+	return num(*v)
 }
 
 // fixed formats a number for people with prec decimals.

@@ -77,7 +77,8 @@ func TestJSONContract(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := []string{"key", "gpu_hours_allocated", "gpu_hours_used", "efficiency", "energy_kwh",
-		"peak_gpu_memory_bytes", "cpu_core_hours", "ram_gb_hours", "cost", "containers"}
+		"peak_gpu_memory_bytes", "cpu_core_hours", "ram_gb_hours", "cost", "containers",
+		"gpu_hours_present", "gpu_hours_held"}
 	has := func(where string, obj any, keys ...string) {
 		t.Helper()
 		m, ok := obj.(map[string]any)

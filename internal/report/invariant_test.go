@@ -39,6 +39,15 @@ func checkInvariants(t *testing.T, r *Report, tol float64) {
 		}
 	}
 	near("totals cost = Σ rows", r.Totals.Cost, cost)
+	for _, row := range append([]Row{r.Totals}, r.Rows...) {
+		// Efficiency is within 0..1 (to the 12 digits a report keeps).
+		if row.Efficiency < 0 || row.Efficiency > 1+1e-11 {
+			t.Errorf("row %s: efficiency %v, want within 0..1", row.Key, row.Efficiency)
+		}
+		if row.GPUHoursHeld != nil && *row.GPUHoursHeld < 0 || row.GPUHoursHeld == nil && row.Efficiency != 0 {
+			t.Errorf("row %s: held %v, efficiency %v", row.Key, row.GPUHoursHeld, row.Efficiency)
+		}
+	}
 	if r.Filtered {
 		return
 	}
@@ -130,10 +139,23 @@ func randomLedger(seed uint64, n int) ([]ledger.UsageTotal, []ledger.GPUTotal) {
 				}
 				left -= alloc
 				present := alloc * rng.Float64()
-				record(ledger.KindContainer, c.ID, c, ledger.Sums{
-					AllocatedSeconds: alloc, PresentSeconds: present, UsedSeconds: present * rng.Float64(),
+				// Every holder holds the GPU for all of its allocated time.
+				s := ledger.Sums{
+					AllocatedSeconds: alloc, HeldSeconds: tot.AllocatedSeconds, PresentSeconds: present, UsedSeconds: present * rng.Float64(),
 					EnergyJoules: alloc * 300 * rng.Float64(), PeakMemoryBytes: rng.Uint64N(80 * gib), PeakUtil: 100 * rng.Float64(),
-				})
+				}
+				var unheld ledger.Unheld
+				switch rng.IntN(8) {
+				case 0: // written before held seconds: none known
+					unheld = ledger.Unheld{Rows: 3, All: true, UsedSeconds: s.UsedSeconds}
+					s.HeldSeconds = 0
+				case 1: // partly: the part without held seconds took f of the time
+					f := rng.Float64()
+					unheld = ledger.Unheld{Rows: 1, UsedSeconds: s.UsedSeconds * f}
+					s.HeldSeconds *= 1 - f
+				}
+				record(ledger.KindContainer, c.ID, c, s)
+				usage[len(usage)-1].Unheld = unheld
 			}
 			if rng.IntN(2) == 0 {
 				present := day * 0.2 * rng.Float64()

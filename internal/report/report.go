@@ -322,6 +322,9 @@ type Report struct {
 	// Filtered is set when Options.Filter left records out, so that the
 	// rows need not add up to the host.
 	Filtered bool `json:"filtered,omitempty"`
+	// Notes say, in sentences, what limits the figures: that some usage
+	// has no held GPU-hours (NoteHeldUnknown), for one.
+	Notes []string `json:"notes,omitempty"`
 
 	lines   []line     // per ledger record, for FOCUS
 	kept    []int      // lines the filter kept, in row order
@@ -340,11 +343,14 @@ type Row struct {
 	Key               string  `json:"key"`
 	GPUHoursAllocated float64 `json:"gpu_hours_allocated"`
 	GPUHoursUsed      float64 `json:"gpu_hours_used"`
-	// Efficiency is used / allocated GPU-hours; for rows that hold no
-	// allocation (host processes) it is used / present, and 0 when both
-	// are 0. It exceeds 1 where use outgrew the share held, as a
-	// container with every GPU visible can, or where host processes share
-	// a row with containers.
+	// Efficiency is used / held GPU-hours over the records (an owner on a
+	// GPU) that held GPU time: the share of the GPU time the row held
+	// that it used, within 0..1, as Slurm's GPU efficiency. Use of GPUs a
+	// record did not hold (host processes) counts in GPUHoursUsed, not
+	// here; 0 when the row held nothing. Usage without held GPU-hours
+	// (see GPUHoursHeld) is left out of both sides. Before gpumeter kept
+	// held time, efficiency was used / allocated and passed 1 on shared
+	// GPUs.
 	Efficiency         float64 `json:"efficiency"`
 	EnergyKWh          float64 `json:"energy_kwh"`
 	PeakGPUMemoryBytes uint64  `json:"peak_gpu_memory_bytes"`
@@ -353,13 +359,20 @@ type Row struct {
 	Cost               float64 `json:"cost"`
 	Containers         int     `json:"containers"` // distinct containers
 
-	GPUHoursPresent        float64 `json:"gpu_hours_present"`
-	PeakUtilizationPercent float64 `json:"peak_utilization_percent"`
-	CostGPU                float64 `json:"cost_gpu"`
-	CostCPU                float64 `json:"cost_cpu"`
-	CostRAM                float64 `json:"cost_ram"`
-	CostEnergy             float64 `json:"cost_energy"`
-	CostIdleShare          float64 `json:"cost_idle_share"`
+	GPUHoursPresent float64 `json:"gpu_hours_present"`
+	// GPUHoursHeld is the GPU time the row's containers held, each the
+	// whole time it held a GPU, not the 1/n share of GPUHoursAllocated.
+	// Ledger rows written before gpumeter kept it (schema 3 and older)
+	// have none: it is null when none of the row's GPU usage has it, and
+	// otherwise covers only the usage that has it (the report then
+	// carries NoteHeldUnknown).
+	GPUHoursHeld           *float64 `json:"gpu_hours_held"`
+	PeakUtilizationPercent float64  `json:"peak_utilization_percent"`
+	CostGPU                float64  `json:"cost_gpu"`
+	CostCPU                float64  `json:"cost_cpu"`
+	CostRAM                float64  `json:"cost_ram"`
+	CostEnergy             float64  `json:"cost_energy"`
+	CostIdleShare          float64  `json:"cost_idle_share"`
 }
 
 // Idle is the idle pool: GPU time nobody held and energy booked to
@@ -541,9 +554,20 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 		r.kept = append(r.kept, groups[g]...)
 	}
 	r.Totals = sum("(total)", lines, r.kept, seen, len(groups)+1)
+	for _, i := range r.kept {
+		if lines[i].u.Unheld.Rows > 0 {
+			r.Notes = append(r.Notes, NoteHeldUnknown)
+			break
+		}
+	}
 	r.round()
 	return r, nil
 }
+
+// NoteHeldUnknown is the note of a report over usage that has no held
+// GPU-hours.
+const NoteHeldUnknown = "some usage was recorded before gpumeter kept held GPU-hours (ledger schema 3 and older): " +
+	"gpu_hours_held and efficiency cover only the usage that has them, and gpu_hours_held is null for rows with none"
 
 // round rounds every figure of the report to 12 significant digits, so
 // that sums read as the decimals they are (0.3, not 0.30000000000000004)
@@ -564,6 +588,10 @@ func (x *Row) round() {
 		&x.CPUCoreHours, &x.RAMGBHours, &x.Cost, &x.GPUHoursPresent, &x.PeakUtilizationPercent,
 		&x.CostGPU, &x.CostCPU, &x.CostRAM, &x.CostEnergy, &x.CostIdleShare} {
 		*v = round(*v)
+	}
+	if x.GPUHoursHeld != nil {
+		h := round(*x.GPUHoursHeld)
+		x.GPUHoursHeld = &h
 	}
 }
 
@@ -596,9 +624,23 @@ func round(v float64) float64 {
 // each, by marking seen[ctr] with stamp, which no other sum uses.
 func sum(key string, lines []line, idx []int, seen []int, stamp int) Row {
 	row := Row{Key: key}
+	var (
+		held, heldUsed     float64 // seconds, over the records that held
+		onGPU, heldUnknown int     // records on a GPU, and those without held seconds
+	)
 	for _, i := range idx {
 		l := &lines[i]
 		u := l.u
+		if u.GPU.UUID != "" {
+			onGPU++
+			if u.Unheld.All {
+				heldUnknown++
+			}
+		}
+		if u.HeldSeconds > 0 {
+			held += u.HeldSeconds
+			heldUsed += u.UsedSeconds - u.Unheld.UsedSeconds
+		}
 		row.GPUHoursAllocated += u.AllocatedSeconds / secondsPerHour
 		row.GPUHoursPresent += u.PresentSeconds / secondsPerHour
 		row.GPUHoursUsed += u.UsedSeconds / secondsPerHour
@@ -618,11 +660,12 @@ func sum(key string, lines []line, idx []int, seen []int, stamp int) Row {
 		}
 	}
 	row.Cost = row.CostGPU + row.CostCPU + row.CostRAM + row.CostEnergy + row.CostIdleShare
-	switch {
-	case row.GPUHoursAllocated > 0:
-		row.Efficiency = row.GPUHoursUsed / row.GPUHoursAllocated
-	case row.GPUHoursPresent > 0:
-		row.Efficiency = row.GPUHoursUsed / row.GPUHoursPresent
+	if onGPU == 0 || heldUnknown < onGPU {
+		h := held / secondsPerHour
+		row.GPUHoursHeld = &h
+	}
+	if held > 0 {
+		row.Efficiency = heldUsed / held
 	}
 	return row
 }
