@@ -204,6 +204,8 @@ func evaluate(points []ledger.UsagePoint, cpu []ledger.ContainerUsage, l layout,
 		g.present += p.PresentSeconds
 		g.used += p.UsedSeconds
 		g.mem += p.MemoryByteSeconds
+		g.held += p.HeldSeconds
+		g.heldUsed += p.UsedSeconds - p.Unheld.UsedSeconds
 	}
 	// CPU joins the container's steps, both in time order.
 	cursor := map[*ledgerSubject]int{}

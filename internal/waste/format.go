@@ -96,8 +96,8 @@ func Summary(f *Finding) string {
 	case RuleTooOld:
 		return fmt.Sprintf("running %s, max %s", duration(seconds(e[EvAge])), duration(seconds(e[EvMaxAge])))
 	case RuleLowEfficiency:
-		return fmt.Sprintf("efficiency %s%% < %s%% over %s (%s of %s GPU-h used)", fixed(100*e[EvEfficiency], 1), num(100*e[EvThreshold]),
-			duration(seconds(e[EvWindow])), fixed(e[EvUsedHours], 2), fixed(e[EvAllocatedHours], 2))
+		return fmt.Sprintf("efficiency %s%% < %s%% over %s (%s of %s held GPU-h used)", fixed(100*e[EvEfficiency], 1), num(100*e[EvThreshold]),
+			duration(seconds(e[EvWindow])), fixed(e[EvUsedHours], 2), fixed(e[EvHeldHours], 2))
 	case RuleOutside:
 		if _, ok := e[EvUnaccounted]; ok {
 			return fmt.Sprintf("%s of GPU memory no process accounts for (max %s)", gib(e[EvUnaccounted]), gib(e[EvUnaccountedMax]))

@@ -187,6 +187,8 @@ func (l *Live) Add(t *sampler.Tick) {
 		g.present += d.PresentSeconds
 		g.used += d.UsedSeconds
 		g.mem += d.MemoryByteSeconds
+		g.held += d.HeldSeconds
+		g.heldUsed += d.UsedSeconds
 	}
 
 	if len(l.ctrCache) < len(t.Containers) {

@@ -48,8 +48,10 @@ func (s *subject) slot(g GPURef, price float64) int {
 }
 
 // gpuSums are what a subject booked on one GPU in a step, in seconds and
-// byte-seconds.
-type gpuSums struct{ alloc, present, used, mem float64 }
+// byte-seconds. held is the held GPU-seconds, heldUsed the used seconds
+// of the part of the step that has held seconds: ledger rows written
+// before gpumeter kept them have none.
+type gpuSums struct{ alloc, present, used, mem, held, heldUsed float64 }
 
 // step is what a subject did in one step of time.
 type step struct {
@@ -366,7 +368,7 @@ func (t *tracker) lowEfficiency(s *step) {
 	r := &t.low
 	w := &t.win
 	if !rule.Enabled || w.lSeconds < rule.Window.Seconds()-eps || w.lAlloc < rule.MinGPUHours*3600-eps ||
-		w.lAlloc <= 0 || w.lUsed/w.lAlloc >= rule.Threshold {
+		w.lHeldGPU <= eps || w.lHeldUsed/w.lHeldGPU >= rule.Threshold {
 		stop(r)
 		return
 	}
@@ -405,8 +407,9 @@ func (t *tracker) lowEfficiency(s *step) {
 	}
 	if r.fired {
 		r.f.evidence = map[string]float64{
-			EvEfficiency:     round(w.lUsed / w.lAlloc),
+			EvEfficiency:     round(w.lHeldUsed / w.lHeldGPU),
 			EvAllocatedHours: round(w.lAlloc / 3600),
+			EvHeldHours:      round(w.lHeldGPU / 3600),
 			EvUsedHours:      round(w.lUsed / 3600),
 			EvDuration:       s.end.Sub(r.start).Seconds(),
 			EvWindow:         rule.Window.Seconds(),
@@ -521,9 +524,12 @@ type window struct {
 	oUsed, oAlloc, oHeld []float64
 	oSeconds             float64
 	// low efficiency, over the steps not explained: used and allocated
-	// GPU-seconds, seconds held by slot, and running time.
+	// GPU-seconds, seconds held by slot, and running time; held
+	// GPU-seconds and the used GPU-seconds that have them (efficiency is
+	// lHeldUsed / lHeldGPU).
 	lUsed, lAlloc, lSeconds float64
 	lHeld                   []float64
+	lHeldGPU, lHeldUsed     float64
 	oWin, lWin              time.Duration
 }
 
@@ -583,6 +589,8 @@ func (w *window) push(s *step, held []int, rules *Rules) {
 		w.lHeld[i] += s.seconds
 		w.lUsed += g.used
 		w.lAlloc += g.alloc
+		w.lHeldGPU += g.held
+		w.lHeldUsed += g.heldUsed
 	}
 	for oldest := end - int64(w.oWin); w.oHead < len(w.steps) && w.steps[w.oHead].end <= oldest; w.oHead++ {
 		old := &w.steps[w.oHead]
@@ -606,7 +614,7 @@ func (w *window) push(s *step, held []int, rules *Rules) {
 		clear(w.oHeld)
 	}
 	if w.lHead == len(w.steps) {
-		w.lSeconds, w.lUsed, w.lAlloc = 0, 0, 0
+		w.lSeconds, w.lUsed, w.lAlloc, w.lHeldGPU, w.lHeldUsed = 0, 0, 0, 0, 0
 		clear(w.lHeld)
 	}
 }
@@ -622,6 +630,8 @@ func (w *window) unlow(i int) {
 		if g.alloc > 0 {
 			w.lUsed -= g.used
 			w.lAlloc -= g.alloc
+			w.lHeldGPU -= g.held
+			w.lHeldUsed -= g.heldUsed
 			w.lHeld[j] -= ws.seconds
 		}
 	}

@@ -44,13 +44,17 @@
 //     GPU-hours after that.
 //   - low_efficiency: over the last LowEfficiency.Window the container
 //     ran all the time, held at least LowEfficiency.MinGPUHours allocated
-//     GPU-hours and its used / allocated GPU-hours stayed below
+//     GPU-hours and its efficiency, used / held GPU-hours (held: the
+//     whole time it held each GPU, not split among the containers
+//     sharing it, so that efficiency stays within 0..1), stayed below
 //     LowEfficiency.Threshold, and no step of the window belongs to an
 //     idle, stalled or over-allocated finding (those explain the waste
-//     more precisely; counting it twice would inflate the totals). The run
-//     starts where the first such window starts. Wasted: allocated − used
-//     GPU-hours from the start of the run, per GPU and step where
-//     allocated exceeds used.
+//     more precisely; counting it twice would inflate the totals). Ledger
+//     steps without held GPU-seconds (written before gpumeter kept them)
+//     are left out of the efficiency; a window with none is not judged.
+//     The run starts where the first such window starts. Wasted:
+//     allocated − used GPU-hours from the start of the run, per GPU and
+//     step where allocated exceeds used.
 //   - outside: a process outside any container (a Unix user's, or one
 //     whose owner could not be found) is present on a GPU; one finding per
 //     user and GPU. Wasted: its present GPU-hours. Live only, also GPU
@@ -146,8 +150,8 @@ type TooOldRule struct {
 	MaxAge, Grace time.Duration
 }
 
-// LowEfficiencyRule finds containers whose used / allocated GPU-hours stay
-// below Threshold.
+// LowEfficiencyRule finds containers whose efficiency, used / held
+// GPU-hours, stays below Threshold.
 type LowEfficiencyRule struct {
 	Enabled   bool
 	Threshold float64
@@ -328,7 +332,8 @@ const (
 	EvWindow          = "window_seconds"   // the rule's window
 	EvGPUsHeld        = "gpus_held"        // over-allocated
 	EvGPUsUsed        = "gpus_used"        // over-allocated
-	EvEfficiency      = "efficiency"       // low efficiency: used / allocated over the window
+	EvEfficiency      = "efficiency"       // low efficiency: used / held over the window
+	EvHeldHours       = "gpu_hours_held"   // low efficiency: held GPU-hours over the window
 	EvAllocatedHours  = "gpu_hours_allocated"
 	EvUsedHours       = "gpu_hours_used"
 	EvPresentHours    = "gpu_hours_present"

@@ -32,6 +32,9 @@ type ctr struct {
 	from, to int // minutes from t0
 	cpu      float64
 	share    float64 // allocation share on each GPU; 0 means 1
+	// unheldTo is the minute (from t0) up to which the ledger has no held
+	// seconds for it, as rows written before gpumeter kept them.
+	unheldTo int
 	phases   []phase
 }
 
@@ -71,14 +74,18 @@ func points(ctrs []ctr, hosts []hostProc) ([]ledger.UsagePoint, []ledger.Contain
 				}
 			}
 			for i, g := range c.gpus {
-				s := ledger.Sums{AllocatedSeconds: 60 * share}
+				s := ledger.Sums{AllocatedSeconds: 60 * share, HeldSeconds: 60}
 				if i < len(ph.util) {
 					s.PresentSeconds = 60
 					s.UsedSeconds = 60 * ph.util[i] / 100
 					s.MemoryByteSeconds = 60 * ph.mem * giB
 				}
+				var unheld ledger.Unheld
+				if m < c.unheldTo {
+					s.HeldSeconds, unheld = 0, ledger.Unheld{Rows: 1, All: true, UsedSeconds: s.UsedSeconds}
+				}
 				ps = append(ps, ledger.UsagePoint{Start: min2t(m), Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: meta.ID,
-					GPU: testGPUs[g], Sums: s, Container: meta})
+					GPU: testGPUs[g], Sums: s, Unheld: unheld, Container: meta})
 			}
 			cs = append(cs, ledger.ContainerUsage{Node: "n1", Start: min2t(m), ContainerID: meta.ID, CPUSeconds: 60 * c.cpu})
 		}
@@ -249,6 +256,30 @@ func TestRules(t *testing.T) {
 		// wasted an hour), and so is every one after it.
 		name: "low efficiency",
 		ctrs: []ctr{{name: "slow", gpus: []int{6}, from: 0, to: 360, cpu: 1, phases: []phase{{util: []float64{20}, mem: 10}}}},
+		want: []want{{rule: RuleLowEfficiency, who: "slow", gpus: []int{6}, since: 0, until: 360, wasted: 6 * 0.8, active: true}},
+	}, {
+		// Two containers time-slice GPU 5 for 6 h, each allocated half
+		// of it and holding all of it. "light" uses 25 % of the GPU: 50 %
+		// of its allocated half, but 25 % of the GPU time it held, which
+		// is low. Wasted: allocated − used, 0.5 − 0.25 GPU-hours an hour.
+		name: "low efficiency on a shared GPU",
+		ctrs: []ctr{
+			{name: "light", gpus: []int{5}, from: 0, to: 360, cpu: 1, share: 0.5, phases: []phase{{util: []float64{25}, mem: 10}}},
+			{name: "heavy", gpus: []int{5}, from: 0, to: 360, cpu: 1, share: 0.5, phases: []phase{{util: []float64{70}, mem: 10}}},
+		},
+		want: []want{{rule: RuleLowEfficiency, who: "light", gpus: []int{5}, since: 0, until: 360, wasted: 6 * 0.25, active: true}},
+	}, {
+		// The ledger has no held seconds for any of it (written before
+		// gpumeter kept them): efficiency cannot be told, nothing is
+		// reported.
+		name: "low efficiency with held seconds unknown",
+		ctrs: []ctr{{name: "slow", gpus: []int{6}, from: 0, to: 360, cpu: 1, unheldTo: 360, phases: []phase{{util: []float64{20}, mem: 10}}}},
+	}, {
+		// Held seconds known from 3 h on: the first window that has
+		// some (ending at 4 h) is judged on them, and reported from its
+		// start, as in "low efficiency".
+		name: "low efficiency with held seconds known for part",
+		ctrs: []ctr{{name: "slow", gpus: []int{6}, from: 0, to: 360, cpu: 1, unheldTo: 180, phases: []phase{{util: []float64{20}, mem: 10}}}},
 		want: []want{{rule: RuleLowEfficiency, who: "slow", gpus: []int{6}, since: 0, until: 360, wasted: 6 * 0.8, active: true}},
 	}, {
 		// An eighth of a GPU for 6 h is 0.75 GPU-hours: too little to
