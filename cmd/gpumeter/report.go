@@ -20,9 +20,10 @@ func newReport() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "report",
 		Short: "Usage and cost by user, team, project, container, image, GPU or node",
-		Long: `Report GPU usage and cost over a window from the ledger: allocated, present
-and used GPU-hours, efficiency, peak GPU memory, energy, CPU and RAM, cost,
-the idle pool and totals that reconcile with the host. Reads the agent's
+		Long: `Report GPU usage and cost over a window from the ledger: allocated, held,
+present and used GPU-hours, efficiency (used / held, within 0-100 % also on
+shared GPUs), peak GPU memory, energy, CPU and RAM, cost, the idle pool and
+totals that reconcile with the host. Reads the agent's
 ledger (data_dir or ledger.dsn from the config) unless --db or --dsn names
 another, such as one that simulate wrote. Prices come from the config's
 cost section.
