@@ -53,28 +53,29 @@ type accReport struct {
 }
 
 type accRow struct {
-	Key                string  `json:"key"`
-	GPUHoursAllocated  float64 `json:"gpu_hours_allocated"`
-	GPUHoursPresent    float64 `json:"gpu_hours_present"`
-	GPUHoursUsed       float64 `json:"gpu_hours_used"`
-	Efficiency         float64 `json:"efficiency"`
-	EnergyKWh          float64 `json:"energy_kwh"`
-	PeakGPUMemoryBytes uint64  `json:"peak_gpu_memory_bytes"`
-	CPUCoreHours       float64 `json:"cpu_core_hours"`
-	RAMGBHours         float64 `json:"ram_gb_hours"`
-	Cost               float64 `json:"cost"`
-	Containers         int     `json:"containers"`
-	CostIdleShare      float64 `json:"cost_idle_share"`
+	Key                string   `json:"key"`
+	GPUHoursAllocated  float64  `json:"gpu_hours_allocated"`
+	GPUHoursHeld       *float64 `json:"gpu_hours_held"`
+	GPUHoursPresent    float64  `json:"gpu_hours_present"`
+	GPUHoursUsed       float64  `json:"gpu_hours_used"`
+	Efficiency         float64  `json:"efficiency"`
+	EnergyKWh          float64  `json:"energy_kwh"`
+	PeakGPUMemoryBytes uint64   `json:"peak_gpu_memory_bytes"`
+	CPUCoreHours       float64  `json:"cpu_core_hours"`
+	RAMGBHours         float64  `json:"ram_gb_hours"`
+	Cost               float64  `json:"cost"`
+	Containers         int      `json:"containers"`
+	CostIdleShare      float64  `json:"cost_idle_share"`
 }
 
 // accWant is one row worked out by hand. GPU-hours, energy, CPU and RAM
 // are checked to 0.1 %, the peak and the container count exactly.
 type accWant struct {
-	alloc, present, used float64 // GPU-hours
-	kWh                  float64
-	cpu, ram             float64 // core-hours, GiB-hours
-	peak                 uint64  // bytes
-	containers           int
+	alloc, held, present, used float64 // GPU-hours
+	kWh                        float64
+	cpu, ram                   float64 // core-hours, GiB-hours
+	peak                       uint64  // bytes
+	containers                 int
 }
 
 // accWindow is one report over a scenario's ledger and what it must say.
@@ -102,12 +103,12 @@ func TestAccuracy(t *testing.T) {
 			from: day + "00:00:00Z", to: day + "00:10:00Z",
 			rows: map[string]map[string]accWant{
 				"container": {"solo": {
-					alloc: accH(360), present: accH(360), used: accH(0.8 * 360), // 6 min, 80 % of it
+					alloc: accH(360), held: accH(360), present: accH(360), used: accH(0.8 * 360), // 6 min, 80 % of it
 					kWh: accKWh(574 * 360), // 206,640 J
 					cpu: accH(2 * 360), ram: accH(4 * 360), peak: 40 * accGiB, containers: 1,
 				}},
 				"user": {"alice": {
-					alloc: accH(360), present: accH(360), used: accH(288), kWh: accKWh(206640),
+					alloc: accH(360), held: accH(360), present: accH(360), used: accH(288), kWh: accKWh(206640),
 					cpu: accH(720), ram: accH(1440), peak: 40 * accGiB, containers: 1,
 				}},
 			},
@@ -124,26 +125,50 @@ func TestAccuracy(t *testing.T) {
 		//     12,600 J each; active part 504·360 = 181,440 J, a 60/80 =
 		//     136,080 J, b 20/80 = 45,360 J.
 		// a: 107,520 + 12,600 + 136,080 = 256,200 J; b: 57,960 J.
-		// Allocated: a 240 s + 360 s / 2 = 420 s; b 180 s.
+		// Allocated: a 240 s + 360 s / 2 = 420 s; b 180 s. Held, the
+		// whole time each had the GPU: a 600 s, b 360 s.
 		file: "timeslice.yaml", gpus: 1,
 		windows: []accWindow{{
 			from: day + "00:00:00Z", to: day + "00:10:00Z",
 			rows: map[string]map[string]accWant{
 				"container": {
-					"a-train":    {alloc: accH(420), present: accH(600), used: accH(0.6 * 600), kWh: accKWh(256200), peak: 20 * accGiB, containers: 1},
-					"b-notebook": {alloc: accH(180), present: accH(360), used: accH(0.2 * 360), kWh: accKWh(57960), peak: 4 * accGiB, containers: 1},
+					"a-train":    {alloc: accH(420), held: accH(600), present: accH(600), used: accH(0.6 * 600), kWh: accKWh(256200), peak: 20 * accGiB, containers: 1},
+					"b-notebook": {alloc: accH(180), held: accH(360), present: accH(360), used: accH(0.2 * 360), kWh: accKWh(57960), peak: 4 * accGiB, containers: 1},
 				},
 				"user": {
-					"alice": {alloc: accH(420), present: accH(600), used: accH(360), kWh: accKWh(256200), peak: 20 * accGiB, containers: 1},
-					"bob":   {alloc: accH(180), present: accH(360), used: accH(72), kWh: accKWh(57960), peak: 4 * accGiB, containers: 1},
+					"alice": {alloc: accH(420), held: accH(600), present: accH(600), used: accH(360), kWh: accKWh(256200), peak: 20 * accGiB, containers: 1},
+					"bob":   {alloc: accH(180), held: accH(360), present: accH(360), used: accH(72), kWh: accKWh(57960), peak: 4 * accGiB, containers: 1},
 				},
 				"gpu": {"acc/0 NVIDIA H100 80GB HBM3": {
-					alloc: accH(600), present: accH(600 + 360), used: accH(360 + 72), kWh: accKWh(256200 + 57960),
+					alloc: accH(600), held: accH(600 + 360), present: accH(600 + 360), used: accH(360 + 72), kWh: accKWh(256200 + 57960),
 					peak: 20 * accGiB, containers: 2,
 				}},
 			},
 			idleHours: 0, idleKWh: 0,
 			hostHours: accH(600), hostKWh: accKWh(448*240 + 574*360), // 314,160 J
+		}},
+	}, {
+		// busy (90 %) and light (10 %) share the GPU all 10 minutes, so
+		// U = 100 and P = 700 W: 420,000 J. Idle part 70·600 = 42,000 J,
+		// 21,000 J each; active part 630·600 = 378,000 J, busy 90/100 =
+		// 340,200 J, light 37,800 J. Each is allocated half the GPU (300
+		// s) and holds all of it (600 s): busy used 540 s, 180 % of its
+		// allocated time and 90 % of its held time; efficiency is 90 %.
+		file: "timeslice-busy.yaml", gpus: 1,
+		windows: []accWindow{{
+			from: day + "00:00:00Z", to: day + "00:10:00Z",
+			rows: map[string]map[string]accWant{
+				"container": {
+					"busy":  {alloc: accH(300), held: accH(600), present: accH(600), used: accH(540), kWh: accKWh(361200), peak: 10 * accGiB, containers: 1},
+					"light": {alloc: accH(300), held: accH(600), present: accH(600), used: accH(60), kWh: accKWh(58800), peak: 10 * accGiB, containers: 1},
+				},
+				"gpu": {"acc/0 NVIDIA H100 80GB HBM3": {
+					alloc: accH(600), held: accH(1200), present: accH(1200), used: accH(600), kWh: accKWh(420000),
+					peak: 10 * accGiB, containers: 2,
+				}},
+			},
+			idleHours: 0, idleKWh: 0,
+			hostHours: accH(600), hostKWh: accKWh(420000),
 		}},
 	}, {
 		// greedy holds GPUs 0 and 1 for 10 minutes and computes on 0 at
@@ -155,12 +180,12 @@ func TestAccuracy(t *testing.T) {
 			from: day + "00:00:00Z", to: day + "00:10:00Z",
 			rows: map[string]map[string]accWant{
 				"container": {"greedy": {
-					alloc: accH(2 * 600), present: accH(600), used: accH(0.9 * 600),
+					alloc: accH(2 * 600), held: accH(2 * 600), present: accH(600), used: accH(0.9 * 600),
 					kWh: accKWh(637*600 + 70*600), peak: 30 * accGiB, containers: 1, // 424,200 J
 				}},
 				"gpu": {
-					"acc/0 NVIDIA H100 80GB HBM3": {alloc: accH(600), present: accH(600), used: accH(540), kWh: accKWh(382200), peak: 30 * accGiB, containers: 1},
-					"acc/1 NVIDIA H100 80GB HBM3": {alloc: accH(600), kWh: accKWh(42000), containers: 1},
+					"acc/0 NVIDIA H100 80GB HBM3": {alloc: accH(600), held: accH(600), present: accH(600), used: accH(540), kWh: accKWh(382200), peak: 30 * accGiB, containers: 1},
+					"acc/1 NVIDIA H100 80GB HBM3": {alloc: accH(600), held: accH(600), kWh: accKWh(42000), containers: 1},
 				},
 			},
 			idleHours: 0, idleKWh: 0,
@@ -184,12 +209,12 @@ func TestAccuracy(t *testing.T) {
 			from: day + "00:00:00Z", to: day + "00:10:00Z",
 			rows: map[string]map[string]accWant{
 				"container": {
-					"stuck":  {alloc: accH(300), present: accH(600), used: 0, kWh: accKWh(21189), peak: 30 * accGiB, containers: 1},
-					"waking": {alloc: accH(300), present: accH(600), used: accH(119.2), kWh: accKWh(96159), peak: 10 * accGiB, containers: 1},
+					"stuck":  {alloc: accH(300), held: accH(600), present: accH(600), used: 0, kWh: accKWh(21189), peak: 30 * accGiB, containers: 1},
+					"waking": {alloc: accH(300), held: accH(600), present: accH(600), used: accH(119.2), kWh: accKWh(96159), peak: 10 * accGiB, containers: 1},
 				},
 				"user": {
-					"erin":  {alloc: accH(300), present: accH(600), kWh: accKWh(21189), peak: 30 * accGiB, containers: 1},
-					"frank": {alloc: accH(300), present: accH(600), used: accH(119.2), kWh: accKWh(96159), peak: 10 * accGiB, containers: 1},
+					"erin":  {alloc: accH(300), held: accH(600), present: accH(600), kWh: accKWh(21189), peak: 30 * accGiB, containers: 1},
+					"frank": {alloc: accH(300), held: accH(600), present: accH(600), used: accH(119.2), kWh: accKWh(96159), peak: 10 * accGiB, containers: 1},
 				},
 			},
 			idleHours: 0, idleKWh: 0,
@@ -205,8 +230,8 @@ func TestAccuracy(t *testing.T) {
 		windows: []accWindow{{
 			from: day + "00:00:00Z", to: day + "00:10:00Z",
 			rows: map[string]map[string]accWant{
-				"user":      {"dave": {alloc: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
-				"container": {"(host dave)": {alloc: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
+				"user":      {"dave": {alloc: 0, held: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
+				"container": {"(host dave)": {alloc: 0, held: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
 			},
 			idleHours: accH(600), idleKWh: accKWh(42000),
 			hostHours: accH(600), hostKWh: accKWh(75600 + 42000),
@@ -219,7 +244,7 @@ func TestAccuracy(t *testing.T) {
 			from: day + "00:00:00Z", to: day + "00:02:00Z",
 			rows: map[string]map[string]accWant{
 				"container": {"blip": {
-					alloc: accH(10), present: accH(10), used: accH(10), kWh: accKWh(700 * 10),
+					alloc: accH(10), held: accH(10), present: accH(10), used: accH(10), kWh: accKWh(700 * 10),
 					cpu: accH(10), ram: accH(10), peak: 8 * accGiB, containers: 1,
 				}},
 			},
@@ -275,7 +300,7 @@ func midnight(from, to string, job float64) accWindow {
 	tt, _ := time.Parse(time.RFC3339, to)
 	window := tt.Sub(f).Seconds()
 	want := accWant{
-		alloc: accH(job), present: accH(job), used: accH(0.75 * job), kWh: accKWh(542.5 * job),
+		alloc: accH(job), held: accH(job), present: accH(job), used: accH(0.75 * job), kWh: accKWh(542.5 * job),
 		cpu: accH(4 * job), ram: accH(8 * job), peak: 16 * accGiB, containers: 1,
 	}
 	return accWindow{
@@ -331,8 +356,8 @@ func TestAccuracyCost(t *testing.T) {
 			t.Errorf("currency %q, want EUR", rep.Currency)
 		}
 		accCheckRows(t, "by user", rep, map[string]accWant{
-			"alice": {alloc: accH(1800), present: accH(1800), used: accH(1800), kWh: 0.35, cpu: 1, ram: 8, peak: 70 * accGiB, containers: 1},
-			"bob":   {alloc: accH(1200), present: accH(1200), used: accH(600), kWh: 0.075, cpu: accH(1200), ram: accH(4 * 1200), peak: 20 * accGiB, containers: 1},
+			"alice": {alloc: accH(1800), held: accH(1800), present: accH(1800), used: accH(1800), kWh: 0.35, cpu: 1, ram: 8, peak: 70 * accGiB, containers: 1},
+			"bob":   {alloc: accH(1200), held: accH(1200), present: accH(1200), used: accH(600), kWh: 0.075, cpu: accH(1200), ram: accH(4 * 1200), peak: 20 * accGiB, containers: 1},
 		})
 		accCost(t, rep, map[string]float64{"alice": train, "bob": eval})
 		accClose(t, "idle cost", rep.Idle.Cost, idle)
@@ -478,16 +503,21 @@ func accCheckRows(t *testing.T, where string, rep accReport, want map[string]acc
 		if r.Containers != w.containers {
 			t.Errorf("%s containers = %d, want %d", at, r.Containers, w.containers)
 		}
-		// Efficiency is used over allocated, or over present for rows
-		// that hold no allocation.
+		if r.GPUHoursHeld == nil {
+			t.Errorf("%s held GPU-hours = null, want %v", at, w.held)
+		} else {
+			accClose(t, at+" held GPU-hours", *r.GPUHoursHeld, w.held)
+		}
+		// Efficiency is used over held, 0 for rows that held nothing,
+		// and never above 100 %.
 		eff := 0.0
-		switch {
-		case w.alloc > 0:
-			eff = w.used / w.alloc
-		case w.present > 0:
-			eff = w.used / w.present
+		if w.held > 0 {
+			eff = w.used / w.held
 		}
 		accClose(t, at+" efficiency", r.Efficiency, eff)
+		if r.Efficiency < 0 || r.Efficiency > 1 {
+			t.Errorf("%s efficiency = %v, want within 0..1", at, r.Efficiency)
+		}
 	}
 	if len(got) != len(want) {
 		t.Errorf("%s: rows %v, want %d", where, rowKeys(rep.Rows), len(want))

@@ -83,7 +83,8 @@ func TestServeUsageAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	rowFields := []string{"key", "gpu_hours_allocated", "gpu_hours_used", "efficiency", "energy_kwh",
-		"peak_gpu_memory_bytes", "cpu_core_hours", "ram_gb_hours", "cost", "containers"}
+		"peak_gpu_memory_bytes", "cpu_core_hours", "ram_gb_hours", "cost", "containers",
+		"gpu_hours_present", "gpu_hours_held"} // a ledger written by this release knows held
 	checkFields := func(where string, obj any, fields []string) {
 		t.Helper()
 		m, ok := obj.(map[string]any)
@@ -152,6 +153,41 @@ func TestServeUsageAPI(t *testing.T) {
 		if !closeTo(c.got, c.want, 1e-3) {
 			t.Errorf("%s = %.9f, want %.9f", c.what, c.got, c.want)
 		}
+	}
+	// Held GPU-hours are the whole time each container had its GPU:
+	// alice and bob each hold GPU 0 all the time, twice their allocated
+	// half; efficiency is used / held, so alice's is her 60 %, not the
+	// 120 % of used / allocated.
+	held := func(r report.Row) float64 {
+		if r.GPUHoursHeld == nil {
+			t.Fatalf("row %s: gpu_hours_held null in a ledger this release wrote", r.Key)
+		}
+		return *r.GPUHoursHeld
+	}
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"alice's held GPU-hours (twice her allocated)", held(alice), 2 * alice.GPUHoursAllocated},
+		{"bob's held GPU-hours (twice his allocated)", held(bob), 2 * bob.GPUHoursAllocated},
+		{"carol's held GPU-hours (her allocated)", held(carol), carol.GPUHoursAllocated},
+		{"dave's held GPU-hours", held(dave), 0},
+		{"alice's efficiency", alice.Efficiency, 0.6},
+		{"bob's efficiency", bob.Efficiency, 0.2},
+		{"carol's efficiency", carol.Efficiency, 0},
+		{"the total efficiency (alice's and bob's use over all held time)", rep.Totals.Efficiency, (alice.GPUHoursUsed + bob.GPUHoursUsed) / held(rep.Totals)},
+	} {
+		if !closeTo(c.got, c.want, 1e-3) {
+			t.Errorf("%s = %.9f, want %.9f", c.what, c.got, c.want)
+		}
+	}
+	for _, r := range append(rep.Rows, rep.Totals) {
+		if r.Efficiency < 0 || r.Efficiency > 1 {
+			t.Errorf("row %s: efficiency %v, want within 0..1", r.Key, r.Efficiency)
+		}
+	}
+	if len(rep.Notes) != 0 {
+		t.Errorf("notes %q, want none for a ledger this release wrote", rep.Notes)
 	}
 	if dave.GPUHoursAllocated != 0 || carol.GPUHoursUsed != 0 || alice.Containers != 1 || dave.Containers != 0 {
 		t.Errorf("dave allocated %g, carol used %g, containers alice %d dave %d; want 0, 0, 1, 0",
