@@ -72,10 +72,13 @@ type GPUShare struct {
 	MemoryBytes      uint64  `json:"memory_bytes"`
 	Processes        int     `json:"processes"`
 	AllocatedSeconds float64 `json:"allocated_seconds"`
-	PresentSeconds   float64 `json:"present_seconds"`
-	UsedSeconds      float64 `json:"used_seconds"`
-	EnergyJoules     float64 `json:"energy_joules"`
-	PeakMemoryBytes  uint64  `json:"peak_memory_bytes"`
+	// HeldSeconds is the whole time a container held the GPU, shared or
+	// not: used over held seconds is its efficiency.
+	HeldSeconds     float64 `json:"held_seconds"`
+	PresentSeconds  float64 `json:"present_seconds"`
+	UsedSeconds     float64 `json:"used_seconds"`
+	EnergyJoules    float64 `json:"energy_joules"`
+	PeakMemoryBytes uint64  `json:"peak_memory_bytes"`
 }
 
 // Container is one container in /api/v1/containers.
@@ -203,6 +206,7 @@ func share(u *meter.Usage) GPUShare {
 		MemoryBytes:      u.MemoryBytes,
 		Processes:        u.Processes,
 		AllocatedSeconds: u.Total.AllocatedSeconds,
+		HeldSeconds:      u.Total.HeldSeconds,
 		PresentSeconds:   u.Total.PresentSeconds,
 		UsedSeconds:      u.Total.UsedSeconds,
 		EnergyJoules:     u.Total.EnergyJoules,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/gpu"
+	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
 // oneGPU is a GPU source that reads one idle GPU.
@@ -90,4 +93,36 @@ func openHandler(t *testing.T, ticks TickSource, reports Reports, findings Waste
 		t.Fatal(err)
 	}
 	return New(Config{Ticks: ticks, Reports: reports, Waste: findings, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }})
+}
+
+// TestContainersHeldSeconds: in shared.yaml alice and bob share GPU 0
+// for the 60 s metered: each is allocated half of it, 30 s, and holds
+// all of it, 60 s.
+func TestContainersHeldSeconds(t *testing.T) {
+	sc, err := sim.Load("../../testdata/shared.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := sim.NewSource(sc, false)
+	s := sampler.New(sampler.Config{
+		Node: sc.Node, GPUs: src, GPUName: "sim",
+		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
+		Resolvers:   []sampler.ProcessResolver{src},
+		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
+	})
+	for i := range 61 {
+		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
+	}
+	got := map[string][2]float64{}
+	for _, c := range ContainersFromTick(s.Latest()).Containers {
+		for _, g := range c.GPUs {
+			got[c.Name] = [2]float64{g.AllocatedSeconds, g.HeldSeconds}
+		}
+	}
+	want := map[string][2]float64{"alice-train": {30, 60}, "bob-notebook": {30, 60}, "carol-idle": {60, 60}}
+	for name, w := range want {
+		if g := got[name]; math.Abs(g[0]-w[0]) > 1e-9 || math.Abs(g[1]-w[1]) > 1e-9 {
+			t.Errorf("%s: allocated and held seconds %v, want %v", name, g, w)
+		}
+	}
 }
