@@ -70,7 +70,7 @@ type Sums struct {
 	// HeldSeconds is the GPU time a running container holding the GPU
 	// had it, not split among holders as AllocatedSeconds is: efficiency
 	// is UsedSeconds / HeldSeconds. Rows written before gpumeter kept it
-	// (ledger schema 3 and older) have none; a read sums it over the rows
+	// (ledger schema 4 and older) have none; a read sums it over the rows
 	// that have it, and UsageTotal.Unheld and UsagePoint.Unheld say what
 	// it leaves out.
 	HeldSeconds       float64
@@ -93,7 +93,7 @@ type Usage struct {
 }
 
 // Unheld is the part of a read sum whose rows have no held GPU-seconds:
-// rows written before gpumeter kept them (ledger schema 3 and older), or
+// rows written before gpumeter kept them (ledger schema 4 and older), or
 // that such a release began and a later one added to. Their held time is
 // unknown, not 0: HeldSeconds sums the other rows only. The zero value
 // says that every row has held seconds.

@@ -362,7 +362,7 @@ type Row struct {
 	GPUHoursPresent float64 `json:"gpu_hours_present"`
 	// GPUHoursHeld is the GPU time the row's containers held, each the
 	// whole time it held a GPU, not the 1/n share of GPUHoursAllocated.
-	// Ledger rows written before gpumeter kept it (schema 3 and older)
+	// Ledger rows written before gpumeter kept it (schema 4 and older)
 	// have none: it is null when none of the row's GPU usage has it, and
 	// otherwise covers only the usage that has it (the report then
 	// carries NoteHeldUnknown).
@@ -566,7 +566,7 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 
 // NoteHeldUnknown is the note of a report over usage that has no held
 // GPU-hours.
-const NoteHeldUnknown = "some usage was recorded before gpumeter kept held GPU-hours (ledger schema 3 and older): " +
+const NoteHeldUnknown = "some usage was recorded before gpumeter kept held GPU-hours (ledger schema 4 and older): " +
 	"gpu_hours_held and efficiency cover only the usage that has them, and gpu_hours_held is null for rows with none"
 
 // round rounds every figure of the report to 12 significant digits, so

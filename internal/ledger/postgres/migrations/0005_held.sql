@@ -1,4 +1,4 @@
--- Version 4: held GPU-seconds (ledger.Sums.HeldSeconds), in microseconds:
+-- Version 5: held GPU-seconds (ledger.Sums.HeldSeconds), in microseconds:
 -- the time each running container holding a GPU had it, not split among
 -- the holders. Rows written before this version have none: NULL, which
 -- reads as unknown, never as 0. A batch adds to a row with plain + (see
