@@ -32,9 +32,14 @@
 # ran, 2 when there is no NVIDIA GPU here, 3 when the deadline or a signal
 # stopped it, 1 when the loads could not run.
 #
+# When OUTDIR is $OUT (the device tool, which brings back only a few
+# files), the run goes to a folder in /tmp and OUTDIR gets summary.txt,
+# comparison.json, steps.tsv, gpu-check.log and gpu-check.tar.gz.
+#
 # Knobs (environment): PYTHON (python3), GPUCHECK_PHASE_S (30),
 # GPUCHECK_BASELINE_S (10), GPUCHECK_HOLD_MIB (2048), GPUCHECK_DEADLINE_S
-# (275, when the watchdog stops the run), GPUCHECK_SERVE_FLAGS
+# (275, when the watchdog stops the run), GPUCHECK_PACK (auto, 1, 0),
+# GPUCHECK_SERVE_FLAGS
 # ("--source nvml"; a dry run without a GPU may give "--demo").
 
 set -u -o pipefail
@@ -58,6 +63,17 @@ MARGIN_S=3
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 mkdir -p "$OUTDIR" || { echo "gpu-check: cannot create $OUTDIR" >&2; exit 1; }
 OUTDIR=$(cd "$OUTDIR" && pwd)
+# The device tool brings back only a few files from $OUT: there the run is
+# written to a folder in /tmp and $OUT gets the summary, the comparison,
+# the steps, the log and one tarball of everything (GPUCHECK_PACK=1/0
+# forces either way).
+DEST=$OUTDIR
+PACK=${GPUCHECK_PACK:-auto}
+if [ "$PACK" = auto ]; then
+  PACK=0
+  if [ -n "${OUT:-}" ] && [ -d "$OUT" ] && [ "$(cd "$OUT" && pwd)" = "$OUTDIR" ]; then PACK=1; fi
+fi
+[ "$PACK" = 1 ] && OUTDIR=$(mktemp -d /tmp/gpucheck-run.XXXXXX)
 mkdir -p "$OUTDIR"/{fixtures,gpumeter,nvidia-smi,nvml,loads,snapshots}
 
 T0=$(date +%s)
@@ -160,6 +176,22 @@ run_compare() {
   step compare 60 "$OUTDIR/compare.out" "$PY" "$py_dir/compare.py" "$OUTDIR"
 }
 
+# pack puts the few files the device tool brings back into DEST: one
+# tarball of the whole run (less the ledger and the raw scrapes when it
+# would pass 15 MiB) and the files read first.
+# shellcheck disable=SC2317 # run by cleanup
+pack() {
+  local tarball=$DEST/gpu-check.tar.gz f
+  timeout 60 tar -czf "$tarball" -C "$OUTDIR" . 2>/dev/null
+  if [ "$(stat -c %s "$tarball" 2>/dev/null || echo 0)" -gt $(( 15 * 1024 * 1024 )) ]; then
+    timeout 60 tar -czf "$tarball" --exclude='./gpumeter/ledger.db*' --exclude='./gpumeter/metrics' -C "$OUTDIR" . 2>/dev/null
+  fi
+  for f in summary.txt comparison.json steps.tsv gpu-check.log; do
+    [ -f "$OUTDIR/$f" ] && cp "$OUTDIR/$f" "$DEST/$f"
+  done
+  rm -rf "$OUTDIR"
+}
+
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
   local rc=$?
@@ -175,7 +207,12 @@ cleanup() {
   fi
   run_compare
   rm -f "$STOP_FILE"
-  log "done in $(( $(date +%s) - T0 ))s, exit $rc; summary: $OUTDIR/summary.txt"
+  if [ "$PACK" = 1 ]; then
+    log "done in $(( $(date +%s) - T0 ))s, exit $rc; packing into $DEST"
+    pack
+  else
+    log "done in $(( $(date +%s) - T0 ))s, exit $rc; summary: $OUTDIR/summary.txt"
+  fi
   exit "$rc"
 }
 
@@ -259,6 +296,45 @@ fi
 
 # ---- 2. gpumeter serve ----
 
+# find_nvml prints where libnvidia-ml.so.1 is, if anywhere usual.
+find_nvml() {
+  local p
+  for p in $(ldconfig -p 2>/dev/null | awk '/libnvidia-ml\.so\.1 / { print $NF }') \
+           /usr/local/nvidia/lib64/libnvidia-ml.so.1 /usr/local/nvidia/lib/libnvidia-ml.so.1 \
+           /usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 /usr/lib64/libnvidia-ml.so.1 /usr/lib/wsl/lib/libnvidia-ml.so.1; do
+    [ -e "$p" ] && { echo "$p"; return 0; }
+  done
+  return 0
+}
+
+# start_serve LOG [FLAGS...]: starts serve and waits until it prints its
+# address and its socket exists; sets GM_OK, URL, SERVE_PID.
+start_serve() {
+  local slog=$1
+  shift
+  bg serve 280 "$slog" "$BIN" serve -c "$DATA_DIR/empty.yaml" "${SERVE_FLAGS[@]}" \
+    --docker-enabled=false --listen 127.0.0.1:0 --data-dir "$DATA_DIR" --api-socket "$SOCK" \
+    --hostname gpucheck --interval 1s --log-level debug "$@"
+  SERVE_PID=$BG_PID
+  URL=""
+  for _ in $(seq 1 100); do
+    URL=$(sed -n 's/^gpumeter: serving on \(http[^ ]*\).*/\1/p' "$slog" 2>/dev/null | head -1)
+    [ -n "$URL" ] && [ -S "$SOCK" ] && break
+    kill -0 "$SERVE_PID" 2>/dev/null || break
+    nap 0.2
+  done
+  if [ -n "$URL" ] && [ -S "$SOCK" ]; then
+    GM_OK=1
+    log "gpumeter serving on $URL, socket $SOCK"
+    step healthz 5 "$OUTDIR/gpumeter/healthz.txt" curl -sS "$URL/healthz"
+  else
+    URL=""
+    wait "$SERVE_PID" 2>/dev/null
+    log "gpumeter serve did not start (exit $?): $(tail -3 "$slog" 2>/dev/null | tr '\n' ' ')"
+    record serve-start failed 0 "see gpumeter/$(basename "$slog")"
+  fi
+}
+
 GM_OK=""
 step gpumeter-version 10 "$OUTDIR/gpumeter/version.txt" "$BIN" version
 if [ -x "$BIN" ]; then
@@ -269,26 +345,15 @@ if [ -x "$BIN" ]; then
   while IFS='=' read -r name _; do
     case $name in GPUMETER_*) unset "$name" ;; esac
   done < <(env)
-  bg serve 280 "$OUTDIR/gpumeter/serve.log" "$BIN" serve -c "$DATA_DIR/empty.yaml" "${SERVE_FLAGS[@]}" \
-    --docker-enabled=false --listen 127.0.0.1:0 --data-dir "$DATA_DIR" --api-socket "$SOCK" \
-    --hostname gpucheck --interval 1s --log-level debug
-  SERVE_PID=$BG_PID
-  SERVE_ERR=$OUTDIR/gpumeter/serve.log
-  URL=""
-  for _ in $(seq 1 100); do
-    URL=$(sed -n 's/^gpumeter: serving on \(http[^ ]*\).*/\1/p' "$SERVE_ERR" 2>/dev/null | head -1)
-    [ -n "$URL" ] && [ -S "$SOCK" ] && break
-    kill -0 "$SERVE_PID" 2>/dev/null || break
-    nap 0.2
-  done
-  if [ -n "$URL" ] && [ -S "$SOCK" ]; then
-    GM_OK=1
-    log "gpumeter serving on $URL, socket $SOCK"
-    step healthz 5 "$OUTDIR/gpumeter/healthz.txt" curl -sS "$URL/healthz"
-  else
-    wait "$SERVE_PID" 2>/dev/null
-    log "gpumeter serve did not start (exit $?): $(tail -3 "$SERVE_ERR" 2>/dev/null | tr '\n' ' ')"
-    record serve-start failed 0 "see gpumeter/serve.log"
+  start_serve "$OUTDIR/gpumeter/serve.log"
+  if [ -z "$GM_OK" ] && [ -z "$NO_GPU" ] && grep -q 'no NVIDIA driver found' "$OUTDIR/gpumeter/serve.log" 2>/dev/null; then
+    # The driver's library may sit outside the loader's path (a container
+    # with the driver mounted at /usr/local/nvidia): name it.
+    lib=$(find_nvml)
+    if [ -n "$lib" ]; then
+      log "retrying serve with --nvml-library $lib"
+      start_serve "$OUTDIR/gpumeter/serve-retry.log" --nvml-library "$lib"
+    fi
   fi
 else
   log "no gpumeter binary at $BIN (build it with scripts/gpu-check-build.sh); going on without it"
