@@ -102,6 +102,8 @@ def jsonable(v):
         return out
     if isinstance(v, (int, float, str, bool)) or v is None:
         return v
+    if hasattr(v, "__dict__"):  # pynvml's "friendly objects"
+        return {str(k): jsonable(x) for k, x in vars(v).items() if not k.startswith("_")}
     return repr(v)
 
 
