@@ -10,6 +10,7 @@ import datetime
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -123,8 +124,13 @@ def quiet_main(d):
 
 
 class CompareTest(unittest.TestCase):
-    def run_compare(self, **kw):
+    def tempdir(self):
         d = tempfile.mkdtemp(prefix="gpucheck-test-")
+        self.addCleanup(shutil.rmtree, d)
+        return d
+
+    def run_compare(self, **kw):
+        d = self.tempdir()
         make_run(d, **kw)
         self.assertEqual(quiet_main(d), 0)
         with open(os.path.join(d, "comparison.json"), encoding="utf-8") as f:
@@ -212,17 +218,17 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(res["pids"]["not_in_proc"], 2)
 
     def test_missing_inputs(self):
-        d = tempfile.mkdtemp(prefix="gpucheck-test-")
+        d = self.tempdir()
         write(d, "run.json", json.dumps({"epoch": E, "phases": [{"name": "idle", "start": 0, "end": 20}], "roles": {}}))
         self.assertEqual(quiet_main(d), 0)
         with open(os.path.join(d, "comparison.json"), encoding="utf-8") as f:
             res = json.load(f)
         self.assertIn("error", res["energy"]["pynvml"])
         self.assertIn("error", res["proc_util_timestamps"])
-        self.assertEqual(quiet_main(tempfile.mkdtemp()), 1)
+        self.assertEqual(quiet_main(self.tempdir()), 1)
 
     def test_compute_apps_without_timestamp(self):
-        d = tempfile.mkdtemp(prefix="gpucheck-test-")
+        d = self.tempdir()
         write(d, "a.csv", "pid, process_name, used_gpu_memory [MiB]\n42, python3, 512\n")
         self.assertEqual(compare.parse_compute_apps(os.path.join(d, "a.csv")),
                          [{"pid": 42, "used_mib": 512.0, "name": "python3", "gpu_uuid": None}])
