@@ -32,7 +32,7 @@
 # ran, 2 when there is no NVIDIA GPU here, 3 when the deadline or a signal
 # stopped it, 1 when the loads could not run.
 #
-# When OUTDIR is $OUT (the device tool, which brings back only a few
+# When OUTDIR is $OUT (a remote runner that brings back only a few
 # files), the run goes to a folder in /tmp and OUTDIR gets summary.txt,
 # comparison.json, steps.tsv, gpu-check.log and gpu-check.tar.gz.
 #
@@ -63,7 +63,7 @@ MARGIN_S=3
 case $BIN in /*) ;; *) BIN=$PWD/$BIN ;; esac
 mkdir -p "$OUTDIR" || { echo "gpu-check: cannot create $OUTDIR" >&2; exit 1; }
 OUTDIR=$(cd "$OUTDIR" && pwd)
-# The device tool brings back only a few files from $OUT: there the run is
+# A remote runner may bring back only a few files from $OUT: there the run is
 # written to a folder in /tmp and $OUT gets the summary, the comparison,
 # the steps, the log and one tarball of everything (GPUCHECK_PACK=1/0
 # forces either way).
@@ -176,7 +176,7 @@ run_compare() {
   step compare 60 "$OUTDIR/compare.out" "$PY" "$py_dir/compare.py" "$OUTDIR"
 }
 
-# pack puts the few files the device tool brings back into DEST: one
+# pack puts the few files such a runner brings back into DEST: one
 # tarball of the whole run (less the ledger and the raw scrapes when it
 # would pass 15 MiB) and the files read first.
 # shellcheck disable=SC2317 # run by cleanup
