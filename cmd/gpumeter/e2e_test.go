@@ -27,6 +27,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -422,6 +423,45 @@ func TestServeDemo(t *testing.T) {
 	}
 	if !shared {
 		t.Error("the demo shows no shared GPU")
+	}
+}
+
+// TestServeDemoCost: the demo prices its use itself, so that its first
+// report shows money, at the prices README lists.
+func TestServeDemoCost(t *testing.T) {
+	a := startServe(t, nil, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms")
+	var rep report.Report
+	waitFor(t, 10*time.Second, "a priced report of the demo", func() bool {
+		status, _, body := fetch(t, a.URL+"/api/v1/usage?by=user&since=1h")
+		if status != http.StatusOK {
+			t.Fatalf("usage: %d %s", status, body)
+		}
+		rep = report.Report{}
+		if err := json.Unmarshal(body, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Totals.GPUHoursAllocated > 0
+	})
+	if rep.Totals.Cost <= 0 || rep.Host.Cost <= 0 || rep.Totals.CostGPU <= 0 || rep.Totals.CostEnergy <= 0 {
+		t.Errorf("demo report costs %v (GPU %v, energy %v), host %v; want money", rep.Totals.Cost, rep.Totals.CostGPU, rep.Totals.CostEnergy, rep.Host.Cost)
+	}
+	// 2.50 a GPU-hour: the GPU cost is exactly that times the hours held.
+	if !closeTo(rep.Totals.CostGPU, 2.50*rep.Totals.GPUHoursAllocated, 1e-9) {
+		t.Errorf("GPU cost %v for %v allocated GPU-hours, want 2.50 a GPU-hour", rep.Totals.CostGPU, rep.Totals.GPUHoursAllocated)
+	}
+	// Prices an operator sets win over the demo's.
+	b := startServe(t, nil, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms", "--cost-gpu-hour", "default=1")
+	waitFor(t, 10*time.Second, "a report of the demo at the operator's price", func() bool {
+		_, _, body := fetch(t, b.URL+"/api/v1/usage?by=user&since=1h")
+		rep = report.Report{}
+		if err := json.Unmarshal(body, &rep); err != nil {
+			t.Fatal(err)
+		}
+		return rep.Totals.GPUHoursAllocated > 0
+	})
+	if !closeTo(rep.Totals.CostGPU, rep.Totals.GPUHoursAllocated, 1e-9) || rep.Totals.CostEnergy != 0 {
+		t.Errorf("with --cost-gpu-hour default=1: GPU cost %v for %v GPU-hours, energy cost %v; want 1 a GPU-hour and no demo energy price",
+			rep.Totals.CostGPU, rep.Totals.GPUHoursAllocated, rep.Totals.CostEnergy)
 	}
 }
 

@@ -65,6 +65,9 @@ type Agent struct {
 // New builds the agent from cfg: it opens the GPU source and prepares the
 // inventories, but starts nothing.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version string) (_ *Agent, err error) {
+	if cfg.Source == "demo" {
+		cfg.Cost = withDemoPrices(cfg.Cost)
+	}
 	a := &Agent{cfg: cfg, log: logger, version: version}
 	defer func() {
 		if err != nil {
