@@ -43,6 +43,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newWhoami(), newToken(), newVersion())
+	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion())
 	return root
 }

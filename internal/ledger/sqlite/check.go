@@ -1,0 +1,167 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
+)
+
+// readOnly opens the ledger file at path for reading only, without
+// migrating it, so that a check or a backup before an upgrade sees the
+// ledger as the old release left it. It fails on a file that is missing
+// or not a ledger.
+func readOnly(ctx context.Context, path string) (*sql.DB, sqlledger.Schema, error) {
+	var schema sqlledger.Schema
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, schema, err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return nil, schema, err
+	}
+	db, err := sql.Open("sqlite", dsn(abs, "mode=ro&_pragma=busy_timeout("+strconv.FormatInt(busyTimeout.Milliseconds(), 10)+")"))
+	if err != nil {
+		return nil, schema, err
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err == nil {
+		schema, err = readSchema(ctx, tx)
+		tx.Rollback()
+	}
+	if err == nil {
+		var ms []sqlledger.Migration
+		if ms, err = migrations(); err == nil {
+			_, err = sqlledger.Pending(ms, schema)
+		}
+		if err == nil && !schema.HasMeta {
+			err = fmt.Errorf("%w: it holds no gpumeter tables", ledger.ErrNotLedger)
+		}
+	}
+	if err != nil {
+		db.Close()
+		return nil, schema, err
+	}
+	return db, schema, nil
+}
+
+// Check checks the ledger file at path without changing it: SQLite's
+// integrity check, the schema version, the nodes, the reach of the rows
+// and the leases, in one read snapshot. It takes no lock from a running
+// agent and migrates nothing.
+func Check(ctx context.Context, path string) (ledger.Health, error) {
+	h, err := check(ctx, path)
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_CORRUPT {
+		return h, fmt.Errorf("check ledger %s: the file is damaged (%w): stop the agent and restore the last backup", path, err)
+	}
+	if err != nil {
+		return h, fmt.Errorf("check ledger %s: %w", path, err)
+	}
+	return h, nil
+}
+
+func check(ctx context.Context, path string) (ledger.Health, error) {
+	h := ledger.Health{Backend: "SQLite", Where: path, IntegrityChecked: true}
+	db, schema, err := readOnly(ctx, path)
+	if err != nil {
+		return h, err
+	}
+	defer db.Close()
+	if h.SchemaVersion, err = strconv.Atoi(schema.Version); err != nil {
+		return h, fmt.Errorf("schema version %q: %w", schema.Version, err)
+	}
+	for _, p := range []string{path, path + "-wal"} {
+		if fi, err := os.Stat(p); err == nil {
+			h.SizeBytes += fi.Size()
+		}
+	}
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return h, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.QueryContext(ctx, "PRAGMA integrity_check")
+	if err != nil {
+		return h, err
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			rows.Close()
+			return h, err
+		}
+		if line != "ok" {
+			h.Integrity = append(h.Integrity, line)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return h, err
+	}
+	return h, sqlledger.Check(ctx, txQuerier{tx}, &h)
+}
+
+type txQuerier struct{ tx *sql.Tx }
+
+func (q txQuerier) Query(ctx context.Context, query string, args ...any) (sqlledger.Cursor, error) {
+	rows, err := q.tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return cursor{rows}, nil
+}
+
+// Backup writes a consistent copy of the ledger file at src to dst with
+// VACUUM INTO, while agents go on writing: the copy is one read snapshot,
+// compacted, as the release that wrote it left it (nothing is migrated).
+// It is written beside dst and linked into place, so that dst is either
+// absent or whole; an existing dst is an error, never overwritten.
+func Backup(ctx context.Context, src, dst string) error {
+	if err := backup(ctx, src, dst); err != nil {
+		return fmt.Errorf("back up ledger %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+func backup(ctx context.Context, src, dst string) error {
+	abs, err := filepath.Abs(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Lstat(abs); err == nil {
+		return errors.New("it exists; give a new file")
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	db, _, err := readOnly(ctx, src)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	tmp, err := os.CreateTemp(filepath.Dir(abs), "."+filepath.Base(abs)+".*")
+	if err != nil {
+		return err
+	}
+	tmpPath := tmp.Name()
+	tmp.Close()
+	os.Remove(tmpPath) // VACUUM INTO creates the file itself
+	defer os.Remove(tmpPath)
+	if _, err := db.ExecContext(ctx, "VACUUM INTO $1", tmpPath); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmpPath, 0o600); err != nil {
+		return err
+	}
+	// A link, unlike a rename, never replaces a file made meanwhile.
+	return os.Link(tmpPath, abs)
+}
