@@ -403,37 +403,21 @@ func (b *Batch) validateID() error {
 	if id.Seq == 0 || id.Seq > math.MaxInt64 {
 		return invalid("batch ID (node %q): sequence %d is outside 1..%d", id.Node, id.Seq, int64(math.MaxInt64))
 	}
-	other := func(what string, i int, node string) error {
-		return invalid("%s[%d] is of node %q in a batch of node %q", what, i, node, id.Node)
-	}
-	for i, n := range b.Nodes {
-		if n.Name != id.Node {
-			return other("nodes", i, n.Name)
-		}
-	}
-	for i, g := range b.GPUs {
-		if g.Node != id.Node {
-			return other("gpus", i, g.Node)
-		}
-	}
-	for i, c := range b.Containers {
-		if c.Node != id.Node {
-			return other("containers", i, c.Node)
-		}
-	}
-	for i, u := range b.Usage {
-		if u.Node != id.Node {
-			return other("usage", i, u.Node)
-		}
-	}
-	for i, g := range b.GPUUsage {
-		if g.Node != id.Node {
-			return other("gpu usage", i, g.Node)
-		}
-	}
-	for i, c := range b.ContainerUsage {
-		if c.Node != id.Node {
-			return other("container usage", i, c.Node)
+	return errors.Join(
+		sameNode(id.Node, "nodes", b.Nodes, func(n Node) string { return n.Name }),
+		sameNode(id.Node, "gpus", b.GPUs, func(g GPU) string { return g.Node }),
+		sameNode(id.Node, "containers", b.Containers, func(c Container) string { return c.Node }),
+		sameNode(id.Node, "usage", b.Usage, func(u Usage) string { return u.Node }),
+		sameNode(id.Node, "gpu usage", b.GPUUsage, func(g GPUUsage) string { return g.Node }),
+		sameNode(id.Node, "container usage", b.ContainerUsage, func(c ContainerUsage) string { return c.Node }),
+	)
+}
+
+// sameNode checks that every row of a batch under node's lease is node's.
+func sameNode[T any](node, what string, rows []T, nodeOf func(T) string) error {
+	for i, r := range rows {
+		if n := nodeOf(r); n != node {
+			return invalid("%s[%d] is of node %q in a batch of node %q", what, i, n, node)
 		}
 	}
 	return nil

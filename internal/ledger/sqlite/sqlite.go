@@ -357,16 +357,10 @@ func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.
 func (s *Store) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
 	var gpus []ledger.GPUTotal
 	usage, err := query(ctx, s, func(q sqlledger.Querier) (u []ledger.UsageTotal, err error) {
-		if u, err = sqlledger.Usage(ctx, q, f); err != nil {
-			return nil, err
-		}
-		gpus, err = sqlledger.GPUs(ctx, q, f)
+		u, gpus, err = sqlledger.Totals(ctx, q, f)
 		return u, err
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	return usage, gpus, nil
+	return usage, gpus, err
 }
 
 // query runs fn in one read snapshot and names the ledger in its error.

@@ -28,6 +28,20 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (Cursor, error)
 }
 
+// Totals reads Usage and GPUs through one querier, so that a backend that
+// runs it in one snapshot gets rows and totals that agree.
+func Totals(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
+	usage, err := Usage(ctx, q, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	gpus, err := GPUs(ctx, q, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	return usage, gpus, nil
+}
+
 // Horizon reads the minute horizon recorded by Retain.
 func Horizon(ctx context.Context, q Querier) (int64, error) {
 	rows, err := q.Query(ctx, "SELECT value FROM "+MetaTable+" WHERE key = $1", MetaHorizon)
