@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -21,7 +24,7 @@ import (
 )
 
 func newSimulate() *cobra.Command {
-	var scenario, db, dsn string
+	var scenario, db, dsn, cpuProfile, memProfile string
 	cmd := &cobra.Command{
 		Use:   "simulate --scenario FILE [--db FILE | --dsn DSN]",
 		Short: "Play a scenario on a virtual clock into a ledger, as fast as the CPU allows",
@@ -59,13 +62,56 @@ the current directory.`,
 			if dsn != "" {
 				where = postgresLedger
 			}
-			return simulate(cmd.Context(), cmd.OutOrStdout(), sc, store, where)
+			stop, err := startProfiles(cpuProfile, memProfile)
+			if err != nil {
+				return err
+			}
+			err = simulate(cmd.Context(), cmd.OutOrStdout(), sc, store, where)
+			return errors.Join(err, stop())
 		},
 	}
 	cmd.Flags().StringVar(&scenario, "scenario", "", "scenario file (see docs/scenario.md)")
 	cmd.Flags().StringVar(&db, "db", "", "SQLite ledger to write")
 	cmd.Flags().StringVar(&dsn, "dsn", "", "PostgreSQL ledger to write")
+	// For whoever tunes simulate (see BENCHMARKS.md), not for operators:
+	// hidden from --help.
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to FILE (go tool pprof)")
+	cmd.Flags().StringVar(&memProfile, "memprofile", "", "write a heap profile (allocations) at the end of the run to FILE")
+	cmd.Flags().MarkHidden("cpuprofile")
+	cmd.Flags().MarkHidden("memprofile")
 	return cmd
+}
+
+// startProfiles starts a CPU profile into cpu, when named; the function it
+// returns stops it and writes a heap profile into mem, when named. The
+// profiles cover the simulation, not the loading of the scenario.
+func startProfiles(cpu, mem string) (stop func() error, err error) {
+	var cpuFile *os.File
+	if cpu != "" {
+		if cpuFile, err = os.Create(cpu); err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(cpuFile); err != nil {
+			cpuFile.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+	}
+	return func() error {
+		var errs []error
+		if cpuFile != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpuFile.Close())
+		}
+		if mem != "" {
+			f, err := os.Create(mem)
+			if err != nil {
+				return errors.Join(append(errs, fmt.Errorf("--memprofile: %w", err))...)
+			}
+			runtime.GC() // the heap profile is as of the last collection
+			errs = append(errs, pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
 }
 
 const postgresLedger = "the PostgreSQL ledger"
