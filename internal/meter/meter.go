@@ -193,6 +193,7 @@ type ctrState struct {
 	ram        uint64
 	total      ContainerSums
 	lastActive time.Time
+	activeStep uint64 // the Step that set lastActive
 }
 
 // ownerState is one owner's state on one GPU at a sample.
@@ -543,6 +544,7 @@ func (m *Meter) row(k rowKey, gs *gpuState) *row {
 // closed by the next good reading, as a GPU's is.
 func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Container {
 	out := make([]Container, 0, len(ctrs))
+	active := 0
 	for i := range ctrs {
 		c := &ctrs[i]
 		st := m.containers[c.ID]
@@ -550,6 +552,10 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 		if st == nil {
 			st = &ctrState{}
 			m.containers[c.ID] = st
+		}
+		if st.activeStep != m.step {
+			st.activeStep = m.step
+			active++
 		}
 		st.lastActive = now
 		if c.StatsErr == "" || !c.Running {
@@ -572,11 +578,18 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 		st.total.Seconds += d.Seconds
 		out = append(out, Container{Container: *c, Delta: d, Total: st.total})
 	}
-	for id, st := range m.containers {
-		if now.Sub(st.lastActive) > m.cfg.Retain {
-			delete(m.containers, id)
+	// When every container known is listed now, none can have expired.
+	if active < len(m.containers) {
+		for id, st := range m.containers {
+			if now.Sub(st.lastActive) > m.cfg.Retain {
+				delete(m.containers, id)
+			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	// Inventories often list in a stable order already.
+	byName := func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) }
+	if !slices.IsSortedFunc(out, byName) {
+		slices.SortFunc(out, byName)
+	}
 	return out
 }
