@@ -161,6 +161,7 @@ type Meter struct {
 	containers map[string]*ctrState
 	step       uint64 // counts Steps, to tell this step's row fields
 	lastRow    uint64 // the last row id given out
+	held       holdings
 }
 
 type rowKey struct {
@@ -246,6 +247,7 @@ func New(cfg Config) *Meter {
 func (m *Meter) Step(in Input) *Tick {
 	t := &Tick{Time: in.Time, Sample: in.Sample, GPUs: make([]GPU, len(in.Sample.Devices))}
 	m.step++
+	m.held.update(in.Sample.Devices, in.Containers)
 
 	for i := range in.Sample.Devices {
 		d := &in.Sample.Devices[i]
@@ -272,7 +274,7 @@ func (m *Meter) Step(in Input) *Tick {
 		if i < len(in.Owners) {
 			owners = in.Owners[i]
 		}
-		cur := m.observe(d, key, gs, owners, in.Containers, in.Time, gs.spare[:0])
+		cur := m.observe(d, i, key, gs, owners, in.Containers, in.Time, gs.spare[:0])
 		if d.Has(gpu.FieldPower) && (gs.minPower == 0 || d.PowerWatts < gs.minPower) && d.PowerWatts > 0 {
 			gs.minPower = d.PowerWatts
 		}
@@ -328,7 +330,8 @@ func (m *Meter) idleWatts(d *gpu.Device, gs *gpuState) float64 {
 // observe gathers a device's owners at this sample: the holders with their
 // allocation share and everyone with a process, SM utilisation scaled so
 // that the owners never exceed the device. The owners are appended to buf.
-func (m *Meter) observe(d *gpu.Device, key string, gs *gpuState, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
+// d is the sample's device at position pos.
+func (m *Meter) observe(d *gpu.Device, pos int, key string, gs *gpuState, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
 	p := pending{
 		t:         now,
 		energyMJ:  d.EnergyMilliJoules,
@@ -361,13 +364,9 @@ func (m *Meter) observe(d *gpu.Device, key string, gs *gpuState, owners []contai
 		return &p.owners[len(p.owners)-1]
 	}
 
-	var migUUIDs []string
-	for _, mi := range d.MIG {
-		migUUIDs = append(migUUIDs, mi.UUID)
-	}
 	for i := range ctrs {
 		c := &ctrs[i]
-		if c.Running && c.GPUs.Holds(d.Index, d.UUID, migUUIDs...) {
+		if c.Running && m.held.holds(i, pos) {
 			index(lookup(&gs.holderRows, p.holders, container.Owner{Kind: container.OwnerContainer, ID: c.ID}))
 			p.holders++
 		}
