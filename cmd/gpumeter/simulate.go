@@ -253,13 +253,22 @@ type writeBehind struct {
 
 func newWriteBehind(ctx context.Context, store ledger.Store) *writeBehind {
 	w := &writeBehind{Store: store, batches: make(chan ledger.Batch), done: make(chan struct{})}
+	// When ctx ends, a batch being written is finished (it takes a
+	// fraction of a second) and no other is started. Run under a context
+	// that can end, each SQLite statement costs the driver a goroutine
+	// of its own to interrupt it: some 20,000 a simulated hour here.
+	wctx := context.WithoutCancel(ctx)
 	go func() {
 		defer close(w.done)
 		for b := range w.batches {
 			if w.failed() != nil {
 				continue
 			}
-			if err := w.Store.Write(ctx, b); err != nil {
+			err := ctx.Err()
+			if err == nil {
+				err = w.Store.Write(wctx, b)
+			}
+			if err != nil {
 				w.mu.Lock()
 				w.err = err
 				w.mu.Unlock()
