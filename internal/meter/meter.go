@@ -500,7 +500,10 @@ func (m *Meter) usageRows(now time.Time) []Usage {
 			continue
 		}
 		kept = append(kept, r)
-		u := Usage{Row: r.id, Owner: r.key.owner, UUID: uuidOf(r.key.uuid), GPU: r.gpu.index}
+		// Filled in place: a Usage is large, and copying one holds
+		// pointers, which costs write barriers while the GC runs.
+		out = append(out, Usage{Row: r.id, Owner: r.key.owner, UUID: uuidOf(r.key.uuid), GPU: r.gpu.index})
+		u := &out[len(out)-1]
 		if booked {
 			r.total.add(r.delta)
 			u.Delta = r.delta
@@ -510,7 +513,6 @@ func (m *Meter) usageRows(now time.Time) []Usage {
 			c := &r.cur
 			u.Share, u.SMUtil, u.MemoryBytes, u.Processes = c.share, c.sm, c.mem, c.procs
 		}
-		out = append(out, u)
 	}
 	clear(m.order[len(kept):])
 	m.order = kept
