@@ -588,9 +588,20 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 		}
 	}
 	// Inventories often list in a stable order already.
-	byName := func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) }
-	if !slices.IsSortedFunc(out, byName) {
-		slices.SortFunc(out, byName)
+	if !sortedByName(out) {
+		slices.SortFunc(out, func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
 	}
 	return out
+}
+
+// sortedByName reports whether cs is in the order containerRows gives,
+// without copying a Container per comparison.
+func sortedByName(cs []Container) bool {
+	for i := 1; i < len(cs); i++ {
+		a, b := &cs[i-1], &cs[i]
+		if a.Name > b.Name || (a.Name == b.Name && a.ID > b.ID) {
+			return false
+		}
+	}
+	return true
 }
