@@ -83,6 +83,10 @@ type Sampler struct {
 	owners    map[uint32]container.Owner
 	live      map[uint32]bool
 	seen      map[string]bool // container IDs listed this tick
+	// unique are the IDs of the last single list found to name no
+	// container twice, in its order: a list with the same IDs needs
+	// no check, which spares hashing every ID on every tick.
+	unique []string
 }
 
 // New returns a sampler; it reads nothing until Step or Run.
@@ -219,22 +223,10 @@ func (s *Sampler) containers(ctx context.Context, now time.Time, sources *[]Sour
 		lists[i] = list
 		n += len(list)
 	}
-	clear(s.seen)
-	if len(lists) == 1 {
-		unique := true
-		for i := range lists[0] {
-			id := lists[0][i].ID
-			if s.seen[id] {
-				unique = false
-				break
-			}
-			s.seen[id] = true
-		}
-		if unique {
-			return lists[0]
-		}
-		clear(s.seen)
+	if len(lists) == 1 && s.isUnique(lists[0]) {
+		return lists[0]
 	}
+	clear(s.seen)
 	ctrs := make([]container.Container, 0, n)
 	for _, list := range lists {
 		for i := range list {
@@ -245,6 +237,34 @@ func (s *Sampler) containers(ctx context.Context, now time.Time, sources *[]Sour
 		}
 	}
 	return ctrs
+}
+
+// isUnique reports whether list names no container twice.
+func (s *Sampler) isUnique(list []container.Container) bool {
+	if len(list) == len(s.unique) {
+		same := true
+		for i := range list {
+			if list[i].ID != s.unique[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return true
+		}
+	}
+	clear(s.seen)
+	s.unique = s.unique[:0]
+	for i := range list {
+		id := list[i].ID
+		if s.seen[id] {
+			s.unique = s.unique[:0]
+			return false
+		}
+		s.seen[id] = true
+		s.unique = append(s.unique, id)
+	}
+	return true
 }
 
 func (s *Sampler) publish(t *Tick) {
