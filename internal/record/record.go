@@ -323,9 +323,8 @@ func (c *cutter) split(span time.Duration) []piece {
 }
 
 // split appends to buf a piece for each minute that [end − span, end)
-// touches, with the fraction of span that falls in it. It runs for every
-// row on every tick, so it takes the caller's buffer instead of a
-// callback.
+// touches, with the fraction of span that falls in it. It runs on every
+// tick, so it takes the caller's buffer instead of a callback.
 func split(end time.Time, span time.Duration, buf []piece) []piece {
 	start := end.Add(-span)
 	for t := start; t.Before(end); {
