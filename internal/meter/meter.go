@@ -167,6 +167,7 @@ type Meter struct {
 	containers map[string]*ctrState
 	step       uint64 // counts Steps, to tell this step's row fields
 	lastRow    uint64 // the last row id given out
+	held       holdings
 }
 
 type rowKey struct {
@@ -199,6 +200,7 @@ type ctrState struct {
 	ram        uint64
 	total      ContainerSums
 	lastActive time.Time
+	activeStep uint64 // the Step that set lastActive
 }
 
 // ownerState is one owner's state on one GPU at a sample.
@@ -251,6 +253,7 @@ func New(cfg Config) *Meter {
 func (m *Meter) Step(in Input) *Tick {
 	t := &Tick{Time: in.Time, Sample: in.Sample, GPUs: make([]GPU, len(in.Sample.Devices))}
 	m.step++
+	m.held.update(in.Sample.Devices, in.Containers)
 
 	for i := range in.Sample.Devices {
 		d := &in.Sample.Devices[i]
@@ -277,7 +280,7 @@ func (m *Meter) Step(in Input) *Tick {
 		if i < len(in.Owners) {
 			owners = in.Owners[i]
 		}
-		cur := m.observe(d, key, gs, owners, in.Containers, in.Time, gs.spare[:0])
+		cur := m.observe(d, i, key, gs, owners, in.Containers, in.Time, gs.spare[:0])
 		if d.Has(gpu.FieldPower) && (gs.minPower == 0 || d.PowerWatts < gs.minPower) && d.PowerWatts > 0 {
 			gs.minPower = d.PowerWatts
 		}
@@ -333,7 +336,8 @@ func (m *Meter) idleWatts(d *gpu.Device, gs *gpuState) float64 {
 // observe gathers a device's owners at this sample: the holders with their
 // allocation share and everyone with a process, SM utilisation scaled so
 // that the owners never exceed the device. The owners are appended to buf.
-func (m *Meter) observe(d *gpu.Device, key string, gs *gpuState, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
+// d is the sample's device at position pos.
+func (m *Meter) observe(d *gpu.Device, pos int, key string, gs *gpuState, owners []container.Owner, ctrs []container.Container, now time.Time, buf []ownerState) pending {
 	p := pending{
 		t:         now,
 		energyMJ:  d.EnergyMilliJoules,
@@ -366,13 +370,9 @@ func (m *Meter) observe(d *gpu.Device, key string, gs *gpuState, owners []contai
 		return &p.owners[len(p.owners)-1]
 	}
 
-	var migUUIDs []string
-	for _, mi := range d.MIG {
-		migUUIDs = append(migUUIDs, mi.UUID)
-	}
 	for i := range ctrs {
 		c := &ctrs[i]
-		if c.Running && c.GPUs.Holds(d.Index, d.UUID, migUUIDs...) {
+		if c.Running && m.held.holds(i, pos) {
 			index(lookup(&gs.holderRows, p.holders, container.Owner{Kind: container.OwnerContainer, ID: c.ID}))
 			p.holders++
 		}
@@ -510,7 +510,10 @@ func (m *Meter) usageRows(now time.Time) []Usage {
 			continue
 		}
 		kept = append(kept, r)
-		u := Usage{Row: r.id, Owner: r.key.owner, UUID: uuidOf(r.key.uuid), GPU: r.gpu.index}
+		// Filled in place: a Usage is large, and copying one holds
+		// pointers, which costs write barriers while the GC runs.
+		out = append(out, Usage{Row: r.id, Owner: r.key.owner, UUID: uuidOf(r.key.uuid), GPU: r.gpu.index})
+		u := &out[len(out)-1]
 		if booked {
 			r.total.add(r.delta)
 			u.Delta = r.delta
@@ -520,7 +523,6 @@ func (m *Meter) usageRows(now time.Time) []Usage {
 			c := &r.cur
 			u.Share, u.SMUtil, u.MemoryBytes, u.Processes = c.share, c.sm, c.mem, c.procs
 		}
-		out = append(out, u)
 	}
 	clear(m.order[len(kept):])
 	m.order = kept
@@ -553,6 +555,7 @@ func (m *Meter) row(k rowKey, gs *gpuState) *row {
 // closed by the next good reading, as a GPU's is.
 func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Container {
 	out := make([]Container, 0, len(ctrs))
+	active := 0
 	for i := range ctrs {
 		c := &ctrs[i]
 		st := m.containers[c.ID]
@@ -560,6 +563,10 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 		if st == nil {
 			st = &ctrState{}
 			m.containers[c.ID] = st
+		}
+		if st.activeStep != m.step {
+			st.activeStep = m.step
+			active++
 		}
 		st.lastActive = now
 		if c.StatsErr == "" || !c.Running {
@@ -582,11 +589,29 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 		st.total.Seconds += d.Seconds
 		out = append(out, Container{Container: *c, Delta: d, Total: st.total})
 	}
-	for id, st := range m.containers {
-		if now.Sub(st.lastActive) > m.cfg.Retain {
-			delete(m.containers, id)
+	// When every container known is listed now, none can have expired.
+	if active < len(m.containers) {
+		for id, st := range m.containers {
+			if now.Sub(st.lastActive) > m.cfg.Retain {
+				delete(m.containers, id)
+			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	// Inventories often list in a stable order already.
+	if !sortedByName(out) {
+		slices.SortFunc(out, func(a, b Container) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.ID, b.ID)) })
+	}
 	return out
+}
+
+// sortedByName reports whether cs is in the order containerRows gives,
+// without copying a Container per comparison.
+func sortedByName(cs []Container) bool {
+	for i := 1; i < len(cs); i++ {
+		a, b := &cs[i-1], &cs[i]
+		if a.Name > b.Name || (a.Name == b.Name && a.ID > b.ID) {
+			return false
+		}
+	}
+	return true
 }

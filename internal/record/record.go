@@ -83,9 +83,38 @@ type pending struct {
 	rowInfo    map[uint64]rowInfo
 	gpus       map[gpuKey]*ledger.GPUSums
 	containers map[ctrKey]*ledger.ContainerUsage
-	meta       map[string]meta
+	meta       map[string]*meta
 	gpuMeta    map[string]ledger.GPU
 	node       *ledger.Node
+
+	// hotUsage[i] and hotCtrs[i] remember where the i-th usage row and
+	// container of the last tick were summed: in a steady state the next
+	// tick has the same rows in the same order and the same minute, so Add
+	// looks nothing up. They point into usage, containers and meta;
+	// whatever deletes from those clears them.
+	hotUsage []hotUsage
+	hotCtrs  []hotCtr
+}
+
+type hotUsage struct {
+	row    uint64 // 0: none; meter rows start at 1
+	minute int64
+	sums   *ledger.Sums // nil until a minute is known
+}
+
+type hotCtr struct {
+	id     string // "": none
+	meta   *meta
+	minute int64
+	usage  *ledger.ContainerUsage // nil until a minute is known
+}
+
+// slot returns the i-th entry of *hot, growing it as needed.
+func slot[T any](hot *[]T, i int) *T {
+	if i >= len(*hot) {
+		*hot = append(*hot, make([]T, i+1-len(*hot))...)
+	}
+	return &(*hot)[i]
 }
 
 func newPending() *pending {
@@ -94,7 +123,7 @@ func newPending() *pending {
 		rowInfo:    map[uint64]rowInfo{},
 		gpus:       map[gpuKey]*ledger.GPUSums{},
 		containers: map[ctrKey]*ledger.ContainerUsage{},
-		meta:       map[string]meta{},
+		meta:       map[string]*meta{},
 		gpuMeta:    map[string]ledger.GPU{},
 	}
 }
@@ -187,7 +216,7 @@ func (r *Recorder) Add(t *sampler.Tick) {
 
 	// Each GPU books the interval [now − Δ, now], Δ its own.
 	spans := make(map[int]time.Duration, len(t.GPUs))
-	var buf [4]piece
+	cut := cutter{end: now}
 	for i := range t.GPUs {
 		g := &t.GPUs[i]
 		key := meter.GPUKey(g.UUID, g.Index)
@@ -203,7 +232,7 @@ func (r *Recorder) Add(t *sampler.Tick) {
 		// The utilisation booked over the interval is that of the sample
 		// that opened it; the current sample's opens the next one.
 		util := g.Delta.UsedSeconds / g.Delta.Seconds * 100
-		for _, pc := range split(now, span, buf[:0]) {
+		for _, pc := range cut.split(span) {
 			minute, f := pc.minute, pc.frac
 			k := gpuKey{minute, key}
 			s := p.gpus[k]
@@ -227,16 +256,23 @@ func (r *Recorder) Add(t *sampler.Tick) {
 		if span <= 0 || u.Delta == (meter.Sums{}) {
 			continue
 		}
-		if _, ok := p.rowInfo[u.Row]; !ok {
-			p.rowInfo[u.Row] = rowInfo{u.Owner, meter.GPUKey(u.UUID, u.GPU)}
+		h := slot(&p.hotUsage, i)
+		if h.row != u.Row {
+			if _, ok := p.rowInfo[u.Row]; !ok {
+				p.rowInfo[u.Row] = rowInfo{u.Owner, meter.GPUKey(u.UUID, u.GPU)}
+			}
+			*h = hotUsage{row: u.Row}
 		}
-		for _, pc := range split(now, span, buf[:0]) {
+		for _, pc := range cut.split(span) {
 			minute, f := pc.minute, pc.frac
-			k := usageKey{minute, u.Row}
-			s := p.usage[k]
-			if s == nil {
-				s = &ledger.Sums{}
-				p.usage[k] = s
+			s := h.sums
+			if s == nil || h.minute != minute {
+				k := usageKey{minute, u.Row}
+				if s = p.usage[k]; s == nil {
+					s = &ledger.Sums{}
+					p.usage[k] = s
+				}
+				h.minute, h.sums = minute, s
 			}
 			s.AllocatedSeconds += u.Delta.AllocatedSeconds * f
 			s.HeldSeconds += u.Delta.HeldSeconds * f
@@ -252,25 +288,35 @@ func (r *Recorder) Add(t *sampler.Tick) {
 	}
 	for i := range t.Containers {
 		c := &t.Containers[i]
-		if prev, ok := p.meta[c.ID]; ok && prev.stateOf(&c.Container) {
+		h := slot(&p.hotCtrs, i)
+		if h.id != c.ID {
+			*h = hotCtr{id: c.ID, meta: p.meta[c.ID]}
+		}
+		switch prev := h.meta; {
+		case prev == nil:
+			m := metaOf(ledgerContainer(r.cfg.Node, &c.Container, now, ledger.Container{}), &c.Container)
+			p.meta[c.ID], h.meta = &m, &m
+		case prev.stateOf(&c.Container):
 			// Nothing changed but the time: no new record on every tick.
 			prev.LastSeen = now
-			p.meta[c.ID] = prev
-		} else {
-			p.meta[c.ID] = metaOf(ledgerContainer(r.cfg.Node, &c.Container, now, prev.Container), &c.Container)
+		default:
+			*prev = metaOf(ledgerContainer(r.cfg.Node, &c.Container, now, prev.Container), &c.Container)
 		}
 		d := c.Delta
 		span := time.Duration(d.Seconds * float64(time.Second))
 		if span <= 0 || (d.CPUSeconds == 0 && d.RAMByteSeconds == 0) {
 			continue
 		}
-		for _, pc := range split(now, span, buf[:0]) {
+		for _, pc := range cut.split(span) {
 			minute, f := pc.minute, pc.frac
-			k := ctrKey{minute, c.ID}
-			s := p.containers[k]
-			if s == nil {
-				s = &ledger.ContainerUsage{Node: r.cfg.Node, Start: time.Unix(minute, 0).UTC(), ContainerID: c.ID}
-				p.containers[k] = s
+			s := h.usage
+			if s == nil || h.minute != minute {
+				k := ctrKey{minute, c.ID}
+				if s = p.containers[k]; s == nil {
+					s = &ledger.ContainerUsage{Node: r.cfg.Node, Start: time.Unix(minute, 0).UTC(), ContainerID: c.ID}
+					p.containers[k] = s
+				}
+				h.minute, h.usage = minute, s
 			}
 			s.CPUSeconds += d.CPUSeconds * f
 			s.RAMByteSeconds += d.RAMByteSeconds * f
@@ -285,10 +331,25 @@ type piece struct {
 	frac   float64
 }
 
+// cutter splits intervals that end at one instant, keeping the last
+// result: within a tick most GPUs and containers book the same span.
+type cutter struct {
+	end    time.Time
+	span   time.Duration
+	pieces []piece // nil until the first split
+	buf    [4]piece
+}
+
+func (c *cutter) split(span time.Duration) []piece {
+	if c.pieces == nil || span != c.span {
+		c.span, c.pieces = span, split(c.end, span, c.buf[:0])
+	}
+	return c.pieces
+}
+
 // split appends to buf a piece for each minute that [end − span, end)
-// touches, with the fraction of span that falls in it. It runs for every
-// row on every tick, so it takes the caller's buffer instead of a
-// callback.
+// touches, with the fraction of span that falls in it. It runs on every
+// tick, so it takes the caller's buffer instead of a callback.
 func split(end time.Time, span time.Duration, buf []piece) []piece {
 	start := end.Add(-span)
 	for t := start; t.Before(end); {
@@ -365,6 +426,7 @@ func (r *Recorder) bound() {
 	for k := range p.containers {
 		minutes[k.minute] = true
 	}
+	p.hotUsage, p.hotCtrs = nil, nil
 	dropped := 0
 	for _, m := range slices.Sorted(maps.Keys(minutes)) {
 		if dropped >= over {

@@ -782,40 +782,48 @@ func (discard) Write(context.Context, ledger.Batch) error { return nil }
 
 // BenchmarkAdd measures one tick of the load scenario (8 GPUs, 64
 // containers, 256 GPU processes) read from the simulator, resolved,
-// metered and summed into minutes by Add. The rows are written away every
-// five virtual seconds, as Run does, outside the timer.
+// metered and summed into minutes by Add. The rows are written away,
+// outside the timer, every five virtual seconds as Run does, or every
+// virtual hour as simulate does.
 func BenchmarkAdd(b *testing.B) {
-	sc, err := sim.Load("../../testdata/bench-8gpu-64ctr.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node:        sc.Node,
-		GPUs:        src,
-		Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
-		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{}),
-	})
-	rec := record.New(record.Config{Store: discard{}, Node: sc.Node})
-	ctx := context.Background()
-	now := sc.Start
-	rec.Add(s.Step(ctx, now))
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		now = now.Add(time.Second)
-		rec.Add(s.Step(ctx, now))
-		if n++; n%5 == 0 {
-			b.StopTimer()
-			if err := rec.Flush(ctx); err != nil {
+	for _, bc := range []struct {
+		name  string
+		every int // ticks between flushes
+	}{{"flush-5s", 5}, {"flush-1h", 3600}} {
+		b.Run(bc.name, func(b *testing.B) {
+			sc, err := sim.Load("../../testdata/bench-8gpu-64ctr.yaml")
+			if err != nil {
 				b.Fatal(err)
 			}
-			b.StartTimer()
-		}
-	}
-	if st := rec.Status(); st.DroppedRows != 0 {
-		b.Fatalf("%d rows dropped", st.DroppedRows)
+			src := sim.NewSource(sc, false)
+			s := sampler.New(sampler.Config{
+				Node:        sc.Node,
+				GPUs:        src,
+				Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
+				Resolvers:   []sampler.ProcessResolver{src},
+				Meter:       meter.New(meter.Config{}),
+			})
+			rec := record.New(record.Config{Store: discard{}, Node: sc.Node, MaxRows: 1 << 30})
+			ctx := context.Background()
+			now := sc.Start
+			rec.Add(s.Step(ctx, now))
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				now = now.Add(time.Second)
+				rec.Add(s.Step(ctx, now))
+				if n++; n%bc.every == 0 {
+					b.StopTimer()
+					if err := rec.Flush(ctx); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+			}
+			if st := rec.Status(); st.DroppedRows != 0 {
+				b.Fatalf("%d rows dropped", st.DroppedRows)
+			}
+		})
 	}
 }
 

@@ -82,6 +82,11 @@ type Sampler struct {
 	srcFailed map[string]bool
 	owners    map[uint32]container.Owner
 	live      map[uint32]bool
+	seen      map[string]bool // container IDs listed this tick
+	// unique are the IDs of the last single list found to name no
+	// container twice, in its order: a list with the same IDs needs
+	// no check, which spares hashing every ID on every tick.
+	unique []string
 }
 
 // New returns a sampler; it reads nothing until Step or Run.
@@ -101,6 +106,7 @@ func New(cfg Config) *Sampler {
 		srcFailed: map[string]bool{},
 		owners:    map[uint32]container.Owner{},
 		live:      map[uint32]bool{},
+		seen:      map[string]bool{},
 		health:    Health{GPUReadErrors: map[string]uint64{}},
 	}
 }
@@ -153,19 +159,7 @@ func (s *Sampler) Step(ctx context.Context, now time.Time) *Tick {
 	sample, gerr := s.cfg.GPUs.Read(ctx, now)
 	sources = append(sources, s.record(s.cfg.GPUName, time.Since(t0), gerr))
 
-	var ctrs []container.Container
-	seen := map[string]bool{}
-	for _, inv := range s.cfg.Inventories {
-		t0 := time.Now()
-		list, err := inv.Containers(ctx, now)
-		sources = append(sources, s.record(inv.Name, time.Since(t0), err))
-		for _, c := range list {
-			if !seen[c.ID] {
-				seen[c.ID] = true
-				ctrs = append(ctrs, c)
-			}
-		}
-	}
+	ctrs := s.containers(ctx, now, &sources)
 
 	if gerr != nil && len(sample.Devices) == 0 {
 		prev := s.latest.Load()
@@ -214,6 +208,63 @@ func (s *Sampler) Step(ctx context.Context, now time.Time) *Tick {
 	t := &Tick{Tick: mt, Node: s.cfg.Node, Owners: owners, Health: s.snapshotHealth()}
 	s.publish(t)
 	return t
+}
+
+// containers lists every inventory's containers, each container once: the
+// first inventory that lists an ID describes it. The usual single
+// inventory's list is used as it is when it names no container twice.
+func (s *Sampler) containers(ctx context.Context, now time.Time, sources *[]SourceHealth) []container.Container {
+	lists := make([][]container.Container, len(s.cfg.Inventories))
+	n := 0
+	for i, inv := range s.cfg.Inventories {
+		t0 := time.Now()
+		list, err := inv.Containers(ctx, now)
+		*sources = append(*sources, s.record(inv.Name, time.Since(t0), err))
+		lists[i] = list
+		n += len(list)
+	}
+	if len(lists) == 1 && s.isUnique(lists[0]) {
+		return lists[0]
+	}
+	clear(s.seen)
+	ctrs := make([]container.Container, 0, n)
+	for _, list := range lists {
+		for i := range list {
+			if id := list[i].ID; !s.seen[id] {
+				s.seen[id] = true
+				ctrs = append(ctrs, list[i])
+			}
+		}
+	}
+	return ctrs
+}
+
+// isUnique reports whether list names no container twice.
+func (s *Sampler) isUnique(list []container.Container) bool {
+	if len(list) == len(s.unique) {
+		same := true
+		for i := range list {
+			if list[i].ID != s.unique[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return true
+		}
+	}
+	clear(s.seen)
+	s.unique = s.unique[:0]
+	for i := range list {
+		id := list[i].ID
+		if s.seen[id] {
+			s.unique = s.unique[:0]
+			return false
+		}
+		s.seen[id] = true
+		s.unique = append(s.unique, id)
+	}
+	return true
 }
 
 func (s *Sampler) publish(t *Tick) {

@@ -142,6 +142,47 @@ func TestStepKeepsGoingWhenSourcesFail(t *testing.T) {
 	}
 }
 
+// TestStepListsEachContainerOnce checks that a container listed twice,
+// by one inventory or by two, is metered once, as the first list that
+// names it describes it, also when a list changes between ticks.
+func TestStepListsEachContainerOnce(t *testing.T) {
+	ctr := func(id, name string) container.Container {
+		return container.Container{ID: id, Name: name, Running: true, GPUs: container.GPURequest{IDs: []string{"0"}}}
+	}
+	first := &fakeInventory{list: []container.Container{ctr("c1", "a"), ctr("c2", "b")}}
+	second := &fakeInventory{list: []container.Container{ctr("c2", "other"), ctr("c3", "c")}}
+	src := &fakeGPUs{sample: gpu.Sample{Devices: []gpu.Device{device()}}}
+	names := func(tick *Tick) []string {
+		var out []string
+		for _, c := range tick.Containers {
+			out = append(out, c.ID+"="+c.Name)
+		}
+		return out
+	}
+	one := New(Config{GPUs: src, Inventories: []Named{{Name: "one", Inventory: first}}})
+	two := New(Config{GPUs: src, Inventories: []Named{{Name: "one", Inventory: first}, {Name: "two", Inventory: second}}})
+	steps := []struct {
+		name         string
+		list         []container.Container
+		wantOne, two []string
+	}{
+		{"unique", first.list, []string{"c1=a", "c2=b"}, []string{"c1=a", "c2=b", "c3=c"}},
+		{"again", first.list, []string{"c1=a", "c2=b"}, []string{"c1=a", "c2=b", "c3=c"}},
+		{"twice in one list", []container.Container{ctr("c1", "a"), ctr("c2", "b"), ctr("c1", "later")}, []string{"c1=a", "c2=b"}, []string{"c1=a", "c2=b", "c3=c"}},
+		{"unique again", []container.Container{ctr("c1", "a"), ctr("c2", "b"), ctr("c4", "d")}, []string{"c1=a", "c2=b", "c4=d"}, []string{"c1=a", "c2=b", "c3=c", "c4=d"}},
+	}
+	for i, st := range steps {
+		first.list = st.list
+		at := t0.Add(time.Duration(i) * time.Second)
+		if diff := cmp.Diff(st.wantOne, names(one.Step(context.Background(), at))); diff != "" {
+			t.Errorf("%s, one inventory (-want +got):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(st.two, names(two.Step(context.Background(), at))); diff != "" {
+			t.Errorf("%s, two inventories (-want +got):\n%s", st.name, diff)
+		}
+	}
+}
+
 func TestStepCountsGPUReadErrors(t *testing.T) {
 	bad := device()
 	bad.Index, bad.UUID, bad.Err = 1, "GPU-1", errors.New("gpu 1: GPU is lost")

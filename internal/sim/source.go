@@ -87,12 +87,15 @@ type span struct {
 type simContainer struct {
 	id, name, image string
 	labels          map[string]string
-	start, end      time.Duration
-	cpu             float64
-	ram             uint64
-	pid             int
-	gpus            []string
-	real            bool // played by a real PID; the real inventory describes it
+	// user, team and project come from labels, read once: Containers
+	// runs on every tick.
+	user, team, project string
+	start, end          time.Duration
+	cpu                 float64
+	ram                 uint64
+	pid                 int
+	gpus                []string
+	real                bool // played by a real PID; the real inventory describes it
 }
 
 type ownerLabels struct{ user, team, project string }
@@ -142,6 +145,9 @@ func NewSource(s *Scenario, loop bool, opts ...Option) *Source {
 			pid:    c.PID,
 			real:   c.PID > 0,
 		}
+		sc.user = label(sc.labels, src.labels.user)
+		sc.team = label(sc.labels, src.labels.team)
+		sc.project = label(sc.labels, src.labels.project)
 		if sc.id == "" {
 			sc.id = ContainerID(s.Node, c.Name)
 		}
@@ -422,7 +428,8 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 	}
 	in := s.at(now)
 	out := make([]container.Container, 0, len(s.containers))
-	for _, c := range s.containers {
+	for i := range s.containers {
+		c := &s.containers[i]
 		if c.real || in.off < c.start {
 			continue
 		}
@@ -430,27 +437,27 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 		if !running && in.off >= c.end+KeepStopped {
 			continue
 		}
-		ctr := container.Container{
+		out = append(out, container.Container{
 			ID:          c.id,
 			Name:        c.name,
 			Image:       c.image,
 			Labels:      c.labels,
-			User:        label(c.labels, s.labels.user),
-			Team:        label(c.labels, s.labels.team),
-			Project:     label(c.labels, s.labels.project),
+			User:        c.user,
+			Team:        c.team,
+			Project:     c.project,
 			Running:     running,
 			PID:         c.pid,
 			StartedAt:   in.base.Add(c.start),
 			GPUs:        container.GPURequest{IDs: c.gpus},
 			CPUSeconds:  c.cpu * (min(in.off, c.end) - c.start).Seconds(),
 			MemoryBytes: c.ram,
-		}
+		})
 		if !running {
 			// Stopped, as Docker lists a container for a while after it
 			// exits: its final counters close its last interval.
+			ctr := &out[len(out)-1]
 			ctr.FinishedAt, ctr.MemoryBytes, ctr.PID = in.base.Add(c.end), 0, 0
 		}
-		out = append(out, ctr)
 	}
 	return out, nil
 }
