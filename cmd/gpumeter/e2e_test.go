@@ -75,6 +75,8 @@ type agentProc struct {
 	Token  string
 	cmd    *exec.Cmd
 	stderr *lockedBuffer
+	// exited closes when the agent has exited.
+	exited <-chan struct{}
 }
 
 var servingRE = regexp.MustCompile(`serving on (https?://\S+)`)
@@ -120,6 +122,7 @@ func startServeWith(t *testing.T, o serveOptions) *agentProc {
 		t.Fatal(err)
 	}
 	exited := make(chan struct{})
+	a.exited = exited
 	var waitErr error
 	go func() {
 		waitErr = cmd.Wait()
