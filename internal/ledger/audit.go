@@ -30,6 +30,8 @@ type AuditEvent struct {
 	Action string // e.g. containers.stop
 	Target string
 	Status int // the HTTP status
+	// Count, when it is not 0, is how many calls the event sums.
+	Count int64
 }
 
 // AuditStore keeps audit events. Both backends implement it.

@@ -28,6 +28,9 @@ func testAudit(t *testing.T, s ledger.Store) {
 		{Time: at.Add(3 * time.Second), Node: "n1", Kind: "api", ContainerID: "abc", Outcome: "denied",
 			Caller: "alice (token alice-laptop)", Role: "viewer", Source: "192.0.2.7:51234", Action: "containers.stop",
 			Target: "abc", Status: 403, Error: "role viewer may not stop containers"},
+		// A sum of refusals, from an address without its port.
+		{Time: at.Add(4 * time.Second), Node: "n1", Kind: "api", Outcome: "denied", Caller: "unknown", Source: "192.0.2.8",
+			Action: "containers.read", Target: "GET /api/v1/containers", Status: 401, Error: "bad_token", Count: 5_000_000_000},
 	}
 	if err := as.Audit(ctx, events); err != nil {
 		t.Fatal(err)
@@ -39,7 +42,7 @@ func testAudit(t *testing.T, s ledger.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ledger.AuditEvent{events[1], events[2], events[0], events[3]}
+	want := []ledger.AuditEvent{events[1], events[2], events[0], events[3], events[4]}
 	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("AuditEvents (-want +got):\n%s", diff)
 	}

@@ -13,8 +13,8 @@ import (
 // InsertAudit is the statement that adds one audit event; AuditArgs gives
 // its arguments.
 const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error,
-	caller, role, source, action, target, status)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+	caller, role, source, action, target, status, count)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 // AuditArgs are the arguments of InsertAudit for e.
 func AuditArgs(e ledger.AuditEvent) ([]any, error) {
@@ -28,7 +28,7 @@ func AuditArgs(e ledger.AuditEvent) ([]any, error) {
 	}
 	return []any{e.Time.UnixMicro(), e.Node, e.Kind, e.Rule, e.FindingID, e.ContainerID, e.Container, e.Owner,
 		ev, e.DryRun, e.Outcome, int64(e.Attempts), e.Error,
-		e.Caller, e.Role, e.Source, e.Action, e.Target, int64(e.Status)}, nil
+		e.Caller, e.Role, e.Source, e.Action, e.Target, int64(e.Status), e.Count}, nil
 }
 
 // AuditEvents reads the audit events in f's window, oldest first.
@@ -45,7 +45,7 @@ func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.Audi
 		where = append(where, "node = "+qb.arg(f.Node))
 	}
 	sql := "SELECT at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error, " +
-		"caller, role, source, action, target, status FROM audit_events"
+		"caller, role, source, action, target, status, count FROM audit_events"
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -63,7 +63,7 @@ func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.Audi
 		)
 		if err := rows.Scan(&at, &e.Node, &e.Kind, &e.Rule, &e.FindingID, &e.ContainerID, &e.Container, &e.Owner,
 			&evidence, &e.DryRun, &e.Outcome, &n, &e.Error,
-			&e.Caller, &e.Role, &e.Source, &e.Action, &e.Target, &status); err != nil {
+			&e.Caller, &e.Role, &e.Source, &e.Action, &e.Target, &status, &e.Count); err != nil {
 			return nil, err
 		}
 		e.Time, e.Attempts, e.Status = time.UnixMicro(at).UTC(), int(n), int(status)
