@@ -2,8 +2,8 @@ package main
 
 // End-to-end test of the audit log under a flood: many loopback addresses
 // send bad tokens to the real binary over real TCP while an admin stops
-// real containers. Every stop must be in the audit log, and the refusals
-// must be counted, not written one by one.
+// real containers. Every stop must be in the audit log as soon as it is
+// answered, and the refusals must be counted, not written one by one.
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 )
 
 // flooder sends bad tokens to url from sources loopback addresses
@@ -74,7 +77,9 @@ func startFlood(ctx context.Context, t *testing.T, tc *tls.Config, url string, s
 
 // TestSecurityFloodStops: 200 loopback addresses send bad tokens while an
 // admin stops ten real containers. All ten stop, every stop is in the
-// audit file and the ledger, and sampling goes on.
+// audit file and the ledger, sampling goes on, and the refusals, every
+// one counted, take at most two events per address and minute and 1 MiB
+// a minute.
 func TestSecurityFloodStops(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Client(t)
@@ -183,8 +188,48 @@ containers:
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d refusals (%d other answers) from 200 addresses in %s; audit.jsonl %d bytes, %d events; slowest admin read %s; %g ticks, %g missed",
-		flood.sent.Load(), flood.odd.Load(), floodTook, st.Size(), len(evs), slowest, ticks1-ticks0, missed1-missed0)
+
+	// The refusals are summed: each is in the log once, on its own or in
+	// a count, in at most two events per address and minute, and the
+	// file grew by at most the bound of a minute for each minute the
+	// flood touched.
+	var refused int64
+	floodEvents := 0
+	for _, e := range evs {
+		if e.Status == http.StatusUnauthorized && strings.HasPrefix(e.Source, "127.0.0.") && !strings.HasPrefix(e.Source, "127.0.0.1:") && e.Source != "127.0.0.1" {
+			refused += max(e.Count, 1)
+			floodEvents++
+		}
+	}
+	sent := flood.sent.Load()
+	// A refusal whose answer the flood did not wait for at its end is
+	// counted by the agent only: at most one per connection.
+	if refused < sent || refused > sent+200 {
+		t.Errorf("the audit log stands for %d refusals of the flood, want the %d it was answered (and at most 200 more)", refused, sent)
+	}
+	minutes := int(time.Now().Truncate(time.Minute).Sub(begin.Truncate(time.Minute))/time.Minute) + 1
+	if floodEvents > 2*200*minutes {
+		t.Errorf("%d events for the flood's refusals, want at most %d: two per address and minute", floodEvents, 2*200*minutes)
+	}
+	const bound = 1 << 20 // a minute's observations; the stops and reads come on top
+	if st.Size() > int64(minutes*bound) {
+		t.Errorf("audit.jsonl is %d bytes after a flood over %d minute(s), more than %d MiB a minute", st.Size(), minutes, bound>>20)
+	}
+	// The ledger has what the file has.
+	store, err := sqlite.Open(context.Background(), filepath.Join(a.dataDir, "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := store.AuditEvents(context.Background(), ledger.Filter{})
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != len(evs) {
+		t.Errorf("the ledger has %d audit events, the file %d; want the same", len(rows), len(evs))
+	}
+	t.Logf("%d refusals (%d other answers) from 200 addresses in %s; audit.jsonl %d bytes, %d events (%d of the flood, over %d minute(s)); slowest admin read %s; %g ticks, %g missed",
+		sent, flood.odd.Load(), floodTook, st.Size(), len(evs), floodEvents, minutes, slowest, ticks1-ticks0, missed1-missed0)
 }
 
 // missingStops names the victims whose stop by the admin is not among
@@ -205,4 +250,71 @@ func missingStops(evs []audit.Event, victims []sleeper) []string {
 		}
 	}
 	return missing
+}
+
+// TestSecurityStopLongGrace: `gpumeter stop --timeout` with a grace
+// longer than the server's write timeout (api.read_timeout + 1m, here
+// 61 s) of a real container that ignores SIGTERM: the CLI gets its
+// answer, says that Docker killed the container at the end of the grace,
+// and the audit log has the stop.
+func TestSecurityStopLongGrace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a stop of more than a minute")
+	}
+	t.Parallel()
+	cli := dockertest.Client(t)
+	stubborn := startSleeper(t, cli, dockertest.Spec{Name: "stubborn", Cmd: []string{"ignore-term"}, Labels: map[string]string{"gpumeter.user": "alice"}})
+	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
+	err := os.WriteFile(scenario, fmt.Appendf(nil, `version: 1
+node: e2e-grace
+duration: 1h
+gpus:
+  - count: 1
+    model: NVIDIA A100-SXM4-80GB
+    memory: 80GiB
+    idle_power: 60W
+    max_power: 400W
+containers:
+  - {name: stubborn, pid: %d, gpus: [0], phases: [{at: 0s, util: 50, memory: 1GiB}]}
+`, stubborn.pid), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startSecure(t, secureSetup{sim: scenario, yaml: "api:\n  read_header_timeout: 1s\n  read_timeout: 1s\n", args: []string{"--docker-host", cli.DaemonHost()}})
+	dockertest.WaitFor(t, settleE2E, "the agent to list the container", func() (bool, string) {
+		ids := a.containerIDs(t)
+		return ids[stubborn.name] == stubborn.id, fmt.Sprint(ids)
+	})
+	const grace = 62 * time.Second
+	began := time.Now()
+	// runCLI's 30 s are too short for this one.
+	ctx, cancel := context.WithTimeout(context.Background(), grace+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "stop", "--timeout", grace.String(), "--reason", "ignores SIGTERM", stubborn.name)
+	cmd.Env = append(os.Environ(), "GPUMETER_URL="+a.URL, "GPUMETER_TOKEN="+adminToken, "GPUMETER_CA_FILE="+a.pki.caFile, "GPUMETER_CLIENT_CONFIG=", "XDG_CONFIG_HOME="+t.TempDir())
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	took := time.Since(began)
+	out := stdout.String()
+	if err != nil {
+		t.Fatalf("gpumeter stop: %v after %s: %s%s", err, took, out, stderr.String())
+	}
+	if took < grace {
+		t.Errorf("the stop took %s, less than its grace of %s: the container did not ignore SIGTERM", took, grace)
+	}
+	if want := "so Docker killed it"; !strings.Contains(out, "stopped "+stubborn.name) || !strings.Contains(out, want) {
+		t.Errorf("gpumeter stop said %q, want it stopped and %q", out, want)
+	}
+	if st := dockertest.Inspect(t, cli, stubborn.id).State; st.Running || st.ExitCode != 137 {
+		t.Errorf("the container: running %v, exit code %d; want killed (137)", st.Running, st.ExitCode)
+	}
+	evs, err := a.auditEvents()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if missing := missingStops(evs, []sleeper{stubborn}); len(missing) > 0 {
+		t.Errorf("audit.jsonl lacks the stop of %s", stubborn.name)
+	}
+	t.Logf("gpumeter stop --timeout %s took %s: %s", grace, took, strings.TrimSpace(out))
 }

@@ -123,6 +123,8 @@ func reload(cmd *cobra.Command, a *agent.Agent, logger *slog.Logger, configPath 
 			cfg.Source, cfg.SimFile = "sim", simFile
 		}
 		err = a.Reload(cfg)
+	} else {
+		a.AuditReload(err)
 	}
 	if err != nil {
 		logger.Error("config reload rejected, the old config stays in force", "err", err)

@@ -186,14 +186,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	if err := a.initSecurity(cfg.Source == "demo"); err != nil {
 		return nil, err
 	}
-	auditFile, err := a.openAudit(cfg, node)
-	if err != nil {
+	if _, err := a.openAudit(cfg, node); err != nil {
 		return nil, err
 	}
 	if cfg.WasteEnabled {
 		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(cfg.Cost)})
 		onTick = chain(onTick, a.waste.Add)
-		a.newPolicy(cfg, auditFile)
+		a.newPolicy(cfg)
 	}
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,

@@ -7,12 +7,12 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -57,18 +57,14 @@ func (w *liveWaste) setRules(cfg waste.LiveConfig) bool {
 	return true
 }
 
-// newPolicy builds the policy engine over the live findings. It writes
-// its audit events itself, to the audit file and the ledger, and waits for
-// them: an action must not go unrecorded.
-func (a *Agent) newPolicy(cfg config.Config, file *audit.File) {
-	auditors := auditors{file}
-	if as, ok := a.store.(ledger.AuditStore); ok {
-		auditors = append(auditors, ledgerAudit{as})
-	}
+// newPolicy builds the policy engine over the live findings. Its events
+// are actions: the audit log writes each to the file and the ledger before
+// the engine goes on.
+func (a *Agent) newPolicy(cfg config.Config) {
 	ec := policy.EngineConfig{
 		Policy:   cfg.Policy,
 		Findings: a.waste.Findings,
-		Audit:    auditors,
+		Audit:    a.audit,
 		Logger:   a.log.With("part", "policy"),
 	}
 	if a.docker != nil {
@@ -77,33 +73,35 @@ func (a *Agent) newPolicy(cfg config.Config, file *audit.File) {
 	a.policy = policy.NewEngine(ec)
 }
 
-// auditors writes every event to each of its auditors: the JSON lines
-// file always, the ledger when there is one.
-type auditors []policy.Auditor
-
-func (as auditors) Audit(ctx context.Context, e policy.Event) error {
-	var errs []error
-	for _, a := range as {
-		if err := a.Audit(ctx, e); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// ledgerAudit writes audit events to the ledger's audit_events table.
-type ledgerAudit struct{ store ledger.AuditStore }
-
-func (l ledgerAudit) Audit(ctx context.Context, e policy.Event) error {
-	return l.store.Audit(ctx, []ledger.AuditEvent{audit.ToLedger(e)})
-}
-
 // Reload applies the tokens, certificates, rate limit, web config, waste
 // thresholds and policy of a new config, and reopens the audit log, together, once the whole config has passed
 // validation; other settings need a restart and are left as they are. A
 // config that does not pass, or whose certificate does not load, leaves
 // everything as it was.
 func (a *Agent) Reload(cfg config.Config) error {
+	err := a.reload(cfg)
+	a.AuditReload(err)
+	return err
+}
+
+// AuditReload records a reload of the config, or its refusal (err), in
+// the audit log as an action: what is in force changed, or was meant to.
+// A caller that could not even read the config calls it with that error.
+func (a *Agent) AuditReload(err error) {
+	if a.audit == nil {
+		return
+	}
+	e := audit.Event{Kind: audit.KindConfig, Action: "config.reload", Caller: "SIGHUP", Outcome: "reloaded"}
+	if err != nil {
+		e.Outcome, e.Error = "rejected", err.Error()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Act logs a failed write itself.
+	_ = a.audit.Act(ctx, e)
+}
+
+func (a *Agent) reload(cfg config.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
 	}

@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/policy"
 )
@@ -47,5 +49,24 @@ func TestReload(t *testing.T) {
 	live = a.waste.cur.Load()
 	if err := a.Reload(good); err != nil || a.waste.cur.Load() != live {
 		t.Errorf("Reload with the same rules: %v, evaluator replaced %v", err, a.waste.cur.Load() != live)
+	}
+
+	// Each reload, and the refused one, is an action in the audit log,
+	// there as soon as Reload has returned.
+	evs, err := audit.ReadFile(a.auditFile.Path(), time.Time{}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outcomes []string
+	for _, e := range evs {
+		if e.Kind == audit.KindConfig && e.Action == "config.reload" {
+			outcomes = append(outcomes, e.Outcome)
+		}
+	}
+	if want := []string{"rejected", "reloaded", "reloaded"}; !slices.Equal(outcomes, want) {
+		t.Errorf("reloads in the audit log: %v, want %v", outcomes, want)
+	}
+	if !strings.Contains(evs[0].Error, "policy.webhook.retries") {
+		t.Errorf("the refused reload's event %+v does not say why", evs[0])
 	}
 }

@@ -40,8 +40,9 @@ const (
 	ledgerTimeout = 2 * time.Minute
 	// stopSlack is added to a stop's grace period: Docker answers once
 	// the container is gone, which is at most the grace period and the
-	// kill after it.
-	stopSlack = 30 * time.Second
+	// kill after it, and the agent answers within stopMargin of the
+	// grace.
+	stopSlack = stopMargin + 10*time.Second
 )
 
 // Client talks to the agent's API. Its zero value talks to DefaultURL

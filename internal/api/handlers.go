@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -148,7 +149,24 @@ type StopResponse struct {
 	ID      string `json:"id"`
 	Name    string `json:"name"`
 	Stopped bool   `json:"stopped"`
+	// Grace is the timeout Docker was given; Seconds is how long the
+	// stop took. A stop that took the whole grace found the container
+	// still running when it ended, and Docker killed it.
+	Grace   string  `json:"grace,omitempty"`
+	Seconds float64 `json:"seconds"`
 }
+
+// Killed says whether the container outlived the grace period, so that
+// Docker sent it SIGKILL: Docker answers as soon as the container has
+// exited.
+func (r StopResponse) Killed() bool {
+	grace, err := time.ParseDuration(r.Grace)
+	return err == nil && r.Seconds >= grace.Seconds()
+}
+
+// stopMargin is how much longer than its grace a stop's answer may take:
+// after the grace Docker kills the container and waits for it to exit.
+const stopMargin = time.Minute
 
 // ParseStop checks a stop request and gives its grace period.
 func ParseStop(req StopRequest) (time.Duration, error) {
@@ -169,22 +187,38 @@ func ParseStop(req StopRequest) (time.Duration, error) {
 	return grace, nil
 }
 
+// allowLong lets the answer to r take up to d from now, past the server's
+// write timeout (api.read_timeout + 1m), for a call known to take longer:
+// a stop with a long grace, and whatever else waits on something slow.
+// Without it net/http closes the connection at the timeout and the client
+// gets no answer at all, while the handler goes on. It never shortens the
+// server's timeout.
+func allowLong(w http.ResponseWriter, r *http.Request, d time.Duration) error {
+	srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server)
+	if !ok || srv.WriteTimeout <= 0 || srv.WriteTimeout >= d {
+		return nil
+	}
+	return http.NewResponseController(w).SetWriteDeadline(time.Now().Add(d))
+}
+
 func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
+	// Until Docker is asked, nothing is done: a call turned away before
+	// that is observed, as refusals are; what Docker did is an action.
 	id := r.PathValue("id")
 	if len(r.URL.Query()) > 0 {
 		msg := r.URL.Path + " takes its options in a JSON body, not as parameters"
-		s.record(r, c, "container "+id, http.StatusBadRequest, msg)
+		s.observe(r, c, "container "+id, http.StatusBadRequest, msg)
 		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
 		return
 	}
 	var req StopRequest
 	if status, err := decodeJSON(w, r, &req); err != nil {
-		s.record(r, c, "container "+id, status, err.Error())
+		s.observe(r, c, "container "+id, status, err.Error())
 		return
 	}
 	grace, err := ParseStop(req)
 	if err != nil {
-		s.record(r, c, "container "+id, http.StatusBadRequest, err.Error())
+		s.observe(r, c, "container "+id, http.StatusBadRequest, err.Error())
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return
 	}
@@ -205,28 +239,39 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 			s.forbid(w, r, c, "container "+found.ID, auth.AuthorizeOwner(c.id, c.act, found.User))
 			return
 		}
-		s.record(r, c, "container "+id, http.StatusNotFound, "no such container")
+		s.observe(r, c, "container "+id, http.StatusNotFound, "no such container")
 		writeError(w, http.StatusNotFound, CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
 		return
 	}
 	target := "container " + found.ID + " (" + found.Name + ")"
 	if !found.Running {
-		s.record(r, c, target, http.StatusConflict, "not running")
+		s.observe(r, c, target, http.StatusConflict, "not running")
 		writeError(w, http.StatusConflict, CodeConflict, "container "+found.Name+" is not running")
 		return
 	}
 	if s.cfg.Stopper == nil {
-		s.record(r, c, target, http.StatusServiceUnavailable, "docker off")
+		s.observe(r, c, target, http.StatusServiceUnavailable, "docker off")
 		writeError(w, http.StatusServiceUnavailable, CodeDockerOff, "the agent does not manage containers here (docker.enabled: false)")
 		return
 	}
-	if err := s.cfg.Stopper.Stop(r.Context(), found.ID, grace); err != nil {
+	// The answer comes when Docker is done, which may be long after the
+	// server's write timeout; and once begun, the stop goes on if the
+	// client hangs up, so that what the audit log says is what happened.
+	if err := allowLong(w, r, grace+stopMargin); err != nil {
+		s.cfg.Logger.Warn("stop container: the answer may be cut off at the server's write timeout", "id", found.ID, "err", err)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), grace+stopMargin)
+	defer cancel()
+	began := time.Now()
+	err = s.cfg.Stopper.Stop(ctx, found.ID, grace)
+	took := time.Since(began)
+	if err != nil {
 		status, code, msg := http.StatusBadGateway, CodeInternal, "docker could not stop the container; the agent's log says why"
 		if errors.Is(err, docker.ErrNotFound) {
 			status, code, msg = http.StatusNotFound, CodeNotFound, "container "+found.Name+" no longer exists"
 		}
 		s.cfg.Logger.Warn("stop container", "id", found.ID, "caller", c.id.Caller(), "err", err)
-		s.record(r, c, target, status, err.Error())
+		_ = s.act(r, c, target, status, err.Error())
 		writeError(w, status, code, msg)
 		return
 	}
@@ -234,8 +279,10 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	if req.Reason != "" {
 		detail = "reason: " + req.Reason
 	}
-	s.record(r, c, target, http.StatusOK, detail)
-	writeJSON(w, StopResponse{ID: found.ID, Name: found.Name, Stopped: true})
+	// The container is stopped whether or not the line is written: the
+	// answer says so, and a failed write is logged and counted.
+	_ = s.act(r, c, target, http.StatusOK, detail)
+	writeJSON(w, StopResponse{ID: found.ID, Name: found.Name, Stopped: true, Grace: grace.String(), Seconds: took.Seconds()})
 }
 
 func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Request, c *call) {

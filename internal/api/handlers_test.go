@@ -200,8 +200,11 @@ func TestUsageSeenBy(t *testing.T) {
 				if ct := a.header.Get("Content-Type"); ct != wantType {
 					t.Errorf("Content-Type %q, want %q", ct, wantType)
 				}
-				if len(events) != 0 {
-					t.Errorf("a read was audited: %+v", events)
+				// A read is observed, with what was asked, to be summed.
+				want := []audit.Event{{Time: f.clock.Now(), Kind: audit.KindAPI, Caller: callerOf[tt.caller], Role: roleOf[tt.caller], Action: "usage.read",
+					Target: "GET " + path + tt.query, Status: http.StatusOK, Outcome: audit.OutcomeAllowed}}
+				if diff := cmp.Diff(want, eventsWithoutSource(t, events)); diff != "" {
+					t.Errorf("audit events of the read (-want +got):\n%s", diff)
 				}
 			})
 		}
@@ -318,11 +321,68 @@ func TestStop(t *testing.T) {
 			if diff := cmp.Diff(want, f.stopper.take()); diff != "" {
 				t.Errorf("stops (-want +got):\n%s", diff)
 			}
-			events := f.audit.take()
+			events, acted := f.audit.takeActed()
 			if len(events) != 1 || events[0].Status != tt.status || events[0].Outcome != tt.outcome || events[0].Action != "containers.stop" {
 				t.Errorf("audit events %+v, want one with status %d and outcome %s", events, tt.status, tt.outcome)
 			}
+			// Once Docker was asked, the call is an action, whatever came
+			// of it; until then it is observed, as refusals are.
+			if len(acted) == 1 && acted[0] != (tt.stopped != "") {
+				t.Errorf("the event was an action: %v, want %v", acted[0], tt.stopped != "")
+			}
 		})
+	}
+}
+
+// TestStopLongGrace: a stop that takes longer than the server's write
+// timeout still gets its answer, and the answer says how long it took.
+// Without a longer deadline for the call, net/http closes the connection
+// at the timeout and the client gets no answer, while the container is
+// stopped and the audit log says 200.
+func TestStopLongGrace(t *testing.T) {
+	stopper := &recordingStopper{delay: 1500 * time.Millisecond}
+	f := newFixtureServer(t, func(c *Config) { c.Stopper = stopper }, func(s *http.Server) { s.WriteTimeout = 500 * time.Millisecond })
+	f.stopper = stopper
+	a := f.do(t, asAlice, http.MethodPost, "/api/v1/containers/alice-train/stop", strings.NewReader(`{"timeout":"2s"}`), "")
+	if a.status != http.StatusOK {
+		t.Fatalf("%d %s, want 200", a.status, a.body)
+	}
+	var got StopResponse
+	a.decode(t, &got)
+	if !got.Stopped || got.Grace != "2s" || got.Seconds < 1.5 || got.Killed() {
+		t.Errorf("answer %+v, want stopped in about 1.5 s of a 2s grace, not killed", got)
+	}
+	if events, acted := f.audit.takeActed(); len(events) != 1 || events[0].Status != http.StatusOK || !acted[0] {
+		t.Errorf("audit events %+v (actions %v), want the stop as an action", events, acted)
+	}
+	// A stop that takes the whole grace was a kill.
+	if !(StopResponse{Grace: "2s", Seconds: 2.01}).Killed() {
+		t.Error("a stop that took its whole grace is not reported killed")
+	}
+}
+
+// TestStopOutlivesTheClient: a client that hangs up does not cut the
+// stop short, and the audit log says what Docker did.
+func TestStopOutlivesTheClient(t *testing.T) {
+	stopper := &recordingStopper{delay: 600 * time.Millisecond}
+	f := newFixture(t, func(c *Config) { c.Stopper = stopper })
+	f.stopper = stopper
+	req, err := http.NewRequest(http.MethodPost, f.url+"/api/v1/containers/alice-train/stop", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", f.headers[asAlice])
+	if _, err := (&http.Client{Timeout: 100 * time.Millisecond}).Do(req); err == nil {
+		t.Fatal("the impatient client got an answer")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var events []audit.Event
+	for len(events) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		events = f.audit.take()
+	}
+	if len(events) != 1 || events[0].Status != http.StatusOK || len(stopper.take()) != 1 {
+		t.Errorf("audit events %+v, want the stop done and recorded with 200", events)
 	}
 }
 
@@ -332,9 +392,9 @@ func TestAuditEndpoint(t *testing.T) {
 	f := newFixture(t, nil)
 	now := f.clock.Now()
 	for i := range 3 {
-		f.audit.Record(audit.Event{Time: now.Add(-time.Duration(3-i) * time.Minute), Kind: audit.KindAPI, Caller: fmt.Sprint("c", i)})
+		f.audit.Observe(audit.Event{Time: now.Add(-time.Duration(3-i) * time.Minute), Kind: audit.KindAPI, Caller: fmt.Sprint("c", i)})
 	}
-	f.audit.Record(audit.Event{Time: now.Add(-48 * time.Hour), Kind: audit.KindAPI, Caller: "old"})
+	f.audit.Observe(audit.Event{Time: now.Add(-48 * time.Hour), Kind: audit.KindAPI, Caller: "old"})
 
 	var got AuditResponse
 	f.get(t, asAdmin, "/api/v1/audit").decode(t, &got)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -49,9 +50,13 @@ type Stopper interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 }
 
-// Auditor keeps the audit log; *audit.Log is one. Record must not block.
+// Auditor keeps the audit log; *audit.Log is one. A call that did
+// something is an action: Act returns once it is recorded, or with the
+// error, and the handler waits for it. Refusals and reads are
+// observations: Observe must not block, and may sum them.
 type Auditor interface {
-	Record(e audit.Event)
+	Act(ctx context.Context, e audit.Event) error
+	Observe(e audit.Event)
 	Events(ctx context.Context, from, to time.Time, limit int) ([]audit.Event, bool, error)
 }
 
@@ -102,8 +107,8 @@ const (
 // denied: a request that was malformed, and one that was allowed but
 // could not be done.
 const (
-	OutcomeRejected = "rejected"
-	OutcomeFailed   = "failed"
+	OutcomeRejected = audit.OutcomeRejected
+	OutcomeFailed   = audit.OutcomeFailed
 )
 
 // server is the API's handler.
@@ -156,7 +161,35 @@ type call struct {
 	ownOnly bool // the caller may see or touch only its own things
 	source  string
 	act     auth.Action
+	// observed says that the call's refusal is in the audit log already,
+	// so that guard does not count it again as a read.
+	observed bool
+	// w sees the status a read is answered with.
+	w statusWriter
 }
+
+// statusWriter remembers the status of the answer. It unwraps, so that
+// http.ResponseController reaches the connection through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // New builds the API: /api/v1/*, /healthz and the page at /.
 func New(cfg Config) http.Handler {
@@ -249,14 +282,12 @@ func (s *server) guard(rt route) http.Handler {
 		if authErr == nil && id.Method != auth.MethodAnonymous {
 			key = id.Method + ":" + id.Name
 		}
-		if ok, wait, first := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {
+		if ok, wait, _ := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {
 			secs := max(1, int((wait+time.Second-1)/time.Second))
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
-			// One audit event per run of refusals, not one per request:
-			// a flood must not flood the log.
-			if first {
-				s.record(r, c, "", http.StatusTooManyRequests, "rate limited")
-			}
+			// Every refusal is observed; the audit log sums them per
+			// source and minute, so that a flood does not flood it.
+			s.observe(r, c, "", http.StatusTooManyRequests, "rate limited")
 			writeError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf("too many requests from %s; try again in %d s", describe(id, authErr, c.source), secs))
 			return
 		}
@@ -267,7 +298,7 @@ func (s *server) guard(rt route) http.Handler {
 				code, msg = ae.Code, ae.Msg
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gpumeter"`)
-			s.record(r, c, "", http.StatusUnauthorized, code)
+			s.observe(r, c, "", http.StatusUnauthorized, code)
 			writeError(w, http.StatusUnauthorized, code, msg)
 			return
 		}
@@ -280,26 +311,40 @@ func (s *server) guard(rt route) http.Handler {
 		if r.Body != nil {
 			r.Body = http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxBodyBytes)
 		}
-		// -1 is a body of unknown length, sent chunked.
-		if !rt.mutating && r.ContentLength != 0 {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, r.Method+" "+r.URL.Path+" takes no body")
+		if rt.mutating {
+			// A call that changes something audits itself: what it did as
+			// an action, a refusal before it did anything as an
+			// observation.
+			rt.h(w, r, c)
 			return
 		}
-		rt.h(w, r, c)
+		// A read is observed with the status it was answered with,
+		// unless the handler observed its refusal itself.
+		c.w.ResponseWriter = w
+		// -1 is a body of unknown length, sent chunked.
+		if r.ContentLength != 0 {
+			writeError(&c.w, http.StatusBadRequest, CodeBadRequest, r.Method+" "+r.URL.Path+" takes no body")
+		} else {
+			rt.h(&c.w, r, c)
+		}
+		if !c.observed {
+			target := r.Method + " " + r.URL.Path
+			if r.URL.RawQuery != "" {
+				target += "?" + r.URL.RawQuery
+			}
+			s.observe(r, c, target, cmp.Or(c.w.status, http.StatusOK), "")
+		}
 	})
 }
 
 // forbid refuses c with 403 and audits it.
 func (s *server) forbid(w http.ResponseWriter, r *http.Request, c *call, target string, err error) {
-	s.record(r, c, target, http.StatusForbidden, err.Error())
+	s.observe(r, c, target, http.StatusForbidden, err.Error())
 	writeError(w, http.StatusForbidden, CodeForbidden, err.Error())
 }
 
-// record writes one audit event for c.
-func (s *server) record(r *http.Request, c *call, target string, status int, detail string) {
-	if s.cfg.Audit == nil {
-		return
-	}
+// event is the audit event of c answered with status.
+func (s *server) event(r *http.Request, c *call, target string, status int, detail string) audit.Event {
 	outcome := audit.OutcomeAllowed
 	switch status {
 	case http.StatusOK:
@@ -313,10 +358,40 @@ func (s *server) record(r *http.Request, c *call, target string, status int, det
 	if target == "" {
 		target = r.Method + " " + r.URL.Path
 	}
-	s.cfg.Audit.Record(audit.Event{
+	return audit.Event{
 		Time: s.cfg.Now(), Kind: audit.KindAPI, Caller: c.id.Caller(), Role: string(c.id.Role),
 		Source: c.source, Action: string(c.act), Target: target, Status: status, Outcome: outcome, Error: detail,
-	})
+	}
+}
+
+// observe tells the audit log of a refusal, or of a call that read
+// something or did nothing: it may be summed with others like it, and
+// never holds up the answer.
+func (s *server) observe(r *http.Request, c *call, target string, status int, detail string) {
+	c.observed = true
+	if s.cfg.Audit != nil {
+		s.cfg.Audit.Observe(s.event(r, c, target, status, detail))
+	}
+}
+
+// actTimeout bounds the audit write of an action.
+const actTimeout = 30 * time.Second
+
+// act records what a call did, and returns once it is recorded: the
+// answer waits for its audit line. The write outlives a client that hangs
+// up, since what was done was done.
+func (s *server) act(r *http.Request, c *call, target string, status int, detail string) error {
+	c.observed = true
+	if s.cfg.Audit == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actTimeout)
+	defer cancel()
+	err := s.cfg.Audit.Act(ctx, s.event(r, c, target, status, detail))
+	if err != nil {
+		s.cfg.Logger.Error("audit an action", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)
+	}
+	return err
 }
 
 // source is where r came from: the peer address, or the socket peer.

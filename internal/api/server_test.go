@@ -111,16 +111,27 @@ func fixtureWaste() *waste.Report {
 	return raw.Only(func(*waste.Finding) bool { return true })
 }
 
-// recordingAuditor keeps what it is given.
+// recordingAuditor keeps what it is given, and whether it was an
+// action.
 type recordingAuditor struct {
 	mu     sync.Mutex
 	events []audit.Event
+	acted  []bool
+	// actErr is what Act returns.
+	actErr error
 }
 
-func (a *recordingAuditor) Record(e audit.Event) {
+func (a *recordingAuditor) Act(_ context.Context, e audit.Event) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.events = append(a.events, e)
+	a.events, a.acted = append(a.events, e), append(a.acted, true)
+	return a.actErr
+}
+
+func (a *recordingAuditor) Observe(e audit.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.events, a.acted = append(a.events, e), append(a.acted, false)
 }
 
 func (a *recordingAuditor) Events(_ context.Context, from, to time.Time, limit int) ([]audit.Event, bool, error) {
@@ -140,10 +151,28 @@ func (a *recordingAuditor) Events(_ context.Context, from, to time.Time, limit i
 
 // take returns the events recorded since the last take.
 func (a *recordingAuditor) take() []audit.Event {
+	out, _ := a.takeActed()
+	return out
+}
+
+// takeActed returns the events recorded since the last take, and which
+// of them were actions.
+func (a *recordingAuditor) takeActed() ([]audit.Event, []bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	out := a.events
-	a.events = nil
+	out, acted := a.events, a.acted
+	a.events, a.acted = nil, nil
+	return out, acted
+}
+
+// refusals drops the reads let through from events.
+func refusals(events []audit.Event) []audit.Event {
+	var out []audit.Event
+	for _, e := range events {
+		if e.Status != http.StatusOK || e.Action == string(auth.ActContainerStop) {
+			out = append(out, e)
+		}
+	}
 	return out
 }
 
@@ -152,14 +181,21 @@ type stopCall struct {
 	Grace time.Duration
 }
 
-// recordingStopper notes its calls and fails with err.
+// recordingStopper notes its calls and fails with err, after delay or
+// when its context ends, whichever comes first.
 type recordingStopper struct {
 	mu    sync.Mutex
 	calls []stopCall
 	err   error
+	delay time.Duration
 }
 
-func (s *recordingStopper) Stop(_ context.Context, id string, grace time.Duration) error {
+func (s *recordingStopper) Stop(ctx context.Context, id string, grace time.Duration) error {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, stopCall{id, grace})
@@ -255,6 +291,13 @@ type fixture struct {
 // starts.
 func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	t.Helper()
+	return newFixtureServer(t, edit, nil)
+}
+
+// newFixtureServer is newFixture with the HTTP server's settings edited
+// by server before it starts.
+func newFixtureServer(t *testing.T, edit func(*Config), server func(*http.Server)) *fixture {
+	t.Helper()
 	f := &fixture{
 		audit: &recordingAuditor{}, stopper: &recordingStopper{}, reports: &fakeReports{rows: 2},
 		clock: &manualClock{t: fixtureStart.Add(time.Hour)}, headers: map[string]string{asNone: "", asBad: "Bearer gpm_" + strings.Repeat("x", 43)},
@@ -294,7 +337,11 @@ func newFixture(t *testing.T, edit func(*Config)) *fixture {
 	if edit != nil {
 		edit(&cfg)
 	}
-	srv := httptest.NewServer(New(cfg))
+	srv := httptest.NewUnstartedServer(New(cfg))
+	if server != nil {
+		server(srv.Config)
+	}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	f.url = srv.URL
 	return f
@@ -418,6 +465,13 @@ func eventsWithoutSource(t *testing.T, events []audit.Event) []audit.Event {
 	return out
 }
 
+// roleOf and callerOf are the role and the audit log's name of the
+// fixture's callers.
+var (
+	roleOf   = map[string]string{asAdmin: "admin", asAlice: "user", asBob: "user", asViewer: "viewer"}
+	callerOf = map[string]string{asAdmin: "root (token root-laptop)", asAlice: "alice (token alice-laptop)", asBob: "bob (token bob-laptop)", asViewer: "grafana (token grafana)"}
+)
+
 // TestEndpointsByRole calls every endpoint as every kind of caller: who
 // gets in, the error the rest get, and the one audit event each refusal
 // leaves.
@@ -447,8 +501,7 @@ func TestEndpointsByRole(t *testing.T) {
 		asBad:     {auth.CodeBadToken, "unknown"},
 		asExpired: {auth.CodeExpired, "alice (token alice-old)"},
 	}
-	roles := map[string]string{asAdmin: "admin", asAlice: "user", asBob: "user", asViewer: "viewer"}
-	callers := map[string]string{asAdmin: "root (token root-laptop)", asAlice: "alice (token alice-laptop)", asBob: "bob (token bob-laptop)", asViewer: "grafana (token grafana)"}
+	roles, callers := roleOf, callerOf
 
 	for _, ep := range endpoints {
 		for _, caller := range []string{asAdmin, asAlice, asBob, asViewer, asNone, asBad, asExpired} {
@@ -458,7 +511,8 @@ func TestEndpointsByRole(t *testing.T) {
 					body = strings.NewReader(ep.body)
 				}
 				a := f.do(t, caller, ep.method, ep.path, body, "")
-				events := eventsWithoutSource(t, f.audit.take())
+				got, acted := f.audit.takeActed()
+				events := eventsWithoutSource(t, got)
 				base := audit.Event{Time: now, Kind: audit.KindAPI, Action: string(ep.act), Target: ep.method + " " + ep.path}
 				var want []audit.Event
 				switch u, unauth := unauthenticated[caller]; {
@@ -483,15 +537,21 @@ func TestEndpointsByRole(t *testing.T) {
 					if a.status != http.StatusOK {
 						t.Fatalf("status %d %s, want 200", a.status, a.body)
 					}
+					e := base
+					e.Caller, e.Role, e.Status, e.Outcome = callers[caller], roles[caller], http.StatusOK, audit.OutcomeAllowed
 					if ep.act == auth.ActContainerStop {
-						e := base
-						e.Caller, e.Role, e.Status, e.Outcome, e.Error = callers[caller], roles[caller], http.StatusOK, audit.OutcomeAllowed, "reason: done"
-						e.Target = "container " + aliceTrain + " (alice-train)"
-						want = []audit.Event{e}
+						e.Error, e.Target = "reason: done", "container "+aliceTrain+" (alice-train)"
 					}
+					want = []audit.Event{e}
 				}
 				if diff := cmp.Diff(want, events); diff != "" {
 					t.Errorf("audit events (-want +got):\n%s", diff)
+				}
+				// Only what was done is an action; refusals and reads are
+				// observations.
+				stopped := ep.act == auth.ActContainerStop && a.status == http.StatusOK
+				if len(acted) == 1 && acted[0] != stopped {
+					t.Errorf("the event was an action: %v, want %v", acted[0], stopped)
 				}
 				if ep.act == auth.ActContainerStop {
 					wantCalls := []stopCall(nil)
@@ -521,7 +581,8 @@ func TestEndpointsByRole(t *testing.T) {
 }
 
 // TestRateLimit: a caller past its burst gets 429 with Retry-After and
-// the API's JSON error; only the first refusal of a run is audited.
+// the API's JSON error; every refusal is observed, for the audit log to
+// sum.
 func TestRateLimit(t *testing.T) {
 	limiter := auth.NewLimiter(1, 2, 0)
 	f := newFixture(t, func(c *Config) { c.Limiter = func() *auth.Limiter { return limiter } })
@@ -543,6 +604,7 @@ func TestRateLimit(t *testing.T) {
 			t.Errorf("message %q, want %q", e.Message, want)
 		}
 	}
+	f.audit.take()
 	limited("alice (token alice-laptop)")
 	want := []audit.Event{{Time: f.clock.Now(), Kind: audit.KindAPI, Caller: "alice (token alice-laptop)", Role: "user", Action: "gpus.read",
 		Target: "GET /api/v1/gpus", Status: http.StatusTooManyRequests, Outcome: audit.OutcomeDenied, Error: "rate limited"}}
@@ -551,8 +613,8 @@ func TestRateLimit(t *testing.T) {
 	}
 	limited("alice (token alice-laptop)")
 	limited("alice (token alice-laptop)")
-	if got := f.audit.take(); len(got) != 0 {
-		t.Errorf("later refusals of the run were audited: %+v", got)
+	if got := f.audit.take(); len(got) != 2 || got[0].Status != http.StatusTooManyRequests || got[1].Status != http.StatusTooManyRequests {
+		t.Errorf("later refusals of the run: %+v, want each observed", got)
 	}
 
 	// Others have their own budget.
@@ -566,6 +628,7 @@ func TestRateLimit(t *testing.T) {
 	if a := f.get(t, asAlice, "/api/v1/whoami"); a.status != http.StatusOK {
 		t.Errorf("alice after a second: %d %s", a.status, a.body)
 	}
+	f.audit.take()
 	limited("alice (token alice-laptop)")
 	if got := f.audit.take(); len(got) != 1 || got[0].Status != http.StatusTooManyRequests {
 		t.Errorf("audit events of the second run: %+v, want one 429", got)
@@ -573,6 +636,7 @@ func TestRateLimit(t *testing.T) {
 
 	// Callers without credentials are limited by address, before their
 	// credentials are looked at.
+	f.audit.take()
 	for range 2 {
 		f.get(t, asNone, "/api/v1/whoami").apiError(t, http.StatusUnauthorized, auth.CodeNoCredentials)
 	}
@@ -648,7 +712,11 @@ func TestStopBody(t *testing.T) {
 				}
 				var got StopResponse
 				a.decode(t, &got)
-				if want := (StopResponse{ID: aliceTrain, Name: "alice-train", Stopped: true}); got != want {
+				if got.Seconds < 0 || got.Seconds > 1 {
+					t.Errorf("answer %+v: the stop took %g s, want the instant the fake takes", got, got.Seconds)
+				}
+				got.Seconds = 0
+				if want := (StopResponse{ID: aliceTrain, Name: "alice-train", Stopped: true, Grace: tt.grace.String()}); got != want {
 					t.Errorf("answer %+v, want %+v", got, want)
 				}
 				if diff := cmp.Diff([]stopCall{{aliceTrain, tt.grace}}, calls); diff != "" {

@@ -19,14 +19,21 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-// KindAPI is the kind of an event that records an API call. The policy's
-// kinds (notify, warn, stop) are defined in internal/policy.
-const KindAPI = "api"
+// Kinds of event besides the policy's (notify, warn, stop), which are
+// defined in internal/policy.
+const (
+	KindAPI    = "api"    // an API call
+	KindConfig = "config" // the config reloaded, or a reload refused
+)
 
 // Outcomes of an API call.
 const (
 	OutcomeAllowed = "allowed"
 	OutcomeDenied  = "denied"
+	// OutcomeRejected is a malformed call; OutcomeFailed one that was
+	// allowed but could not be done.
+	OutcomeRejected = "rejected"
+	OutcomeFailed   = "failed"
 	// OutcomeDropped marks the summary written in place of events the
 	// queue had no room for; its Action is ActionDropped.
 	OutcomeDropped = "dropped"
@@ -61,6 +68,12 @@ type Event struct {
 	Action string `json:"action,omitempty"` // e.g. containers.stop, usage.read
 	Target string `json:"target,omitempty"` // e.g. a container id, user=bob
 	Status int    `json:"status,omitempty"` // the HTTP status
+	// Count, when it is not 0, is how many calls the event stands for:
+	// refusals or reads of one source, caller, action and reason summed
+	// over the window that begins at Time (see Log.Observe). An event
+	// without one stands for itself, so that the calls of a window are
+	// the events plus the counts.
+	Count int64 `json:"count,omitempty"`
 }
 
 // ToLedger converts e to the ledger's record.
@@ -69,7 +82,7 @@ func ToLedger(e Event) ledger.AuditEvent {
 		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
 		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
 		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
-		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status,
+		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status, Count: e.Count,
 	}
 }
 
@@ -79,7 +92,7 @@ func FromLedger(e ledger.AuditEvent) Event {
 		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
 		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
 		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
-		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status,
+		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status, Count: e.Count,
 	}
 }
 
@@ -122,6 +135,16 @@ func (a *File) Audit(_ context.Context, e Event) error {
 	defer a.mu.Unlock()
 	if _, err := a.f.Write(append(b, '\n')); err != nil {
 		return fmt.Errorf("write the audit log: %w", err)
+	}
+	return nil
+}
+
+// Sync flushes what was appended to the disk.
+func (a *File) Sync() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.f.Sync(); err != nil {
+		return fmt.Errorf("sync the audit log: %w", err)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func fullEvent() audit.Event {
 		Time: t0, Kind: audit.KindAPI, Rule: "idle", FindingID: "idle-1", Node: "n1", ContainerID: "abc", Container: "nb",
 		Owner: "carol", Evidence: map[string]float64{"sm_percent": 0.5}, DryRun: true, Outcome: audit.OutcomeDenied,
 		Attempts: 2, Error: "role viewer may not stop containers", Caller: "alice (token alice-laptop)", Role: "viewer",
-		Source: "192.0.2.7:51234", Action: "containers.stop", Target: "abc", Status: 403,
+		Source: "192.0.2.7:51234", Action: "containers.stop", Target: "abc", Status: 403, Count: 3,
 	}
 }
 
@@ -63,7 +63,7 @@ func TestEventJSON(t *testing.T) {
 		{"API", fullEvent(),
 			`{"time":"2024-11-02T10:00:00.123456Z","kind":"api","rule":"idle","finding_id":"idle-1","node":"n1","container_id":"abc","container":"nb","owner":"carol",` +
 				`"evidence":{"sm_percent":0.5},"dry_run":true,"outcome":"denied","attempts":2,"error":"role viewer may not stop containers",` +
-				`"caller":"alice (token alice-laptop)","role":"viewer","source":"192.0.2.7:51234","action":"containers.stop","target":"abc","status":403}`},
+				`"caller":"alice (token alice-laptop)","role":"viewer","source":"192.0.2.7:51234","action":"containers.stop","target":"abc","status":403,"count":3}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "audit.jsonl")

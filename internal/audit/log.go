@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,11 +17,21 @@ import (
 )
 
 const (
-	defaultQueue = 4096
-	// maxBatch is the most queued events one ledger write carries (a
-	// summary of dropped events may come with them).
+	defaultWindow     = time.Minute
+	defaultMaxSources = 256
+	defaultMaxKeys    = 512
+	// maxReasons is how many sums one source address may have in a
+	// window; its other calls are summed with its /24 or /64.
+	maxReasons = 32
+	// catchAll bounds the sums of what is beyond every other cap: one per
+	// status and outcome, then one for the rest.
+	catchAll = 32
+	// maxClosed is how many ended windows may wait for Run; when Run is
+	// further behind than that, the oldest is dropped and counted.
+	maxClosed = 4
+	// maxBatch is the most events one ledger write carries.
 	maxBatch = 256
-	// flushTimeout bounds the writes of what is still queued when Run's
+	// flushTimeout bounds the writes of what is still held when Run's
 	// context ends.
 	flushTimeout = 5 * time.Second
 )
@@ -30,162 +42,379 @@ type LogConfig struct {
 	Store ledger.AuditStore // nil for no ledger
 	// Node fills in events recorded without one.
 	Node string
-	// Size is how many events may wait to be written (default 4096);
-	// beyond that Record drops them and counts them.
-	Size   int
-	Logger *slog.Logger
+	// Window is how long observations are summed over (default a minute).
+	Window time.Duration
+	// MaxSources is how many source addresses a window tells apart
+	// (default 256); the calls of the others are summed by their /24
+	// (IPv4) or /64 (IPv6).
+	MaxSources int
+	// MaxKeys bounds the sums a window keeps (default 512), and with them
+	// the memory a flood takes and what it writes: see MaxWindowBytes.
+	MaxKeys int
+	Logger  *slog.Logger
+	Now     func() time.Time // default time.Now
 }
 
-// Log records audit events without making the caller wait: Record queues
-// an event and Run writes the queue out to the file and the ledger. An
-// HTTP handler or the sampler never blocks on a slow disk or ledger, and a
-// flood of events (denied requests, say) costs memory only up to the
-// queue's size; what does not fit is counted and written as a summary.
+// Log is the audit log. What it is told goes one of two ways, and the
+// caller says which by the method it calls:
+//
+//   - Act records something that was done (a container stopped, a
+//     policy warning sent, the config reloaded). The event is in the file,
+//     synced, and in the ledger before Act returns, or Act returns the
+//     error: an action waits for its line, nothing queues it, and so
+//     nothing can drop it.
+//   - Observe records a refusal or a read. It never blocks and never
+//     writes: calls are summed per source address, caller, action, status
+//     and reason over a window (a minute), Run writes the first refusal of
+//     each sum at once and each sum, with its count, when the window ends.
+//     Caps on the source addresses and sums of a window bound the memory
+//     and the volume of a flood, however many addresses it comes from:
+//     past them, calls are summed by /24 or /64, and then by status alone.
+//
+// Only what Run cannot keep up with is dropped: windows that waited for it
+// too long, counted by kind and named in a summary event.
 type Log struct {
 	file  *File
 	store ledger.AuditStore
 	node  string
 	log   *slog.Logger
-	queue chan Event
+	now   func() time.Time
 
-	dropped     atomic.Uint64
+	window     time.Duration
+	maxSources int
+	maxExact   int // sums by source address
+	maxCoarse  int // sums by /24 or /64
+
+	mu     sync.Mutex
+	cur    *window   // the window being summed; nil before the first call
+	closed []*window // ended windows Run has yet to write
+	firsts []Event   // first refusals Run has yet to write
+	wake   chan struct{}
+
+	observed    [numKinds]atomic.Uint64
+	dropped     [numKinds]atomic.Uint64
 	written     atomic.Uint64
 	writeErrors atomic.Uint64
 	// reported is how much of dropped a summary has covered; only Run
 	// touches it.
-	reported uint64
+	reported [numKinds]uint64
 }
 
 var _ Auditor = (*Log)(nil)
 
-// NewLog returns a Log; nothing is written until Run.
+// Kinds of observation, as the metrics and the summary of dropped ones
+// name them.
+const (
+	kindRefused = iota
+	kindRejected
+	kindFailed
+	kindRead
+	numKinds
+)
+
+var kindNames = [numKinds]string{"refused", "rejected", "failed", "read"}
+
+func kindOf(outcome string) int {
+	switch outcome {
+	case OutcomeDenied:
+		return kindRefused
+	case OutcomeRejected:
+		return kindRejected
+	case OutcomeAllowed:
+		return kindRead
+	}
+	return kindFailed
+}
+
+// NewLog returns a Log; nothing is written until Run, except by Act.
 func NewLog(cfg LogConfig) *Log {
-	if cfg.Size <= 0 {
-		cfg.Size = defaultQueue
+	if cfg.Window <= 0 {
+		cfg.Window = defaultWindow
+	}
+	if cfg.MaxSources <= 0 {
+		cfg.MaxSources = defaultMaxSources
+	}
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = defaultMaxKeys
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	coarse := max(1, cfg.MaxKeys/4)
 	return &Log{
-		file:  cfg.File,
-		store: cfg.Store,
-		node:  cfg.Node,
-		log:   cfg.Logger,
-		queue: make(chan Event, cfg.Size),
+		file:       cfg.File,
+		store:      cfg.Store,
+		node:       cfg.Node,
+		log:        cfg.Logger,
+		now:        cfg.Now,
+		window:     cfg.Window,
+		maxSources: cfg.MaxSources,
+		maxExact:   max(1, cfg.MaxKeys-coarse),
+		maxCoarse:  coarse,
+		wake:       make(chan struct{}, 1),
 	}
 }
 
-// Record queues e, filling in the node and the time when they are unset.
-// It never blocks: when the queue is full e is dropped and counted.
-func (l *Log) Record(e Event) {
+func (l *Log) fill(e *Event) {
 	if e.Node == "" {
 		e.Node = l.node
 	}
 	if e.Time.IsZero() {
-		e.Time = time.Now()
-	}
-	select {
-	case l.queue <- e:
-	default:
-		l.dropped.Add(1)
+		e.Time = l.now()
 	}
 }
 
-// Audit records e; it is there so that a Log can be the policy engine's
-// Auditor. It never fails: write errors are Run's to log.
-func (l *Log) Audit(_ context.Context, e Event) error {
-	l.Record(e)
+// Act records e, something that was done, and returns once it is in the
+// file (synced) and in the ledger, or with the error of each that failed.
+// ctx bounds the ledger write: a caller whose request may be cancelled
+// passes a context that outlives it.
+func (l *Log) Act(ctx context.Context, e Event) error {
+	l.fill(&e)
+	var errs []error
+	if l.file != nil {
+		err := l.file.Audit(ctx, e)
+		if err == nil {
+			err = l.file.Sync()
+		}
+		if err != nil {
+			l.writeErrors.Add(1)
+			errs = append(errs, err)
+		}
+	}
+	if l.store != nil {
+		if err := l.store.Audit(ctx, []ledger.AuditEvent{ToLedger(e)}); err != nil {
+			l.writeErrors.Add(1)
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		err := errors.Join(errs...)
+		l.log.Error("audit event of an action not written", "action", cmp.Or(e.Action, e.Kind), "err", err)
+		return err
+	}
+	l.written.Add(1)
 	return nil
 }
 
-// Dropped is how many events were dropped because the queue was full.
-func (l *Log) Dropped() uint64 { return l.dropped.Load() }
+// Audit is Act, so that a Log can be the policy engine's Auditor.
+func (l *Log) Audit(ctx context.Context, e Event) error { return l.Act(ctx, e) }
 
-// Run writes queued events until ctx ends, then writes what is still
-// queued, giving that at most five seconds, and returns nil. Write errors
+// Observe counts e, a refusal or a read, in its window. It never blocks
+// and holds no more than the window's caps allow, however many calls
+// come.
+func (l *Log) Observe(e Event) {
+	l.fill(&e)
+	e = clipEvent(e)
+	kind := kindOf(e.Outcome)
+	l.observed[kind].Add(1)
+	start := e.Time.Truncate(l.window)
+	host := hostOf(e.Source)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.cur
+	if w == nil || start.After(w.start) {
+		l.closeLocked()
+		w = newWindow(start)
+		l.cur = w
+	}
+	k := sumKey{source: host, caller: e.Caller, role: e.Role, action: e.Action, outcome: e.Outcome, reason: e.Error, status: e.Status}
+	if s := w.sums[k]; s != nil {
+		s.add(e.Target)
+		return
+	}
+	_, known := w.sources[host]
+	if (known || len(w.sources) < l.maxSources) && w.reasons[host] < maxReasons && w.exact < l.maxExact {
+		w.sources[host] = struct{}{}
+		w.reasons[host]++
+		w.exact++
+		s := w.put(k, e, kind)
+		// The first refusal of each sum is written at once, as it came,
+		// so that a single one is seen without waiting for the window;
+		// reads are only summed.
+		if kind != kindRead && len(l.firsts) < l.maxExact {
+			s.first = true
+			l.firsts = append(l.firsts, e)
+			l.signal()
+		} else {
+			s.count++
+		}
+		return
+	}
+	k.source = prefixOf(host)
+	if s := w.sums[k]; s != nil {
+		s.add(e.Target)
+		return
+	}
+	if w.coarse < l.maxCoarse {
+		w.coarse++
+		w.put(k, e, kind).count++
+		return
+	}
+	k = sumKey{source: "*", outcome: e.Outcome, status: e.Status}
+	if s := w.sums[k]; s != nil {
+		s.count++
+		return
+	}
+	if w.rest >= catchAll-1 {
+		k = sumKey{source: "*"}
+		if s := w.sums[k]; s != nil {
+			s.count++
+			return
+		}
+	}
+	w.rest++
+	w.put(k, Event{Time: e.Time, Node: e.Node, Kind: e.Kind, Outcome: k.outcome, Status: k.status}, kind).count++
+}
+
+// closeLocked moves the current window, when it holds anything, to those
+// Run is to write.
+func (l *Log) closeLocked() {
+	w := l.cur
+	l.cur = nil
+	if w == nil || len(w.sums) == 0 {
+		return
+	}
+	if len(l.closed) >= maxClosed {
+		for _, s := range l.closed[0].order {
+			l.dropped[s.kind].Add(uint64(s.count))
+		}
+		l.closed = l.closed[1:]
+	}
+	l.closed = append(l.closed, w)
+	l.signal()
+}
+
+func (l *Log) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Dropped is how many observations were not recorded, Run having fallen
+// too far behind; actions are never dropped.
+func (l *Log) Dropped() uint64 {
+	var n uint64
+	for i := range l.dropped {
+		n += l.dropped[i].Load()
+	}
+	return n
+}
+
+// MaxWindowBytes bounds the bytes one window of observations adds to the
+// file, however many calls come from however many addresses: the caps on
+// sums times the longest line one can take (free text is clipped when it
+// is observed). Actions come on top: each is written whole.
+func (l *Log) MaxWindowBytes() int {
+	lines := 2*l.maxExact + l.maxCoarse + catchAll
+	return lines * maxLine0
+}
+
+// Run writes the observations until ctx ends: the first refusals as they
+// come, the sums when their window has ended. Then it writes what it
+// holds, giving that at most five seconds, and returns nil. Write errors
 // are logged and counted, not returned: an audit log that cannot be
 // written must not stop the agent.
 func (l *Log) Run(ctx context.Context) error {
-	batch := make([]Event, 0, maxBatch)
+	tick := time.NewTicker(min(l.window/4, time.Second))
+	defer tick.Stop()
 	for {
 		select {
-		case e := <-l.queue:
-			batch = l.withSummary(l.fill(append(batch[:0], e), maxBatch))
-			fileFailed := l.writeFile(ctx, batch)
-			err := l.writeStore(ctx, batch)
-			if err != nil && ctx.Err() != nil {
-				// ctx ended during the ledger write: the flush tries
-				// again with its own deadline.
-				return l.flush(ctx, batch, fileFailed)
+		case <-l.wake:
+		case <-tick.C:
+			l.mu.Lock()
+			if l.cur != nil && !l.now().Before(l.cur.start.Add(l.window)) {
+				l.closeLocked()
 			}
-			l.count(len(batch), fileFailed, err)
+			l.mu.Unlock()
 		case <-ctx.Done():
-			return l.flush(ctx, nil, 0)
+			return l.flush(ctx, nil, 0, nil)
+		}
+		if unsent, fileFailed, rest := l.writeOut(ctx, l.take()); unsent != nil {
+			// ctx ended during the ledger write: the flush tries again
+			// with its own deadline.
+			return l.flush(ctx, unsent, fileFailed, rest)
 		}
 	}
 }
 
 // flush writes unsent (events in the file, fileFailed of them excepted,
-// but not yet in the ledger) and then what is queued, under a fresh
-// deadline since ctx has ended.
-func (l *Log) flush(ctx context.Context, unsent []Event, fileFailed int) error {
+// but not yet in the ledger), rest (in neither) and then all that is
+// held, under a fresh deadline since ctx has ended.
+func (l *Log) flush(ctx context.Context, unsent []Event, fileFailed int, rest []Event) error {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushTimeout)
 	defer cancel()
 	if len(unsent) > 0 {
 		l.count(len(unsent), fileFailed, l.writeStore(fctx, unsent))
 	}
-	// Stop at what was queued when the flush began, so that callers that
-	// go on recording cannot keep Run from returning.
-	batch := make([]Event, 0, maxBatch)
-	for left := len(l.queue); left > 0; {
-		batch = l.fill(batch[:0], min(left, maxBatch))
-		if len(batch) == 0 {
-			break
-		}
-		left -= len(batch)
-		batch = l.withSummary(batch)
-		l.count(len(batch), l.writeFile(fctx, batch), l.writeStore(fctx, batch))
-	}
-	if l.dropped.Load() > l.reported {
-		batch = l.withSummary(batch[:0])
-		l.count(len(batch), l.writeFile(fctx, batch), l.writeStore(fctx, batch))
-	}
+	l.mu.Lock()
+	l.closeLocked()
+	l.mu.Unlock()
+	l.writeOut(fctx, append(rest, l.take()...))
 	return nil
 }
 
-// fill appends to batch what is queued, without waiting, until batch
-// holds n events.
-func (l *Log) fill(batch []Event, n int) []Event {
-	for len(batch) < n {
-		select {
-		case e := <-l.queue:
-			batch = append(batch, e)
-		default:
-			return batch
-		}
+// take takes what is held to be written: the first refusals, the sums of
+// ended windows and, when some were dropped, a summary of them.
+func (l *Log) take() []Event {
+	l.mu.Lock()
+	batch, closed := l.firsts, l.closed
+	l.firsts, l.closed = nil, nil
+	l.mu.Unlock()
+	for _, w := range closed {
+		batch = w.events(batch)
+	}
+	if s, ok := l.dropSummary(); ok {
+		batch = append(batch, s)
 	}
 	return batch
 }
 
-// withSummary puts first in batch a summary of the events dropped since
-// the last write, if any were.
-func (l *Log) withSummary(batch []Event) []Event {
-	d := l.dropped.Load()
-	if d == l.reported {
-		return batch
+// writeOut writes batch to the file and the ledger, in parts. When ctx
+// ends during a ledger write it stops, and returns the part the file has
+// (but fileFailed of them) and the ledger has not, and the rest.
+func (l *Log) writeOut(ctx context.Context, batch []Event) (unsent []Event, fileFailed int, rest []Event) {
+	for len(batch) > 0 {
+		n := min(len(batch), maxBatch)
+		part := batch[:n:n]
+		batch = batch[n:]
+		fileFailed := l.writeFile(ctx, part)
+		err := l.writeStore(ctx, part)
+		if err != nil && ctx.Err() != nil {
+			return part, fileFailed, batch
+		}
+		l.count(n, fileFailed, err)
 	}
-	n := d - l.reported
-	l.reported = d
-	l.log.Warn("audit events dropped: the queue was full", "dropped", n)
-	summary := Event{
-		Time:    time.Now(),
-		Kind:    KindAPI,
-		Node:    l.node,
-		Action:  ActionDropped,
-		Outcome: OutcomeDropped,
-		Error:   fmt.Sprintf("%d events were not recorded: the audit queue was full", n),
+	return nil, 0, nil
+}
+
+// dropSummary is an event naming, by kind, the observations dropped since
+// the last summary, if any were.
+func (l *Log) dropSummary() (Event, bool) {
+	var (
+		total uint64
+		parts []string
+	)
+	for k := range numKinds {
+		d := l.dropped[k].Load()
+		if n := d - l.reported[k]; n > 0 {
+			total += n
+			parts = append(parts, fmt.Sprintf("%s %d", kindNames[k], n))
+		}
+		l.reported[k] = d
 	}
-	return append([]Event{summary}, batch...)
+	if total == 0 {
+		return Event{}, false
+	}
+	msg := fmt.Sprintf("%d observations were not recorded, the audit log being too far behind: %s; no action is ever dropped", total, strings.Join(parts, ", "))
+	l.log.Warn("audit observations dropped", "dropped", total, "by_kind", strings.Join(parts, ", "))
+	return Event{
+		Time: l.now(), Kind: KindAPI, Node: l.node, Action: ActionDropped, Outcome: OutcomeDropped,
+		Count: int64(total), Error: msg,
+	}, true
 }
 
 // writeFile writes events to the file one by one, counts and logs the
@@ -239,7 +468,7 @@ func (l *Log) count(n, fileFailed int, storeErr error) {
 // Events reads back the events with from <= Time < to, oldest first: from
 // the ledger when there is one, else from the file. When there are more
 // than limit it returns the newest limit and true; a limit of 0 or less
-// means no limit. Events still queued are not seen.
+// means no limit. Observations not yet written are not seen.
 func (l *Log) Events(ctx context.Context, from, to time.Time, limit int) ([]Event, bool, error) {
 	var events []Event
 	switch {
@@ -267,14 +496,15 @@ func (l *Log) Events(ctx context.Context, from, to time.Time, limit int) ([]Even
 }
 
 var (
-	descEvents      = prometheus.NewDesc("gpumeter_audit_events_total", "Audit events written to the audit file and the ledger, each that was configured.", nil, nil)
-	descDropped     = prometheus.NewDesc("gpumeter_audit_dropped_total", "Audit events dropped because the audit queue was full.", nil, nil)
+	descEvents      = prometheus.NewDesc("gpumeter_audit_events_total", "Audit events written to the audit file and the ledger, each that was configured; a sum of observations is one.", nil, nil)
+	descObserved    = prometheus.NewDesc("gpumeter_audit_observed_total", "Refusals and reads the audit log was told of, by kind, before they were summed.", []string{"kind"}, nil)
+	descDropped     = prometheus.NewDesc("gpumeter_audit_dropped_total", "Refusals and reads not recorded because the audit log was too far behind, by kind; actions are never dropped.", []string{"kind"}, nil)
 	descWriteErrors = prometheus.NewDesc("gpumeter_audit_write_errors_total", "Failed writes of audit events: one per event to the file, one per batch to the ledger.", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
 func (l *Log) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descEvents, descDropped, descWriteErrors} {
+	for _, d := range []*prometheus.Desc{descEvents, descObserved, descDropped, descWriteErrors} {
 		ch <- d
 	}
 }
@@ -282,6 +512,9 @@ func (l *Log) Describe(ch chan<- *prometheus.Desc) {
 // Collect implements prometheus.Collector.
 func (l *Log) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descEvents, prometheus.CounterValue, float64(l.written.Load()))
-	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(l.dropped.Load()))
+	for k := range numKinds {
+		ch <- prometheus.MustNewConstMetric(descObserved, prometheus.CounterValue, float64(l.observed[k].Load()), kindNames[k])
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(l.dropped[k].Load()), kindNames[k])
+	}
 	ch <- prometheus.MustNewConstMetric(descWriteErrors, prometheus.CounterValue, float64(l.writeErrors.Load()))
 }
