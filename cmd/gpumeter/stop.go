@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -30,10 +32,15 @@ the call, with --reason, in its audit log.`,
 				return err
 			}
 			resp, err := c.Stop(cmd.Context(), args[0], req)
-			if err != nil {
+			var se *api.StatusError
+			switch {
+			case err != nil && !errors.As(err, &se) && cmd.Context().Err() == nil:
+				// No answer: the agent may have stopped it all the same.
+				return fmt.Errorf("%w; the container may have been stopped all the same: `gpumeter ps -a` shows whether it runs, and `gpumeter audit` what the agent did", err)
+			case err != nil:
 				return c.explain(err)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "stopped %s (%s)\n", clean(resp.Name), short(resp.ID))
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), stopped(resp))
 			return err
 		},
 	}
@@ -42,4 +49,19 @@ the call, with --reason, in its audit log.`,
 	f.StringVar(&req.Timeout, "timeout", "", "how long Docker waits before it kills the container, at most 10m (default 10s)")
 	f.StringVar(&req.Reason, "reason", "", "why, for the audit log (at most 500 characters)")
 	return cmd
+}
+
+// stopped says what a stop did: how long it took and, when the container
+// outlived its grace period, that Docker killed it.
+func stopped(r api.StopResponse) string {
+	if r.Grace == "" {
+		// An agent from before the answer said more.
+		return fmt.Sprintf("stopped %s (%s)", clean(r.Name), short(r.ID))
+	}
+	took := time.Duration(r.Seconds * float64(time.Second)).Round(100 * time.Millisecond)
+	s := fmt.Sprintf("stopped %s (%s) in %s", clean(r.Name), short(r.ID), took)
+	if r.Killed() {
+		s += fmt.Sprintf(": it was still running when the %s timeout ended, so Docker killed it", r.Grace)
+	}
+	return s
 }
