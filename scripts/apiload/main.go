@@ -8,6 +8,11 @@
 //
 //	go run ./scripts/apiload -url http://127.0.0.1:9400 -c 16 -d 20s
 //	go run ./scripts/apiload -url unix:///var/lib/gpumeter/api.sock
+//	go run ./scripts/apiload -url http://127.0.0.1:9400 -c 200 -sources 200
+//
+// With -sources N the connections come from N loopback addresses,
+// 127.0.0.2 and up, one after the other, as a flood from many hosts would;
+// only a loopback agent can be loaded so.
 //
 // The bearer token is read from the environment variable -token-env
 // names (GPUMETER_TOKEN), never from a flag, so that it stays out of
@@ -41,12 +46,13 @@ const (
 	maxDuration = 5 * time.Minute
 	maxWarmup   = time.Minute
 	maxConns    = 1024
+	maxSources  = 250
 )
 
 // options are the parsed flags.
 type options struct {
 	url, path, tokenEnv, ca string
-	conns                   int
+	conns, sources          int
 	duration, warmup        time.Duration
 	timeout                 time.Duration
 	insecure, json          bool
@@ -69,12 +75,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, target, err := newClient(o)
-	if err != nil {
-		return err
+	clients := make([]*http.Client, max(1, o.sources))
+	var target string
+	for i := range clients {
+		var local net.Addr
+		if o.sources > 0 {
+			local = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}
+		}
+		var err error
+		if clients[i], target, err = newClient(o, local); err != nil {
+			return err
+		}
 	}
 	token := strings.TrimSpace(os.Getenv(o.tokenEnv))
-	res, err := load(ctx, client, target, token, o)
+	res, err := load(ctx, clients, target, token, o)
 	if err != nil {
 		return err
 	}
@@ -112,6 +126,7 @@ Flags:
 	fs.StringVar(&o.path, "path", "/api/v1/containers", "the endpoint to load")
 	fs.StringVar(&o.tokenEnv, "token-env", "GPUMETER_TOKEN", "name of the environment variable holding the bearer token")
 	fs.IntVar(&o.conns, "c", 16, "concurrent connections, each with one request in flight")
+	fs.IntVar(&o.sources, "sources", 0, "send from this many loopback addresses, 127.0.0.2 and up (at most 250; 0: the system's choice)")
 	fs.DurationVar(&o.duration, "d", 20*time.Second, "how long to measure (at most "+maxDuration.String()+")")
 	fs.DurationVar(&o.warmup, "warmup", 2*time.Second, "load before measuring, not counted (at most "+maxWarmup.String()+")")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "give up on one request after this long; it counts as an error")
@@ -126,6 +141,8 @@ Flags:
 		return o, fmt.Errorf("unexpected arguments %q: every setting is a flag", fs.Args())
 	case o.conns < 1 || o.conns > maxConns:
 		return o, fmt.Errorf("-c %d: want 1..%d", o.conns, maxConns)
+	case o.sources < 0 || o.sources > maxSources:
+		return o, fmt.Errorf("-sources %d: want 0..%d", o.sources, maxSources)
 	case o.duration <= 0 || o.duration > maxDuration:
 		return o, fmt.Errorf("-d %s: want more than 0 and at most %s", o.duration, maxDuration)
 	case o.warmup < 0 || o.warmup > maxWarmup:
@@ -140,12 +157,18 @@ Flags:
 	return o, nil
 }
 
-// newClient builds the one client every worker shares, and the URL its
-// requests go to.
-func newClient(o options) (*http.Client, string, error) {
+// newClient builds the client workers share, and the URL its requests go
+// to; a local address, when there is one, is the one its connections
+// come from.
+func newClient(o options, local net.Addr) (*http.Client, string, error) {
 	u, err := url.Parse(o.url)
 	if err != nil {
 		return nil, "", fmt.Errorf("-url: %w", err)
+	}
+	if local != nil {
+		if ip := net.ParseIP(u.Hostname()); u.Scheme == "unix" || ip == nil || !ip.IsLoopback() {
+			return nil, "", fmt.Errorf("-sources: -url %q is not a loopback address", o.url)
+		}
 	}
 	tr := &http.Transport{
 		MaxIdleConns:        o.conns,
@@ -153,7 +176,7 @@ func newClient(o options) (*http.Client, string, error) {
 		MaxConnsPerHost:     o.conns,
 		IdleConnTimeout:     time.Minute,
 		DisableCompression:  true,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, LocalAddr: local}).DialContext,
 	}
 	var target string
 	switch u.Scheme {
@@ -218,7 +241,7 @@ type worker struct {
 
 // load runs the workers through the warm-up and the measured span and
 // merges what they saw.
-func load(ctx context.Context, client *http.Client, target, token string, o options) (*result, error) {
+func load(ctx context.Context, clients []*http.Client, target, token string, o options) (*result, error) {
 	req, err := http.NewRequest(http.MethodGet, target, nil)
 	if err != nil {
 		return nil, err
@@ -241,7 +264,7 @@ func load(ctx context.Context, client *http.Client, target, token string, o opti
 		// seldom copies during the run.
 		w.latencies = make([]time.Duration, 0, min(int(o.duration.Seconds()*2000)/o.conns+1, 1<<20))
 		workers[i] = w
-		wg.Go(func() { w.run(runCtx, client, req, measureFrom) })
+		wg.Go(func() { w.run(runCtx, clients[i%len(clients)], req, measureFrom) })
 	}
 	wg.Wait()
 	end := time.Now()
