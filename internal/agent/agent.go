@@ -60,6 +60,7 @@ type Agent struct {
 	sec       security
 	audit     *audit.Log
 	auditFile *audit.File
+	dataFiles *dataFiles // once checked, see files
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -156,6 +157,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			}
 			a.closers = append(a.closers, func() error { return os.RemoveAll(dir) })
 			path = filepath.Join(dir, "ledger.db")
+		}
+		if dsn == "" && cfg.Source != "demo" {
+			files, err := a.files()
+			if err != nil {
+				return nil, err
+			}
+			if err := files.ensureLedger(path); err != nil {
+				return nil, err
+			}
 		}
 		store, err := backend.Open(ctx, dsn, path, true)
 		if err != nil {
@@ -262,12 +272,20 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
 		dir = d
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
+	files := dataFiles{dir: dir, mode: 0o600, gid: -1} // the demo's own directory
+	if cfg.Source != "demo" {
+		var err error
+		if files, err = a.files(); err != nil {
+			return nil, err
+		}
 	}
 	f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
 	if err != nil {
 		return nil, err
+	}
+	if err := f.Secure(files.secure); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("audit log: %w", err)
 	}
 	a.closers = append(a.closers, f.Close)
 	lc := audit.LogConfig{File: f, Node: node, Logger: a.log.With("part", "audit")}

@@ -53,7 +53,10 @@ type Config struct {
 	// IdlePower is the idle power in watts by GPU model name or UUID.
 	IdlePower map[string]float64
 
-	DataDir       string
+	DataDir string
+	// DataGroup, when set, may read the agent's files (0640), for CLI
+	// users who are not root.
+	DataGroup     string
 	LedgerEnabled bool
 	LedgerDSN     string
 	FlushInterval time.Duration
@@ -423,6 +426,7 @@ func Keys() []Key {
 		stringKey("labels.project", "container label naming the project", func(c *Config) *string { return &c.ProjectLabel }),
 		mapKey("idle_power", "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", func(c *Config) *map[string]float64 { return &c.IdlePower }, ParsePower, "W"),
 		stringKey("data_dir", "where the agent keeps its SQLite ledger (default: /var/lib/gpumeter for root, ~/.local/state/gpumeter otherwise)", func(c *Config) *string { return &c.DataDir }),
+		stringKey("data_group", "a group whose members may read the ledger and the audit log (files 0640, data_dir 0750; default: none, files 0600)", func(c *Config) *string { return &c.DataGroup }),
 		boolKey("ledger.enabled", "write usage to the ledger", func(c *Config) *bool { return &c.LedgerEnabled }),
 		stringKey("ledger.dsn", "PostgreSQL DSN of a shared ledger (default: SQLite under data_dir)", func(c *Config) *string { return &c.LedgerDSN }),
 		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: at most this much is lost in a crash", func(c *Config) *time.Duration { return &c.FlushInterval }),
