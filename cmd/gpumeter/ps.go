@@ -29,7 +29,7 @@ and the GPU-hours and energy booked since the agent started.`,
 			if format != "table" && format != "json" {
 				return fmt.Errorf("--format: %q is not table or json", format)
 			}
-			c, err := cf.client()
+			c, err := cf.client(cmd)
 			if err != nil {
 				return err
 			}

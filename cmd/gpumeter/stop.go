@@ -25,7 +25,7 @@ the call, with --reason, in its audit log.`,
 			if _, err := api.ParseStop(req); err != nil {
 				return fmt.Errorf("--%w", err)
 			}
-			c, err := cf.client()
+			c, err := cf.client(cmd)
 			if err != nil {
 				return err
 			}
