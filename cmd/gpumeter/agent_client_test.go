@@ -241,6 +241,7 @@ func TestChooseSource(t *testing.T) {
 		waste  bool // the command is waste, with its ledger-only flags
 		args   []string
 		want   string // the agent's URL, "" for the ledger
+		passed bool   // the local agent was passed over for the ledger
 		err    string // what the error says
 	}{
 		{name: "nothing, no agent", socket: noSocket},
@@ -252,9 +253,9 @@ func TestChooseSource(t *testing.T) {
 		{name: "GPUMETER_URL and --db", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--db", "x.db"}},
 		{name: "GPUMETER_URL and --dsn", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--dsn", "postgres://x"}},
 		{name: "the local agent and --db", socket: running, args: []string{"--db", "x.db"}},
-		{name: "the local agent and --config", socket: running, args: []string{"--config", "gpumeter.yaml"}},
-		{name: "the local agent and a window for waste", socket: running, waste: true, args: []string{"--since", "7d"}},
-		{name: "the local agent and a rule", socket: running, waste: true, args: []string{"--waste-idle-window", "5m"}},
+		{name: "the local agent and --config", socket: running, args: []string{"--config", "gpumeter.yaml"}, passed: true},
+		{name: "the local agent and a window for waste", socket: running, waste: true, args: []string{"--since", "7d"}, passed: true},
+		{name: "the local agent and a rule", socket: running, waste: true, args: []string{"--waste-idle-window", "5m"}, passed: true},
 		{name: "the local agent and a window for report", socket: running, args: []string{"--since", "7d"}, want: "unix://" + running},
 		{name: "--url and --db", socket: running, args: []string{"--url", "http://a:1", "--db", "x.db"}, err: "--url asks the agent, --db and --dsn read a ledger here"},
 		{name: "--db and --dsn", socket: running, args: []string{"--db", "x.db", "--dsn", "postgres://x"}, err: "--db and --dsn exclude each other"},
@@ -295,6 +296,9 @@ func TestChooseSource(t *testing.T) {
 			}
 			if url != tt.want {
 				t.Errorf("source %q, want %q (\"\" is the ledger)", url, tt.want)
+			}
+			if passed := strings.Contains(lf.passedOver, "reads a ledger, not the agent running at unix://"+running); passed != tt.passed {
+				t.Errorf("passed over %q, want it said: %v", lf.passedOver, tt.passed)
 			}
 		})
 	}

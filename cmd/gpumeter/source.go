@@ -80,17 +80,28 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 	if f.Changed("ca-file") {
 		return nil, errors.New("--ca-file is for an agent named by --url or $GPUMETER_URL")
 	}
-	ledgerOnly := f.Changed("config")
+	ledgerOnly := ""
+	if f.Changed("config") {
+		ledgerOnly = "config"
+	}
 	f.Visit(func(fl *pflag.Flag) {
-		ledgerOnly = ledgerOnly || unserved != nil && unserved(fl) != nil
+		if ledgerOnly == "" && unserved != nil && unserved(fl) != nil {
+			ledgerOnly = fl.Name
+		}
 	})
-	if ledgerOnly || s.URLFrom != urlFromSocket {
+	if s.URLFrom != urlFromSocket {
 		return nil, nil
 	}
 	switch err := probeSocket(cmd.Context(), env.socket); {
+	case err == nil && ledgerOnly != "":
+		// The ledger it is passed over for may not be the one it
+		// writes (the demo's is its own): a ledger that fails to open
+		// says so.
+		lf.passedOver = fmt.Sprintf("--%s reads a ledger, not the agent running at %s: leave it out to ask the agent", ledgerOnly, s.URL)
+		return nil, nil
 	case err == nil:
 		return newAgentClient(cmd, s)
-	case errors.Is(err, fs.ErrPermission):
+	case errors.Is(err, fs.ErrPermission) && ledgerOnly == "":
 		return nil, &api.SocketDeniedError{Path: env.socket}
 	}
 	// A socket file left by an agent that stopped: nobody serves there.
@@ -135,6 +146,9 @@ func (lf *ledgerFlags) open(cmd *cobra.Command, cfg *config.Config) (*ledgerStor
 	}
 	store, err := backend.Open(ctx, dsn, db, false)
 	if err != nil {
+		if lf.passedOver != "" {
+			err = fmt.Errorf("%w; %s", err, lf.passedOver)
+		}
 		return nil, err
 	}
 	gpus, err := store.GPUs(ctx, ledger.Filter{})

@@ -223,3 +223,34 @@ func TestSocketAndLedgerDeniedToOthers(t *testing.T) {
 		t.Errorf("report as root: exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestReportReadsTheDemo is the README's first run: while the demo runs,
+// report reads it over its socket, not a ledger left in the data
+// directory; waste over a window, which only a ledger can serve, names
+// the ledger it tried and the agent it passed over.
+func TestReportReadsTheDemo(t *testing.T) {
+	data, err := os.MkdirTemp("", "gpm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(data) })
+	startServe(t, []string{"GPUMETER_DATA_DIR=" + data}, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms")
+	env := []string{"GPUMETER_DATA_DIR=" + data, "GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CLIENT_CONFIG=", "GPUMETER_CONFIG=", "XDG_CONFIG_HOME=/nonexistent"}
+	socket := filepath.Join(data, "api.sock")
+
+	var out, stderr string
+	waitFor(t, 10*time.Second, "the demo's first rows", func() bool {
+		var code int
+		out, stderr, code = runCLI(t, env, "report", "--since", "7d", "--by", "team")
+		return code == 0 && strings.Contains(out, "nlp")
+	})
+	if want := "reading the agent at unix://" + socket + " (node demo)\n"; stderr != want {
+		t.Errorf("report during the demo: stderr %q, want %q", stderr, want)
+	}
+	_, stderr, code := runCLI(t, env, "waste", "--since", "7d")
+	for _, w := range []string{"ledger " + filepath.Join(data, "ledger.db"), "no such file", "--since reads a ledger, not the agent running at unix://" + socket + ": leave it out to ask the agent"} {
+		if code != 1 || !strings.Contains(stderr, w) {
+			t.Errorf("waste --since during the demo: exit %d, stderr %q; want it to say %q", code, stderr, w)
+		}
+	}
+}

@@ -17,6 +17,9 @@ import (
 // window (report, waste): the config, the ledger and the window.
 type ledgerFlags struct {
 	configPath, db, dsn, since, from, to string
+	// passedOver says why the local agent was passed over for the
+	// ledger; "" when it was not.
+	passedOver string
 }
 
 func (lf *ledgerFlags) register(cmd *cobra.Command, what string) {
