@@ -156,21 +156,8 @@ func quoteDefault(s string) string {
 // loadConfig builds the settings: defaults, the file, the environment,
 // then the flags the user set.
 func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
-	cfg := config.Default()
-	if path == "" {
-		path = os.Getenv("GPUMETER_CONFIG")
-	}
-	if path == "" {
-		if _, err := os.Stat(defaultConfigPath); err == nil {
-			path = defaultConfigPath
-		}
-	}
-	if path != "" {
-		if err := cfg.LoadFile(path); err != nil {
-			return cfg, err
-		}
-	}
-	if err := cfg.LoadEnv(os.Environ()); err != nil {
+	cfg, err := fileConfig(path)
+	if err != nil {
 		return cfg, err
 	}
 	for _, k := range config.Keys() {
@@ -190,6 +177,29 @@ func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
 		if err := cfg.Set(k.Name, fl.Value.String()); err != nil {
 			return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
 		}
+	}
+	return cfg, nil
+}
+
+// fileConfig is the config at path (else $GPUMETER_CONFIG, else
+// defaultConfigPath if it exists) with the environment over it.
+func fileConfig(path string) (config.Config, error) {
+	cfg := config.Default()
+	if path == "" {
+		path = os.Getenv("GPUMETER_CONFIG")
+	}
+	if path == "" {
+		if _, err := os.Stat(defaultConfigPath); err == nil {
+			path = defaultConfigPath
+		}
+	}
+	if path != "" {
+		if err := cfg.LoadFile(path); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.LoadEnv(os.Environ()); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

@@ -45,6 +45,7 @@ type Agent struct {
 	cfg     config.Config
 	log     *slog.Logger
 	version string
+	node    string // the node this agent meters
 
 	sampler   *sampler.Sampler
 	docker    *docker.Inventory
@@ -205,6 +206,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg, auditFile)
 	}
+	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
 		Node:        node,
@@ -322,6 +324,7 @@ func (a *Agent) Handler() http.Handler {
 			MaxReportRows:   a.cfg.API.MaxReportRows,
 		},
 		Logger: a.log.With("part", "api"),
+		Node:   a.node,
 	}
 	if a.docker != nil {
 		ac.Stopper = a.docker

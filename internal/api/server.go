@@ -77,7 +77,20 @@ type Config struct {
 	Limits  Limits
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Node is the node the agent meters, named to callers in NodeHeader.
+	Node string
 }
+
+// Headers of the API's answers to a caller who is let in.
+const (
+	// NodeHeader names the node the agent meters, so that a client can
+	// say whose data it shows.
+	NodeHeader = "Gpumeter-Node"
+	// WarningHeader says what the agent ignored in a request it served:
+	// a stale token from a socket peer admitted by its uid. One header
+	// per warning.
+	WarningHeader = "Gpumeter-Warning"
+)
 
 // Error codes of the API, stable for clients to test.
 const (
@@ -270,6 +283,12 @@ func (s *server) guard(rt route) http.Handler {
 			s.record(r, c, "", http.StatusUnauthorized, code)
 			writeError(w, http.StatusUnauthorized, code, msg)
 			return
+		}
+		if id.Warning != "" {
+			w.Header().Add(WarningHeader, id.Warning)
+		}
+		if s.cfg.Node != "" {
+			w.Header().Set(NodeHeader, s.cfg.Node)
 		}
 		ownOnly, err := auth.Authorize(id, rt.act)
 		if err != nil {
