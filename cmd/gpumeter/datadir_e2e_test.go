@@ -1,9 +1,7 @@
 package main
 
 import (
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,46 +28,6 @@ func openDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return d
-}
-
-// runAsNobody runs the gpumeter binary as user nobody, group nogroup.
-func runAsNobody(t *testing.T, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	dir := openDir(t)
-	bin := filepath.Join(dir, "gpumeter")
-	src, err := os.Open(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(bin, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	dst.Close()
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Fatalf("setpriv (util-linux) is needed to run as another user: %v", err)
-	}
-	return runProgram(t, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", bin}, args...)...)
-}
-
-// runProgram runs name with args and returns what it printed.
-func runProgram(t *testing.T, name string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errb strings.Builder
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "HOME=/nonexistent")
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		return out.String(), errb.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), 0
 }
 
 func mode(t *testing.T, path string) os.FileMode {
@@ -197,7 +155,7 @@ func TestServeDataGroup(t *testing.T) {
 			t.Errorf("%s mode %v, want 0640", f, m)
 		}
 	}
-	out, stderr, code := runAsNobody(t, "report", "--db", filepath.Join(data, "ledger.db"), "--since", "1h", "--by", "user")
+	out, stderr, code := runAsNobody(t, []string{"XDG_CONFIG_HOME=/nonexistent"}, "report", "--db", filepath.Join(data, "ledger.db"), "--since", "1h", "--by", "user")
 	if code != 0 || !strings.Contains(out, "alice") {
 		t.Errorf("report as a member of data_group: exit %d, stderr %s, out:\n%s", code, stderr, out)
 	}

@@ -188,7 +188,7 @@ func checkReadable(path string) error {
 		return f.Close()
 	}
 	if errors.Is(err, fs.ErrPermission) {
-		return fmt.Errorf("the ledger %s: permission denied: only root and the agent's own user may read it; run this with sudo, or ask the agent with a token: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)", path)
+		return fmt.Errorf("the ledger %s: permission denied: only root and the agent's own user may read it (and members of the agent's data_group, when it sets one); run this with sudo, join data_group, or ask the agent with a token: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)", path)
 	}
 	// A missing file is named by the ledger's own open, with its advice.
 	return nil

@@ -175,7 +175,7 @@ func TestSocketAndLedgerDeniedToOthers(t *testing.T) {
 	}
 	a := startLocalAgent(t, "gpu-denied")
 	socketDenied := "gpumeter: the agent's socket " + a.socket + ": permission denied: only root and the agent's own user may use it; run this with sudo, or use a token over the agent's listen address: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)\n"
-	ledgerDenied := "gpumeter: the ledger " + a.ledger + ": permission denied: only root and the agent's own user may read it; run this with sudo, or ask the agent with a token: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)\n"
+	ledgerDenied := "gpumeter: the ledger " + a.ledger + ": permission denied: only root and the agent's own user may read it (and members of the agent's data_group, when it sets one); run this with sudo, join data_group, or ask the agent with a token: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)\n"
 	check := func(t *testing.T, args []string, want string) {
 		t.Helper()
 		out, stderr, code := runAsNobody(t, a.env, args...)

@@ -92,7 +92,7 @@ type Auditor interface {
 // File appends events as JSON lines to a file, one write per event, so
 // that a crash loses at most the event being written.
 type File struct {
-	path string
+	path   string
 	mu     sync.Mutex
 	f      *os.File
 	secure func(*os.File, string) error // see Secure
