@@ -337,7 +337,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, extra...)))
 	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
 	mux.Handle("/", apiHandler)
-	return mux
+	return api.LimitHeaders(mux)
 }
 
 // Report reads the ledger for the API. Rows still in memory are not in
@@ -420,7 +420,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		ReadTimeout:       a.cfg.API.ReadTimeout,
 		WriteTimeout:      a.cfg.API.ReadTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    32 << 10,
+		MaxHeaderBytes:    api.ServerMaxHeaderBytes, // api.LimitHeaders enforces the limit, in JSON
 		ConnContext:       auth.ConnContext,
 		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
 	}
