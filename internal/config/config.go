@@ -429,7 +429,7 @@ func Keys() []Key {
 		stringKey("data_group", "a group whose members may read the ledger and the audit log (files 0640, data_dir 0750; default: none, files 0600)", func(c *Config) *string { return &c.DataGroup }),
 		boolKey("ledger.enabled", "write usage to the ledger", func(c *Config) *bool { return &c.LedgerEnabled }),
 		stringKey("ledger.dsn", "PostgreSQL DSN of a shared ledger (default: SQLite under data_dir)", func(c *Config) *string { return &c.LedgerDSN }),
-		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: at most this much is lost in a crash", func(c *Config) *time.Duration { return &c.FlushInterval }),
+		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: a crash loses at most this much plus one sampling interval", func(c *Config) *time.Duration { return &c.FlushInterval }),
 		durationKey("ledger.lease_takeover", "how long the lease of a node must be silent before another agent may take it over (0: 3 × ledger.flush_interval plus the write deadline of max(30s, 3 × ledger.flush_interval), 45s at the defaults; if set, at least 3 × ledger.flush_interval)", func(c *Config) *time.Duration { return &c.LeaseTakeover }),
 		durationKey("ledger.minute_retention", "how long per-minute rows are kept", func(c *Config) *time.Duration { return &c.MinuteRetention }),
 		durationKey("ledger.hour_retention", "how long hourly rows are kept", func(c *Config) *time.Duration { return &c.HourRetention }),
