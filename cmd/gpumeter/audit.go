@@ -16,9 +16,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api"
 	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // defaultAuditLimit is the most events audit --file prints unless --limit
@@ -166,7 +166,7 @@ func auditWindow(since, from, to string, now time.Time) (api.AuditQuery, error) 
 	}
 	back := 24 * time.Hour
 	if since != "" {
-		if back, err = config.ParseDuration(since); err != nil {
+		if back, err = units.ParseDuration(since); err != nil {
 			return w, fmt.Errorf("--since: %w", err)
 		}
 		if back == 0 {

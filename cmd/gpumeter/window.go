@@ -11,6 +11,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // ledgerFlags are the flags of the commands that read the ledger over a
@@ -43,7 +44,7 @@ func (lf *ledgerFlags) registerLedger(cmd *cobra.Command, what string) {
 func (lf *ledgerFlags) window(req *report.Request) error {
 	var err error
 	if lf.since != "" {
-		if req.Since, err = config.ParseDuration(lf.since); err != nil {
+		if req.Since, err = units.ParseDuration(lf.since); err != nil {
 			return fmt.Errorf("--since: %w", err)
 		}
 		if req.Since == 0 {

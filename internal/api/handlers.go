@@ -11,11 +11,11 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -154,7 +154,7 @@ type StopResponse struct {
 func ParseStop(req StopRequest) (time.Duration, error) {
 	grace := 10 * time.Second
 	if req.Timeout != "" {
-		d, err := config.ParseDuration(req.Timeout)
+		d, err := units.ParseDuration(req.Timeout)
 		if err != nil {
 			return 0, fmt.Errorf("timeout: %w", err)
 		}
@@ -244,7 +244,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
 			return
 		}
-		req, err := report.RequestFromQuery(r.URL.Query(), config.ParseDuration)
+		req, err := report.RequestFromQuery(r.URL.Query(), units.ParseDuration)
 		if err == nil {
 			if format != "" {
 				if req.Format != "" && req.Format != format {
@@ -359,7 +359,7 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 		v := vs[0]
 		switch k {
 		case "since":
-			if since, err = config.ParseDuration(v); err != nil || since == 0 {
+			if since, err = units.ParseDuration(v); err != nil || since == 0 {
 				return aq, fmt.Errorf("since: %q is not a duration above 0 like 1h or 7d", v)
 			}
 		case "from":

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -261,14 +262,14 @@ func enumKey(name, help string, p func(*Config) *string, allowed ...string) Key 
 func durationKey(name, help string, p func(*Config) *time.Duration) Key {
 	return Key{Name: name, Help: help,
 		set: func(c *Config, _, v string) error {
-			d, err := ParseDuration(v)
+			d, err := units.ParseDuration(v)
 			if err != nil {
 				return err
 			}
 			*p(c) = d
 			return nil
 		},
-		get: func(c *Config) string { return p(c).String() }}
+		get: func(c *Config) string { return units.FormatDuration(*p(c)) }}
 }
 
 func boolKey(name, help string, p func(*Config) *bool) Key {
@@ -358,14 +359,17 @@ func thresholdKey(name, help string, p func(*Config) *float64) Key {
 func sizeKey(name, help string, p func(*Config) *uint64) Key {
 	return Key{Name: name, Help: help,
 		set: func(c *Config, _, v string) error {
-			n, err := ParseSize(v)
+			n, err := units.ParseSize(v)
 			if err != nil {
 				return err
+			}
+			if n > math.MaxInt64 {
+				return fmt.Errorf("%q is too large", v)
 			}
 			*p(c) = n
 			return nil
 		},
-		get: func(c *Config) string { return FormatSize(*p(c)) }}
+		get: func(c *Config) string { return units.FormatSize(*p(c)) }}
 }
 
 func parsePrice(s string) (float64, error) {
@@ -424,7 +428,7 @@ func Keys() []Key {
 		stringKey("labels.user", "container label naming the user", func(c *Config) *string { return &c.UserLabel }),
 		stringKey("labels.team", "container label naming the team", func(c *Config) *string { return &c.TeamLabel }),
 		stringKey("labels.project", "container label naming the project", func(c *Config) *string { return &c.ProjectLabel }),
-		mapKey("idle_power", "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", func(c *Config) *map[string]float64 { return &c.IdlePower }, ParsePower, "W"),
+		mapKey("idle_power", "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", func(c *Config) *map[string]float64 { return &c.IdlePower }, units.ParsePower, "W"),
 		stringKey("data_dir", "where the agent keeps its SQLite ledger (default: /var/lib/gpumeter for root, ~/.local/state/gpumeter otherwise)", func(c *Config) *string { return &c.DataDir }),
 		stringKey("data_group", "a group whose members may read the ledger and the audit log (files 0640, data_dir 0750; default: none, files 0600)", func(c *Config) *string { return &c.DataGroup }),
 		boolKey("ledger.enabled", "write usage to the ledger", func(c *Config) *bool { return &c.LedgerEnabled }),
@@ -773,13 +777,13 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
 	}
 	if c.Interval < 10*time.Millisecond || c.Interval > time.Hour {
-		errs = append(errs, fmt.Errorf("interval: %s is outside 10ms..1h", c.Interval))
+		errs = append(errs, fmt.Errorf("interval: %s is outside 10ms..1h", units.FormatDuration(c.Interval)))
 	}
 	if c.Source == "sim" && c.SimFile == "" {
 		errs = append(errs, errors.New("sim_file: source sim needs a scenario file"))
 	}
 	if c.DockerKeep < 0 {
-		errs = append(errs, fmt.Errorf("docker.keep_stopped: %s is negative", c.DockerKeep))
+		errs = append(errs, fmt.Errorf("docker.keep_stopped: %s is negative", units.FormatDuration(c.DockerKeep)))
 	}
 	for name, v := range map[string]string{"labels.user": c.UserLabel, "labels.team": c.TeamLabel, "labels.project": c.ProjectLabel, "host.proc_root": c.ProcRoot, "host.cgroup_root": c.CgroupRoot} {
 		if v == "" {
@@ -792,16 +796,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.FlushInterval < 100*time.Millisecond || c.FlushInterval > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("ledger.flush_interval: %s is outside 100ms..10m", c.FlushInterval))
+		errs = append(errs, fmt.Errorf("ledger.flush_interval: %s is outside 100ms..10m", units.FormatDuration(c.FlushInterval)))
 	}
 	if c.LeaseTakeover < 0 || c.LeaseTakeover != 0 && c.LeaseTakeover < 3*c.FlushInterval {
-		errs = append(errs, fmt.Errorf("ledger.lease_takeover: %s is shorter than 3 × ledger.flush_interval (%s): a live agent would lose its lease between two flushes", c.LeaseTakeover, 3*c.FlushInterval))
+		errs = append(errs, fmt.Errorf("ledger.lease_takeover: %s is shorter than 3 × ledger.flush_interval (%s): a live agent would lose its lease between two flushes", units.FormatDuration(c.LeaseTakeover), units.FormatDuration(3*c.FlushInterval)))
 	}
 	if c.MinuteRetention < time.Hour {
-		errs = append(errs, fmt.Errorf("ledger.minute_retention: %s is shorter than an hour", c.MinuteRetention))
+		errs = append(errs, fmt.Errorf("ledger.minute_retention: %s is shorter than an hour", units.FormatDuration(c.MinuteRetention)))
 	}
 	if c.HourRetention < c.MinuteRetention {
-		errs = append(errs, fmt.Errorf("ledger.hour_retention: %s is shorter than ledger.minute_retention %s", c.HourRetention, c.MinuteRetention))
+		errs = append(errs, fmt.Errorf("ledger.hour_retention: %s is shorter than ledger.minute_retention %s", units.FormatDuration(c.HourRetention), units.FormatDuration(c.MinuteRetention)))
 	}
 	if c.MaxPendingRows < 1000 {
 		errs = append(errs, fmt.Errorf("ledger.max_pending_rows: %d is below 1000", c.MaxPendingRows))
@@ -835,22 +839,22 @@ func (c *Config) securityErrors() []error {
 		errs = append(errs, err)
 	}
 	if c.API.MaxBodyBytes < 1<<10 {
-		errs = append(errs, fmt.Errorf("api.max_body: %s is below 1KiB", FormatSize(c.API.MaxBodyBytes)))
+		errs = append(errs, fmt.Errorf("api.max_body: %s is below 1KiB", units.FormatSize(c.API.MaxBodyBytes)))
 	}
 	if c.API.RateLimit > 0 && c.API.RateBurst < 1 {
 		errs = append(errs, fmt.Errorf("api.rate_burst: %d is below 1 while api.rate_limit is on", c.API.RateBurst))
 	}
 	if c.API.MaxReportWindow < time.Hour {
-		errs = append(errs, fmt.Errorf("api.max_report_window: %s is shorter than an hour", c.API.MaxReportWindow))
+		errs = append(errs, fmt.Errorf("api.max_report_window: %s is shorter than an hour", units.FormatDuration(c.API.MaxReportWindow)))
 	}
 	if c.API.MaxReportRows < 1 {
 		errs = append(errs, fmt.Errorf("api.max_report_rows: %d is below 1", c.API.MaxReportRows))
 	}
 	if c.API.ReadHeaderTimeout < 100*time.Millisecond || c.API.ReadHeaderTimeout > time.Minute {
-		errs = append(errs, fmt.Errorf("api.read_header_timeout: %s is outside 100ms..1m", c.API.ReadHeaderTimeout))
+		errs = append(errs, fmt.Errorf("api.read_header_timeout: %s is outside 100ms..1m", units.FormatDuration(c.API.ReadHeaderTimeout)))
 	}
 	if c.API.ReadTimeout < c.API.ReadHeaderTimeout || c.API.ReadTimeout > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("api.read_timeout: %s is outside api.read_header_timeout..10m", c.API.ReadTimeout))
+		errs = append(errs, fmt.Errorf("api.read_timeout: %s is outside api.read_header_timeout..10m", units.FormatDuration(c.API.ReadTimeout)))
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls.cert_file, tls.key_file: set both or neither"))
@@ -895,70 +899,4 @@ func (c *Config) WasteErrors() []error {
 		errs = append(errs, errors.New("waste."+line))
 	}
 	return errs
-}
-
-// ParseDuration parses a Go duration, with days allowed in front (35d,
-// 1d12h); it must not be negative.
-func ParseDuration(s string) (time.Duration, error) {
-	t := strings.TrimSpace(s)
-	var days time.Duration
-	if i := strings.IndexByte(t, 'd'); i > 0 {
-		n, err := strconv.ParseUint(t[:i], 10, 16)
-		if err == nil {
-			days, t = time.Duration(n)*24*time.Hour, t[i+1:]
-			if t == "" {
-				t = "0s"
-			}
-		}
-	}
-	d, err := time.ParseDuration(t)
-	if err != nil || (days > 0 && d < 0) {
-		return 0, fmt.Errorf("%q is not a duration like 1s, 90s, 1h30m or 7d", s)
-	}
-	d += days
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	return d, nil
-}
-
-// ParseSize parses a size in bytes, with KiB, MiB, GiB or TiB (powers of
-// 1024) allowed after the number.
-func ParseSize(s string) (uint64, error) {
-	t := strings.TrimSpace(s)
-	mult := uint64(1)
-	for i, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		if strings.HasSuffix(t, unit) {
-			mult = 1 << (10 * (i + 1))
-			t = strings.TrimSpace(strings.TrimSuffix(t, unit))
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || math.IsNaN(f) || f*float64(mult) >= 1<<63 {
-		return 0, fmt.Errorf("%q is not a size like 512MiB or 1GiB", s)
-	}
-	return uint64(f * float64(mult)), nil
-}
-
-// FormatSize writes a size as ParseSize reads it, in the largest unit
-// that keeps it whole.
-func FormatSize(n uint64) string {
-	units := []string{"TiB", "GiB", "MiB", "KiB"}
-	for i, u := range units {
-		if m := uint64(1) << (10 * (len(units) - i)); n >= m && n%m == 0 {
-			return strconv.FormatUint(n/m, 10) + u
-		}
-	}
-	return strconv.FormatUint(n, 10)
-}
-
-// ParsePower parses a power in watts, with or without the W suffix.
-func ParsePower(s string) (float64, error) {
-	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "W"))
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f != f || f > 1e6 {
-		return 0, fmt.Errorf("%q is not a power like 70W", s)
-	}
-	return f, nil
 }

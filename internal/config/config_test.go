@@ -66,20 +66,30 @@ func TestParseFull(t *testing.T) {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 	// hour_retention is shorter than minute_retention in the file.
-	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "ledger.hour_retention: 36h0m0s is shorter than ledger.minute_retention 840h0m0s") {
+	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "ledger.hour_retention: 36h is shorter than ledger.minute_retention 35d") {
 		t.Errorf("Validate() = %v, want the retention error", err)
 	}
 }
 
-func TestParseDuration(t *testing.T) {
+// TestDurationKeys: every duration setting reads the units grammar, days
+// included, and writes its default back as a file would.
+func TestDurationKeys(t *testing.T) {
 	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "0d": 0, " 2h ": 2 * time.Hour} {
-		if got, err := ParseDuration(in); err != nil || got != want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		c := Default()
+		if err := c.Set("ledger.hour_retention", in); err != nil || c.HourRetention != want {
+			t.Errorf("Set(ledger.hour_retention, %q) = %v, %v; want %v", in, c.HourRetention, err, want)
 		}
 	}
 	for _, in := range []string{"", "d", "7", "-1d", "1d-2h", "x7d", "99999999d", "1.5d"} {
-		if got, err := ParseDuration(in); err == nil {
-			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
+		c := Default()
+		if err := c.Set("ledger.hour_retention", in); err == nil {
+			t.Errorf("Set(ledger.hour_retention, %q) = %v, want an error", in, c.HourRetention)
+		}
+	}
+	for name, want := range map[string]string{"ledger.hour_retention": "400d", "ledger.minute_retention": "35d", "api.max_report_window": "400d", "interval": "1s", "docker.keep_stopped": "5m", "waste.idle.window": "1h"} {
+		k, _ := lookup(name)
+		if got := k.Default(); got != want {
+			t.Errorf("%s default = %q, want %q", name, got, want)
 		}
 	}
 }
@@ -179,11 +189,11 @@ func TestValidate(t *testing.T) {
 	}{
 		{"listen", func(c *Config) { c.Listen = "9400" }, `listen: "9400" is not host:port`},
 		{"interval small", func(c *Config) { c.Interval = time.Millisecond }, "interval: 1ms is outside"},
-		{"interval large", func(c *Config) { c.Interval = 2 * time.Hour }, "interval: 2h0m0s is outside"},
+		{"interval large", func(c *Config) { c.Interval = 2 * time.Hour }, "interval: 2h is outside"},
 		{"sim needs file", func(c *Config) { c.Source = "sim" }, "sim_file: source sim needs a scenario file"},
 		{"empty label", func(c *Config) { c.UserLabel = "" }, "labels.user: must not be empty"},
 		{"negative idle", func(c *Config) { c.IdlePower["x"] = -1 }, "idle_power.x: -1W is negative"},
-		{"flush", func(c *Config) { c.FlushInterval = time.Hour }, "ledger.flush_interval: 1h0m0s is outside"},
+		{"flush", func(c *Config) { c.FlushInterval = time.Hour }, "ledger.flush_interval: 1h is outside"},
 		{"takeover", func(c *Config) { c.LeaseTakeover = 10 * time.Second }, "ledger.lease_takeover: 10s is shorter than 3 × ledger.flush_interval (15s)"},
 		{"takeover negative", func(c *Config) { c.LeaseTakeover = -time.Second }, "ledger.lease_takeover: -1s is shorter"},
 		{"pending", func(c *Config) { c.MaxPendingRows = 5 }, "ledger.max_pending_rows: 5 is below 1000"},

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // FuzzUsageQuery reads arbitrary query strings as /api/v1/usage does,
@@ -31,7 +31,7 @@ func FuzzUsageQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
-		r, err := report.RequestFromQuery(q, config.ParseDuration)
+		r, err := report.RequestFromQuery(q, units.ParseDuration)
 		if err != nil {
 			// The error names the parameter at fault.
 			msg := err.Error()
