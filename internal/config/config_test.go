@@ -147,6 +147,24 @@ func TestLoadFileMissing(t *testing.T) {
 	}
 }
 
+// TestScenarioUnits: a config file reads the values a scenario file does
+// (internal/sim's TestParseUnits): days, a bare number of watts, a
+// fraction that makes whole bytes; and refuses the bytes that are not.
+func TestScenarioUnits(t *testing.T) {
+	c := Default()
+	err := c.Parse("cfg.yaml", []byte("idle_power:\n  H100: 70\n  A100: 50.5 W\nledger:\n  minute_retention: 1d\n  hour_retention: 1d12h\nwaste:\n  outside:\n    unaccounted_memory: 1.5GiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.IdlePower["H100"] != 70 || c.IdlePower["A100"] != 50.5 || c.MinuteRetention != 24*time.Hour || c.HourRetention != 36*time.Hour || c.Waste.Outside.UnaccountedMemory != 3<<29 {
+		t.Errorf("got idle power %v, retention %v and %v, unaccounted memory %d; want 70 and 50.5, 1d and 1d12h, 1.5GiB", c.IdlePower, c.MinuteRetention, c.HourRetention, c.Waste.Outside.UnaccountedMemory)
+	}
+	err = c.Parse("cfg.yaml", []byte("api:\n  max_body: 0.1KiB\n"))
+	if want := `cfg.yaml:2: api.max_body: "0.1KiB" is not a whole number of bytes`; err == nil || err.Error() != want {
+		t.Errorf("a fraction of a byte: %v, want %s", err, want)
+	}
+}
+
 func TestLoadEnv(t *testing.T) {
 	c := Default()
 	err := c.LoadEnv([]string{
