@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/policy"
@@ -62,7 +63,7 @@ func TestParseFull(t *testing.T) {
 		TLS:           TLS{CertFile: "/etc/gpumeter/tls/server.crt", KeyFile: "/etc/gpumeter/tls/server.key", ClientCAFile: "/etc/gpumeter/tls/clients.pem", ClientAuth: "required"},
 		WebConfigFile: "/etc/gpumeter/web.yml",
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 	// hour_retention is shorter than minute_retention in the file.
@@ -114,7 +115,13 @@ func TestParseErrors(t *testing.T) {
 		{"map wants mapping", "idle_power: 70W\n", `cfg.yaml:1: idle_power: want a mapping`},
 		{"top not mapping", "- a\n- b\n", `cfg.yaml:1: top level: want a mapping of keys`},
 		{"duplicate", "listen: :1\nlisten: :2\n", `cfg.yaml:2: listen: set twice`},
-		{"syntax", "listen: \"unterminated\n", `cfg.yaml: yaml: line 2`},
+		{"syntax", "listen: :1\nhostname: \"unterminated\n", `cfg.yaml:2: found unexpected end of stream`},
+		{"syntax on the first line", "listen: a: b\n", `cfg.yaml:1: mapping values are not allowed in this context`},
+		{"syntax further down", "listen: :1\ninterval: 1s\ndocker:\n  host: x\n bad: 1\n", `cfg.yaml:5: did not find expected key`},
+		{"bad character", "listen: :1\ninterval: 1s\nhostname: a\x01b\n", `cfg.yaml:3: control characters are not allowed`},
+		{"near miss", "intervl: 1s\n", `cfg.yaml:1: unknown key "intervl"; did you mean "interval"?`},
+		{"near miss nested", "ledger:\n  flush_intreval: 1s\n", `cfg.yaml:2: unknown key "ledger.flush_intreval"; did you mean "ledger.flush_interval"?`},
+		{"no section", "flush_interval: 1s\n", `cfg.yaml:1: unknown key "flush_interval"; did you mean "ledger.flush_interval"?`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,13 +134,56 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestUnknownKeyFarFromAny: a key close to none is not given a guess.
+func TestUnknownKeyFarFromAny(t *testing.T) {
+	c := Default()
+	err := c.Parse("cfg.yaml", []byte("colour: blue\n"))
+	if want := `cfg.yaml:1: unknown key "colour"`; err == nil || err.Error() != want {
+		t.Errorf("Parse() = %v, want %s", err, want)
+	}
+	err = c.LoadEnv([]string{"GPUMETER_INTERVL=1s"})
+	if want := "environment: GPUMETER_INTERVL names no setting; did you mean GPUMETER_INTERVAL?"; err == nil || err.Error() != want {
+		t.Errorf("LoadEnv() = %v, want %s", err, want)
+	}
+}
+
+// TestValidatePlaced: a value that parses but makes no sense is named
+// with the file and line, or the variable, it came from; a flag that
+// overrides it takes the blame off the file.
+func TestValidatePlaced(t *testing.T) {
+	c := Default()
+	if err := c.Parse("cfg.yaml", []byte("listen: :1\ninterval: 0s\nidle_power:\n  H100: 70W\ntls:\n  cert_file: /x.crt\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LoadEnv([]string{"GPUMETER_LEDGER_MINUTE_RETENTION=30m"}); err != nil {
+		t.Fatal(err)
+	}
+	c.IdlePower["H100"] = -1 // as if set in code: the file's line no longer holds
+	err := c.Validate()
+	for _, want := range []string{
+		"cfg.yaml:2: interval: 0s is outside 10ms..1h",
+		"environment GPUMETER_LEDGER_MINUTE_RETENTION: ledger.minute_retention: 30m is shorter than an hour",
+		"cfg.yaml:6: tls.cert_file, tls.key_file: set both or neither",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want a line %q", err, want)
+		}
+	}
+	if err := c.Set("interval", "2h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "\ninterval: 2h is outside 10ms..1h") && !strings.HasPrefix(err.Error(), "interval: 2h is outside") {
+		t.Errorf("Validate() after a flag = %v, want the interval named without the file", err)
+	}
+}
+
 func TestParseEmpty(t *testing.T) {
 	for _, in := range []string{"", "# only a comment\n", "~\n"} {
 		c := Default()
 		if err := c.Parse("cfg.yaml", []byte(in)); err != nil {
 			t.Errorf("Parse(%q) = %v, want nil", in, err)
 		}
-		if diff := cmp.Diff(Default(), c); diff != "" {
+		if diff := cmp.Diff(Default(), c, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 			t.Errorf("Parse(%q) changed the defaults:\n%s", in, diff)
 		}
 	}
