@@ -62,6 +62,9 @@ type Agent struct {
 	audit     *audit.Log
 	auditFile *audit.File
 	dataFiles *dataFiles // once checked, see files
+	// noDataDir is set when the data directory cannot be written and
+	// nothing needs it: no audit log file, no socket in it.
+	noDataDir bool
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -142,6 +145,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	}
 	if cfg.Source != "demo" {
 		resolvers = append(resolvers, host)
+	}
+	if cfg.Source != "demo" {
+		use, err := a.useDataDir(cfg)
+		if err != nil {
+			return nil, err
+		}
+		a.noDataDir = !use
 	}
 	var onTick func(*sampler.Tick)
 	if cfg.LedgerEnabled {
@@ -274,28 +284,31 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
 		dir = d
 	}
-	files := dataFiles{dir: dir, mode: 0o600, gid: -1} // the demo's own directory
-	if cfg.Source != "demo" {
-		var err error
-		if files, err = a.files(); err != nil {
+	lc := audit.LogConfig{Node: node, Logger: a.log.With("part", "audit")}
+	if !a.noDataDir || cfg.Source == "demo" {
+		files := dataFiles{dir: dir, mode: 0o600, gid: -1} // the demo's own directory
+		if cfg.Source != "demo" {
+			var err error
+			if files, err = a.files(); err != nil {
+				return nil, err
+			}
+		}
+		f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
+		if err != nil {
 			return nil, err
 		}
+		if err := f.Secure(files.secure); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		a.closers = append(a.closers, f.Close)
+		lc.File = f
 	}
-	f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	if err := f.Secure(files.secure); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("audit log: %w", err)
-	}
-	a.closers = append(a.closers, f.Close)
-	lc := audit.LogConfig{File: f, Node: node, Logger: a.log.With("part", "audit")}
 	if as, ok := a.store.(ledger.AuditStore); ok {
 		lc.Store = as
 	}
-	a.audit, a.auditFile = audit.NewLog(lc), f
-	return f, nil
+	a.audit, a.auditFile = audit.NewLog(lc), lc.File
+	return lc.File, nil
 }
 
 // Handler is the agent's HTTP surface: /metrics, the API and the page.

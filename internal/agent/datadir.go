@@ -9,6 +9,10 @@ import (
 	"os/user"
 	"strconv"
 	"syscall"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // dataFiles says how the agent's own files under data_dir are kept: the
@@ -40,7 +44,7 @@ func prepareDataDir(dir, group string, log *slog.Logger) (dataFiles, error) {
 		d.mode, dirMode = 0o640, 0o750
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return d, fmt.Errorf("data_dir %s: %w (set data_dir in the config, GPUMETER_DATA_DIR or --data-dir to a directory this user may write)", dir, err)
+		return d, notWritable(dir, err)
 	}
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -69,7 +73,79 @@ func prepareDataDir(dir, group string, log *slog.Logger) (dataFiles, error) {
 			}
 		}
 	}
+	if err := writable(dir); err != nil {
+		return d, err
+	}
 	return d, nil
+}
+
+// errNotWritable marks a data_dir the agent's user may not write.
+var errNotWritable = errors.New("data_dir cannot be written")
+
+// writable proves that dir can be written, so that a directory the
+// agent's user may not write is named with the setting that moves it,
+// before the ledger or the audit log fail on it with a path alone.
+func writable(dir string) error {
+	f, err := os.CreateTemp(dir, ".write-check-")
+	if err != nil {
+		// The file made to check is no name the user knows.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return notWritable(dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+func notWritable(dir string, err error) error {
+	return &notWritableError{dir: dir, err: err}
+}
+
+// notWritableError says that data_dir cannot be written, why, and how
+// to name another.
+type notWritableError struct {
+	dir string
+	err error
+}
+
+func (e *notWritableError) Error() string {
+	return fmt.Sprintf("data_dir %s cannot be written (%v): set data_dir in the config file, GPUMETER_DATA_DIR or --data-dir to a directory this user can write", e.dir, e.err)
+}
+
+func (e *notWritableError) Unwrap() []error { return []error{errNotWritable, e.err} }
+
+// useDataDir says whether the agent keeps files in data_dir. The SQLite
+// ledger needs it; without that ledger it is only where the audit log
+// and the local socket go, and the agent runs without them when it may
+// not write there, unless the policy would then act unaudited.
+func (a *Agent) useDataDir(cfg config.Config) (bool, error) {
+	_, err := a.files()
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, errNotWritable), cfg.LedgerEnabled && cfg.LedgerDSN == "":
+		return false, err
+	case !cfg.LedgerEnabled && actsForReal(cfg):
+		return false, fmt.Errorf("%w; the policy's actions are audited, and with the ledger off only the audit log in data_dir records them", err)
+	}
+	a.log.Warn("running without an audit log file and the local socket", "err", err)
+	return false, nil
+}
+
+// actsForReal says whether the policy would notify or stop.
+func actsForReal(cfg config.Config) bool {
+	if !cfg.WasteEnabled || cfg.Policy.DryRun {
+		return false
+	}
+	for _, r := range waste.RuleNames() {
+		if cfg.Policy.Actions.For(r) != policy.ActionReport {
+			return true
+		}
+	}
+	return false
 }
 
 // ensure makes path an empty file of the right mode when it is missing,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -61,7 +62,10 @@ func (w *liveWaste) setRules(cfg waste.LiveConfig) bool {
 // its audit events itself, to the audit file and the ledger, and waits for
 // them: an action must not go unrecorded.
 func (a *Agent) newPolicy(cfg config.Config, file *audit.File) {
-	auditors := auditors{file}
+	var auditors auditors
+	if file != nil {
+		auditors = append(auditors, file)
+	}
 	if as, ok := a.store.(ledger.AuditStore); ok {
 		auditors = append(auditors, ledgerAudit{as})
 	}
@@ -78,7 +82,8 @@ func (a *Agent) newPolicy(cfg config.Config, file *audit.File) {
 }
 
 // auditors writes every event to each of its auditors: the JSON lines
-// file always, the ledger when there is one.
+// file unless the data directory cannot be written, the ledger when there
+// is one.
 type auditors []policy.Auditor
 
 func (as auditors) Audit(ctx context.Context, e policy.Event) error {
@@ -129,5 +134,28 @@ func (a *Agent) Reload(cfg config.Config) error {
 		}
 	}
 	a.log.Info("config reloaded", "tokens", len(cfg.Auth.Tokens), "waste_rules_changed", changed, "policy_dry_run", cfg.Policy.DryRun)
+	for _, name := range config.Changed(&a.cfg, &cfg) {
+		if !reloadable(name) {
+			a.log.Warn(name + " changed; it takes effect after a restart")
+		}
+	}
 	return nil
+}
+
+// reloadable says whether Reload puts a new value of the setting name in
+// force: the security settings, the waste rules and the policy. Turning
+// HTTPS or the waste rules on or off is refused by Reload instead.
+func reloadable(name string) bool {
+	switch name {
+	case "waste.enabled":
+		return false
+	case "api.rate_limit", "api.rate_burst", "web.config_file":
+		return true
+	}
+	for _, prefix := range []string{"auth.", "tls.", "waste.", "policy."} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }
