@@ -5,7 +5,6 @@ package main
 // leaves a setting for the next restart.
 
 import (
-	"bytes"
 	"io"
 	"net"
 	"os"
@@ -215,10 +214,10 @@ func TestServeReloadNamesRestartOnly(t *testing.T) {
 	}
 }
 
-// nobodyBinary is a copy of the binary that user nobody may run, in a
-// directory of root's that nobody can read but not write, or "" when the
-// test cannot change user.
-func nobodyBinary(t *testing.T) (bin, dir string) {
+// nobodyDir is a directory of root's that nobody may read but not write,
+// holding a scenario nobody may read; it skips the test where the binary
+// cannot be run as another user.
+func nobodyDir(t *testing.T) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to run the binary as another user")
@@ -234,14 +233,6 @@ func nobodyBinary(t *testing.T) (bin, dir string) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(binary)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin = filepath.Join(dir, "gpumeter")
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	scenario, err := os.ReadFile("testdata/waste/live.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -249,39 +240,32 @@ func nobodyBinary(t *testing.T) (bin, dir string) {
 	if err := os.WriteFile(filepath.Join(dir, "live.yaml"), scenario, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return bin, dir
-}
-
-// asNobody is the command that runs bin with args as user nobody.
-func asNobody(bin string, args ...string) *exec.Cmd {
-	cmd := exec.Command("setpriv", append([]string{"--reuid", "65534", "--regid", "65534", "--clear-groups", "--", bin}, args...)...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
-	return cmd
+	return dir
 }
 
 // TestServeDataDirNotWritable: as a user who may not write the data
 // directory, serve says permission denied and how to name another; with
 // the ledger off it runs without the audit file and the socket there.
 func TestServeDataDirNotWritable(t *testing.T) {
-	bin, dir := nobodyBinary(t)
+	dir := nobodyDir(t)
 	scenario := filepath.Join(dir, "live.yaml")
 	for _, dataDir := range []string{dir, filepath.Join(dir, "data")} {
-		cmd := asNobody(bin, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", dataDir)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		err := cmd.Run()
-		if err == nil {
+		_, stderr, code := runAsNobody(t, nil, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", dataDir)
+		if code == 0 {
 			t.Fatalf("serve with data_dir %s that nobody cannot write started", dataDir)
 		}
-		want := "gpumeter: data_dir " + dataDir + " cannot be written ("
-		for _, w := range []string{want, "permission denied): set data_dir in the config file, GPUMETER_DATA_DIR or --data-dir to a directory this user can write"} {
-			if !strings.Contains(stderr.String(), w) {
-				t.Errorf("data_dir %s: stderr does not say %q:\n%s", dataDir, w, stderr.String())
+		for _, w := range []string{
+			"gpumeter: data_dir " + dataDir + " cannot be written (",
+			"permission denied): set data_dir in the config file, GPUMETER_DATA_DIR or --data-dir to a directory this user can write",
+		} {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("data_dir %s: stderr does not say %q:\n%s", dataDir, w, stderr)
 			}
 		}
 	}
 
-	cmd := asNobody(bin, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", filepath.Join(dir, "data"), "--ledger-enabled=false")
+	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", binary, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", filepath.Join(dir, "data"), "--ledger-enabled=false")
+	cmd.Dir = "/"
 	var log lockedBuffer
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(pw, &log)
