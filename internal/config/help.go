@@ -42,7 +42,7 @@ func (k Key) Section() string {
 		return "Host"
 	case "docker", "labels":
 		return "Containers"
-	case "data_dir", "ledger":
+	case "data_dir", "data_group", "ledger":
 		return "Ledger"
 	case "cost":
 		return "Cost"
