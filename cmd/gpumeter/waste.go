@@ -78,7 +78,7 @@ was read.`,
 				return err
 			}
 			defer store.Close()
-			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: req.From, To: req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost, Flush: cfg.FlushInterval})
+			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: *req.From, To: *req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost, Flush: cfg.FlushInterval})
 			if err != nil {
 				return err
 			}

@@ -52,14 +52,18 @@ func (lf *ledgerFlags) window(req *report.Request) error {
 		}
 	}
 	if lf.from != "" {
-		if req.From, err = report.ParseTime(lf.from); err != nil {
+		t, err := report.ParseTime(lf.from)
+		if err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
+		req.From = &t
 	}
 	if lf.to != "" {
-		if req.To, err = report.ParseTime(lf.to); err != nil {
+		t, err := report.ParseTime(lf.to)
+		if err != nil {
 			return fmt.Errorf("--to: %w", err)
 		}
+		req.To = &t
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func (s *server) whoami(w http.ResponseWriter, r *http.Request, c *call) {
 // noParams answers 400 when r has query parameters an endpoint does not
 // take, so that a filter the caller believes in is never ignored.
 func noParams(w http.ResponseWriter, r *http.Request) bool {
-	if len(r.URL.Query()) > 0 {
+	if r.URL.RawQuery != "" {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, r.URL.Path+" takes no parameters")
 		return false
 	}
@@ -171,7 +171,7 @@ func ParseStop(req StopRequest) (time.Duration, error) {
 
 func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	id := r.PathValue("id")
-	if len(r.URL.Query()) > 0 {
+	if r.URL.RawQuery != "" {
 		msg := r.URL.Path + " takes its options in a JSON body, not as parameters"
 		s.record(r, c, "container "+id, http.StatusBadRequest, msg)
 		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
@@ -244,7 +244,12 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
 			return
 		}
-		req, err := report.RequestFromQuery(r.URL.Query(), units.ParseDuration)
+		q, err := query(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			return
+		}
+		req, err := report.RequestFromQuery(q, units.ParseDuration)
 		if err == nil {
 			if format != "" {
 				if req.Format != "" && req.Format != format {
@@ -270,8 +275,10 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			}
 			req.User = c.id.User
 		}
-		if span := req.To.Sub(req.From); span > s.cfg.Limits.MaxReportWindow {
-			writeError(w, http.StatusBadRequest, CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows", span, s.cfg.Limits.MaxReportWindow))
+		// The window as asked: its ends were rounded out to minutes.
+		if span := req.Span(); span > s.cfg.Limits.MaxReportWindow {
+			writeError(w, http.StatusBadRequest, CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows",
+				units.FormatDuration(span), units.FormatDuration(s.cfg.Limits.MaxReportWindow)))
 			return
 		}
 		rep, err := s.cfg.Reports.Report(r.Context(), req)
@@ -316,7 +323,7 @@ func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, CodeWasteOff, "the live waste rules are off (waste.enabled: false); `gpumeter waste` reads the ledger")
 		return
 	}
-	if len(r.URL.Query()) > 0 {
+	if r.URL.RawQuery != "" {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "/api/v1/waste takes no parameters: it lists the live findings")
 		return
 	}
@@ -383,7 +390,7 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 	if q.Has("since") && q.Has("from") {
 		return aq, errors.New("since and from exclude each other")
 	}
-	if aq.From.IsZero() {
+	if !q.Has("from") {
 		aq.From = aq.To.Add(-since)
 	}
 	if !aq.From.Before(aq.To) {
@@ -397,7 +404,12 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the audit log is off")
 		return
 	}
-	q, err := ParseAuditQuery(r.URL.Query(), s.cfg.Now(), s.cfg.Limits.MaxAuditEvents)
+	raw, err := query(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	q, err := ParseAuditQuery(raw, s.cfg.Now(), s.cfg.Limits.MaxAuditEvents)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return

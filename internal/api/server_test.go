@@ -189,7 +189,7 @@ func (f *fakeReports) Report(_ context.Context, r report.Request) (*report.Repor
 	if f.err != nil {
 		return nil, f.err
 	}
-	rep := &report.Report{From: r.From, To: r.To, By: r.By, Currency: "USD", Rows: []report.Row{}}
+	rep := &report.Report{From: *r.From, To: *r.To, By: r.By, Currency: "USD", Rows: []report.Row{}}
 	for i := range f.rows {
 		rep.Rows = append(rep.Rows, report.Row{Key: "key" + strconv.Itoa(i), GPUHoursAllocated: 1})
 	}
