@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
@@ -159,12 +160,12 @@ func ParseStop(req StopRequest) (time.Duration, error) {
 			return 0, fmt.Errorf("timeout: %w", err)
 		}
 		if d > 10*time.Minute {
-			return 0, fmt.Errorf("timeout: %s is longer than 10m", d)
+			return 0, fmt.Errorf("timeout: %s is longer than 10m", units.FormatDuration(d))
 		}
 		grace = d
 	}
-	if len(req.Reason) > 500 {
-		return 0, fmt.Errorf("reason: %d characters, more than 500", len(req.Reason))
+	if n := utf8.RuneCountInString(req.Reason); n > 500 {
+		return 0, fmt.Errorf("reason: %d characters, more than 500", n)
 	}
 	return grace, nil
 }
