@@ -28,7 +28,7 @@ type clientFlags struct {
 
 func (cf *clientFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&cf.url, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+api.DefaultURL+")")
+	f.StringVar(&cf.url, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+api.DefaultURL+" for ps, stop and whoami, while report, waste and audit read the ledger)")
 	f.StringVar(&cf.caFile, "ca-file", "", "CA bundle (PEM) an https agent's certificate is checked against (default $GPUMETER_CA_FILE, else ca_file: in the client config)")
 }
 
