@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -83,6 +86,7 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 			io.WriteString(w, `{"code":"bad_token","message":"the token is not accepted: it is wrong or has been removed"}`)
 			return
 		}
+		w.Header().Set(api.NodeHeader, "n1")
 		mux.ServeHTTP(w, r)
 	}))
 	srv.Listener = ln
@@ -160,9 +164,18 @@ func TestCommandsAskTheAgent(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, _, err := runCmd(t, tt.args...)
+			out, stderr, err := runCmd(t, tt.args...)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// The commands that could read a ledger say first that they
+			// read the agent; the others say nothing of it.
+			want := ""
+			if cmd := tt.args[0]; cmd == "report" || cmd == "waste" || cmd == "audit" {
+				want = "reading the agent at " + fa.URL + " (node n1)"
+			}
+			if first, _, _ := strings.Cut(stderr, "\n"); first != want {
+				t.Errorf("stderr begins %q, want %q", first, want)
 			}
 			got := fa.next(t)
 			tt.want.Auth = "Bearer gpm_test"
@@ -190,7 +203,7 @@ func TestCommandsAgentErrors(t *testing.T) {
 		{"waste window", "gpm_test", []string{"waste", "--since", "2h"}, []string{"--since: the agent's live findings have no window", "--db or --dsn"}},
 		{"waste rules", "gpm_test", []string{"waste", "--waste-idle-window", "5m"}, []string{"--waste-idle-window: the agent judges by its own waste rules"}},
 		{"report and a ledger", "gpm_test", []string{"report", "--url", fa.URL, "--db", "x.db"}, []string{"--url asks the agent, --db and --dsn read a ledger here"}},
-		{"report config", "gpm_test", []string{"report", "--config", "gpumeter.yaml"}, []string{"--config: the agent uses its own config"}},
+		{"report config", "gpm_test", []string{"report", "--config", "gpumeter.yaml"}, []string{"--config: the agent (from GPUMETER_URL) uses its own config"}},
 		{"report bad flag", "gpm_test", []string{"report", "--by", "colour"}, []string{`--by: "colour" is not one of`}},
 		{"stop bad timeout", "gpm_test", []string{"stop", "x", "--timeout", "1h"}, []string{"--timeout: 1h0m0s is longer than 10m"}},
 	}
@@ -207,33 +220,85 @@ func TestCommandsAgentErrors(t *testing.T) {
 	}
 }
 
-func TestFromAgent(t *testing.T) {
+// TestChooseSource: report, waste and audit read the ledger a flag
+// names, else an agent someone named, else the local agent when one
+// answers on its socket and the flags ask nothing of the ledger, else the
+// config's ledger.
+func TestChooseSource(t *testing.T) {
+	ln, running := listenUnix(t)
+	_ = ln
+	stale, path := listenUnix(t)
+	stale.(*net.UnixListener).SetUnlinkOnClose(false)
+	stale.Close()
+	noSocket := filepath.Join(t.TempDir(), "api.sock")
+	home := t.TempDir()
+	client := writeFile(t, home, "client.yaml", "url: http://file:1\n", 0o600)
+
 	tests := []struct {
-		name string
-		env  string
-		args []string
-		want bool
+		name   string
+		env    map[string]string
+		socket string
+		waste  bool // the command is waste, with its ledger-only flags
+		args   []string
+		want   string // the agent's URL, "" for the ledger
+		passed bool   // the local agent was passed over for the ledger
+		err    string // what the error says
 	}{
-		{"nothing", "", nil, false},
-		{"--url", "", []string{"--url", "http://a:1"}, true},
-		{"GPUMETER_URL", "http://a:1", nil, true},
-		{"GPUMETER_URL and --db", "http://a:1", []string{"--db", "x.db"}, false},
-		{"GPUMETER_URL and --dsn", "http://a:1", []string{"--dsn", "postgres://x"}, false},
+		{name: "nothing, no agent", socket: noSocket},
+		{name: "nothing, the local agent", socket: running, want: "unix://" + running},
+		{name: "a socket nobody serves on", socket: path},
+		{name: "--url", socket: noSocket, args: []string{"--url", "http://a:1"}, want: "http://a:1"},
+		{name: "GPUMETER_URL", socket: running, env: map[string]string{"GPUMETER_URL": "http://env:1"}, want: "http://env:1"},
+		{name: "the client config's url", socket: running, env: map[string]string{"GPUMETER_CLIENT_CONFIG": client}, want: "http://file:1"},
+		{name: "GPUMETER_URL and --db", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--db", "x.db"}},
+		{name: "GPUMETER_URL and --dsn", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--dsn", "postgres://x"}},
+		{name: "the local agent and --db", socket: running, args: []string{"--db", "x.db"}},
+		{name: "the local agent and --config", socket: running, args: []string{"--config", "gpumeter.yaml"}, passed: true},
+		{name: "the local agent and a window for waste", socket: running, waste: true, args: []string{"--since", "7d"}, passed: true},
+		{name: "the local agent and a rule", socket: running, waste: true, args: []string{"--waste-idle-window", "5m"}, passed: true},
+		{name: "the local agent and a window for report", socket: running, args: []string{"--since", "7d"}, want: "unix://" + running},
+		{name: "--url and --db", socket: running, args: []string{"--url", "http://a:1", "--db", "x.db"}, err: "--url asks the agent, --db and --dsn read a ledger here"},
+		{name: "--db and --dsn", socket: running, args: []string{"--db", "x.db", "--dsn", "postgres://x"}, err: "--db and --dsn exclude each other"},
+		{name: "an agent named and --config", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--config", "x.yaml"}, err: "--config: the agent (from GPUMETER_URL) uses its own config"},
+		{name: "an agent named and a window for waste", socket: running, waste: true, args: []string{"--url", "http://a:1", "--since", "7d"}, err: "--since: the agent's live findings have no window"},
+		{name: "--ca-file without an agent named", socket: running, args: []string{"--ca-file", "ca.pem"}, err: "--ca-file is for an agent named by --url"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv("GPUMETER_URL", tt.env)
 			var lf ledgerFlags
 			var cf clientFlags
 			cmd := &cobra.Command{}
+			cmd.SetContext(context.Background())
 			lf.register(cmd, "x")
 			cf.register(cmd)
+			unserved := unservedFunc(nil)
+			if tt.waste {
+				cmd.Flags().String("waste-idle-window", "", "")
+				unserved = wasteUnserved
+			}
 			if err := cmd.ParseFlags(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			got, err := lf.fromAgent(cmd)
-			if err != nil || got != tt.want {
-				t.Errorf("fromAgent = %v, %v; want %v", got, err, tt.want)
+			env := clientEnv{getenv: mapEnv(tt.env), configDir: t.TempDir(), socket: tt.socket}
+			got, err := chooseSource(cmd, &lf, &cf, env, unserved)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Errorf("err %v, want one saying %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := ""
+			if got != nil {
+				url = got.settings.URL
+			}
+			if url != tt.want {
+				t.Errorf("source %q, want %q (\"\" is the ledger)", url, tt.want)
+			}
+			if passed := strings.Contains(lf.passedOver, "reads a ledger, not the agent running at unix://"+running); passed != tt.passed {
+				t.Errorf("passed over %q, want it said: %v", lf.passedOver, tt.passed)
 			}
 		})
 	}

@@ -16,8 +16,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api"
 	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // defaultAuditLimit is the most events audit --file prints unless --limit
@@ -27,6 +28,7 @@ const defaultAuditLimit = 10_000
 func newAudit() *cobra.Command {
 	var (
 		cf                          clientFlags
+		lf                          ledgerFlags
 		since, from, to, file, form string
 		limit                       int
 	)
@@ -35,8 +37,11 @@ func newAudit() *cobra.Command {
 		Short: "Show the audit log: API calls that changed something or were refused, and what the waste policy did",
 		Long: `Show the agent's audit log over a window, oldest first: API calls that
 changed something or were turned away, with who called, from where and with
-what status, and what the waste policy did to containers. Reads it from the
-agent (admins only), or with --file from an audit.jsonl on this host.`,
+what status, and what the waste policy did to containers. Reads it where
+report reads: from an agent (admins only) or from the ledger's audit events
+(--db, --dsn, --config, or the config's ledger when no agent runs here); or
+with --file from an audit.jsonl on this host. One line on stderr says which
+agent or ledger was read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if form != "table" && form != "json" {
@@ -45,6 +50,9 @@ agent (admins only), or with --file from an audit.jsonl on this host.`,
 			flags := cmd.Flags()
 			if file != "" && (flags.Changed("url") || flags.Changed("ca-file")) {
 				return errors.New("--file reads the log on this host; --url and --ca-file ask an agent: give one or the other")
+			}
+			if file != "" && (lf.db != "" || lf.dsn != "" || flags.Changed("config")) {
+				return errors.New("--file reads that audit.jsonl; --db, --dsn and --config read the ledger's audit events: give one or the other")
 			}
 			w, err := auditWindow(since, from, to, time.Now())
 			if err != nil {
@@ -66,6 +74,12 @@ agent (admins only), or with --file from an audit.jsonl on this host.`,
 				if len(events) > limit {
 					resp.Events, resp.Truncated = events[len(events)-limit:], true
 				}
+			} else if agent, err := chooseSource(cmd, &lf, &cf, hostEnv(), nil); err != nil {
+				return err
+			} else if agent == nil {
+				if resp, err = auditFromLedger(cmd, &lf, w, limit); err != nil {
+					return err
+				}
 			} else {
 				q := url.Values{}
 				for k, v := range map[string]string{"since": since, "from": from, "to": to} {
@@ -76,13 +90,10 @@ agent (admins only), or with --file from an audit.jsonl on this host.`,
 				if flags.Changed("limit") {
 					q.Set("limit", strconv.Itoa(limit))
 				}
-				c, err := cf.client()
-				if err != nil {
-					return err
+				if resp, err = agent.Audit(cmd.Context(), q); err != nil {
+					return agent.explain(err)
 				}
-				if resp, err = c.Audit(cmd.Context(), q); err != nil {
-					return c.explain(err)
-				}
+				agent.announce(cmd)
 			}
 			if resp.Events == nil {
 				resp.Events = []audit.Event{}
@@ -99,14 +110,50 @@ agent (admins only), or with --file from an audit.jsonl on this host.`,
 		},
 	}
 	cf.register(cmd)
+	lf.registerLedger(cmd, "its audit events")
 	f := cmd.Flags()
 	f.StringVar(&since, "since", "", "window length ending at --to, e.g. 1h or 7d (default 24h)")
 	f.StringVar(&from, "from", "", "window start: RFC 3339 or a date (2026-11-02)")
 	f.StringVar(&to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
-	f.IntVar(&limit, "limit", 0, "at most this many events, the newest (default: the agent's api limit, or 10000 with --file)")
+	f.IntVar(&limit, "limit", 0, "at most this many events, the newest (default: the agent's api limit, or 10000 from a file or a ledger)")
 	f.StringVar(&form, "format", "table", "output: table or json")
 	f.StringVar(&file, "file", "", "read this audit.jsonl instead of asking the agent")
 	return cmd
+}
+
+// auditFromLedger reads the audit events in w from the ledger that lf
+// or the config names, the newest limit of them (defaultAuditLimit when
+// limit is 0).
+func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w api.AuditQuery, limit int) (api.AuditResponse, error) {
+	resp := api.AuditResponse{From: w.From.UTC(), To: w.To.UTC()}
+	cfg, err := loadConfig(cmd, lf.configPath)
+	if err != nil {
+		return resp, err
+	}
+	store, err := lf.open(cmd, &cfg)
+	if err != nil {
+		return resp, err
+	}
+	defer store.Close()
+	as, ok := store.Store.(ledger.AuditStore)
+	if !ok {
+		return resp, errors.New("this ledger keeps no audit events")
+	}
+	got, err := as.AuditEvents(cmd.Context(), ledger.Filter{From: w.From, To: w.To})
+	if err != nil {
+		return resp, fmt.Errorf("read the audit events: %w", err)
+	}
+	if limit == 0 {
+		limit = defaultAuditLimit
+	}
+	if len(got) > limit {
+		got, resp.Truncated = got[len(got)-limit:], true
+	}
+	resp.Events = make([]audit.Event, len(got))
+	for i, e := range got {
+		resp.Events[i] = audit.FromLedger(e)
+	}
+	return resp, nil
 }
 
 // auditWindow is the window the flags ask for: since before to, or from
@@ -119,7 +166,7 @@ func auditWindow(since, from, to string, now time.Time) (api.AuditQuery, error) 
 	}
 	back := 24 * time.Hour
 	if since != "" {
-		if back, err = config.ParseDuration(since); err != nil {
+		if back, err = units.ParseDuration(since); err != nil {
 			return w, fmt.Errorf("--since: %w", err)
 		}
 		if back == 0 {

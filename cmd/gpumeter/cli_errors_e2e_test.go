@@ -245,3 +245,24 @@ containers:
 			want: []string{"127.0.0.1:1", "connect"}, limit: 5 * time.Second},
 	})
 }
+
+// TestCommandArgs: a missing or extra argument is named, verbatim, before
+// any agent is asked.
+func TestCommandArgs(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"stop"}, "gpumeter: stop needs a container name or id (`gpumeter ps` lists them)\n"},
+		{[]string{"stop", "a", "b"}, "gpumeter: stop takes one container name or id, got 2; stop them one by one\n"},
+		{[]string{"ps", "alice"}, "gpumeter: ps takes no arguments, got \"alice\"\n"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			// An agent that cannot be reached: only the arguments can fail.
+			_, stderr, code := runCLI(t, []string{"GPUMETER_URL=http://127.0.0.1:1"}, tt.args...)
+			if code != 1 || stderr != tt.want {
+				t.Errorf("exit status %d, stderr %q; want 1, %q", code, stderr, tt.want)
+			}
+		})
+	}
+}

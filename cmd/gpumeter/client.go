@@ -28,7 +28,7 @@ type clientFlags struct {
 
 func (cf *clientFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&cf.url, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+api.DefaultURL+")")
+	f.StringVar(&cf.url, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+api.DefaultURL+" for ps, stop and whoami, while report, waste and audit read the ledger)")
 	f.StringVar(&cf.caFile, "ca-file", "", "CA bundle (PEM) an https agent's certificate is checked against (default $GPUMETER_CA_FILE, else ca_file: in the client config)")
 }
 
@@ -50,12 +50,17 @@ func hostEnv() clientEnv {
 	} else if home, err := os.UserHomeDir(); err == nil {
 		env.configDir = filepath.Join(home, ".config")
 	}
-	// The socket the agent would listen on if started here: its defaults
-	// and the two settings that move it.
-	cfg := config.Default()
-	for k, env := range map[string]string{"data_dir": "GPUMETER_DATA_DIR", "api.socket": "GPUMETER_API_SOCKET"} {
-		if v := os.Getenv(env); v != "" {
-			_ = cfg.Set(k, v)
+	// The socket the agent would listen on if started here: its config
+	// file and environment, as serve reads them. A config this user may
+	// not read still leaves the defaults and the two settings that move
+	// the socket.
+	cfg, err := fileConfig("")
+	if err != nil {
+		cfg = config.Default()
+		for k, env := range map[string]string{"data_dir": "GPUMETER_DATA_DIR", "api.socket": "GPUMETER_API_SOCKET"} {
+			if v := os.Getenv(env); v != "" {
+				_ = cfg.Set(k, v)
+			}
 		}
 	}
 	env.socket = cfg.SocketPath()
@@ -70,6 +75,21 @@ type clientSettings struct {
 	ConfigPath string
 	// TokenFrom names where the token came from; "" when there is none.
 	TokenFrom string
+	// URLFrom names where the URL came from: --url, GPUMETER_URL, the
+	// client config's line, urlFromSocket or urlFromDefault.
+	URLFrom string
+}
+
+// Where a client's URL came from when nobody named an agent.
+const (
+	urlFromSocket  = "the local agent's socket"
+	urlFromDefault = "the default"
+)
+
+// named says whether someone named the agent: a flag, the environment
+// or the client config, rather than the local socket or the default.
+func (s clientSettings) named() bool {
+	return s.URLFrom != urlFromSocket && s.URLFrom != urlFromDefault
 }
 
 // resolveClient works out a client's settings: flags first, then the
@@ -90,7 +110,14 @@ func resolveClient(flags clientFlags, env clientEnv) (clientSettings, error) {
 			return s, err
 		}
 	}
-	s.URL = first(flags.url, env.getenv("GPUMETER_URL"), file.URL)
+	switch {
+	case flags.url != "":
+		s.URL, s.URLFrom = flags.url, "--url"
+	case env.getenv("GPUMETER_URL") != "":
+		s.URL, s.URLFrom = env.getenv("GPUMETER_URL"), "GPUMETER_URL"
+	case file.URL != "":
+		s.URL, s.URLFrom = file.URL, fmt.Sprintf("%s:%d", path, file.lines["url"])
+	}
 	s.CAFile = first(flags.caFile, env.getenv("GPUMETER_CA_FILE"), file.CAFile)
 	s.CertFile, s.KeyFile = file.CertFile, file.KeyFile
 	switch {
@@ -105,9 +132,13 @@ func resolveClient(flags clientFlags, env clientEnv) (clientSettings, error) {
 		}
 	}
 	if s.URL == "" {
-		s.URL = api.DefaultURL
-		if fi, err := os.Stat(env.socket); env.socket != "" && err == nil && fi.Mode()&fs.ModeSocket != 0 {
-			s.URL = "unix://" + env.socket
+		s.URL, s.URLFrom = api.DefaultURL, urlFromDefault
+		// A socket this user may not even look at is still the local
+		// agent's: connecting to it names the refusal, where the default
+		// URL would name some other agent, or none.
+		fi, err := os.Stat(env.socket)
+		if env.socket != "" && (err == nil && fi.Mode()&fs.ModeSocket != 0 || errors.Is(err, fs.ErrPermission)) {
+			s.URL, s.URLFrom = "unix://"+env.socket, urlFromSocket
 		}
 	}
 	return s, nil
@@ -144,20 +175,46 @@ func checkTokenShape(tok string) error {
 type agentClient struct {
 	*api.Client
 	settings clientSettings
+	// node is the node the agent's last answer named.
+	node string
 }
 
 // client builds the client for the agent the flags, the environment and
-// the client config name.
-func (cf *clientFlags) client() (*agentClient, error) {
+// the client config name. The agent's warnings go to cmd's stderr.
+func (cf *clientFlags) client(cmd *cobra.Command) (*agentClient, error) {
 	s, err := resolveClient(*cf, hostEnv())
 	if err != nil {
 		return nil, err
 	}
+	return newAgentClient(cmd, s)
+}
+
+func newAgentClient(cmd *cobra.Command, s clientSettings) (*agentClient, error) {
 	c, err := api.NewClient(s.ClientOptions)
 	if err != nil {
 		return nil, err
 	}
-	return &agentClient{Client: c, settings: s}, nil
+	ac := &agentClient{Client: c, settings: s}
+	c.Answered = func(a api.Answer) {
+		ac.node = a.Node
+		for _, w := range a.Warnings {
+			if s.TokenFrom != "" {
+				w += "; the token came from " + s.TokenFrom
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "gpumeter: warning:", w)
+		}
+	}
+	return ac, nil
+}
+
+// announce says on stderr which agent was read, for the commands that
+// could read a ledger instead.
+func (c *agentClient) announce(cmd *cobra.Command) {
+	line := "reading the agent at " + c.settings.URL
+	if c.node != "" {
+		line += " (node " + c.node + ")"
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), line)
 }
 
 // explain adds to an error from the agent what the caller can do about

@@ -70,21 +70,22 @@ func TestResolveClient(t *testing.T) {
 	}{
 		{
 			name: "nothing set, no socket", configDir: t.TempDir(), socket: noSocket,
-			want: clientSettings{ClientOptions: api.ClientOptions{URL: api.DefaultURL}},
+			want: clientSettings{ClientOptions: api.ClientOptions{URL: api.DefaultURL}, URLFrom: urlFromDefault},
 		},
 		{
 			name: "nothing set, the local socket", configDir: t.TempDir(), socket: socket,
-			want: clientSettings{ClientOptions: api.ClientOptions{URL: "unix://" + socket}},
+			want: clientSettings{ClientOptions: api.ClientOptions{URL: "unix://" + socket}, URLFrom: urlFromSocket},
 		},
 		{
 			name: "no config directory", socket: noSocket,
-			want: clientSettings{ClientOptions: api.ClientOptions{URL: api.DefaultURL}},
+			want: clientSettings{ClientOptions: api.ClientOptions{URL: api.DefaultURL}, URLFrom: urlFromDefault},
 		},
 		{
 			name: "the default file", configDir: home, socket: socket,
 			want: clientSettings{
 				ClientOptions: api.ClientOptions{URL: "https://file:9400", Token: "gpm_file", CAFile: filepath.Join(dir, "ca.pem"), CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
 				TokenFrom:     def + ":2",
+				URLFrom:       def + ":1",
 			},
 		},
 		{
@@ -93,6 +94,7 @@ func TestResolveClient(t *testing.T) {
 			want: clientSettings{
 				ClientOptions: api.ClientOptions{URL: "http://env:1", Token: "gpm_env", CAFile: "/env/ca.pem", CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
 				TokenFrom:     "GPUMETER_TOKEN",
+				URLFrom:       "GPUMETER_URL",
 			},
 		},
 		{
@@ -102,6 +104,7 @@ func TestResolveClient(t *testing.T) {
 			want: clientSettings{
 				ClientOptions: api.ClientOptions{URL: "unix:///flag.sock", Token: "gpm_file", CAFile: "/flag/ca.pem", CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
 				TokenFrom:     def + ":2",
+				URLFrom:       "--url",
 			},
 		},
 		{
@@ -110,6 +113,7 @@ func TestResolveClient(t *testing.T) {
 			want: clientSettings{
 				ClientOptions: api.ClientOptions{URL: api.DefaultURL, Token: "gpm_other"},
 				TokenFrom:     other + ":3",
+				URLFrom:       urlFromDefault,
 			},
 		},
 	}

@@ -55,6 +55,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	// Others may run the binary too: tests run it as nobody.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	binary = filepath.Join(dir, "gpumeter")
 	build := exec.Command("go", "build", "-o", binary, ".")
 	build.Stderr = os.Stderr

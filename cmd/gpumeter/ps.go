@@ -24,12 +24,17 @@ func newPs() *cobra.Command {
 		Long: `List GPU use by container and host user from a running agent: one row per
 owner and GPU, with the allocation share, SM utilisation and GPU memory now,
 and the GPU-hours and energy booked since the agent started.`,
-		Args: cobra.NoArgs,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("ps takes no arguments, got %q", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
 				return fmt.Errorf("--format: %q is not table or json", format)
 			}
-			c, err := cf.client()
+			c, err := cf.client(cmd)
 			if err != nil {
 				return err
 			}

@@ -23,20 +23,22 @@ func newReport() *cobra.Command {
 		Long: `Report GPU usage and cost over a window from the ledger: allocated, held,
 present and used GPU-hours, efficiency (used / held, within 0-100 % also on
 shared GPUs), peak GPU memory, energy, CPU and RAM, cost, the idle pool and
-totals that reconcile with the host. Reads the agent's
-ledger (data_dir or ledger.dsn from the config) unless --db or --dsn names
-another, such as one that simulate wrote. Prices come from the config's
-cost section.
+totals that reconcile with the host.
 
-With --url, or with $GPUMETER_URL and neither --db nor --dsn, the agent there
-makes the report from its ledger with its prices, and it is printed as the
-agent returns it.`,
+Where it reads, in order: the ledger --db or --dsn names (one that simulate
+wrote, say); the agent that --url, $GPUMETER_URL or url: in the client
+config names; with --config, the ledger that config names; the local agent
+over its socket, when one runs; else the agent's ledger (data_dir or
+ledger.dsn from the config). An agent makes the report from its ledger with
+its prices, and it is printed as the agent returns it; a ledger read here is
+priced by the config's cost section. One line on stderr says which was read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			remote, err := lf.fromAgent(cmd)
+			agent, err := chooseSource(cmd, &lf, &cf, hostEnv(), nil)
 			if err != nil {
 				return err
 			}
+			remote := agent != nil
 			var cfg config.Config
 			if !remote {
 				if cfg, err = loadConfig(cmd, lf.configPath); err != nil {
@@ -60,9 +62,9 @@ agent returns it.`,
 				return err
 			}
 			if remote {
-				return reportFromAgent(cmd, &cf, lf, req, labels)
+				return reportFromAgent(cmd, agent, lf, req, labels)
 			}
-			store, cost, err := lf.openPriced(cmd.Context(), &cfg)
+			store, cost, err := lf.openPriced(cmd, &cfg)
 			if err != nil {
 				return err
 			}
@@ -89,7 +91,7 @@ agent returns it.`,
 // reportFromAgent asks the agent for the report the flags describe and
 // prints it as it comes. The window goes as the flags gave it, so that
 // the agent reads it against its own clock.
-func reportFromAgent(cmd *cobra.Command, cf *clientFlags, lf ledgerFlags, req report.Request, labels []string) error {
+func reportFromAgent(cmd *cobra.Command, c *agentClient, lf ledgerFlags, req report.Request, labels []string) error {
 	q := url.Values{}
 	for k, v := range map[string]string{
 		"by": req.By, "since": lf.since, "from": lf.from, "to": lf.to,
@@ -100,14 +102,11 @@ func reportFromAgent(cmd *cobra.Command, cf *clientFlags, lf ledgerFlags, req re
 		}
 	}
 	q["label"] = labels
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
 	body, _, err := c.Usage(cmd.Context(), q)
 	if err != nil {
 		return c.explain(err)
 	}
+	c.announce(cmd)
 	_, err = cmd.OutOrStdout().Write(body)
 	return err
 }

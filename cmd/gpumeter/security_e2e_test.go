@@ -1026,8 +1026,8 @@ func TestSecurityWebConfig(t *testing.T) {
 }
 
 // TestSecuritySocket: the local socket is the agent's user's alone, and
-// lets that user in as admin without a token; a wrong token is still
-// refused on it.
+// lets that user in as admin without a token; a wrong token from that
+// user is ignored there, with a warning, and still refused over TCP.
 func TestSecuritySocket(t *testing.T) {
 	t.Parallel()
 	a := startSecure(t, secureSetup{})
@@ -1053,10 +1053,31 @@ func TestSecuritySocket(t *testing.T) {
 	if want := (api.Whoami{User: "uid:" + uid, Role: "admin", Method: "socket", Name: "uid " + uid}); me != want {
 		t.Errorf("whoami over the socket: %+v, want %+v", me, want)
 	}
-	ans = send(t, c, "GET", "http://gpumeter/api/v1/whoami", "gpm_"+strings.Repeat("x", 43), nil)
-	ans.want(t, "a wrong token over the socket", http.StatusUnauthorized, auth.CodeBadToken)
-	ans.source = "unix uid " + uid
+	if got := ans.header.Values(api.WarningHeader); len(got) != 0 {
+		t.Errorf("whoami over the socket without a token warns %q", got)
+	}
+	wrong := "gpm_" + strings.Repeat("x", 43)
+	ans = send(t, c, "GET", "http://gpumeter/api/v1/whoami", wrong, nil)
+	ans.want(t, "a wrong token over the socket", http.StatusOK, "")
+	var again api.Whoami
+	ans.decode(t, &again)
+	if again != me {
+		t.Errorf("whoami over the socket with a wrong token: %+v, want %+v as without one", again, me)
+	}
+	warning := "the token was ignored (the token is not accepted: it is wrong or has been removed): uid " + uid + " on the agent's socket is admin by its kernel identity"
+	if got := ans.header.Values(api.WarningHeader); len(got) != 1 || got[0] != warning {
+		t.Errorf("a wrong token over the socket: warnings %q, want [%q]", got, warning)
+	}
+	if strings.Contains(strings.Join(ans.header.Values(api.WarningHeader), " "), wrong) {
+		t.Error("the warning repeats the token")
+	}
+	// Over TCP the same token is refused, and audited.
+	ans = send(t, a.client, "GET", a.URL+"/api/v1/whoami", wrong, nil)
+	ans.want(t, "a wrong token over TCP", http.StatusUnauthorized, auth.CodeBadToken)
 	a.wantAudit(t, ans, auditView{Caller: "unknown", Action: "whoami", Outcome: audit.OutcomeDenied, Error: auth.CodeBadToken})
+	if got := ans.header.Values(api.WarningHeader); len(got) != 0 {
+		t.Errorf("a wrong token over TCP warns %q", got)
+	}
 
 	out, stderr, code := runCLI(t, []string{"GPUMETER_URL=unix://" + sock, "GPUMETER_TOKEN=", "GPUMETER_CLIENT_CONFIG=", "XDG_CONFIG_HOME=" + t.TempDir()}, "ps")
 	if code != 0 {

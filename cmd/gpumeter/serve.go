@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/gpumeter/gpumeter/internal/agent"
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -93,22 +92,19 @@ then flags, each overriding the one before.`,
 	f.StringVar(&simFile, "sim", "", "play this scenario file instead of reading GPUs")
 	f.BoolVar(&demo, "demo", false, "play the built-in demo scenario instead of reading GPUs")
 	for _, k := range config.Keys() {
-		keyFlag(f, k)
+		// --sim FILE sets sim_file and the source at once.
+		if k.Name != "sim_file" {
+			keyFlag(f, k)
+		}
 	}
+	cmd.InitDefaultHelpFlag()
+	annotate(f, "help", "General")
+	annotate(f, "config", "General")
+	annotate(f, "sim", "GPU source")
+	annotate(f, "demo", "GPU source")
+	cmd.SetUsageFunc(groupedUsage)
+	cmd.SetFlagErrorFunc(suggestFlag)
 	return cmd
-}
-
-// keyFlag registers the flag of a setting. A map setting repeats; a bare
-// true/false flag (--ledger-enabled) means true.
-func keyFlag(f *pflag.FlagSet, k config.Key) {
-	if k.IsMap() {
-		f.StringArray(k.Flag(), nil, k.Help+" (name=value, repeatable)")
-		return
-	}
-	f.String(k.Flag(), "", k.Help+" (default "+quoteDefault(k.Default())+")")
-	if k.IsBool() {
-		f.Lookup(k.Flag()).NoOptDefVal = "true"
-	}
 }
 
 // reload reads the settings again, as serve did at the start, and hands
@@ -148,16 +144,26 @@ func printServing(w io.Writer, a *agent.Agent, addr net.Addr) {
 	}
 }
 
-func quoteDefault(s string) string {
-	if s == "" {
-		return `""`
-	}
-	return s
-}
-
 // loadConfig builds the settings: defaults, the file, the environment,
 // then the flags the user set.
 func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
+	cfg, err := fileConfig(path)
+	if err != nil {
+		return cfg, err
+	}
+	for _, k := range config.Keys() {
+		for _, v := range keyValues(cmd, k) {
+			if err := cfg.Set(k.Name, v); err != nil {
+				return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// fileConfig is the config at path (else $GPUMETER_CONFIG, else
+// defaultConfigPath if it exists) with the environment over it.
+func fileConfig(path string) (config.Config, error) {
 	cfg := config.Default()
 	if path == "" {
 		path = os.Getenv("GPUMETER_CONFIG")
@@ -174,24 +180,6 @@ func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
 	}
 	if err := cfg.LoadEnv(os.Environ()); err != nil {
 		return cfg, err
-	}
-	for _, k := range config.Keys() {
-		fl := cmd.Flags().Lookup(k.Flag())
-		if fl == nil || !fl.Changed {
-			continue
-		}
-		if k.IsMap() {
-			vals, _ := cmd.Flags().GetStringArray(k.Flag())
-			for _, v := range vals {
-				if err := cfg.Set(k.Name, v); err != nil {
-					return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
-				}
-			}
-			continue
-		}
-		if err := cfg.Set(k.Name, fl.Value.String()); err != nil {
-			return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
-		}
 	}
 	return cfg, nil
 }

@@ -22,12 +22,20 @@ func newStop() *cobra.Command {
 characters of it, or its name. Docker sends SIGTERM, and SIGKILL after
 --timeout. Admins may stop any container, users their own; the agent records
 the call, with --reason, in its audit log.`,
-		Args: cobra.ExactArgs(1),
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return errors.New("stop needs a container name or id (`gpumeter ps` lists them)")
+			case len(args) > 1:
+				return fmt.Errorf("stop takes one container name or id, got %d; stop them one by one", len(args))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := api.ParseStop(req); err != nil {
 				return fmt.Errorf("--%w", err)
 			}
-			c, err := cf.client()
+			c, err := cf.client(cmd)
 			if err != nil {
 				return err
 			}

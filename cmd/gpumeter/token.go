@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 func newToken() *cobra.Command {
@@ -80,7 +80,7 @@ reads their own usage; viewer reads everything and changes nothing.`,
 			}
 			var until time.Time
 			if expires != "" {
-				d, err := config.ParseDuration(expires)
+				d, err := units.ParseDuration(expires)
 				if err == nil && d == 0 {
 					err = errors.New("must be more than 0; leave --expires out for a token that never expires")
 				}

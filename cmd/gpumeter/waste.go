@@ -38,19 +38,24 @@ its condition held at the window's end and its node's rows reach to within
 a minute and ledger.flush_interval of that end: an agent that stopped
 longer ago has nothing active.
 
-With --url, or with $GPUMETER_URL and neither --db nor --dsn, it lists the
-agent's live findings instead, judged by the agent's own rules.`,
+It reads where report does, but for the agent: from an agent (one named by
+--url, $GPUMETER_URL or url: in the client config, else the local one over
+its socket) it lists the live findings instead, judged by the agent's own
+rules. A window (--since, --from, --to), a rule (--waste-*) or --config
+asks for the ledger: an agent named is then an error, the local one is
+passed over for the ledger its config names. One line on stderr says which
+was read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			remote, err := lf.fromAgent(cmd)
+			agent, err := chooseSource(cmd, &lf, &cf, hostEnv(), wasteUnserved)
 			if err != nil {
 				return err
 			}
-			if remote {
+			if agent != nil {
 				if !slices.Contains(waste.Formats(), format) {
 					return fmt.Errorf("--format: %q is not one of %s", format, strings.Join(waste.Formats(), ", "))
 				}
-				return wasteFromAgent(cmd, &cf, req.Node, format)
+				return wasteFromAgent(cmd, agent, req.Node, format)
 			}
 			cfg, err := loadConfig(cmd, lf.configPath)
 			if err != nil {
@@ -68,12 +73,12 @@ agent's live findings instead, judged by the agent's own rules.`,
 			if errs := cfg.WasteErrors(); len(errs) > 0 {
 				return fmt.Errorf("invalid config:\n%w", errors.Join(errs...))
 			}
-			store, cost, err := lf.openPriced(cmd.Context(), &cfg)
+			store, cost, err := lf.openPriced(cmd, &cfg)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: req.From, To: req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost, Flush: cfg.FlushInterval})
+			rep, err := waste.Evaluate(cmd.Context(), store, waste.Options{From: *req.From, To: *req.To, Node: req.Node, Rules: cfg.Waste, Cost: cost, Flush: cfg.FlushInterval})
 			if err != nil {
 				return err
 			}
@@ -93,32 +98,27 @@ agent's live findings instead, judged by the agent's own rules.`,
 	return cmd
 }
 
+// wasteUnserved names the flags that shape a judgement of the ledger (a
+// window, the rules), which the agent cannot serve: its live findings
+// have no window, and it judges by its own rules.
+func wasteUnserved(f *pflag.Flag) error {
+	switch {
+	case f.Name == "since" || f.Name == "from" || f.Name == "to":
+		return fmt.Errorf("--%s: the agent's live findings have no window; --db or --dsn reads the ledger over one", f.Name)
+	case strings.HasPrefix(f.Name, "waste-"):
+		return fmt.Errorf("--%s: the agent judges by its own waste rules; --db or --dsn applies these to the ledger", f.Name)
+	}
+	return nil
+}
+
 // wasteFromAgent prints the agent's live findings, on node only when
-// node is set. The flags that shape a judgement of the ledger (a window,
-// the rules) are refused: the live findings have no window, and the agent
-// judges by its own rules.
-func wasteFromAgent(cmd *cobra.Command, cf *clientFlags, node, format string) error {
-	var bad error
-	cmd.Flags().Visit(func(f *pflag.Flag) {
-		switch {
-		case bad != nil:
-		case f.Name == "since" || f.Name == "from" || f.Name == "to":
-			bad = fmt.Errorf("--%s: the agent's live findings have no window; --db or --dsn reads the ledger over one", f.Name)
-		case strings.HasPrefix(f.Name, "waste-"):
-			bad = fmt.Errorf("--%s: the agent judges by its own waste rules; --db or --dsn applies these to the ledger", f.Name)
-		}
-	})
-	if bad != nil {
-		return bad
-	}
-	c, err := cf.client()
-	if err != nil {
-		return err
-	}
+// node is set.
+func wasteFromAgent(cmd *cobra.Command, c *agentClient, node, format string) error {
 	rep, err := c.Waste(cmd.Context())
 	if err != nil {
 		return c.explain(err)
 	}
+	c.announce(cmd)
 	if node != "" {
 		rep = rep.Only(func(f *waste.Finding) bool { return f.Node == node })
 	}

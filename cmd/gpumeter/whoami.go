@@ -23,7 +23,7 @@ func newWhoami() *cobra.Command {
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--format: %q is not text or json", format)
 			}
-			c, err := cf.client()
+			c, err := cf.client(cmd)
 			if err != nil {
 				return err
 			}

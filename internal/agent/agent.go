@@ -45,6 +45,7 @@ type Agent struct {
 	cfg     config.Config
 	log     *slog.Logger
 	version string
+	node    string // the node this agent meters
 
 	sampler   *sampler.Sampler
 	docker    *docker.Inventory
@@ -60,6 +61,10 @@ type Agent struct {
 	sec       security
 	audit     *audit.Log
 	auditFile *audit.File
+	dataFiles *dataFiles // once checked, see files
+	// noDataDir is set when the data directory cannot be written and
+	// nothing needs it: no audit log file, no socket in it.
+	noDataDir bool
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -141,6 +146,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	if cfg.Source != "demo" {
 		resolvers = append(resolvers, host)
 	}
+	if cfg.Source != "demo" {
+		use, err := a.useDataDir(cfg)
+		if err != nil {
+			return nil, err
+		}
+		a.noDataDir = !use
+	}
 	var onTick func(*sampler.Tick)
 	if cfg.LedgerEnabled {
 		path := cfg.LedgerPath()
@@ -156,6 +168,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			}
 			a.closers = append(a.closers, func() error { return os.RemoveAll(dir) })
 			path = filepath.Join(dir, "ledger.db")
+		}
+		if dsn == "" && cfg.Source != "demo" {
+			files, err := a.files()
+			if err != nil {
+				return nil, err
+			}
+			if err := files.ensureLedger(path); err != nil {
+				return nil, err
+			}
 		}
 		store, err := backend.Open(ctx, dsn, path, true)
 		if err != nil {
@@ -194,6 +215,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
 	}
+	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
 		Node:        node,
@@ -261,20 +283,31 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
 		dir = d
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("audit log: %w", err)
+	lc := audit.LogConfig{Node: node, Logger: a.log.With("part", "audit")}
+	if !a.noDataDir || cfg.Source == "demo" {
+		files := dataFiles{dir: dir, mode: 0o600, gid: -1} // the demo's own directory
+		if cfg.Source != "demo" {
+			var err error
+			if files, err = a.files(); err != nil {
+				return nil, err
+			}
+		}
+		f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
+		if err != nil {
+			return nil, err
+		}
+		if err := f.Secure(files.secure); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
+		a.closers = append(a.closers, f.Close)
+		lc.File = f
 	}
-	f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
-	if err != nil {
-		return nil, err
-	}
-	a.closers = append(a.closers, f.Close)
-	lc := audit.LogConfig{File: f, Node: node, Logger: a.log.With("part", "audit")}
 	if as, ok := a.store.(ledger.AuditStore); ok {
 		lc.Store = as
 	}
-	a.audit, a.auditFile = audit.NewLog(lc), f
-	return f, nil
+	a.audit, a.auditFile = audit.NewLog(lc), lc.File
+	return lc.File, nil
 }
 
 // Handler is the agent's HTTP surface: /metrics, the API and the page.
@@ -303,6 +336,7 @@ func (a *Agent) Handler() http.Handler {
 			MaxReportRows:   a.cfg.API.MaxReportRows,
 		},
 		Logger: a.log.With("part", "api"),
+		Node:   a.node,
 	}
 	if a.docker != nil {
 		ac.Stopper = a.docker
@@ -315,7 +349,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, extra...)))
 	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
 	mux.Handle("/", apiHandler)
-	return mux
+	return api.LimitHeaders(mux)
 }
 
 // Report reads the ledger for the API. Rows still in memory are not in
@@ -398,7 +432,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		ReadTimeout:       a.cfg.API.ReadTimeout,
 		WriteTimeout:      a.cfg.API.ReadTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    32 << 10,
+		MaxHeaderBytes:    api.ServerMaxHeaderBytes, // api.LimitHeaders enforces the limit, in JSON
 		ConnContext:       auth.ConnContext,
 		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,5 +128,28 @@ func (a *Agent) reload(cfg config.Config) error {
 		}
 	}
 	a.log.Info("config reloaded", "tokens", len(cfg.Auth.Tokens), "waste_rules_changed", changed, "policy_dry_run", cfg.Policy.DryRun)
+	for _, name := range config.Changed(&a.cfg, &cfg) {
+		if !reloadable(name) {
+			a.log.Warn(name + " changed; it takes effect after a restart")
+		}
+	}
 	return nil
+}
+
+// reloadable says whether Reload puts a new value of the setting name in
+// force: the security settings, the waste rules and the policy. Turning
+// HTTPS or the waste rules on or off is refused by Reload instead.
+func reloadable(name string) bool {
+	switch name {
+	case "waste.enabled":
+		return false
+	case "api.rate_limit", "api.rate_burst", "web.config_file":
+		return true
+	}
+	for _, prefix := range []string{"auth.", "tls.", "waste.", "policy."} {
+		if strings.HasPrefix(name, prefix) {
+			return true
+		}
+	}
+	return false
 }

@@ -184,7 +184,8 @@ func (a *Agent) listen() error {
 		ln = tls.NewListener(ln, tc)
 	}
 	a.listener = ln
-	if path := a.cfg.SocketPath(); path != "" {
+	// The default socket lives in the data directory.
+	if path := a.cfg.SocketPath(); path != "" && !(a.noDataDir && a.cfg.API.Socket == "") {
 		sock, err := listener.Socket(path)
 		if err != nil && a.cfg.Source == "demo" {
 			// The demo is reachable with its token over TCP; a real

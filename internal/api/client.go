@@ -58,6 +58,20 @@ type Client struct {
 	// sockets included, trusting the system's certificate authorities.
 	// A client of one's own must be able to reach URL itself.
 	HTTP *http.Client
+	// Answered, when not nil, is told of every answer from the agent,
+	// before the call returns: the node it meters and its warnings.
+	Answered func(Answer)
+}
+
+// Answer is what an answer says besides its body.
+type Answer struct {
+	Status int
+	// Node is the node the agent meters; "" when it did not say (an
+	// agent older than NodeHeader, or a refusal).
+	Node string
+	// Warnings are what the agent ignored in the request, made safe to
+	// print.
+	Warnings []string
 }
 
 // ClientOptions are what NewClient builds a client from.
@@ -322,6 +336,13 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 		return nil, "", reachError(ctx, ep, timeout, err)
 	}
 	defer resp.Body.Close()
+	if c.Answered != nil {
+		a := Answer{Status: resp.StatusCode, Node: clean(resp.Header.Get(NodeHeader))}
+		for _, w := range resp.Header.Values(WarningHeader) {
+			a.Warnings = append(a.Warnings, clean(w))
+		}
+		c.Answered(a)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return nil, "", fmt.Errorf("read the agent's answer to %s: %w", path, err)
@@ -353,13 +374,29 @@ func reachError(ctx context.Context, ep endpoint, timeout time.Duration, err err
 	case errors.As(err, &rhe):
 		return fmt.Errorf("the agent %s does not speak TLS: use http:// (%w)", ep.where, err)
 	case ep.socket != "" && errors.Is(err, syscall.EACCES):
-		return fmt.Errorf("reach the agent on the socket %s: permission denied: only root and the agent's own user may use it; others use a token (`gpumeter token create`) over --url", ep.socket)
+		return &SocketDeniedError{Path: ep.socket}
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
 		err = ue.Err
 	}
 	return fmt.Errorf("reach the agent %s (is `gpumeter serve` running? --url or GPUMETER_URL names another agent): %w", ep.where, err)
+}
+
+// SocketDeniedError is the agent's socket refusing the caller by its file
+// permissions: only root and the agent's own user may connect.
+type SocketDeniedError struct {
+	Path string
+}
+
+func (e *SocketDeniedError) Error() string {
+	return fmt.Sprintf("the agent's socket %s: permission denied: only root and the agent's own user may use it; run this with sudo, or use a token over the agent's listen address: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)", e.Path)
+}
+
+// IsSocketDenied reports whether err is a *SocketDeniedError.
+func IsSocketDenied(err error) bool {
+	var e *SocketDeniedError
+	return errors.As(err, &e)
 }
 
 // StatusError is an answer from the agent other than 200 OK.

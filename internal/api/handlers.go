@@ -9,14 +9,15 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -38,7 +39,7 @@ func (s *server) whoami(w http.ResponseWriter, r *http.Request, c *call) {
 // noParams answers 400 when r has query parameters an endpoint does not
 // take, so that a filter the caller believes in is never ignored.
 func noParams(w http.ResponseWriter, r *http.Request) bool {
-	if len(r.URL.Query()) > 0 {
+	if r.URL.RawQuery != "" {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, r.URL.Path+" takes no parameters")
 		return false
 	}
@@ -172,17 +173,17 @@ const stopMargin = time.Minute
 func ParseStop(req StopRequest) (time.Duration, error) {
 	grace := 10 * time.Second
 	if req.Timeout != "" {
-		d, err := config.ParseDuration(req.Timeout)
+		d, err := units.ParseDuration(req.Timeout)
 		if err != nil {
 			return 0, fmt.Errorf("timeout: %w", err)
 		}
 		if d > 10*time.Minute {
-			return 0, fmt.Errorf("timeout: %s is longer than 10m", d)
+			return 0, fmt.Errorf("timeout: %s is longer than 10m", units.FormatDuration(d))
 		}
 		grace = d
 	}
-	if len(req.Reason) > 500 {
-		return 0, fmt.Errorf("reason: %d characters, more than 500", len(req.Reason))
+	if n := utf8.RuneCountInString(req.Reason); n > 500 {
+		return 0, fmt.Errorf("reason: %d characters, more than 500", n)
 	}
 	return grace, nil
 }
@@ -205,7 +206,7 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	// Until Docker is asked, nothing is done: a call turned away before
 	// that is observed, as refusals are; what Docker did is an action.
 	id := r.PathValue("id")
-	if len(r.URL.Query()) > 0 {
+	if r.URL.RawQuery != "" {
 		msg := r.URL.Path + " takes its options in a JSON body, not as parameters"
 		s.observe(r, c, "container "+id, http.StatusBadRequest, msg)
 		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
@@ -291,7 +292,12 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
 			return
 		}
-		req, err := report.RequestFromQuery(r.URL.Query(), config.ParseDuration)
+		q, err := query(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			return
+		}
+		req, err := report.RequestFromQuery(q, units.ParseDuration)
 		if err == nil {
 			if format != "" {
 				if req.Format != "" && req.Format != format {
@@ -317,8 +323,10 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			}
 			req.User = c.id.User
 		}
-		if span := req.To.Sub(req.From); span > s.cfg.Limits.MaxReportWindow {
-			writeError(w, http.StatusBadRequest, CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows", span, s.cfg.Limits.MaxReportWindow))
+		// The window as asked: its ends were rounded out to minutes.
+		if span := req.Span(); span > s.cfg.Limits.MaxReportWindow {
+			writeError(w, http.StatusBadRequest, CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows",
+				units.FormatDuration(span), units.FormatDuration(s.cfg.Limits.MaxReportWindow)))
 			return
 		}
 		rep, err := s.cfg.Reports.Report(r.Context(), req)
@@ -363,7 +371,7 @@ func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, CodeWasteOff, "the live waste rules are off (waste.enabled: false); `gpumeter waste` reads the ledger")
 		return
 	}
-	if len(r.URL.Query()) > 0 {
+	if r.URL.RawQuery != "" {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, "/api/v1/waste takes no parameters: it lists the live findings")
 		return
 	}
@@ -406,7 +414,7 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 		v := vs[0]
 		switch k {
 		case "since":
-			if since, err = config.ParseDuration(v); err != nil || since == 0 {
+			if since, err = units.ParseDuration(v); err != nil || since == 0 {
 				return aq, fmt.Errorf("since: %q is not a duration above 0 like 1h or 7d", v)
 			}
 		case "from":
@@ -430,7 +438,7 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 	if q.Has("since") && q.Has("from") {
 		return aq, errors.New("since and from exclude each other")
 	}
-	if aq.From.IsZero() {
+	if !q.Has("from") {
 		aq.From = aq.To.Add(-since)
 	}
 	if !aq.From.Before(aq.To) {
@@ -444,7 +452,12 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the audit log is off")
 		return
 	}
-	q, err := ParseAuditQuery(r.URL.Query(), s.cfg.Now(), s.cfg.Limits.MaxAuditEvents)
+	raw, err := query(r)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		return
+	}
+	q, err := ParseAuditQuery(raw, s.cfg.Now(), s.cfg.Limits.MaxAuditEvents)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
 		return

@@ -222,7 +222,7 @@ func TestReportLimits(t *testing.T) {
 		code, msg   string
 	}{
 		{"within both", "?since=7d", 5, 200, "", ""},
-		{"window too long", "?since=8d", 1, 400, CodeWindowTooLong, "the window is 192h0m0s long; the API reports at most 168h0m0s at once (api.max_report_window)"},
+		{"window too long", "?since=8d", 1, 400, CodeWindowTooLong, "the window is 8d long; the API reports at most 7d at once (api.max_report_window)"},
 		{"from and to too far apart", "?from=2026-01-01&to=2026-03-01", 1, 400, CodeWindowTooLong, "(api.max_report_window)"},
 		{"too many rows", "?since=1d", 6, 400, CodeTooManyRows, "the report has 6 rows, more than the 5 the API returns (api.max_report_rows)"},
 		{"unknown parameter", "?colour=red", 1, 400, CodeBadRequest, `unknown parameter "colour"`},
@@ -230,6 +230,17 @@ func TestReportLimits(t *testing.T) {
 		{"bad since", "?since=soon", 1, 400, CodeBadRequest, `since: "soon" is not a duration`},
 		{"since and from", "?since=1d&from=2026-11-01", 1, 400, CodeBadRequest, "since and from exclude each other"},
 		{"repeated", "?user=a&user=b", 1, 400, CodeBadRequest, "user: given 2 times"},
+		// A pair that does not parse is refused, never dropped (which
+		// would widen the report to every user).
+		{"bad escape", "?by=user&user=alice%zz", 1, 400, CodeBadRequest, `user: "alice%zz" is not valid in a URL`},
+		{"semicolon in a value", "?by=user&user=alice;x", 1, 400, CodeBadRequest, "user: a ';' in the query must be escaped"},
+		{"semicolon after since", "?since=1h;x", 1, 400, CodeBadRequest, "since: a ';' in the query must be escaped"},
+		{"bad escape in a name", "?us%zzer=alice", 1, 400, CodeBadRequest, `the query parameter "us%zzer" is not valid in a URL`},
+		{"invalid UTF-8", "?user=%ff", 1, 400, CodeBadRequest, "user: the value is not valid UTF-8"},
+		{"invalid UTF-8 in a label", "?label=team%3D%ff", 1, 400, CodeBadRequest, "label: the value is not valid UTF-8"},
+		// The year 1 is a time like any other, not "no from".
+		{"from the year 1", "?from=0001-01-01", 1, 400, CodeBadRequest, "is longer than the 800d a report may cover"},
+		{"from the year 1, no overflow", "?from=0001-01-02&to=2026-11-02", 1, 400, CodeBadRequest, "the window of 739920.0 days is longer than the 800d"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -248,6 +259,15 @@ func TestReportLimits(t *testing.T) {
 			}
 		})
 	}
+	// The limit holds the window as asked, before its ends are rounded
+	// out to whole minutes: since=7d fits a 7-day limit whatever the
+	// second of now.
+	f.clock.advance(30*time.Second + time.Millisecond)
+	f.reports.answer(1, nil)
+	if a := f.get(t, asAdmin, "/api/v1/usage?since=7d"); a.status != http.StatusOK {
+		t.Errorf("since=7d at %s under a 7-day limit: %d %s", f.clock.Now().Format(time.RFC3339Nano), a.status, a.body)
+	}
+	f.clock.advance(-30*time.Second - time.Millisecond)
 	f.reports.answer(1, nil)
 	if e := f.get(t, asAdmin, "/api/v1/usage.csv?format=json").apiError(t, http.StatusBadRequest, CodeBadRequest); e.Message != "format: /api/v1/usage.csv serves csv only" {
 		t.Errorf("message %q", e.Message)
@@ -510,4 +530,17 @@ func FuzzAuditQuery(f *testing.F) {
 			t.Errorf("ParseAuditQuery(%q): limit %d outside 1..%d", raw, aq.Limit, max)
 		}
 	})
+}
+
+// TestAuditQueryYearOne: from=0001-01-01 is a from like any other, not the
+// default of the last day.
+func TestAuditQueryYearOne(t *testing.T) {
+	now := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+	q, err := ParseAuditQuery(url.Values{"from": {"0001-01-01"}}, now, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC); !q.From.Equal(want) || !q.To.Equal(now) {
+		t.Errorf("window %s..%s, want %s..%s", q.From, q.To, want, now)
+	}
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"embed"
@@ -17,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
@@ -82,7 +84,20 @@ type Config struct {
 	Limits  Limits
 	Logger  *slog.Logger
 	Now     func() time.Time
+	// Node is the node the agent meters, named to callers in NodeHeader.
+	Node string
 }
+
+// Headers of the API's answers to a caller who is let in.
+const (
+	// NodeHeader names the node the agent meters, so that a client can
+	// say whose data it shows.
+	NodeHeader = "Gpumeter-Node"
+	// WarningHeader says what the agent ignored in a request it served:
+	// a stale token from a socket peer admitted by its uid. One header
+	// per warning.
+	WarningHeader = "Gpumeter-Warning"
+)
 
 // Error codes of the API, stable for clients to test.
 const (
@@ -302,6 +317,12 @@ func (s *server) guard(rt route) http.Handler {
 			writeError(w, http.StatusUnauthorized, code, msg)
 			return
 		}
+		if id.Warning != "" {
+			w.Header().Add(WarningHeader, id.Warning)
+		}
+		if s.cfg.Node != "" {
+			w.Header().Set(NodeHeader, s.cfg.Node)
+		}
 		ownOnly, err := auth.Authorize(id, rt.act)
 		if err != nil {
 			s.forbid(w, r, c, "", err)
@@ -442,10 +463,22 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, error) {
 }
 
 // DecodeStrict decodes one JSON value from rd into v, refusing unknown
-// fields and trailing data, with errors that say where the body is wrong.
-// An empty body is an empty object.
+// fields, a field given twice, text that is not UTF-8 and trailing data,
+// with errors that say where the body is wrong. An empty body is an empty
+// object. encoding/json alone would keep the last of two fields and turn
+// invalid UTF-8 into U+FFFD, so an audit reason would not be what was sent.
 func DecodeStrict(rd io.Reader, v any) error {
-	dec := json.NewDecoder(rd)
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return err // a MaxBytesError, as the callers expect
+	}
+	if !utf8.Valid(data) {
+		return errors.New("the body is not valid UTF-8")
+	}
+	if err := duplicateField(data); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		var syn *json.SyntaxError
@@ -530,6 +563,52 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: msg})
+}
+
+// duplicateField says which field an object of data names twice. Data
+// that is not JSON is left for the decoder, which words its errors for
+// people.
+func duplicateField(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var dup error
+	var walk func() bool // false: stop, at a duplicate or bad JSON
+	walk = func() bool {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return false
+				}
+				key, _ := k.(string)
+				if seen[key] {
+					dup = fmt.Errorf("the body has the field %q twice", key)
+					return false
+				}
+				seen[key] = true
+				if !walk() {
+					return false
+				}
+			}
+		case json.Delim('['):
+			for dec.More() {
+				if !walk() {
+					return false
+				}
+			}
+		default:
+			return true
+		}
+		_, err = dec.Token() // the closing delimiter
+		return err == nil
+	}
+	walk()
+	return dup
 }
 
 // owns says whether the caller of c may see something owned by user.

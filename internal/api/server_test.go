@@ -225,7 +225,7 @@ func (f *fakeReports) Report(_ context.Context, r report.Request) (*report.Repor
 	if f.err != nil {
 		return nil, f.err
 	}
-	rep := &report.Report{From: r.From, To: r.To, By: r.By, Currency: "USD", Rows: []report.Row{}}
+	rep := &report.Report{From: *r.From, To: *r.To, By: r.By, Currency: "USD", Rows: []report.Row{}}
 	for i := range f.rows {
 		rep.Rows = append(rep.Rows, report.Row{Key: "key" + strconv.Itoa(i), GPUHoursAllocated: 1})
 	}
@@ -688,8 +688,12 @@ func TestStopBody(t *testing.T) {
 		{name: "cut short", body: `{"timeout":"30s"`, status: 400, code: CodeBadRequest, msg: "the body ends in the middle of its JSON"},
 		{name: "bad timeout", body: `{"timeout":"soon"}`, status: 400, code: CodeBadRequest, msg: `timeout: "soon" is not a duration`},
 		{name: "negative timeout", body: `{"timeout":"-5s"}`, status: 400, code: CodeBadRequest, msg: `timeout: "-5s" is negative`},
-		{name: "long timeout", body: `{"timeout":"11m"}`, status: 400, code: CodeBadRequest, msg: "timeout: 11m0s is longer than 10m"},
+		{name: "long timeout", body: `{"timeout":"11m"}`, status: 400, code: CodeBadRequest, msg: "timeout: 11m is longer than 10m"},
 		{name: "long reason", body: `{"reason":"` + strings.Repeat("x", 501) + `"}`, status: 400, code: CodeBadRequest, msg: "reason: 501 characters, more than 500"},
+		// 500 characters of two bytes each are 500 characters.
+		{name: "reason of 500 characters in 1000 bytes", body: `{"reason":"` + strings.Repeat("é", 500) + `"}`, status: 200, grace: 10 * time.Second},
+		{name: "reason not UTF-8", body: "{\"reason\":\"stop \xff\"}", status: 400, code: CodeBadRequest, msg: "the body is not valid UTF-8"},
+		{name: "a field twice", body: `{"timeout":"1s","reason":"x","timeout":"10m"}`, status: 400, code: CodeBadRequest, msg: `the body has the field "timeout" twice`},
 		{name: "text", body: `{}`, ctype: "text/plain", status: 415, code: CodeUnsupportedType, msg: "the body must be application/json, not text/plain"},
 		{name: "form", body: `timeout=30s`, ctype: "application/x-www-form-urlencoded", status: 415, code: CodeUnsupportedType, msg: "not application/x-www-form-urlencoded"},
 		{name: "a type that only starts like JSON", body: `{}`, ctype: "application/jsonl", status: 415, code: CodeUnsupportedType, msg: "not application/jsonl"},

@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -104,9 +105,10 @@ type Auditor interface {
 // File appends events as JSON lines to a file, one write per event, so
 // that a crash loses at most the event being written.
 type File struct {
-	path string
-	mu   sync.Mutex
-	f    *os.File
+	path   string
+	mu     sync.Mutex
+	f      *os.File
+	secure func(*os.File, string) error // see Secure
 }
 
 var _ Auditor = (*File)(nil)
@@ -115,11 +117,31 @@ var _ Auditor = (*File)(nil)
 // readable by its owner only, since events name users. An existing file
 // keeps the mode it has.
 func OpenFile(path string) (*File, error) {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	f, err := openAppend(path)
 	if err != nil {
 		return nil, fmt.Errorf("open the audit log: %w", err)
 	}
 	return &File{path: path, f: f}, nil
+}
+
+// openAppend opens path for appending without following a symbolic link:
+// with write access to the directory, anyone could otherwise have a root
+// agent append to any file.
+func openAppend(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link: refusing to follow it (whoever made it could have the agent write to any file); remove it", path)
+	}
+	return f, err
+}
+
+// Secure calls fn on the open file, for the caller to give it the mode and
+// group it should have; Reopen does it again for each new file.
+func (a *File) Secure(fn func(*os.File, string) error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.secure = fn
+	return fn(a.f, a.path)
 }
 
 // Path is the file's path.
@@ -153,11 +175,18 @@ func (a *File) Sync() error {
 // log rotated by renaming (logrotate without copytruncate) is followed
 // after a SIGHUP. When the path cannot be opened the old file is kept.
 func (a *File) Reopen() error {
-	f, err := os.OpenFile(a.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	f, err := openAppend(a.path)
 	if err != nil {
 		return fmt.Errorf("reopen the audit log: %w", err)
 	}
 	a.mu.Lock()
+	if a.secure != nil {
+		if err := a.secure(f, a.path); err != nil {
+			a.mu.Unlock()
+			f.Close()
+			return fmt.Errorf("reopen the audit log: %w", err)
+		}
+	}
 	old := a.f
 	a.f = f
 	a.mu.Unlock()

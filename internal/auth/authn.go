@@ -17,6 +17,9 @@ type Identity struct {
 	Role   Role
 	Method string // token, cert, socket or anonymous
 	Name   string // the token ID, the certificate name or the peer's uid
+	// Warning says what the caller sent and the agent ignored: a bad
+	// token from a socket peer let in by its uid. "" when nothing was.
+	Warning string
 }
 
 // Authentication methods.
@@ -111,23 +114,22 @@ func New(cfg Config) (*Authenticator, error) {
 }
 
 // Authenticate finds who r comes from. A bearer token, when one is sent,
-// decides alone: a bad token is refused even over a trusted socket, so a
-// typo is never quietly turned into someone else.
+// decides: a bad token is refused, even with a certificate, so a typo is
+// never quietly turned into someone else. The one exception is a socket
+// peer that is admin by its uid (root, the agent's user): the kernel
+// vouches for it, so a stale token it sent is ignored, and the identity
+// carries a Warning saying so.
 func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
-		scheme, secret, _ := strings.Cut(h, " ")
-		secret = strings.TrimSpace(secret)
-		if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-			return Identity{}, &Error{CodeBadToken, "the Authorization header must be `Bearer <token>`"}
+		id, err := a.token(h)
+		var ae *Error
+		if errors.As(err, &ae) {
+			if peer, ok := a.trustedPeer(r); ok {
+				peer.Warning = fmt.Sprintf("the token was ignored (%s): %s on the agent's socket is admin by its kernel identity", ae.Msg, peer.Name)
+				return peer, nil
+			}
 		}
-		t, ok := a.byHash[HashToken(secret)]
-		if !ok {
-			return Identity{}, &Error{CodeBadToken, "the token is not accepted: it is wrong or has been removed"}
-		}
-		if !t.Expires.IsZero() && !a.now().Before(t.Expires) {
-			return Identity{Method: MethodToken, Name: t.ID, User: t.User}, &Error{CodeExpired, "the token expired at " + t.Expires.UTC().Format(time.RFC3339) + "; ask an admin for a new one"}
-		}
-		return Identity{User: t.User, Role: t.Role, Method: MethodToken, Name: t.ID}, nil
+		return id, err
 	}
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
 		cn := r.TLS.VerifiedChains[0][0].Subject.CommonName
@@ -137,10 +139,10 @@ func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
 		}
 		return Identity{User: c.User, Role: c.Role, Method: MethodCert, Name: cn}, nil
 	}
+	if peer, ok := a.trustedPeer(r); ok {
+		return peer, nil
+	}
 	if uid, ok := PeerUID(r.Context()); ok {
-		if a.uids[uid] {
-			return Identity{User: "uid:" + strconv.Itoa(uid), Role: RoleAdmin, Method: MethodSocket, Name: "uid " + strconv.Itoa(uid)}, nil
-		}
 		// The socket's file mode should have kept this caller out.
 		return Identity{Method: MethodSocket, Name: "uid " + strconv.Itoa(uid)}, &Error{CodeNoCredentials, "uid " + strconv.Itoa(uid) + " may not use the agent's socket without a token"}
 	}
@@ -148,6 +150,33 @@ func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
 		return Identity{User: "anonymous", Role: a.anon, Method: MethodAnonymous, Name: "-"}, nil
 	}
 	return Identity{}, &Error{CodeNoCredentials, "this endpoint needs a token: send `Authorization: Bearer <token>` (set GPUMETER_TOKEN for the CLI)"}
+}
+
+// token checks a bearer token, the value of an Authorization header.
+func (a *Authenticator) token(header string) (Identity, error) {
+	scheme, secret, _ := strings.Cut(header, " ")
+	secret = strings.TrimSpace(secret)
+	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
+		return Identity{}, &Error{CodeBadToken, "the Authorization header must be `Bearer <token>`"}
+	}
+	t, ok := a.byHash[HashToken(secret)]
+	if !ok {
+		return Identity{}, &Error{CodeBadToken, "the token is not accepted: it is wrong or has been removed"}
+	}
+	if !t.Expires.IsZero() && !a.now().Before(t.Expires) {
+		return Identity{Method: MethodToken, Name: t.ID, User: t.User}, &Error{CodeExpired, "the token expired at " + t.Expires.UTC().Format(time.RFC3339) + "; ask an admin for a new one"}
+	}
+	return Identity{User: t.User, Role: t.Role, Method: MethodToken, Name: t.ID}, nil
+}
+
+// trustedPeer is the identity of a request from a Unix socket peer that
+// is admin by its uid; false for any other request.
+func (a *Authenticator) trustedPeer(r *http.Request) (Identity, bool) {
+	uid, ok := PeerUID(r.Context())
+	if !ok || !a.uids[uid] {
+		return Identity{}, false
+	}
+	return Identity{User: "uid:" + strconv.Itoa(uid), Role: RoleAdmin, Method: MethodSocket, Name: "uid " + strconv.Itoa(uid)}, true
 }
 
 // IsAuthError reports whether err is an authentication failure.

@@ -120,7 +120,18 @@ func TestAuthenticate(t *testing.T) {
 			want: Identity{Method: MethodSocket, Name: "uid 1001"}, code: CodeNoCredentials, msg: "uid 1001 may not use the agent's socket without a token"},
 		{name: "socket stranger with a token", a: strict, uid: 1001, header: "Bearer " + aliceSecret,
 			want: Identity{User: "alice", Role: RoleUser, Method: MethodToken, Name: "alice-laptop"}},
-		{name: "a bad token on a trusted socket", a: strict, uid: 0, header: "Bearer gpm_typo",
+		{name: "a bad token on a trusted socket is ignored", a: strict, uid: 0, header: "Bearer gpm_typo",
+			want: Identity{User: "uid:0", Role: RoleAdmin, Method: MethodSocket, Name: "uid 0",
+				Warning: "the token was ignored (the token is not accepted: it is wrong or has been removed): uid 0 on the agent's socket is admin by its kernel identity"}},
+		{name: "an expired token from the agent's user is ignored", a: strict, uid: 1000, header: "Bearer " + oldSecret,
+			want: Identity{User: "uid:1000", Role: RoleAdmin, Method: MethodSocket, Name: "uid 1000",
+				Warning: "the token was ignored (the token expired at 2026-11-02T11:59:00Z; ask an admin for a new one): uid 1000 on the agent's socket is admin by its kernel identity"}},
+		{name: "a malformed header on a trusted socket is ignored", a: strict, uid: 0, header: "Basic YWxpY2U6c2VjcmV0",
+			want: Identity{User: "uid:0", Role: RoleAdmin, Method: MethodSocket, Name: "uid 0",
+				Warning: "the token was ignored (the Authorization header must be `Bearer <token>`): uid 0 on the agent's socket is admin by its kernel identity"}},
+		{name: "a good token on a trusted socket decides", a: strict, uid: 0, header: "Bearer " + aliceSecret,
+			want: Identity{User: "alice", Role: RoleUser, Method: MethodToken, Name: "alice-laptop"}},
+		{name: "a bad token from a stranger on the socket", a: strict, uid: 1001, header: "Bearer gpm_typo",
 			code: CodeBadToken, msg: "the token is not accepted"},
 		{name: "anonymous viewer", a: open, uid: none,
 			want: Identity{User: "anonymous", Role: RoleViewer, Method: MethodAnonymous, Name: "-"}},
@@ -149,6 +160,9 @@ func TestAuthenticate(t *testing.T) {
 			got, err := tt.a.Authenticate(r)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("identity (-want +got):\n%s", diff)
+			}
+			if _, secret, _ := strings.Cut(tt.header, " "); len(strings.TrimSpace(secret)) > 4 && strings.Contains(got.Warning, strings.TrimSpace(secret)) {
+				t.Errorf("warning %q repeats the token", got.Warning)
 			}
 			if tt.code == "" {
 				if err != nil {

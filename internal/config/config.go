@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -53,7 +54,10 @@ type Config struct {
 	// IdlePower is the idle power in watts by GPU model name or UUID.
 	IdlePower map[string]float64
 
-	DataDir       string
+	DataDir string
+	// DataGroup, when set, may read the agent's files (0640), for CLI
+	// users who are not root.
+	DataGroup     string
 	LedgerEnabled bool
 	LedgerDSN     string
 	FlushInterval time.Duration
@@ -82,6 +86,12 @@ type Config struct {
 	API           APILimits
 	TLS           TLS
 	WebConfigFile string
+
+	// origin is where each setting a file or the environment gave was
+	// set ("cfg.yaml:3", "environment GPUMETER_INTERVAL"), by key name
+	// (idle_power.H100 for an entry), so that Validate can say where a
+	// value that makes no sense came from.
+	origin map[string]string
 }
 
 // Auth is who may call the API.
@@ -213,6 +223,14 @@ type Key struct {
 	isMap bool
 	// boolean marks true/false keys.
 	boolean bool
+	// kind is what the key takes, as help names it; see Kind.
+	kind string
+	// defaultText says what an empty default stands for, or how a
+	// default is worked out; "" when Default says it all.
+	defaultText string
+	// example is a value the flag and the environment accept, shown in
+	// help.
+	example string
 }
 
 // Env is the environment variable that overrides the key.
@@ -238,13 +256,13 @@ func (k Key) IsMap() bool { return k.isMap }
 func (k Key) IsBool() bool { return k.boolean }
 
 func stringKey(name, help string, p func(*Config) *string) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, kind: "string",
 		set: func(c *Config, _, v string) error { *p(c) = v; return nil },
 		get: func(c *Config) string { return *p(c) }}
 }
 
 func enumKey(name, help string, p func(*Config) *string, allowed ...string) Key {
-	return Key{Name: name, Help: help + " (" + strings.Join(allowed, ", ") + ")",
+	return Key{Name: name, Help: help + " (" + strings.Join(allowed, ", ") + ")", kind: "string",
 		set: func(c *Config, _, v string) error {
 			if !slices.Contains(allowed, v) {
 				return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
@@ -256,20 +274,20 @@ func enumKey(name, help string, p func(*Config) *string, allowed ...string) Key 
 }
 
 func durationKey(name, help string, p func(*Config) *time.Duration) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, kind: "duration",
 		set: func(c *Config, _, v string) error {
-			d, err := ParseDuration(v)
+			d, err := units.ParseDuration(v)
 			if err != nil {
 				return err
 			}
 			*p(c) = d
 			return nil
 		},
-		get: func(c *Config) string { return p(c).String() }}
+		get: func(c *Config) string { return units.FormatDuration(*p(c)) }}
 }
 
 func boolKey(name, help string, p func(*Config) *bool) Key {
-	return Key{Name: name, Help: help, boolean: true,
+	return Key{Name: name, Help: help, boolean: true, kind: "bool",
 		set: func(c *Config, _, v string) error {
 			b, err := strconv.ParseBool(v)
 			if err != nil {
@@ -282,7 +300,7 @@ func boolKey(name, help string, p func(*Config) *bool) Key {
 }
 
 func intKey(name, help string, p func(*Config) *int) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, kind: "int",
 		set: func(c *Config, _, v string) error {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil {
@@ -295,7 +313,7 @@ func intKey(name, help string, p func(*Config) *int) Key {
 }
 
 func floatKey(name, help string, p func(*Config) *float64) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, kind: "number",
 		set: func(c *Config, _, v string) error {
 			f, err := parsePrice(v)
 			if err != nil {
@@ -308,9 +326,9 @@ func floatKey(name, help string, p func(*Config) *float64) Key {
 }
 
 // mapKey is a setting holding name: number pairs; unit is appended when
-// the values are rendered.
-func mapKey(name, help string, p func(*Config) *map[string]float64, parse func(string) (float64, error), unit string) Key {
-	return Key{Name: name, Help: help, isMap: true,
+// the values are rendered. kind names the pair, such as model=power.
+func mapKey(name, help, kind string, p func(*Config) *map[string]float64, parse func(string) (float64, error), unit string) Key {
+	return Key{Name: name, Help: help, isMap: true, kind: kind,
 		set: func(c *Config, sub, v string) error {
 			if sub == "" {
 				return errors.New("want name=value")
@@ -340,7 +358,7 @@ func mapKey(name, help string, p func(*Config) *map[string]float64, parse func(s
 // parser, says which make no sense, so that every source of a value gets
 // the same words.
 func thresholdKey(name, help string, p func(*Config) *float64) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, kind: "number",
 		set: func(c *Config, _, v string) error {
 			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 			if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -353,16 +371,19 @@ func thresholdKey(name, help string, p func(*Config) *float64) Key {
 }
 
 func sizeKey(name, help string, p func(*Config) *uint64) Key {
-	return Key{Name: name, Help: help,
+	return Key{Name: name, Help: help, kind: "size",
 		set: func(c *Config, _, v string) error {
-			n, err := ParseSize(v)
+			n, err := units.ParseSize(v)
 			if err != nil {
 				return err
+			}
+			if n > math.MaxInt64 {
+				return fmt.Errorf("%q is too large", v)
 			}
 			*p(c) = n
 			return nil
 		},
-		get: func(c *Config) string { return FormatSize(*p(c)) }}
+		get: func(c *Config) string { return units.FormatSize(*p(c)) }}
 }
 
 func parsePrice(s string) (float64, error) {
@@ -373,9 +394,14 @@ func parsePrice(s string) (float64, error) {
 	return f, nil
 }
 
-// actionKey is the policy action of one waste rule.
+// actionKey is the policy action of one waste rule; outside use has no
+// container to stop.
 func actionKey(rule string, p func(*Config) *string) Key {
-	k := enumKey("policy.rules."+rule+".action", "what is done about "+rule+" findings", p, policy.ActionReport, policy.ActionNotify, policy.ActionStop)
+	allowed := []string{policy.ActionReport, policy.ActionNotify, policy.ActionStop}
+	if rule == waste.RuleOutside {
+		allowed = allowed[:2]
+	}
+	k := enumKey("policy.rules."+rule+".action", "what is done about "+rule+" findings", p, allowed...)
 	get := k.get
 	k.get = func(c *Config) string {
 		if v := get(c); v != "" {
@@ -388,7 +414,7 @@ func actionKey(rule string, p func(*Config) *string) Key {
 
 // listKey is a setting holding a comma-separated list.
 func listKey(name, help string, p func(*Config) *[]string) Key {
-	return Key{Name: name, Help: help + " (comma-separated)",
+	return Key{Name: name, Help: help + " (comma-separated)", kind: "list",
 		set: func(c *Config, _, v string) error {
 			var out []string
 			for _, part := range strings.Split(v, ",") {
@@ -407,11 +433,11 @@ func Keys() []Key {
 	return []Key{
 		stringKey("listen", "address of the metrics, API and web listener", func(c *Config) *string { return &c.Listen }),
 		durationKey("interval", "sampling interval", func(c *Config) *time.Duration { return &c.Interval }),
-		stringKey("hostname", "node name in metrics and the ledger (default: the host name)", func(c *Config) *string { return &c.Hostname }),
+		stringKey("hostname", "node name in metrics and the ledger", func(c *Config) *string { return &c.Hostname }).defaultIs("the host name, or a scenario's node"),
 		enumKey("log_level", "log verbosity", func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error"),
 		enumKey("source", "GPU source: auto tries NVML and says what to do when it is missing", func(c *Config) *string { return &c.Source }, "auto", "nvml", "sim", "demo"),
 		stringKey("sim_file", "scenario file played by source sim", func(c *Config) *string { return &c.SimFile }),
-		stringKey("nvml_library", "path of libnvidia-ml.so.1 (default: the loader's search path)", func(c *Config) *string { return &c.NVMLLibrary }),
+		stringKey("nvml_library", "path of libnvidia-ml.so.1", func(c *Config) *string { return &c.NVMLLibrary }).defaultIs("the loader's search path"),
 		stringKey("host.proc_root", "the host's /proc (under a container: where it is mounted)", func(c *Config) *string { return &c.ProcRoot }),
 		stringKey("host.cgroup_root", "the host's cgroup file system", func(c *Config) *string { return &c.CgroupRoot }),
 		stringKey("host.passwd_file", "the host's passwd file, for uid to user names", func(c *Config) *string { return &c.PasswdFile }),
@@ -421,24 +447,25 @@ func Keys() []Key {
 		stringKey("labels.user", "container label naming the user", func(c *Config) *string { return &c.UserLabel }),
 		stringKey("labels.team", "container label naming the team", func(c *Config) *string { return &c.TeamLabel }),
 		stringKey("labels.project", "container label naming the project", func(c *Config) *string { return &c.ProjectLabel }),
-		mapKey("idle_power", "idle power by GPU model or UUID, e.g. \"NVIDIA H100 80GB HBM3\": 70W (default: the lowest power seen)", func(c *Config) *map[string]float64 { return &c.IdlePower }, ParsePower, "W"),
-		stringKey("data_dir", "where the agent keeps its SQLite ledger (default: /var/lib/gpumeter for root, ~/.local/state/gpumeter otherwise)", func(c *Config) *string { return &c.DataDir }),
+		mapKey("idle_power", "idle power by GPU model or UUID, in watts", "model=power", func(c *Config) *map[string]float64 { return &c.IdlePower }, units.ParsePower, "W").defaultIs("the lowest power seen").exampleIs("NVIDIA H100 80GB HBM3=70W"),
+		stringKey("data_dir", "where the agent keeps its SQLite ledger, audit log and socket", func(c *Config) *string { return &c.DataDir }).defaultIs("/var/lib/gpumeter for root, ~/.local/state/gpumeter otherwise"),
+		stringKey("data_group", "a group whose members may read the ledger and the audit log (files 0640, data_dir 0750)", func(c *Config) *string { return &c.DataGroup }).defaultIs("none, files 0600"),
 		boolKey("ledger.enabled", "write usage to the ledger", func(c *Config) *bool { return &c.LedgerEnabled }),
-		stringKey("ledger.dsn", "PostgreSQL DSN of a shared ledger (default: SQLite under data_dir)", func(c *Config) *string { return &c.LedgerDSN }),
-		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: at most this much is lost in a crash", func(c *Config) *time.Duration { return &c.FlushInterval }),
+		stringKey("ledger.dsn", "PostgreSQL DSN of a shared ledger", func(c *Config) *string { return &c.LedgerDSN }).defaultIs("SQLite under data_dir"),
+		durationKey("ledger.flush_interval", "how often usage is committed to the ledger: a crash loses at most this much plus one sampling interval", func(c *Config) *time.Duration { return &c.FlushInterval }),
 		durationKey("ledger.lease_takeover", "how long the lease of a node must be silent before another agent may take it over (0: 3 × ledger.flush_interval plus the write deadline of max(30s, 3 × ledger.flush_interval), 45s at the defaults; if set, at least 3 × ledger.flush_interval)", func(c *Config) *time.Duration { return &c.LeaseTakeover }),
 		durationKey("ledger.minute_retention", "how long per-minute rows are kept", func(c *Config) *time.Duration { return &c.MinuteRetention }),
 		durationKey("ledger.hour_retention", "how long hourly rows are kept", func(c *Config) *time.Duration { return &c.HourRetention }),
 		intKey("ledger.max_pending_rows", "rows held in memory while the ledger cannot be written; past it the oldest minutes are dropped", func(c *Config) *int { return &c.MaxPendingRows }),
 		stringKey("cost.currency", "currency of prices and reports", func(c *Config) *string { return &c.Cost.Currency }),
-		mapKey("cost.gpu_hour", "price per GPU-hour by GPU model, \"default\" for the rest", func(c *Config) *map[string]float64 { return &c.Cost.GPUHour }, parsePrice, ""),
+		mapKey("cost.gpu_hour", "price per GPU-hour by GPU model, \"default\" for the rest", "model=price", func(c *Config) *map[string]float64 { return &c.Cost.GPUHour }, parsePrice, "").exampleIs("default=2.5"),
 		floatKey("cost.cpu_core_hour", "price per CPU core-hour", func(c *Config) *float64 { return &c.Cost.CPUCoreHour }),
 		floatKey("cost.ram_gb_hour", "price per GiB-hour of RAM", func(c *Config) *float64 { return &c.Cost.RAMGBHour }),
 		floatKey("cost.kwh", "price per kWh of GPU energy", func(c *Config) *float64 { return &c.Cost.KWh }),
 		floatKey("cost.pue", "power usage effectiveness the energy price is multiplied by (at least 1)", func(c *Config) *float64 { return &c.Cost.PUE }),
 		enumKey("cost.basis", "which GPU-hours are charged", func(c *Config) *string { return &c.Cost.Basis }, "allocated", "present", "used"),
 		enumKey("cost.idle", "how the cost of idle GPUs is shared", func(c *Config) *string { return &c.Cost.Idle }, "none", "weighted", "even"),
-		mapKey("cost.weights", "billing weights per resource (gpu, cpu, ram, energy), default 1", func(c *Config) *map[string]float64 { return &c.Cost.Weights }, parsePrice, ""),
+		mapKey("cost.weights", "billing weights per resource (gpu, cpu, ram, energy)", "resource=weight", func(c *Config) *map[string]float64 { return &c.Cost.Weights }, parsePrice, "").defaultIs("1 for each").exampleIs("gpu=2"),
 		boolKey("waste.enabled", "run the waste rules on live ticks (/api/v1/waste, gpumeter_waste_* metrics)", func(c *Config) *bool { return &c.WasteEnabled }),
 		boolKey("waste.idle.enabled", "find idle containers", func(c *Config) *bool { return &c.Waste.Idle.Enabled }),
 		thresholdKey("waste.idle.sm_percent", "SM utilisation (%) under which a held GPU is idle; over_allocated uses it too", func(c *Config) *float64 { return &c.Waste.Idle.SMPercent }),
@@ -478,7 +505,7 @@ func Keys() []Key {
 		listKey("policy.exempt.names", "container name patterns left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Names }),
 		listKey("policy.exempt.images", "image patterns left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Images }),
 		listKey("policy.exempt.owners", "users, teams or projects left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Owners }),
-		entryKey("auth.tokens", "API tokens by name: \"user=NAME role=admin|user|viewer sha256=HASH [expires=TIME]\", as `gpumeter token create` prints them",
+		entryKey("auth.tokens", "API tokens by name: \"user=NAME role=admin|user|viewer sha256=HASH [expires=TIME]\", as \"gpumeter token create\" prints them", "name=token",
 			func(c *Config, id, v string) error {
 				t, err := auth.ParseToken(id, v)
 				if err == nil {
@@ -487,7 +514,7 @@ func Keys() []Key {
 				return err
 			},
 			func(c *Config) map[string]string { return entries(c.Auth.Tokens, auth.Token.Entry) }),
-		entryKey("auth.client_certs", "client certificates by subject common name: \"user=NAME role=ROLE\" (needs tls.client_ca_file)",
+		entryKey("auth.client_certs", "client certificates by subject common name: \"user=NAME role=ROLE\" (needs tls.client_ca_file)", "name=user",
 			func(c *Config, cn, v string) error {
 				cu, err := auth.ParseCertUser(cn, v)
 				if err == nil {
@@ -497,7 +524,7 @@ func Keys() []Key {
 			},
 			func(c *Config) map[string]string { return entries(c.Auth.ClientCerts, auth.CertUser.Entry) }),
 		enumKey("auth.anonymous", "what callers without credentials may do on the API; /metrics and /healthz are always open unless web.config_file sets basic auth", func(c *Config) *string { return &c.Auth.Anonymous }, "none", "viewer"),
-		stringKey("api.socket", "Unix socket (mode 0600) for the CLI on this host; root and the agent's user need no token on it (default: api.sock in data_dir; none: off)", func(c *Config) *string { return &c.API.Socket }),
+		stringKey("api.socket", "Unix socket (mode 0600) for the CLI on this host; root and the agent's user need no token on it (none: off)", func(c *Config) *string { return &c.API.Socket }).defaultIs("api.sock in data_dir"),
 		sizeKey("api.max_body", "largest request body accepted", func(c *Config) *uint64 { return &c.API.MaxBodyBytes }),
 		floatKey("api.rate_limit", "API requests per second allowed to each caller (token, certificate or address); 0: no limit", func(c *Config) *float64 { return &c.API.RateLimit }),
 		intKey("api.rate_burst", "API requests a caller may make at once above the rate", func(c *Config) *int { return &c.API.RateBurst }),
@@ -514,8 +541,8 @@ func Keys() []Key {
 }
 
 // entryKey is a setting holding name: text entries that set parses.
-func entryKey(name, help string, set func(c *Config, sub, v string) error, get func(c *Config) map[string]string) Key {
-	return Key{Name: name, Help: help, isMap: true,
+func entryKey(name, help, kind string, set func(c *Config, sub, v string) error, get func(c *Config) map[string]string) Key {
+	return Key{Name: name, Help: help, isMap: true, kind: kind,
 		set: func(c *Config, sub, v string) error {
 			if sub == "" {
 				return errors.New("want name=value")
@@ -569,6 +596,7 @@ func (c *Config) Set(name, value string) error {
 			return fmt.Errorf("%s: want name=value, got %q", name, value)
 		}
 		sub = strings.TrimSpace(sub)
+		c.setOrigin(name+"."+sub, "")
 		if err := k.set(c, sub, strings.TrimSpace(v)); err != nil {
 			// Name the entry, as a file's error does: one variable may
 			// hold several.
@@ -579,6 +607,7 @@ func (c *Config) Set(name, value string) error {
 		}
 		return nil
 	}
+	c.setOrigin(name, "")
 	if err := k.set(c, "", value); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
@@ -603,7 +632,8 @@ func (c *Config) Parse(name string, data []byte) error {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty file changes nothing
 		}
-		return fmt.Errorf("%s: %w", name, err)
+		line, msg := syntaxError(err, data)
+		return fmt.Errorf("%s:%d: %s", name, line, msg)
 	}
 	if len(doc.Content) == 0 {
 		return nil
@@ -672,6 +702,7 @@ func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 			if err := k.set(c, sk.Value, sv.Value); err != nil {
 				return fmt.Errorf("%s:%d: %s.%s: %w", file, sv.Line, k.Name, sk.Value, err)
 			}
+			c.setOrigin(k.Name+"."+sk.Value, fmt.Sprintf("%s:%d", file, sv.Line))
 		}
 		return nil
 	}
@@ -681,6 +712,7 @@ func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 	if err := k.set(c, "", vn.Value); err != nil {
 		return fmt.Errorf("%s:%d: %s: %w", file, vn.Line, k.Name, err)
 	}
+	c.setOrigin(k.Name, fmt.Sprintf("%s:%d", file, vn.Line))
 	return nil
 }
 
@@ -706,14 +738,10 @@ func isSection(name string) bool {
 	return false
 }
 
-// suggest names a known key that differs from name only in spelling
-// details people get wrong: case and dashes.
+// suggest names the known key nearest to name, if one is near.
 func suggest(name string) string {
-	norm := func(s string) string { return strings.ReplaceAll(strings.ToLower(s), "-", "_") }
-	for _, k := range Keys() {
-		if norm(k.Name) == norm(name) || strings.HasSuffix(k.Name, "."+norm(name)) {
-			return fmt.Sprintf(" (did you mean %q?)", k.Name)
-		}
+	if k, ok := Nearest(name); ok {
+		return fmt.Sprintf("; did you mean %q?", k.Name)
 	}
 	return ""
 }
@@ -733,6 +761,9 @@ func (c *Config) LoadEnv(environ []string) error {
 		}
 		k, ok := byEnv[name]
 		if !ok {
+			if near, ok := Nearest(strings.TrimPrefix(name, "GPUMETER_")); ok {
+				return fmt.Errorf("environment: %s names no setting; did you mean %s?", name, near.Env())
+			}
 			return fmt.Errorf("environment: %s names no setting", name)
 		}
 		if k.isMap {
@@ -743,12 +774,15 @@ func (c *Config) LoadEnv(environ []string) error {
 				if err := c.Set(k.Name, part); err != nil {
 					return fmt.Errorf("environment %s: %w", name, err)
 				}
+				sub, _, _ := strings.Cut(part, "=")
+				c.setOrigin(k.Name+"."+strings.TrimSpace(sub), "environment "+name)
 			}
 			continue
 		}
 		if err := c.Set(k.Name, value); err != nil {
 			return fmt.Errorf("environment %s: %w", name, err)
 		}
+		c.setOrigin(k.Name, "environment "+name)
 	}
 	return nil
 }
@@ -769,13 +803,13 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
 	}
 	if c.Interval < 10*time.Millisecond || c.Interval > time.Hour {
-		errs = append(errs, fmt.Errorf("interval: %s is outside 10ms..1h", c.Interval))
+		errs = append(errs, fmt.Errorf("interval: %s is outside 10ms..1h", units.FormatDuration(c.Interval)))
 	}
 	if c.Source == "sim" && c.SimFile == "" {
 		errs = append(errs, errors.New("sim_file: source sim needs a scenario file"))
 	}
 	if c.DockerKeep < 0 {
-		errs = append(errs, fmt.Errorf("docker.keep_stopped: %s is negative", c.DockerKeep))
+		errs = append(errs, fmt.Errorf("docker.keep_stopped: %s is negative", units.FormatDuration(c.DockerKeep)))
 	}
 	for name, v := range map[string]string{"labels.user": c.UserLabel, "labels.team": c.TeamLabel, "labels.project": c.ProjectLabel, "host.proc_root": c.ProcRoot, "host.cgroup_root": c.CgroupRoot} {
 		if v == "" {
@@ -788,16 +822,16 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.FlushInterval < 100*time.Millisecond || c.FlushInterval > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("ledger.flush_interval: %s is outside 100ms..10m", c.FlushInterval))
+		errs = append(errs, fmt.Errorf("ledger.flush_interval: %s is outside 100ms..10m", units.FormatDuration(c.FlushInterval)))
 	}
 	if c.LeaseTakeover < 0 || c.LeaseTakeover != 0 && c.LeaseTakeover < 3*c.FlushInterval {
-		errs = append(errs, fmt.Errorf("ledger.lease_takeover: %s is shorter than 3 × ledger.flush_interval (%s): a live agent would lose its lease between two flushes", c.LeaseTakeover, 3*c.FlushInterval))
+		errs = append(errs, fmt.Errorf("ledger.lease_takeover: %s is shorter than 3 × ledger.flush_interval (%s): a live agent would lose its lease between two flushes", units.FormatDuration(c.LeaseTakeover), units.FormatDuration(3*c.FlushInterval)))
 	}
 	if c.MinuteRetention < time.Hour {
-		errs = append(errs, fmt.Errorf("ledger.minute_retention: %s is shorter than an hour", c.MinuteRetention))
+		errs = append(errs, fmt.Errorf("ledger.minute_retention: %s is shorter than an hour", units.FormatDuration(c.MinuteRetention)))
 	}
 	if c.HourRetention < c.MinuteRetention {
-		errs = append(errs, fmt.Errorf("ledger.hour_retention: %s is shorter than ledger.minute_retention %s", c.HourRetention, c.MinuteRetention))
+		errs = append(errs, fmt.Errorf("ledger.hour_retention: %s is shorter than ledger.minute_retention %s", units.FormatDuration(c.HourRetention), units.FormatDuration(c.MinuteRetention)))
 	}
 	if c.MaxPendingRows < 1000 {
 		errs = append(errs, fmt.Errorf("ledger.max_pending_rows: %d is below 1000", c.MaxPendingRows))
@@ -821,6 +855,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	for i, err := range errs {
+		errs[i] = c.placed(err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -831,22 +868,22 @@ func (c *Config) securityErrors() []error {
 		errs = append(errs, err)
 	}
 	if c.API.MaxBodyBytes < 1<<10 {
-		errs = append(errs, fmt.Errorf("api.max_body: %s is below 1KiB", FormatSize(c.API.MaxBodyBytes)))
+		errs = append(errs, fmt.Errorf("api.max_body: %s is below 1KiB", units.FormatSize(c.API.MaxBodyBytes)))
 	}
 	if c.API.RateLimit > 0 && c.API.RateBurst < 1 {
 		errs = append(errs, fmt.Errorf("api.rate_burst: %d is below 1 while api.rate_limit is on", c.API.RateBurst))
 	}
 	if c.API.MaxReportWindow < time.Hour {
-		errs = append(errs, fmt.Errorf("api.max_report_window: %s is shorter than an hour", c.API.MaxReportWindow))
+		errs = append(errs, fmt.Errorf("api.max_report_window: %s is shorter than an hour", units.FormatDuration(c.API.MaxReportWindow)))
 	}
 	if c.API.MaxReportRows < 1 {
 		errs = append(errs, fmt.Errorf("api.max_report_rows: %d is below 1", c.API.MaxReportRows))
 	}
 	if c.API.ReadHeaderTimeout < 100*time.Millisecond || c.API.ReadHeaderTimeout > time.Minute {
-		errs = append(errs, fmt.Errorf("api.read_header_timeout: %s is outside 100ms..1m", c.API.ReadHeaderTimeout))
+		errs = append(errs, fmt.Errorf("api.read_header_timeout: %s is outside 100ms..1m", units.FormatDuration(c.API.ReadHeaderTimeout)))
 	}
 	if c.API.ReadTimeout < c.API.ReadHeaderTimeout || c.API.ReadTimeout > 10*time.Minute {
-		errs = append(errs, fmt.Errorf("api.read_timeout: %s is outside api.read_header_timeout..10m", c.API.ReadTimeout))
+		errs = append(errs, fmt.Errorf("api.read_timeout: %s is outside api.read_header_timeout..10m", units.FormatDuration(c.API.ReadTimeout)))
 	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls.cert_file, tls.key_file: set both or neither"))
@@ -891,70 +928,4 @@ func (c *Config) WasteErrors() []error {
 		errs = append(errs, errors.New("waste."+line))
 	}
 	return errs
-}
-
-// ParseDuration parses a Go duration, with days allowed in front (35d,
-// 1d12h); it must not be negative.
-func ParseDuration(s string) (time.Duration, error) {
-	t := strings.TrimSpace(s)
-	var days time.Duration
-	if i := strings.IndexByte(t, 'd'); i > 0 {
-		n, err := strconv.ParseUint(t[:i], 10, 16)
-		if err == nil {
-			days, t = time.Duration(n)*24*time.Hour, t[i+1:]
-			if t == "" {
-				t = "0s"
-			}
-		}
-	}
-	d, err := time.ParseDuration(t)
-	if err != nil || (days > 0 && d < 0) {
-		return 0, fmt.Errorf("%q is not a duration like 1s, 90s, 1h30m or 7d", s)
-	}
-	d += days
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	return d, nil
-}
-
-// ParseSize parses a size in bytes, with KiB, MiB, GiB or TiB (powers of
-// 1024) allowed after the number.
-func ParseSize(s string) (uint64, error) {
-	t := strings.TrimSpace(s)
-	mult := uint64(1)
-	for i, unit := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		if strings.HasSuffix(t, unit) {
-			mult = 1 << (10 * (i + 1))
-			t = strings.TrimSpace(strings.TrimSuffix(t, unit))
-			break
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || math.IsNaN(f) || f*float64(mult) >= 1<<63 {
-		return 0, fmt.Errorf("%q is not a size like 512MiB or 1GiB", s)
-	}
-	return uint64(f * float64(mult)), nil
-}
-
-// FormatSize writes a size as ParseSize reads it, in the largest unit
-// that keeps it whole.
-func FormatSize(n uint64) string {
-	units := []string{"TiB", "GiB", "MiB", "KiB"}
-	for i, u := range units {
-		if m := uint64(1) << (10 * (len(units) - i)); n >= m && n%m == 0 {
-			return strconv.FormatUint(n/m, 10) + u
-		}
-	}
-	return strconv.FormatUint(n, 10)
-}
-
-// ParsePower parses a power in watts, with or without the W suffix.
-func ParsePower(s string) (float64, error) {
-	t := strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), "W"))
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || f != f || f > 1e6 {
-		return 0, fmt.Errorf("%q is not a power like 70W", s)
-	}
-	return f, nil
 }

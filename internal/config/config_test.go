@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/policy"
@@ -62,24 +63,34 @@ func TestParseFull(t *testing.T) {
 		TLS:           TLS{CertFile: "/etc/gpumeter/tls/server.crt", KeyFile: "/etc/gpumeter/tls/server.key", ClientCAFile: "/etc/gpumeter/tls/clients.pem", ClientAuth: "required"},
 		WebConfigFile: "/etc/gpumeter/web.yml",
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
 	// hour_retention is shorter than minute_retention in the file.
-	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "ledger.hour_retention: 36h0m0s is shorter than ledger.minute_retention 840h0m0s") {
+	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "ledger.hour_retention: 36h is shorter than ledger.minute_retention 35d") {
 		t.Errorf("Validate() = %v, want the retention error", err)
 	}
 }
 
-func TestParseDuration(t *testing.T) {
+// TestDurationKeys: every duration setting reads the units grammar, days
+// included, and writes its default back as a file would.
+func TestDurationKeys(t *testing.T) {
 	for in, want := range map[string]time.Duration{"90s": 90 * time.Second, "7d": 7 * 24 * time.Hour, "1d12h": 36 * time.Hour, "0d": 0, " 2h ": 2 * time.Hour} {
-		if got, err := ParseDuration(in); err != nil || got != want {
-			t.Errorf("ParseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		c := Default()
+		if err := c.Set("ledger.hour_retention", in); err != nil || c.HourRetention != want {
+			t.Errorf("Set(ledger.hour_retention, %q) = %v, %v; want %v", in, c.HourRetention, err, want)
 		}
 	}
 	for _, in := range []string{"", "d", "7", "-1d", "1d-2h", "x7d", "99999999d", "1.5d"} {
-		if got, err := ParseDuration(in); err == nil {
-			t.Errorf("ParseDuration(%q) = %v, want an error", in, got)
+		c := Default()
+		if err := c.Set("ledger.hour_retention", in); err == nil {
+			t.Errorf("Set(ledger.hour_retention, %q) = %v, want an error", in, c.HourRetention)
+		}
+	}
+	for name, want := range map[string]string{"ledger.hour_retention": "400d", "ledger.minute_retention": "35d", "api.max_report_window": "400d", "interval": "1s", "docker.keep_stopped": "5m", "waste.idle.window": "1h"} {
+		k, _ := lookup(name)
+		if got := k.Default(); got != want {
+			t.Errorf("%s default = %q, want %q", name, got, want)
 		}
 	}
 }
@@ -104,7 +115,13 @@ func TestParseErrors(t *testing.T) {
 		{"map wants mapping", "idle_power: 70W\n", `cfg.yaml:1: idle_power: want a mapping`},
 		{"top not mapping", "- a\n- b\n", `cfg.yaml:1: top level: want a mapping of keys`},
 		{"duplicate", "listen: :1\nlisten: :2\n", `cfg.yaml:2: listen: set twice`},
-		{"syntax", "listen: \"unterminated\n", `cfg.yaml: yaml: line 2`},
+		{"syntax", "listen: :1\nhostname: \"unterminated\n", `cfg.yaml:2: found unexpected end of stream`},
+		{"syntax on the first line", "listen: a: b\n", `cfg.yaml:1: mapping values are not allowed in this context`},
+		{"syntax further down", "listen: :1\ninterval: 1s\ndocker:\n  host: x\n bad: 1\n", `cfg.yaml:5: did not find expected key`},
+		{"bad character", "listen: :1\ninterval: 1s\nhostname: a\x01b\n", `cfg.yaml:3: control characters are not allowed`},
+		{"near miss", "intervl: 1s\n", `cfg.yaml:1: unknown key "intervl"; did you mean "interval"?`},
+		{"near miss nested", "ledger:\n  flush_intreval: 1s\n", `cfg.yaml:2: unknown key "ledger.flush_intreval"; did you mean "ledger.flush_interval"?`},
+		{"no section", "flush_interval: 1s\n", `cfg.yaml:1: unknown key "flush_interval"; did you mean "ledger.flush_interval"?`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,13 +134,56 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestUnknownKeyFarFromAny: a key close to none is not given a guess.
+func TestUnknownKeyFarFromAny(t *testing.T) {
+	c := Default()
+	err := c.Parse("cfg.yaml", []byte("colour: blue\n"))
+	if want := `cfg.yaml:1: unknown key "colour"`; err == nil || err.Error() != want {
+		t.Errorf("Parse() = %v, want %s", err, want)
+	}
+	err = c.LoadEnv([]string{"GPUMETER_INTERVL=1s"})
+	if want := "environment: GPUMETER_INTERVL names no setting; did you mean GPUMETER_INTERVAL?"; err == nil || err.Error() != want {
+		t.Errorf("LoadEnv() = %v, want %s", err, want)
+	}
+}
+
+// TestValidatePlaced: a value that parses but makes no sense is named
+// with the file and line, or the variable, it came from; a flag that
+// overrides it takes the blame off the file.
+func TestValidatePlaced(t *testing.T) {
+	c := Default()
+	if err := c.Parse("cfg.yaml", []byte("listen: :1\ninterval: 0s\nidle_power:\n  H100: 70W\ntls:\n  cert_file: /x.crt\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.LoadEnv([]string{"GPUMETER_LEDGER_MINUTE_RETENTION=30m"}); err != nil {
+		t.Fatal(err)
+	}
+	c.IdlePower["H100"] = -1 // as if set in code: the file's line no longer holds
+	err := c.Validate()
+	for _, want := range []string{
+		"cfg.yaml:2: interval: 0s is outside 10ms..1h",
+		"environment GPUMETER_LEDGER_MINUTE_RETENTION: ledger.minute_retention: 30m is shorter than an hour",
+		"cfg.yaml:6: tls.cert_file, tls.key_file: set both or neither",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want a line %q", err, want)
+		}
+	}
+	if err := c.Set("interval", "2h"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "\ninterval: 2h is outside 10ms..1h") && !strings.HasPrefix(err.Error(), "interval: 2h is outside") {
+		t.Errorf("Validate() after a flag = %v, want the interval named without the file", err)
+	}
+}
+
 func TestParseEmpty(t *testing.T) {
 	for _, in := range []string{"", "# only a comment\n", "~\n"} {
 		c := Default()
 		if err := c.Parse("cfg.yaml", []byte(in)); err != nil {
 			t.Errorf("Parse(%q) = %v, want nil", in, err)
 		}
-		if diff := cmp.Diff(Default(), c); diff != "" {
+		if diff := cmp.Diff(Default(), c, cmpopts.IgnoreUnexported(Config{})); diff != "" {
 			t.Errorf("Parse(%q) changed the defaults:\n%s", in, diff)
 		}
 	}
@@ -134,6 +194,24 @@ func TestLoadFileMissing(t *testing.T) {
 	err := c.LoadFile("testdata/nope.yaml")
 	if err == nil || !strings.Contains(err.Error(), "testdata/nope.yaml") {
 		t.Errorf("LoadFile() error = %v, want one naming the file", err)
+	}
+}
+
+// TestScenarioUnits: a config file reads the values a scenario file does
+// (internal/sim's TestParseUnits): days, a bare number of watts, a
+// fraction that makes whole bytes; and refuses the bytes that are not.
+func TestScenarioUnits(t *testing.T) {
+	c := Default()
+	err := c.Parse("cfg.yaml", []byte("idle_power:\n  H100: 70\n  A100: 50.5 W\nledger:\n  minute_retention: 1d\n  hour_retention: 1d12h\nwaste:\n  outside:\n    unaccounted_memory: 1.5GiB\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.IdlePower["H100"] != 70 || c.IdlePower["A100"] != 50.5 || c.MinuteRetention != 24*time.Hour || c.HourRetention != 36*time.Hour || c.Waste.Outside.UnaccountedMemory != 3<<29 {
+		t.Errorf("got idle power %v, retention %v and %v, unaccounted memory %d; want 70 and 50.5, 1d and 1d12h, 1.5GiB", c.IdlePower, c.MinuteRetention, c.HourRetention, c.Waste.Outside.UnaccountedMemory)
+	}
+	err = c.Parse("cfg.yaml", []byte("api:\n  max_body: 0.1KiB\n"))
+	if want := `cfg.yaml:2: api.max_body: "0.1KiB" is not a whole number of bytes`; err == nil || err.Error() != want {
+		t.Errorf("a fraction of a byte: %v, want %s", err, want)
 	}
 }
 
@@ -179,11 +257,11 @@ func TestValidate(t *testing.T) {
 	}{
 		{"listen", func(c *Config) { c.Listen = "9400" }, `listen: "9400" is not host:port`},
 		{"interval small", func(c *Config) { c.Interval = time.Millisecond }, "interval: 1ms is outside"},
-		{"interval large", func(c *Config) { c.Interval = 2 * time.Hour }, "interval: 2h0m0s is outside"},
+		{"interval large", func(c *Config) { c.Interval = 2 * time.Hour }, "interval: 2h is outside"},
 		{"sim needs file", func(c *Config) { c.Source = "sim" }, "sim_file: source sim needs a scenario file"},
 		{"empty label", func(c *Config) { c.UserLabel = "" }, "labels.user: must not be empty"},
 		{"negative idle", func(c *Config) { c.IdlePower["x"] = -1 }, "idle_power.x: -1W is negative"},
-		{"flush", func(c *Config) { c.FlushInterval = time.Hour }, "ledger.flush_interval: 1h0m0s is outside"},
+		{"flush", func(c *Config) { c.FlushInterval = time.Hour }, "ledger.flush_interval: 1h is outside"},
 		{"takeover", func(c *Config) { c.LeaseTakeover = 10 * time.Second }, "ledger.lease_takeover: 10s is shorter than 3 × ledger.flush_interval (15s)"},
 		{"takeover negative", func(c *Config) { c.LeaseTakeover = -time.Second }, "ledger.lease_takeover: -1s is shorter"},
 		{"pending", func(c *Config) { c.MaxPendingRows = 5 }, "ledger.max_pending_rows: 5 is below 1000"},

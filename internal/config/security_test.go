@@ -166,9 +166,9 @@ func TestValidateSecurity(t *testing.T) {
 		{"burst 0 with a rate", func(c *Config) { c.API.RateBurst = 0 }, "api.rate_burst: 0 is below 1 while api.rate_limit is on"},
 		{"read timeout under the header timeout", func(c *Config) { c.API.ReadTimeout = time.Second },
 			"api.read_timeout: 1s is outside api.read_header_timeout..10m"},
-		{"read timeout too long", func(c *Config) { c.API.ReadTimeout = time.Hour }, "api.read_timeout: 1h0m0s is outside api.read_header_timeout..10m"},
+		{"read timeout too long", func(c *Config) { c.API.ReadTimeout = time.Hour }, "api.read_timeout: 1h is outside api.read_header_timeout..10m"},
 		{"header timeout too short", func(c *Config) { c.API.ReadHeaderTimeout = 50 * time.Millisecond }, "api.read_header_timeout: 50ms is outside 100ms..1m"},
-		{"report window too short", func(c *Config) { c.API.MaxReportWindow = 30 * time.Minute }, "api.max_report_window: 30m0s is shorter than an hour"},
+		{"report window too short", func(c *Config) { c.API.MaxReportWindow = 30 * time.Minute }, "api.max_report_window: 30m is shorter than an hour"},
 		{"no report rows", func(c *Config) { c.API.MaxReportRows = 0 }, "api.max_report_rows: 0 is below 1"},
 		{"one token under two names", func(c *Config) {
 			b := hello

@@ -2,7 +2,8 @@
 // every tick's deltas into per-minute rows in memory and writes them to the
 // ledger every few seconds. Each flush is one atomic batch that holds only
 // what was not written before, so a crash loses at most the rows of one
-// flush interval and never writes a minute twice. While the ledger cannot
+// flush interval (and the interval its last sample opened, which the next
+// sample would have booked) and never writes a minute twice. While the ledger cannot
 // be written the rows stay in memory, up to a bound, and go out when it is
 // back.
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // MaxWindow caps a report's window: a ledger keeps hourly rows for about
@@ -20,16 +21,25 @@ const MaxWindow = 800 * 24 * time.Hour
 // API's query string parse into the same thing, so both reject the same
 // input with the same words.
 type Request struct {
-	By     string
-	Since  time.Duration // window ending now; used when From is zero
-	From   time.Time
-	To     time.Time
+	By    string
+	Since time.Duration // window ending at To; 0 when not given
+	// From and To are nil when not given (the zero time is a time like
+	// any other); Validate sets both to the resolved window.
+	From   *time.Time
+	To     *time.Time
 	User   string
 	Team   string
 	Labels map[string]string // k=v, all must match
 	Node   string
 	Format string // table, csv, json or focus
+
+	span time.Duration // the window as asked, before rounding to minutes
 }
+
+// Span is the length of the window as asked, before Validate rounded its
+// ends out to whole minutes: what a limit on the window is checked
+// against, so that since=400d fits a 400-day limit.
+func (r *Request) Span() time.Duration { return r.span }
 
 // RequestError is a request that makes no sense; Param names the query
 // parameter (and flag) at fault, "" when it is the combination.
@@ -63,28 +73,41 @@ func (r *Request) Validate(now time.Time) error {
 	if !slices.Contains(Formats(), r.Format) {
 		return &RequestError{"format", fmt.Sprintf("%q is not one of %s", r.Format, strings.Join(Formats(), ", "))}
 	}
+	var from, to time.Time
 	switch {
-	case !r.From.IsZero() && r.Since != 0:
+	case r.From != nil && r.Since != 0:
 		return &RequestError{"", "since and from exclude each other (--since/--from, or the since/from parameters): give a window's length or its start"}
-	case r.From.IsZero():
-		if r.Since <= 0 {
-			r.Since = 24 * time.Hour
-		}
-		if r.To.IsZero() {
-			r.To = now
-		}
-		r.From = r.To.Add(-r.Since)
-	case r.To.IsZero():
-		r.To = now
+	case r.To != nil:
+		to = *r.To
+	default:
+		to = now
 	}
-	r.From, r.To = ledger.Minute(r.From), ledger.Minute(r.To.Add(time.Minute-1))
-	if !r.From.Before(r.To) {
-		return &RequestError{"", fmt.Sprintf("the window is empty: from %s is not before to %s", r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))}
+	switch {
+	case r.From != nil:
+		from = *r.From
+	case r.Since > 0:
+		from = to.Add(-r.Since)
+	default:
+		from = to.Add(-24 * time.Hour)
 	}
-	if r.To.Sub(r.From) > MaxWindow {
-		return &RequestError{"", fmt.Sprintf("the window of %s is longer than the %s a report may cover", r.To.Sub(r.From), MaxWindow)}
+	if !from.Before(to) {
+		return &RequestError{"", fmt.Sprintf("the window is empty: from %s is not before to %s", from.Format(time.RFC3339), to.Format(time.RFC3339))}
 	}
+	// Compared without subtracting, which saturates for ends centuries
+	// apart.
+	if from.Before(to.Add(-MaxWindow)) {
+		return &RequestError{"", fmt.Sprintf("the window of %s is longer than the %s a report may cover", days(from, to), units.FormatDuration(MaxWindow))}
+	}
+	r.span = to.Sub(from)
+	from, to = ledger.Minute(from), ledger.Minute(to.Add(time.Minute-1))
+	r.From, r.To = &from, &to
 	return nil
+}
+
+// days writes the length of [from, to) in days, for windows too long for a
+// time.Duration.
+func days(from, to time.Time) string {
+	return fmt.Sprintf("%.1f days", float64(to.Unix()-from.Unix())/86400)
 }
 
 // Filter returns the record filter of the request, or nil when it keeps
@@ -159,15 +182,19 @@ func RequestFromQuery(q url.Values, parseDuration func(string) (time.Duration, e
 			return r, errors.New("since: must be more than 0")
 		}
 	}
-	if s := q.Get("from"); s != "" {
-		if r.From, err = ParseTime(s); err != nil {
+	if q.Has("from") {
+		t, err := ParseTime(q.Get("from"))
+		if err != nil {
 			return r, fmt.Errorf("from: %w", err)
 		}
+		r.From = &t
 	}
-	if s := q.Get("to"); s != "" {
-		if r.To, err = ParseTime(s); err != nil {
+	if q.Has("to") {
+		t, err := ParseTime(q.Get("to"))
+		if err != nil {
 			return r, fmt.Errorf("to: %w", err)
 		}
+		r.To = &t
 	}
 	for _, l := range q["label"] {
 		k, v, err := ParseLabel(l)
@@ -213,10 +240,10 @@ func Models(ctx context.Context, store Reader) ([]string, error) {
 
 // Run reads the ledger for a validated request and builds the report.
 func Run(ctx context.Context, store Reader, r Request, cost CostModel) (*Report, error) {
-	f := ledger.Filter{From: r.From, To: r.To, Node: r.Node}
+	f := ledger.Filter{From: *r.From, To: *r.To, Node: r.Node}
 	usage, gpus, err := store.Totals(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("read usage: %w", err)
 	}
-	return Build(usage, gpus, Options{By: r.By, From: r.From, To: r.To, Cost: cost, Filter: r.Filter()})
+	return Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: cost, Filter: r.Filter()})
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // FuzzUsageQuery reads arbitrary query strings as /api/v1/usage does,
@@ -31,7 +31,7 @@ func FuzzUsageQuery(f *testing.F) {
 		if err != nil {
 			return
 		}
-		r, err := report.RequestFromQuery(q, config.ParseDuration)
+		r, err := report.RequestFromQuery(q, units.ParseDuration)
 		if err != nil {
 			// The error names the parameter at fault.
 			msg := err.Error()
@@ -59,13 +59,13 @@ func FuzzUsageQuery(f *testing.F) {
 			}
 			return
 		}
-		if !r.From.Before(r.To) {
+		if !r.From.Before(*r.To) {
 			t.Errorf("%q: from %s is not before to %s", raw, r.From, r.To)
 		}
-		if span := r.To.Sub(r.From); span > report.MaxWindow {
-			t.Errorf("%q: a window of %s, longer than %s", raw, span, report.MaxWindow)
+		if span := r.Span(); span > report.MaxWindow || r.To.Sub(*r.From) > span+2*time.Minute {
+			t.Errorf("%q: a window of %s (%s after rounding), longer than %s", raw, span, r.To.Sub(*r.From), report.MaxWindow)
 		}
-		for _, tm := range []time.Time{r.From, r.To} {
+		for _, tm := range []time.Time{*r.From, *r.To} {
 			if tm.Location() != time.UTC || !tm.Equal(tm.Truncate(time.Minute)) {
 				t.Errorf("%q: %s is not a whole minute in UTC", raw, tm)
 			}

@@ -1,4 +1,4 @@
-// Package sim plays scenario files (format v1, see SCENARIO.md): simulated
+// Package sim plays scenario files (format v1, see docs/scenario.md): simulated
 // GPUs, the containers that hold them and the host processes on them, over
 // time. A Source made from a Scenario is at once a GPU source, a container
 // inventory and a process resolver, on a virtual clock for simulate and
@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"os"
 	"regexp"
 	"strconv"
@@ -23,6 +22,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // Scenario is a parsed scenario file. Offsets are from Start; a container's
@@ -692,49 +693,31 @@ func (d *decoder) number(n *yaml.Node, path string) (float64, bool) {
 	return v, true
 }
 
+// duration, size and power read values in the units grammar, as the
+// config does: 1d and a bare 70 (watts) mean the same in both.
 func (d *decoder) duration(n *yaml.Node, path string) (time.Duration, bool) {
-	n = d.resolve(n)
-	s, ok := d.scalar(n, path, "a duration")
-	if !ok {
-		return 0, false
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		d.errorf(n.Line, path, "bad duration %q (want Go syntax such as 90s or 1h30m)", s)
-		return 0, false
-	}
-	return v, true
+	return unit(d, n, path, "a duration", units.ParseDuration)
 }
 
 func (d *decoder) size(n *yaml.Node, path string) (uint64, bool) {
-	n = d.resolve(n)
-	s, ok := d.scalar(n, path, "a size")
-	if !ok {
-		return 0, false
-	}
-	v, err := parseSize(s)
-	if err != nil {
-		d.errorf(n.Line, path, "bad size %q (%v)", s, err)
-		return 0, false
-	}
-	return v, true
+	return unit(d, n, path, "a size", units.ParseSize)
 }
 
 func (d *decoder) power(n *yaml.Node, path string) (float64, bool) {
+	return unit(d, n, path, "a power", units.ParsePower)
+}
+
+func unit[T any](d *decoder, n *yaml.Node, path, want string, parse func(string) (T, error)) (T, bool) {
+	var zero T
 	n = d.resolve(n)
-	s, ok := d.scalar(n, path, "a power")
+	s, ok := d.scalar(n, path, want)
 	if !ok {
-		return 0, false
+		return zero, false
 	}
-	m := powerRE.FindStringSubmatch(s)
-	if m == nil {
-		d.errorf(n.Line, path, "bad power %q (want watts such as 70W)", s)
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
+	v, err := parse(s)
 	if err != nil {
-		d.errorf(n.Line, path, "bad power %q (want watts such as 70W)", s)
-		return 0, false
+		d.errorf(n.Line, path, "%v", err)
+		return zero, false
 	}
 	return v, true
 }
@@ -799,56 +782,4 @@ func clampInt(v int64) int {
 		return int(-maxInt)
 	}
 	return int(v)
-}
-
-var (
-	sizeRE  = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) ?([A-Za-z]*)$`)
-	powerRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?) ?W$`)
-)
-
-var sizeUnits = map[string]uint64{
-	"":    1,
-	"B":   1,
-	"KiB": 1 << 10,
-	"MiB": 1 << 20,
-	"GiB": 1 << 30,
-	"TiB": 1 << 40,
-}
-
-// parseSize reads a byte count: plain bytes or a number with KiB, MiB, GiB
-// or TiB (powers of 1024).
-func parseSize(s string) (uint64, error) {
-	m := sizeRE.FindStringSubmatch(s)
-	if m == nil {
-		return 0, errors.New("want bytes or a number with KiB, MiB, GiB or TiB, such as 80GiB")
-	}
-	mult, ok := sizeUnits[m[2]]
-	if !ok {
-		return 0, fmt.Errorf("unknown unit %q; sizes take KiB, MiB, GiB or TiB (powers of 1024)", m[2])
-	}
-	r, ok := new(big.Rat).SetString(m[1])
-	if !ok {
-		return 0, errors.New("want bytes or a number with KiB, MiB, GiB or TiB, such as 80GiB")
-	}
-	r.Mul(r, new(big.Rat).SetUint64(mult))
-	if !r.IsInt() {
-		return 0, errors.New("not a whole number of bytes")
-	}
-	if !r.Num().IsUint64() {
-		return 0, errors.New("too large")
-	}
-	return r.Num().Uint64(), nil
-}
-
-// formatSize writes a byte count the way a scenario file would.
-func formatSize(b uint64) string {
-	for _, u := range []struct {
-		name string
-		mult uint64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if b >= u.mult && b%u.mult == 0 {
-			return strconv.FormatUint(b/u.mult, 10) + u.name
-		}
-	}
-	return strconv.FormatUint(b, 10)
 }

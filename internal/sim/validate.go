@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // Error is one problem in a scenario: where it is and what is wrong.
@@ -120,13 +122,13 @@ func (v *validator) check() {
 	}
 	durationOK := s.Duration > 0
 	if !durationOK {
-		v.errorf("duration", "duration", "must be positive, got %s", fmtDuration(s.Duration))
+		v.errorf("duration", "duration", "must be positive, got %s", units.FormatDuration(s.Duration))
 	}
 	switch {
 	case s.Interval <= 0:
-		v.errorf("interval", "interval", "must be positive, got %s", fmtDuration(s.Interval))
+		v.errorf("interval", "interval", "must be positive, got %s", units.FormatDuration(s.Interval))
 	case durationOK && s.Interval > s.Duration:
-		v.errorf("interval", "interval", "%s is longer than the duration %s", fmtDuration(s.Interval), fmtDuration(s.Duration))
+		v.errorf("interval", "interval", "%s is longer than the duration %s", units.FormatDuration(s.Interval), units.FormatDuration(s.Duration))
 	}
 	v.gpus()
 	v.containers(durationOK)
@@ -181,7 +183,7 @@ func (v *validator) memory(key string, b uint64, index int) {
 		return
 	}
 	if total := v.s.GPUs[index].Memory; b > total {
-		v.errorf(key, key, "%s is more than GPU %d's memory (%s)", formatSize(b), index, formatSize(total))
+		v.errorf(key, key, "%s is more than GPU %d's memory (%s)", units.FormatSize(b), index, units.FormatSize(total))
 	}
 }
 
@@ -191,23 +193,23 @@ func (v *validator) span(path string, start, end time.Duration, durationOK bool)
 	ok := true
 	switch {
 	case start < 0:
-		v.errorf(path+".start", path+".start", "must not be negative, got %s", fmtDuration(start))
+		v.errorf(path+".start", path+".start", "must not be negative, got %s", units.FormatDuration(start))
 		ok = false
 	case durationOK && start >= v.s.Duration:
-		v.errorf(path+".start", path+".start", "%s is not before the scenario's end (duration %s)", fmtDuration(start), fmtDuration(v.s.Duration))
+		v.errorf(path+".start", path+".start", "%s is not before the scenario's end (duration %s)", units.FormatDuration(start), units.FormatDuration(v.s.Duration))
 		ok = false
 	}
 	switch {
 	case !ok:
 		// end is most likely the default, and start is what is wrong.
 		if durationOK && end > v.s.Duration {
-			v.errorf(path+".end", path+".end", "%s is past the scenario's end (duration %s)", fmtDuration(end), fmtDuration(v.s.Duration))
+			v.errorf(path+".end", path+".end", "%s is past the scenario's end (duration %s)", units.FormatDuration(end), units.FormatDuration(v.s.Duration))
 		}
 	case end <= start:
-		v.errorf(path+".end", path+".end", "%s is not after start %s", fmtDuration(end), fmtDuration(start))
+		v.errorf(path+".end", path+".end", "%s is not after start %s", units.FormatDuration(end), units.FormatDuration(start))
 		ok = false
 	case durationOK && end > v.s.Duration:
-		v.errorf(path+".end", path+".end", "%s is past the scenario's end (duration %s)", fmtDuration(end), fmtDuration(v.s.Duration))
+		v.errorf(path+".end", path+".end", "%s is past the scenario's end (duration %s)", units.FormatDuration(end), units.FormatDuration(v.s.Duration))
 		ok = false
 	}
 	return ok
@@ -262,9 +264,9 @@ func (v *validator) phases(c *Container, path string, spanOK bool) {
 		v.util(pp+".util", p.Util)
 		switch {
 		case p.At < 0:
-			v.errorf(pp+".at", pp+".at", "must not be negative, got %s", fmtDuration(p.At))
+			v.errorf(pp+".at", pp+".at", "must not be negative, got %s", units.FormatDuration(p.At))
 		case spanOK && p.At >= c.End-c.Start:
-			v.errorf(pp+".at", pp+".at", "%s is not before the container's end (it runs for %s)", fmtDuration(p.At), fmtDuration(c.End-c.Start))
+			v.errorf(pp+".at", pp+".at", "%s is not before the container's end (it runs for %s)", units.FormatDuration(p.At), units.FormatDuration(c.End-c.Start))
 		}
 		set := slices.Clone(c.GPUs)
 		if p.GPUs != nil {
@@ -302,11 +304,11 @@ func (v *validator) phases(c *Container, path string, spanOK bool) {
 			same := slices.Equal(applies[j], applies[k])
 			switch {
 			case p.At == q.At && same:
-				v.errorf(pp+".at", pp+".at", "%s is also the at of phases[%d]", fmtDuration(p.At), j)
+				v.errorf(pp+".at", pp+".at", "%s is also the at of phases[%d]", units.FormatDuration(p.At), j)
 			case p.At == q.At && sharesGPU(applies[j], applies[k]):
-				v.errorf(pp+".at", pp+".at", "%s is also the at of phases[%d], which applies to a GPU this phase applies to", fmtDuration(p.At), j)
+				v.errorf(pp+".at", pp+".at", "%s is also the at of phases[%d], which applies to a GPU this phase applies to", units.FormatDuration(p.At), j)
 			case p.At < q.At && same:
-				v.errorf(pp+".at", pp+".at", "%s comes before phases[%d] (at %s) for the same gpus; list phases in time order", fmtDuration(p.At), j, fmtDuration(q.At))
+				v.errorf(pp+".at", pp+".at", "%s comes before phases[%d] (at %s) for the same gpus; list phases in time order", units.FormatDuration(p.At), j, units.FormatDuration(q.At))
 			default:
 				continue
 			}
@@ -347,7 +349,7 @@ func (v *validator) hostProcesses(durationOK bool) {
 			o := v.s.HostProcesses[j]
 			if spanOK[j] && o.User == h.User && o.GPU == h.GPU && h.Start < o.End && o.Start < h.End {
 				path := fmt.Sprintf("host_processes[%d]", i)
-				v.errorf(path, path, "overlaps host_processes[%d] (%s on GPU %d from %s to %s)", j, o.User, o.GPU, fmtDuration(o.Start), fmtDuration(o.End))
+				v.errorf(path, path, "overlaps host_processes[%d] (%s on GPU %d from %s to %s)", j, o.User, o.GPU, units.FormatDuration(o.Start), units.FormatDuration(o.End))
 				break
 			}
 		}
@@ -355,17 +357,6 @@ func (v *validator) hostProcesses(durationOK bool) {
 }
 
 // fmtDuration writes d the way a scenario file would: 1h10m, not 1h10m0s.
-func fmtDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
 func plural(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun

@@ -292,7 +292,7 @@ func BenchUsage(b *testing.B, s ledger.Store, m Month) {
 	// both ledger queries and the report itself.
 	for _, by := range []string{"user", "container"} {
 		b.Run("ReportMonthBy"+by, func(b *testing.B) {
-			req := report.Request{By: by, From: m.From, To: m.To}
+			req := report.Request{By: by, From: &m.From, To: &m.To}
 			if err := req.Validate(m.To); err != nil {
 				b.Fatal(err)
 			}

@@ -40,7 +40,7 @@ func (s *Store) takeWriterLock(l ledger.Lease) error {
 	if s.wlock != nil {
 		return nil
 	}
-	f, err := os.OpenFile(s.lockPath(), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(s.lockPath(), os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("writer lock: %w", err)
 	}
