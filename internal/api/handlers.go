@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -169,6 +170,52 @@ func (r StopResponse) Killed() bool {
 // after the grace Docker kills the container and waits for it to exit.
 const stopMargin = time.Minute
 
+// stops are the stops under way and the recent ones, until a tick taken
+// after them shows the container as it is.
+type stops struct {
+	mu sync.Mutex
+	m  map[string]stopState
+}
+
+type stopState struct {
+	running bool      // a stop is under way
+	at      time.Time // when it ended
+}
+
+// begin says why a stop of id may not start now, given the time of the
+// tick that shows id running, or marks a stop of id under way.
+func (s *stops) begin(id string, tick time.Time) (msg string, busy bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]stopState{}
+	}
+	for k, st := range s.m {
+		if !st.running && tick.After(st.at) { // the tick knows better now
+			delete(s.m, k)
+		}
+	}
+	if st, ok := s.m[id]; ok {
+		if st.running {
+			return "is being stopped by another call", true
+		}
+		return "was stopped at " + st.at.UTC().Format(time.RFC3339), true
+	}
+	s.m[id] = stopState{running: true}
+	return "", false
+}
+
+// end records how a stop of id that begin let start ended.
+func (s *stops) end(id string, stopped bool, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if stopped {
+		s.m[id] = stopState{at: at}
+	} else {
+		delete(s.m, id)
+	}
+}
+
 // ParseStop checks a stop request and gives its grace period.
 func ParseStop(req StopRequest) (time.Duration, error) {
 	grace := 10 * time.Second
@@ -234,12 +281,15 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 			}
 		}
 	}
-	// Another user's container is refused without naming its owner.
-	if found == nil || !c.owns(found.User) {
-		if found != nil {
-			s.forbid(w, r, c, "container "+found.ID, auth.AuthorizeOwner(c.id, c.act, found.User))
-			return
-		}
+	// Another user's container is answered as a name nobody has: a 403
+	// would tell the caller which names exist. The audit log keeps the
+	// refusal for what it is.
+	if found != nil && !c.owns(found.User) {
+		s.observe(r, c, "container "+found.ID, http.StatusForbidden, auth.AuthorizeOwner(c.id, c.act, found.User).Error())
+		writeError(w, http.StatusNotFound, CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
+		return
+	}
+	if found == nil {
 		s.observe(r, c, "container "+id, http.StatusNotFound, "no such container")
 		writeError(w, http.StatusNotFound, CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
 		return
@@ -255,6 +305,16 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, CodeDockerOff, "the agent does not manage containers here (docker.enabled: false)")
 		return
 	}
+	// The tick still shows a container running until the next sample: a
+	// second stop before then, or while one is under way, is a conflict,
+	// not a second success.
+	if msg, busy := s.stops.begin(found.ID, t.Time); busy {
+		s.observe(r, c, target, http.StatusConflict, msg)
+		writeError(w, http.StatusConflict, CodeConflict, "container "+found.Name+" "+msg)
+		return
+	}
+	stopped := false
+	defer func() { s.stops.end(found.ID, stopped, s.cfg.Now()) }()
 	// The answer comes when Docker is done, which may be long after the
 	// server's write timeout; and once begun, the stop goes on if the
 	// client hangs up, so that what the audit log says is what happened.
@@ -280,6 +340,7 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	if req.Reason != "" {
 		detail = "reason: " + req.Reason
 	}
+	stopped = true
 	// The container is stopped whether or not the line is written: the
 	// answer says so, and a failed write is logged and counted.
 	_ = s.act(r, c, target, http.StatusOK, detail)

@@ -295,13 +295,16 @@ func TestStop(t *testing.T) {
 		code, msg            string
 		stopped              string // the ID stopped
 		outcome              string
+		audited              int // the audit event's status, when not status
 	}{
 		{name: "admin stops bob's", caller: asAdmin, target: "bob-train", status: 200, stopped: bobTrain, outcome: audit.OutcomeAllowed},
 		{name: "alice stops hers by name", caller: asAlice, target: "alice-train", status: 200, stopped: aliceTrain, outcome: audit.OutcomeAllowed},
 		{name: "alice stops hers by ID", caller: asAlice, target: aliceTrain, status: 200, stopped: aliceTrain, outcome: audit.OutcomeAllowed},
 		{name: "alice stops hers by short ID", caller: asAlice, target: aliceTrain[:12], status: 200, stopped: aliceTrain, outcome: audit.OutcomeAllowed},
 		{name: "a prefix under 12 is no ID", caller: asAlice, target: aliceTrain[:11], status: 404, code: CodeNotFound, msg: `no container "` + aliceTrain[:11] + `" is known to the agent`, outcome: OutcomeFailed},
-		{name: "alice on bob's", caller: asAlice, target: "bob-train", status: 403, code: CodeForbidden, msg: `alice may containers.stop only for their own containers and usage`, outcome: audit.OutcomeDenied},
+		// Answered as a name nobody has, so that alice cannot tell bob's
+		// containers from no container; audited as the refusal it is.
+		{name: "alice on bob's", caller: asAlice, target: "bob-train", status: 404, code: CodeNotFound, msg: `no container "bob-train" is known to the agent`, audited: 403, outcome: audit.OutcomeDenied},
 		{name: "viewer", caller: asViewer, target: "alice-train", status: 403, code: CodeForbidden, msg: "role viewer may not containers.stop", outcome: audit.OutcomeDenied},
 		{name: "unknown", caller: asAdmin, target: "nope", status: 404, code: CodeNotFound, msg: `no container "nope" is known to the agent`, outcome: OutcomeFailed},
 		{name: "unknown to alice", caller: asAlice, target: "nope", status: 404, code: CodeNotFound, msg: `no container "nope" is known to the agent`, outcome: OutcomeFailed},
@@ -342,8 +345,12 @@ func TestStop(t *testing.T) {
 				t.Errorf("stops (-want +got):\n%s", diff)
 			}
 			events, acted := f.audit.takeActed()
-			if len(events) != 1 || events[0].Status != tt.status || events[0].Outcome != tt.outcome || events[0].Action != "containers.stop" {
-				t.Errorf("audit events %+v, want one with status %d and outcome %s", events, tt.status, tt.outcome)
+			audited := tt.status
+			if tt.audited != 0 {
+				audited = tt.audited
+			}
+			if len(events) != 1 || events[0].Status != audited || events[0].Outcome != tt.outcome || events[0].Action != "containers.stop" {
+				t.Errorf("audit events %+v, want one with status %d and outcome %s", events, audited, tt.outcome)
 			}
 			// Once Docker was asked, the call is an action, whatever came
 			// of it; until then it is observed, as refusals are.
@@ -351,6 +358,49 @@ func TestStop(t *testing.T) {
 				t.Errorf("the event was an action: %v, want %v", acted[0], tt.stopped != "")
 			}
 		})
+	}
+}
+
+// TestStopTwiceInOneTick: until the next sample shows the container
+// stopped, a second stop of it is a conflict, not a second success; so is
+// one while a stop is under way. After the next sample the inventory
+// decides again.
+func TestStopTwiceInOneTick(t *testing.T) {
+	stopper := &recordingStopper{}
+	f := newFixture(t, func(c *Config) { c.Stopper = stopper })
+	f.stopper = stopper // no new sample after the stop
+	path := "/api/v1/containers/alice-train/stop"
+	if a := f.do(t, asAlice, http.MethodPost, path, nil, ""); a.status != http.StatusOK {
+		t.Fatalf("first stop: %d %s", a.status, a.body)
+	}
+	e := f.do(t, asAdmin, http.MethodPost, path, nil, "").apiError(t, http.StatusConflict, CodeConflict)
+	if want := "container alice-train was stopped at " + f.clock.Now().UTC().Format(time.RFC3339); e.Message != want {
+		t.Errorf("second stop: %q, want %q", e.Message, want)
+	}
+	if calls := stopper.take(); len(calls) != 1 {
+		t.Errorf("docker was asked %d times, want once", len(calls))
+	}
+
+	// Two at once: one stops, the other is told a stop is under way.
+	slow := &recordingStopper{delay: 300 * time.Millisecond}
+	g := newFixture(t, func(c *Config) { c.Stopper = slow })
+	g.stopper = slow
+	statuses := make(chan int, 2)
+	for range 2 {
+		go func() {
+			statuses <- g.do(t, asAdmin, http.MethodPost, "/api/v1/containers/bob-train/stop", nil, "").status
+		}()
+	}
+	got := []int{<-statuses, <-statuses}
+	slices.Sort(got)
+	if !slices.Equal(got, []int{http.StatusOK, http.StatusConflict}) {
+		t.Errorf("two stops at once answered %v, want one 200 and one 409", got)
+	}
+
+	// The next sample is the inventory's word again.
+	f.resample()
+	if a := f.do(t, asAlice, http.MethodPost, path, nil, ""); a.status != http.StatusOK {
+		t.Errorf("a stop after the next sample: %d %s, want 200 (the fixture's inventory still shows it running)", a.status, a.body)
 	}
 }
 

@@ -133,6 +133,7 @@ type server struct {
 	// The whole-node views are the same for every caller until the next
 	// tick, so each is encoded once a tick.
 	gpusBody, containersBody tickBody
+	stops                    stops
 }
 
 // tickBody is a JSON body made from one tick, kept until the next.

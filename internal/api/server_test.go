@@ -188,6 +188,10 @@ type recordingStopper struct {
 	calls []stopCall
 	err   error
 	delay time.Duration
+	// after runs after each stop: the fixture takes a new sample then, as
+	// the agent would before the next stop of the same container, which
+	// it refuses until then.
+	after func()
 }
 
 func (s *recordingStopper) Stop(ctx context.Context, id string, grace time.Duration) error {
@@ -199,6 +203,9 @@ func (s *recordingStopper) Stop(ctx context.Context, id string, grace time.Durat
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls = append(s.calls, stopCall{id, grace})
+	if s.after != nil {
+		s.after()
+	}
 	return s.err
 }
 
@@ -284,7 +291,13 @@ type fixture struct {
 	stopper *recordingStopper
 	reports *fakeReports
 	clock   *manualClock
+	sampler *sampler.Sampler
 	headers map[string]string // Authorization by caller
+}
+
+// resample takes a sample a second after the clock's now.
+func (f *fixture) resample() {
+	f.sampler.Step(context.Background(), f.clock.Now().Add(time.Second))
 }
 
 // newFixture serves the API; edit may change its config before it
@@ -301,7 +314,9 @@ func newFixtureServer(t *testing.T, edit func(*Config), server func(*http.Server
 	f := &fixture{
 		audit: &recordingAuditor{}, stopper: &recordingStopper{}, reports: &fakeReports{rows: 2},
 		clock: &manualClock{t: fixtureStart.Add(time.Hour)}, headers: map[string]string{asNone: "", asBad: "Bearer gpm_" + strings.Repeat("x", 43)},
+		sampler: fixtureSampler(),
 	}
+	f.stopper.after = f.resample
 	var tokens []auth.Token
 	for _, c := range []struct {
 		caller, id, user string
@@ -328,7 +343,7 @@ func newFixtureServer(t *testing.T, edit func(*Config), server func(*http.Server
 		t.Fatal(err)
 	}
 	cfg := Config{
-		Ticks: fixtureSampler(), Reports: f.reports, Waste: fixedWaste{fixtureWaste()}, Stopper: f.stopper, Audit: f.audit,
+		Ticks: f.sampler, Reports: f.reports, Waste: fixedWaste{fixtureWaste()}, Stopper: f.stopper, Audit: f.audit,
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return nil },
 		Limits:  Limits{MaxBodyBytes: 1 << 10, MaxReportWindow: 30 * 24 * time.Hour, MaxReportRows: 100, MaxAuditEvents: 50},
@@ -525,13 +540,16 @@ func TestEndpointsByRole(t *testing.T) {
 					e.Caller, e.Status, e.Outcome, e.Error = u.caller, http.StatusUnauthorized, audit.OutcomeDenied, u.code
 					want = []audit.Event{e}
 				case ep.denied[caller]:
-					msg := a.apiError(t, http.StatusForbidden, CodeForbidden).Message
 					e := base
-					e.Caller, e.Role, e.Status, e.Outcome, e.Error = callers[caller], roles[caller], http.StatusForbidden, audit.OutcomeDenied, msg
 					if ep.act == auth.ActContainerStop && caller == asBob {
-						// Refused by the handler, which knows the container.
-						e.Target = "container " + aliceTrain
+						// Refused by the handler, which knows the
+						// container, and answered as a name nobody has.
+						a.apiError(t, http.StatusNotFound, CodeNotFound)
+						e.Target, e.Error = "container "+aliceTrain, "bob may containers.stop only for their own containers and usage"
+					} else {
+						e.Error = a.apiError(t, http.StatusForbidden, CodeForbidden).Message
 					}
+					e.Caller, e.Role, e.Status, e.Outcome = callers[caller], roles[caller], http.StatusForbidden, audit.OutcomeDenied
 					want = []audit.Event{e}
 				default:
 					if a.status != http.StatusOK {
