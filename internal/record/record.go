@@ -495,13 +495,21 @@ func (r *Recorder) Flush(ctx context.Context) error {
 		return nil
 	}
 	r.p = newPending()
-	u = &unresolved{b: r.batch(p), rows: p.rows()}
-	u.from, u.to = p.span()
+	// The rows count as pending from here on; the batch is rendered
+	// outside the lock, so that Add (the sampler) does not wait for it.
+	u = &unresolved{rows: p.rows()}
+	var id ledger.BatchID
 	if leased {
 		r.seq++
-		u.b.ID = ledger.BatchID{Node: r.cfg.Lease.Node, Instance: r.cfg.Lease.Instance, Seq: r.seq}
+		id = ledger.BatchID{Node: r.cfg.Lease.Node, Instance: r.cfg.Lease.Instance, Seq: r.seq}
 	}
 	r.open = u
+	r.mu.Unlock()
+	b := r.batch(p)
+	b.ID = id
+	from, to := p.span()
+	r.mu.Lock()
+	u.b, u.from, u.to = b, from, to
 	r.mu.Unlock()
 	return r.send(ctx, u)
 }
