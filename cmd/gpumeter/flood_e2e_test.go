@@ -90,22 +90,7 @@ func TestSecurityFloodStops(t *testing.T) {
 	}
 	// A process of the scenario plays in the first container, so that the
 	// agent reads the engine's inventory.
-	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
-	err := os.WriteFile(scenario, fmt.Appendf(nil, `version: 1
-node: e2e-flood
-duration: 1h
-gpus:
-  - count: 1
-    model: NVIDIA A100-SXM4-80GB
-    memory: 80GiB
-    idle_power: 60W
-    max_power: 400W
-containers:
-  - {name: flood, pid: %d, gpus: [0], phases: [{at: 0s, util: 50, memory: 1GiB}]}
-`, victims[0].pid), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	scenario := pidScenario(t, "e2e-flood", "flood", victims[0].pid)
 	_, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
 	a := startSecure(t, secureSetup{tokens: []auth.Token{alice}, sim: scenario, yaml: "api:\n  rate_limit: 0\n", args: []string{"--docker-host", cli.DaemonHost()}})
 	dockertest.WaitFor(t, settleE2E, "the agent to list the containers", func() (bool, string) {
@@ -264,22 +249,7 @@ func TestSecurityStopLongGrace(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Client(t)
 	stubborn := startSleeper(t, cli, dockertest.Spec{Name: "stubborn", Cmd: []string{"ignore-term"}, Labels: map[string]string{"gpumeter.user": "alice"}})
-	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
-	err := os.WriteFile(scenario, fmt.Appendf(nil, `version: 1
-node: e2e-grace
-duration: 1h
-gpus:
-  - count: 1
-    model: NVIDIA A100-SXM4-80GB
-    memory: 80GiB
-    idle_power: 60W
-    max_power: 400W
-containers:
-  - {name: stubborn, pid: %d, gpus: [0], phases: [{at: 0s, util: 50, memory: 1GiB}]}
-`, stubborn.pid), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	scenario := pidScenario(t, "e2e-grace", "stubborn", stubborn.pid)
 	a := startSecure(t, secureSetup{sim: scenario, yaml: "api:\n  read_header_timeout: 1s\n  read_timeout: 1s\n", args: []string{"--docker-host", cli.DaemonHost()}})
 	dockertest.WaitFor(t, settleE2E, "the agent to list the container", func() (bool, string) {
 		ids := a.containerIDs(t)
@@ -294,7 +264,7 @@ containers:
 	cmd.Env = append(os.Environ(), "GPUMETER_URL="+a.URL, "GPUMETER_TOKEN="+adminToken, "GPUMETER_CA_FILE="+a.pki.caFile, "GPUMETER_CLIENT_CONFIG=", "XDG_CONFIG_HOME="+t.TempDir())
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	took := time.Since(began)
 	out := stdout.String()
 	if err != nil {

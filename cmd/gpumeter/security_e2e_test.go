@@ -1228,22 +1228,7 @@ func TestSecurityDockerStop(t *testing.T) {
 	bobC := startSleeper(t, cli, dockertest.Spec{Name: "sec-bob", Labels: map[string]string{"gpumeter.user": "bob"}})
 	// A process of the scenario plays in alice's container, so that the
 	// agent reads the engine's inventory.
-	scenario := filepath.Join(t.TempDir(), "scenario.yaml")
-	err := os.WriteFile(scenario, fmt.Appendf(nil, `version: 1
-node: e2e-stop
-duration: 1h
-gpus:
-  - count: 1
-    model: NVIDIA A100-SXM4-80GB
-    memory: 80GiB
-    idle_power: 60W
-    max_power: 400W
-containers:
-  - {name: alice, pid: %d, gpus: [0], phases: [{at: 0s, util: 50, memory: 1GiB}]}
-`, aliceC.pid), 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
+	scenario := pidScenario(t, "e2e-stop", "alice", aliceC.pid)
 	aliceTok, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
 	a := startSecure(t, secureSetup{tokens: []auth.Token{alice}, sim: scenario, args: []string{"--docker-host", cli.DaemonHost()}})
 	dockertest.WaitFor(t, settleE2E, "the agent to list both containers", func() (bool, string) {
@@ -1298,4 +1283,28 @@ func TestServeDemoToken(t *testing.T) {
 	if me.Role != "admin" {
 		t.Errorf("the demo's token is %+v, want an admin", me)
 	}
+}
+
+// pidScenario writes a one-GPU scenario whose one container is played by
+// the real process pid, so that the agent reads that container from the
+// Docker engine's inventory.
+func pidScenario(t *testing.T, node, name string, pid int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "scenario.yaml")
+	err := os.WriteFile(path, fmt.Appendf(nil, `version: 1
+node: %s
+duration: 1h
+gpus:
+  - count: 1
+    model: NVIDIA A100-SXM4-80GB
+    memory: 80GiB
+    idle_power: 60W
+    max_power: 400W
+containers:
+  - {name: %s, pid: %d, gpus: [0], phases: [{at: 0s, util: 50, memory: 1GiB}]}
+`, node, name, pid), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
