@@ -97,10 +97,7 @@ func groupedUsage(cmd *cobra.Command) error {
 		}
 		groups[section].AddFlag(fl)
 	})
-	order := []string{"Flags"}
-	for _, s := range config.Sections {
-		order = append(order, s)
-	}
+	order := append([]string{"Flags"}, config.Sections...)
 	for _, name := range order {
 		if fs := groups[name]; fs != nil {
 			writeSection(w, name, fs)

@@ -165,17 +165,6 @@ func (a *recordingAuditor) takeActed() ([]audit.Event, []bool) {
 	return out, acted
 }
 
-// refusals drops the reads let through from events.
-func refusals(events []audit.Event) []audit.Event {
-	var out []audit.Event
-	for _, e := range events {
-		if e.Status != http.StatusOK || e.Action == string(auth.ActContainerStop) {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 type stopCall struct {
 	ID    string
 	Grace time.Duration

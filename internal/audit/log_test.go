@@ -66,22 +66,6 @@ func start(t testing.TB, l *audit.Log) (stop func()) {
 	return stop
 }
 
-// waitEvents polls l until it reads back n events.
-func waitEvents(t *testing.T, l *audit.Log, n int) []audit.Event {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, _, err := l.Events(context.Background(), time.Time{}, time.Time{}, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got) >= n || time.Now().After(deadline) {
-			return got
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // apiEvent is the i-th refusal of a flood from one address: one second
 // apart, each from a port of its own, each on its own container.
 func apiEvent(i int) audit.Event {

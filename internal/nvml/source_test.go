@@ -24,9 +24,6 @@ var _ sampler.GPUSource = (*Source)(nil)
 
 var now = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// ignoreErr leaves Device.Err to the tests that check it by message.
-var ignoreErr = cmpopts.IgnoreFields(gpu.Device{}, "Err")
-
 // wantDevice is what newMachine's GPU i reads as, without processes.
 func wantDevice(i int, model string, total uint64) gpu.Device {
 	used := uint64(i+1) * gib

@@ -176,14 +176,6 @@ func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
 // bigSum joins the two halves of splitSum, rounding once.
 func bigSum(hi, lo int64) float64 { return float64(hi)*byteSecondsUnit + float64(lo) }
 
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
 // Usage answers ledger.Store.Usage with three queries: usage sums per
 // (GPU, owner), CPU and RAM sums per container, and the metadata of the
 // containers either found.
