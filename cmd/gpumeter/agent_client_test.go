@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -34,7 +34,7 @@ type fakeAgent struct {
 	URL      string
 	requests chan seen
 	waste    *waste.Report
-	audit    api.AuditResponse
+	audit    apitype.AuditResponse
 }
 
 func startFakeAgent(t *testing.T) *fakeAgent {
@@ -53,7 +53,7 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 			},
 			Totals: []waste.Total{{Rule: "idle", Findings: 2, Active: 1, WastedGPUHours: 2, Cost: 5}, {Rule: waste.TotalKey, Findings: 2, Active: 1, WastedGPUHours: 2, Cost: 5}},
 		},
-		audit: api.AuditResponse{From: since, To: since.Add(time.Hour), Events: []audit.Event{
+		audit: apitype.AuditResponse{From: since, To: since.Add(time.Hour), Events: []audit.Event{
 			{Time: since.Add(time.Minute), Kind: audit.KindAPI, Caller: "bob (token bob-1)", Role: "user", Source: "10.0.0.7:1", Action: "containers.stop", Target: "container x", Status: 403, Outcome: audit.OutcomeDenied},
 		}, Truncated: true},
 	}
@@ -64,12 +64,12 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /api/v1/whoami", answer(api.Whoami{User: "alice", Role: "user", Method: "token", Name: "alice-1"}))
-	mux.Handle("GET /api/v1/containers", answer(api.ContainersResponse{Node: "n1", Containers: []api.Container{{
+	mux.Handle("GET /api/v1/whoami", answer(apitype.Whoami{User: "alice", Role: "user", Method: "token", Name: "alice-1"}))
+	mux.Handle("GET /api/v1/containers", answer(apitype.ContainersResponse{Node: "n1", Containers: []apitype.Container{{
 		ID: "0123456789abcdef", Name: "alice-train", User: "alice", Team: "nlp", Running: true, GPURequest: "all",
-		GPUs: []api.GPUShare{{OwnerKind: "container", GPU: 0, Share: 1, SMPercent: 55, MemoryBytes: 2 << 30}},
+		GPUs: []apitype.GPUShare{{OwnerKind: "container", GPU: 0, Share: 1, SMPercent: 55, MemoryBytes: 2 << 30}},
 	}}}))
-	mux.Handle("POST /api/v1/containers/{id}/stop", answer(api.StopResponse{ID: "0123456789abcdef", Name: "alice-train", Stopped: true}))
+	mux.Handle("POST /api/v1/containers/{id}/stop", answer(apitype.StopResponse{ID: "0123456789abcdef", Name: "alice-train", Stopped: true}))
 	mux.Handle("GET /api/v1/waste", answer(fa.waste))
 	mux.Handle("GET /api/v1/audit", answer(fa.audit))
 	mux.HandleFunc("GET /api/v1/usage", func(w http.ResponseWriter, r *http.Request) {
@@ -86,7 +86,7 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 			io.WriteString(w, `{"code":"bad_token","message":"the token is not accepted: it is wrong or has been removed"}`)
 			return
 		}
-		w.Header().Set(api.NodeHeader, "n1")
+		w.Header().Set(apitype.NodeHeader, "n1")
 		mux.ServeHTTP(w, r)
 	}))
 	srv.Listener = ln

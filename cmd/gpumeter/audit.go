@@ -14,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
@@ -61,7 +61,7 @@ agent or ledger was read.`,
 			if flags.Changed("limit") && limit < 1 {
 				return fmt.Errorf("--limit: %d is not 1 or more", limit)
 			}
-			var resp api.AuditResponse
+			var resp apitype.AuditResponse
 			if file != "" {
 				if !flags.Changed("limit") {
 					limit = defaultAuditLimit
@@ -70,7 +70,7 @@ agent or ledger was read.`,
 				if err != nil {
 					return err
 				}
-				resp = api.AuditResponse{From: w.From.UTC(), To: w.To.UTC(), Events: events}
+				resp = apitype.AuditResponse{From: w.From.UTC(), To: w.To.UTC(), Events: events}
 				if len(events) > limit {
 					resp.Events, resp.Truncated = events[len(events)-limit:], true
 				}
@@ -124,8 +124,8 @@ agent or ledger was read.`,
 // auditFromLedger reads the audit events in w from the ledger that lf
 // or the config names, the newest limit of them (defaultAuditLimit when
 // limit is 0).
-func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w api.AuditQuery, limit int) (api.AuditResponse, error) {
-	resp := api.AuditResponse{From: w.From.UTC(), To: w.To.UTC()}
+func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, limit int) (apitype.AuditResponse, error) {
+	resp := apitype.AuditResponse{From: w.From.UTC(), To: w.To.UTC()}
 	cfg, err := loadConfig(cmd, lf.configPath)
 	if err != nil {
 		return resp, err
@@ -158,8 +158,8 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w api.AuditQuery, limi
 
 // auditWindow is the window the flags ask for: since before to, or from
 // to to; the last 24 hours by default.
-func auditWindow(since, from, to string, now time.Time) (api.AuditQuery, error) {
-	w := api.AuditQuery{To: now}
+func auditWindow(since, from, to string, now time.Time) (apitype.AuditQuery, error) {
+	w := apitype.AuditQuery{To: now}
 	var err error
 	if since != "" && from != "" {
 		return w, errors.New("--since and --from exclude each other: give a window's length or its start")

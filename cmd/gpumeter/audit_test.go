@@ -12,7 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
@@ -75,7 +75,7 @@ func TestAuditFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got api.AuditResponse
+	var got apitype.AuditResponse
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 )
@@ -28,7 +28,7 @@ type clientFlags struct {
 
 func (cf *clientFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&cf.url, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+api.DefaultURL+" for ps, stop and whoami, while report, waste and audit read the ledger)")
+	f.StringVar(&cf.url, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+client.DefaultURL+" for ps, stop and whoami, while report, waste and audit read the ledger)")
 	f.StringVar(&cf.caFile, "ca-file", "", "CA bundle (PEM) an https agent's certificate is checked against (default $GPUMETER_CA_FILE, else ca_file: in the client config)")
 }
 
@@ -69,7 +69,7 @@ func hostEnv() clientEnv {
 
 // clientSettings are a client's options and where its token came from.
 type clientSettings struct {
-	api.ClientOptions
+	client.Options
 	// ConfigPath is the client config file read, or the one that would
 	// have been; "" when there is no default.
 	ConfigPath string
@@ -95,7 +95,7 @@ func (s clientSettings) named() bool {
 // resolveClient works out a client's settings: flags first, then the
 // environment (GPUMETER_URL, GPUMETER_TOKEN, GPUMETER_CA_FILE), then the
 // client config file, then the local agent's socket if it exists, else
-// api.DefaultURL.
+// client.DefaultURL.
 func resolveClient(flags clientFlags, env clientEnv) (clientSettings, error) {
 	var s clientSettings
 	path, mustExist := env.getenv("GPUMETER_CLIENT_CONFIG"), true
@@ -132,7 +132,7 @@ func resolveClient(flags clientFlags, env clientEnv) (clientSettings, error) {
 		}
 	}
 	if s.URL == "" {
-		s.URL, s.URLFrom = api.DefaultURL, urlFromDefault
+		s.URL, s.URLFrom = client.DefaultURL, urlFromDefault
 		// A socket this user may not even look at is still the local
 		// agent's: connecting to it names the refusal, where the default
 		// URL would name some other agent, or none.
@@ -173,7 +173,7 @@ func checkTokenShape(tok string) error {
 // agentClient is the API client and where its settings came from, so that
 // a refusal can say which token was refused.
 type agentClient struct {
-	*api.Client
+	*client.Client
 	settings clientSettings
 	// node is the node the agent's last answer named.
 	node string
@@ -190,12 +190,12 @@ func (cf *clientFlags) client(cmd *cobra.Command) (*agentClient, error) {
 }
 
 func newAgentClient(cmd *cobra.Command, s clientSettings) (*agentClient, error) {
-	c, err := api.NewClient(s.ClientOptions)
+	c, err := client.New(s.Options)
 	if err != nil {
 		return nil, err
 	}
 	ac := &agentClient{Client: c, settings: s}
-	c.Answered = func(a api.Answer) {
+	c.Answered = func(a client.Answer) {
 		ac.node = a.Node
 		for _, w := range a.Warnings {
 			if s.TokenFrom != "" {
@@ -220,7 +220,7 @@ func (c *agentClient) announce(cmd *cobra.Command) {
 // explain adds to an error from the agent what the caller can do about
 // it.
 func (c *agentClient) explain(err error) error {
-	if !api.IsUnauthorized(err) {
+	if !client.IsUnauthorized(err) {
 		return err
 	}
 	if c.settings.TokenFrom != "" {

@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 )
 
 // writeFile writes text to dir/name with exactly mode, whatever the umask.
@@ -70,31 +70,31 @@ func TestResolveClient(t *testing.T) {
 	}{
 		{
 			name: "nothing set, no socket", configDir: t.TempDir(), socket: noSocket,
-			want: clientSettings{ClientOptions: api.ClientOptions{URL: api.DefaultURL}, URLFrom: urlFromDefault},
+			want: clientSettings{Options: client.Options{URL: client.DefaultURL}, URLFrom: urlFromDefault},
 		},
 		{
 			name: "nothing set, the local socket", configDir: t.TempDir(), socket: socket,
-			want: clientSettings{ClientOptions: api.ClientOptions{URL: "unix://" + socket}, URLFrom: urlFromSocket},
+			want: clientSettings{Options: client.Options{URL: "unix://" + socket}, URLFrom: urlFromSocket},
 		},
 		{
 			name: "no config directory", socket: noSocket,
-			want: clientSettings{ClientOptions: api.ClientOptions{URL: api.DefaultURL}, URLFrom: urlFromDefault},
+			want: clientSettings{Options: client.Options{URL: client.DefaultURL}, URLFrom: urlFromDefault},
 		},
 		{
 			name: "the default file", configDir: home, socket: socket,
 			want: clientSettings{
-				ClientOptions: api.ClientOptions{URL: "https://file:9400", Token: "gpm_file", CAFile: filepath.Join(dir, "ca.pem"), CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
-				TokenFrom:     def + ":2",
-				URLFrom:       def + ":1",
+				Options:   client.Options{URL: "https://file:9400", Token: "gpm_file", CAFile: filepath.Join(dir, "ca.pem"), CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
+				TokenFrom: def + ":2",
+				URLFrom:   def + ":1",
 			},
 		},
 		{
 			name: "environment over the file", configDir: home, socket: socket,
 			env: map[string]string{"GPUMETER_URL": "http://env:1", "GPUMETER_TOKEN": "gpm_env", "GPUMETER_CA_FILE": "/env/ca.pem"},
 			want: clientSettings{
-				ClientOptions: api.ClientOptions{URL: "http://env:1", Token: "gpm_env", CAFile: "/env/ca.pem", CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
-				TokenFrom:     "GPUMETER_TOKEN",
-				URLFrom:       "GPUMETER_URL",
+				Options:   client.Options{URL: "http://env:1", Token: "gpm_env", CAFile: "/env/ca.pem", CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
+				TokenFrom: "GPUMETER_TOKEN",
+				URLFrom:   "GPUMETER_URL",
 			},
 		},
 		{
@@ -102,18 +102,18 @@ func TestResolveClient(t *testing.T) {
 			flags: clientFlags{url: "unix:///flag.sock", caFile: "/flag/ca.pem"},
 			env:   map[string]string{"GPUMETER_URL": "http://env:1", "GPUMETER_CA_FILE": "/env/ca.pem"},
 			want: clientSettings{
-				ClientOptions: api.ClientOptions{URL: "unix:///flag.sock", Token: "gpm_file", CAFile: "/flag/ca.pem", CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
-				TokenFrom:     def + ":2",
-				URLFrom:       "--url",
+				Options:   client.Options{URL: "unix:///flag.sock", Token: "gpm_file", CAFile: "/flag/ca.pem", CertFile: "/etc/me.pem", KeyFile: filepath.Join(dir, "me-key.pem")},
+				TokenFrom: def + ":2",
+				URLFrom:   "--url",
 			},
 		},
 		{
 			name: "GPUMETER_CLIENT_CONFIG over the default file", configDir: home, socket: noSocket,
 			env: map[string]string{"GPUMETER_CLIENT_CONFIG": other},
 			want: clientSettings{
-				ClientOptions: api.ClientOptions{URL: api.DefaultURL, Token: "gpm_other"},
-				TokenFrom:     other + ":3",
-				URLFrom:       urlFromDefault,
+				Options:   client.Options{URL: client.DefaultURL, Token: "gpm_other"},
+				TokenFrom: other + ":3",
+				URLFrom:   urlFromDefault,
 			},
 		},
 	}

@@ -21,7 +21,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/moby/moby/client"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	apiclient "github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 )
 
@@ -156,7 +157,7 @@ containers:
 	proxy := dockertest.NewSocketProxy(t, engine)
 	a := startServe(t, nil, "--sim", scenario, "--interval", "200ms",
 		"--docker-host", "unix://"+proxy.Path(), "--host-passwd-file", passwd)
-	agent := api.Client{URL: a.URL, Token: a.Token}
+	agent := apiclient.Client{URL: a.URL, Token: a.Token}
 	ctx := context.Background()
 
 	gpus, err := agent.GPUs(ctx)
@@ -219,13 +220,13 @@ containers:
 		})
 		return m
 	}
-	containers := func() map[string]api.Container {
+	containers := func() map[string]apitype.Container {
 		t.Helper()
 		resp, err := agent.Containers(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		out := map[string]api.Container{}
+		out := map[string]apitype.Container{}
 		for _, c := range resp.Containers {
 			out[c.ID] = c
 		}
@@ -275,7 +276,7 @@ containers:
 		Running, Resolved                            bool
 		GPUs                                         []shareView
 	}
-	view := func(c api.Container) ctrView {
+	view := func(c apitype.Container) ctrView {
 		v := ctrView{Name: c.Name, Image: c.Image, User: c.User, Team: c.Team, Project: c.Project, GPURequest: c.GPURequest, Running: c.Running, Resolved: c.Resolved}
 		for _, s := range c.GPUs {
 			v.GPUs = append(v.GPUs, shareView{s.GPU, s.Share, s.SMPercent, s.MemoryBytes, s.Processes})
@@ -348,7 +349,7 @@ containers:
 	if diff := cmp.Diff([]shareView{{0, 0, 20, 4 * gib, 1}}, unresolved); diff != "" {
 		t.Errorf("/api/v1/containers unresolved (-want +got):\n%s", diff)
 	}
-	i := slices.IndexFunc(resp.Containers, func(c api.Container) bool { return c.ID == bob.id })
+	i := slices.IndexFunc(resp.Containers, func(c apitype.Container) bool { return c.ID == bob.id })
 	if i < 0 {
 		t.Errorf("/api/v1/containers does not list bob after he stopped")
 	} else if c := resp.Containers[i]; c.Running || !c.Resolved || c.ExitCode == nil || *c.ExitCode != dockertest.SleeperExitCode {

@@ -24,7 +24,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 	"github.com/gpumeter/gpumeter/internal/report"
@@ -364,7 +364,7 @@ func diffLines(want, got string) string {
 func TestServeSimAPIAndPs(t *testing.T) {
 	a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "100ms")
 
-	var gpus api.GPUsResponse
+	var gpus apitype.GPUsResponse
 	if err := json.Unmarshal([]byte(get(t, a.URL+"/api/v1/gpus")), &gpus); err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +398,7 @@ func TestServeSimAPIAndPs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ps --format json exited %d: %s", code, stderr)
 	}
-	var resp api.ContainersResponse
+	var resp apitype.ContainersResponse
 	if err := json.Unmarshal([]byte(out), &resp); err != nil {
 		t.Fatalf("ps --format json: %v\n%s", err, out)
 	}
@@ -414,7 +414,7 @@ func TestServeSimAPIAndPs(t *testing.T) {
 
 func TestServeDemo(t *testing.T) {
 	a := startServe(t, nil, "--demo", "--interval", "100ms")
-	var resp api.ContainersResponse
+	var resp apitype.ContainersResponse
 	if err := json.Unmarshal([]byte(get(t, a.URL+"/api/v1/containers")), &resp); err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
@@ -146,7 +146,7 @@ func TestSecurityFloodStops(t *testing.T) {
 	// Every stop is in the ledger as soon as its answer has come.
 	ans := send(t, a.client, "GET", a.URL+"/api/v1/audit?since=1h", adminToken, nil)
 	ans.want(t, "GET /api/v1/audit", http.StatusOK, "")
-	var resp api.AuditResponse
+	var resp apitype.AuditResponse
 	ans.decode(t, &resp)
 	if missing := missingStops(resp.Events, victims); len(missing) > 0 {
 		t.Errorf("the ledger's audit events lack the stops of %s", strings.Join(missing, ", "))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 )
 
 // TestServeOversizedRequestsAnswerJSON: a 40 KiB URL or header is refused
@@ -28,7 +28,7 @@ func TestServeOversizedRequestsAnswerJSON(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		var e api.Error
+		var e apitype.Error
 		if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge || resp.Header.Get("Content-Type") != "application/json" ||
 			json.Unmarshal(body, &e) != nil || e.Code != "headers_too_large" || !strings.Contains(e.Message, "over the limit of 32 KiB") {
 			t.Errorf("%s: %d %s %s; want a JSON 431 headers_too_large", name, resp.StatusCode, resp.Header.Get("Content-Type"), body)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 )
 
 func newPs() *cobra.Command {
@@ -57,10 +57,10 @@ and the GPU-hours and energy booked since the agent started.`,
 }
 
 // writePs prints one row per owner and GPU.
-func writePs(w io.Writer, r api.ContainersResponse, all bool) error {
+func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER ID\tNAME\tUSER\tTEAM\tGPU\tSHARE\tSM\tGPU MEMORY\tALLOC GPU-H\tUSED GPU-H\tENERGY kWh")
-	row := func(id, name, user, team string, s *api.GPUShare) {
+	row := func(id, name, user, team string, s *apitype.GPUShare) {
 		gpu, share, sm, mem, alloc, used, kwh := "-", "-", "-", "-", "-", "-", "-"
 		if s != nil {
 			gpu = strconv.Itoa(s.GPU)

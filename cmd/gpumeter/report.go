@@ -102,12 +102,12 @@ func reportFromAgent(cmd *cobra.Command, c *agentClient, lf ledgerFlags, req rep
 		}
 	}
 	q["label"] = labels
-	body, _, err := c.Usage(cmd.Context(), q)
+	doc, err := c.UsageDocument(cmd.Context(), q)
 	if err != nil {
 		return c.explain(err)
 	}
 	c.announce(cmd)
-	_, err = cmd.OutOrStdout().Write(body)
+	_, err = cmd.OutOrStdout().Write(doc.Body)
 	return err
 }
 

@@ -40,7 +40,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
@@ -385,7 +385,7 @@ func send(t *testing.T, c *http.Client, method, url, token string, body []byte) 
 	}
 	a.status, a.header = resp.StatusCode, resp.Header
 	if resp.Header.Get("Content-Type") == "application/json" {
-		var e api.Error
+		var e apitype.Error
 		if json.Unmarshal(a.body, &e) == nil {
 			a.code = e.Code
 		}
@@ -471,7 +471,7 @@ func (a *secureAgent) containerIDs(t *testing.T) map[string]string {
 	t.Helper()
 	ans := send(t, a.client, "GET", a.URL+"/api/v1/containers", adminToken, nil)
 	ans.want(t, "admin GET /api/v1/containers", http.StatusOK, "")
-	var resp api.ContainersResponse
+	var resp apitype.ContainersResponse
 	ans.decode(t, &resp)
 	ids := map[string]string{}
 	for _, c := range resp.Containers {
@@ -547,27 +547,27 @@ func TestSecurityAPI(t *testing.T) {
 		t.Run("viewer stops a container", func(t *testing.T) {
 			t.Parallel()
 			ans := send(t, a.client, "POST", stop("alice-train"), veraTok, []byte(`{}`))
-			ans.want(t, "a viewer's stop", http.StatusForbidden, api.CodeForbidden)
+			ans.want(t, "a viewer's stop", http.StatusForbidden, apitype.CodeForbidden)
 			a.wantAudit(t, ans, auditView{Caller: "vera (token vera)", Role: "viewer", Action: "containers.stop", Outcome: audit.OutcomeDenied})
 		})
 		t.Run("user stops another's container", func(t *testing.T) {
 			t.Parallel()
 			ans := send(t, a.client, "POST", stop("bob-notebook"), aliceTok, []byte(`{}`))
 			// Answered as a name nobody has; audited as the refusal it is.
-			ans.want(t, "alice stopping bob's container", http.StatusNotFound, api.CodeNotFound)
+			ans.want(t, "alice stopping bob's container", http.StatusNotFound, apitype.CodeNotFound)
 			a.wantAudit(t, ans, auditView{Caller: "alice (token alice)", Role: "user", Action: "containers.stop", Outcome: audit.OutcomeDenied, Target: "container " + ids["bob-notebook"], Status: http.StatusForbidden})
 		})
 		t.Run("user reads another's usage", func(t *testing.T) {
 			t.Parallel()
 			ans := send(t, a.client, "GET", a.URL+"/api/v1/usage?since=1h&user=bob", aliceTok, nil)
-			ans.want(t, "alice reading bob's usage", http.StatusForbidden, api.CodeForbidden)
+			ans.want(t, "alice reading bob's usage", http.StatusForbidden, apitype.CodeForbidden)
 			a.wantAudit(t, ans, auditView{Caller: "alice (token alice)", Role: "user", Action: "usage.read", Outcome: audit.OutcomeDenied, Target: "usage user=bob"})
 		})
 		t.Run("user lists her own", func(t *testing.T) {
 			t.Parallel()
 			ans := send(t, a.client, "GET", containers, aliceTok, nil)
 			ans.want(t, "alice listing containers", http.StatusOK, "")
-			var resp api.ContainersResponse
+			var resp apitype.ContainersResponse
 			ans.decode(t, &resp)
 			var names []string
 			for _, c := range resp.Containers {
@@ -581,29 +581,29 @@ func TestSecurityAPI(t *testing.T) {
 			t.Parallel()
 			body := []byte(`{"reason": "` + strings.Repeat("x", 2<<10) + `"}`)
 			ans := send(t, a.client, "POST", stop("alice-train"), aliceTok, body)
-			ans.want(t, "a 2 KiB body", http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge)
-			a.wantAudit(t, ans, auditView{Caller: "alice (token alice)", Role: "user", Action: "containers.stop", Outcome: api.OutcomeRejected})
+			ans.want(t, "a 2 KiB body", http.StatusRequestEntityTooLarge, apitype.CodeBodyTooLarge)
+			a.wantAudit(t, ans, auditView{Caller: "alice (token alice)", Role: "user", Action: "containers.stop", Outcome: apitype.OutcomeRejected})
 		})
 		t.Run("client certificate", func(t *testing.T) {
 			t.Parallel()
 			c := a.pki.httpsClient(ptrTo(a.pki.client(t, "alice-laptop")))
 			ans := send(t, c, "GET", a.URL+"/api/v1/whoami", "", nil)
 			ans.want(t, "whoami with a mapped certificate", http.StatusOK, "")
-			var me api.Whoami
+			var me apitype.Whoami
 			ans.decode(t, &me)
-			if want := (api.Whoami{User: "alice", Role: "user", Method: "cert", Name: "alice-laptop"}); me != want {
+			if want := (apitype.Whoami{User: "alice", Role: "user", Method: "cert", Name: "alice-laptop"}); me != want {
 				t.Errorf("whoami with alice's certificate: %+v, want %+v", me, want)
 			}
 			// The certificate's user sees what her token would show.
 			ans = send(t, c, "GET", containers, "", nil)
 			ans.want(t, "containers with a mapped certificate", http.StatusOK, "")
-			var resp api.ContainersResponse
+			var resp apitype.ContainersResponse
 			ans.decode(t, &resp)
 			if len(resp.Containers) != 1 || resp.Containers[0].Name != "alice-train" {
 				t.Errorf("alice's certificate lists %d containers, want alice-train alone: %+v", len(resp.Containers), resp.Containers)
 			}
 			ans = send(t, c, "POST", stop("bob-notebook"), "", []byte(`{}`))
-			ans.want(t, "stop of bob's container by alice's certificate", http.StatusNotFound, api.CodeNotFound)
+			ans.want(t, "stop of bob's container by alice's certificate", http.StatusNotFound, apitype.CodeNotFound)
 			a.wantAudit(t, ans, auditView{Caller: "alice (cert alice-laptop)", Role: "user", Action: "containers.stop", Outcome: audit.OutcomeDenied, Status: http.StatusForbidden})
 		})
 		t.Run("unmapped certificate", func(t *testing.T) {
@@ -639,14 +639,14 @@ func TestSecurityAPI(t *testing.T) {
 		if ans.status != http.StatusOK {
 			t.Fatalf("admin GET /api/v1/audit: %d %s", ans.status, ans.body)
 		}
-		var resp api.AuditResponse
+		var resp apitype.AuditResponse
 		ans.decode(t, &resp)
 		return slices.ContainsFunc(resp.Events, func(e audit.Event) bool {
 			return e.Source == noToken.source && e.Status == http.StatusUnauthorized && e.Outcome == audit.OutcomeDenied
 		})
 	})
 	ans := send(t, a.client, "GET", a.URL+"/api/v1/audit", aliceTok, nil)
-	ans.want(t, "a user reading the audit log", http.StatusForbidden, api.CodeForbidden)
+	ans.want(t, "a user reading the audit log", http.StatusForbidden, apitype.CodeForbidden)
 	a.wantAudit(t, ans, auditView{Caller: "alice (token alice)", Role: "user", Action: "audit.read", Outcome: audit.OutcomeDenied})
 
 	// A token dropped from the config stops working at the reload.
@@ -679,7 +679,7 @@ func TestSecurityRateLimit(t *testing.T) {
 			allowed++
 			continue
 		}
-		ans.want(t, "a request over the rate", http.StatusTooManyRequests, api.CodeRateLimited)
+		ans.want(t, "a request over the rate", http.StatusTooManyRequests, apitype.CodeRateLimited)
 		refused = append(refused, ans)
 		if len(refused) == 3 {
 			break
@@ -734,7 +734,7 @@ func TestSecurityClientCertRequired(t *testing.T) {
 	c := p.httpsClient(ptrTo(p.client(t, "alice-laptop")))
 	ans := send(t, c, "GET", a.URL+"/api/v1/whoami", "", nil)
 	ans.want(t, "whoami with a certificate", http.StatusOK, "")
-	var me api.Whoami
+	var me apitype.Whoami
 	ans.decode(t, &me)
 	if me.User != "alice" || me.Method != "cert" {
 		t.Errorf("whoami: %+v, want alice by her certificate", me)
@@ -1053,34 +1053,34 @@ func TestSecuritySocket(t *testing.T) {
 	uid := strconv.Itoa(os.Geteuid())
 	ans := send(t, c, "GET", "http://gpumeter/api/v1/whoami", "", nil)
 	ans.want(t, "whoami over the socket", http.StatusOK, "")
-	var me api.Whoami
+	var me apitype.Whoami
 	ans.decode(t, &me)
-	if want := (api.Whoami{User: "uid:" + uid, Role: "admin", Method: "socket", Name: "uid " + uid}); me != want {
+	if want := (apitype.Whoami{User: "uid:" + uid, Role: "admin", Method: "socket", Name: "uid " + uid}); me != want {
 		t.Errorf("whoami over the socket: %+v, want %+v", me, want)
 	}
-	if got := ans.header.Values(api.WarningHeader); len(got) != 0 {
+	if got := ans.header.Values(apitype.WarningHeader); len(got) != 0 {
 		t.Errorf("whoami over the socket without a token warns %q", got)
 	}
 	wrong := "gpm_" + strings.Repeat("x", 43)
 	ans = send(t, c, "GET", "http://gpumeter/api/v1/whoami", wrong, nil)
 	ans.want(t, "a wrong token over the socket", http.StatusOK, "")
-	var again api.Whoami
+	var again apitype.Whoami
 	ans.decode(t, &again)
 	if again != me {
 		t.Errorf("whoami over the socket with a wrong token: %+v, want %+v as without one", again, me)
 	}
 	warning := "the token was ignored (the token is not accepted: it is wrong or has been removed): uid " + uid + " on the agent's socket is admin by its kernel identity"
-	if got := ans.header.Values(api.WarningHeader); len(got) != 1 || got[0] != warning {
+	if got := ans.header.Values(apitype.WarningHeader); len(got) != 1 || got[0] != warning {
 		t.Errorf("a wrong token over the socket: warnings %q, want [%q]", got, warning)
 	}
-	if strings.Contains(strings.Join(ans.header.Values(api.WarningHeader), " "), wrong) {
+	if strings.Contains(strings.Join(ans.header.Values(apitype.WarningHeader), " "), wrong) {
 		t.Error("the warning repeats the token")
 	}
 	// Over TCP the same token is refused, and audited.
 	ans = send(t, a.client, "GET", a.URL+"/api/v1/whoami", wrong, nil)
 	ans.want(t, "a wrong token over TCP", http.StatusUnauthorized, auth.CodeBadToken)
 	a.wantAudit(t, ans, auditView{Caller: "unknown", Action: "whoami", Outcome: audit.OutcomeDenied, Error: auth.CodeBadToken})
-	if got := ans.header.Values(api.WarningHeader); len(got) != 0 {
+	if got := ans.header.Values(apitype.WarningHeader); len(got) != 0 {
 		t.Errorf("a wrong token over TCP warns %q", got)
 	}
 
@@ -1208,7 +1208,7 @@ func TestSecurityFlood(t *testing.T) {
 		case e.Kind == audit.KindAPI && e.Status == http.StatusUnauthorized && e.Outcome == audit.OutcomeDenied && e.Caller == "unknown":
 			denied += max(e.Count, 1)
 			events++
-		case e.Kind == audit.KindAPI && e.Status == http.StatusBadRequest && e.Outcome == api.OutcomeRejected && e.Caller == "alice (token alice)":
+		case e.Kind == audit.KindAPI && e.Status == http.StatusBadRequest && e.Outcome == apitype.OutcomeRejected && e.Caller == "alice (token alice)":
 			rejected += max(e.Count, 1)
 			events++
 		}
@@ -1238,14 +1238,14 @@ func TestSecurityDockerStop(t *testing.T) {
 	stop := func(s sleeper) string { return a.URL + "/api/v1/containers/" + s.id + "/stop" }
 
 	ans := send(t, a.client, "POST", stop(bobC), aliceTok, []byte(`{"timeout": "1s"}`))
-	ans.want(t, "alice stopping bob's container", http.StatusNotFound, api.CodeNotFound)
+	ans.want(t, "alice stopping bob's container", http.StatusNotFound, apitype.CodeNotFound)
 	a.wantAudit(t, ans, auditView{Caller: "alice (token alice)", Role: "user", Action: "containers.stop", Outcome: audit.OutcomeDenied, Target: "container " + bobC.id, Status: http.StatusForbidden})
 
 	ans = send(t, a.client, "POST", stop(aliceC), aliceTok, []byte(`{"timeout": "5s", "reason": "done for today"}`))
 	if ans.status != http.StatusOK || ans.took > 15*time.Second {
 		t.Fatalf("alice stopping her container: %d after %s; body %s", ans.status, ans.took, ans.body)
 	}
-	var res api.StopResponse
+	var res apitype.StopResponse
 	ans.decode(t, &res)
 	if res.ID != aliceC.id || res.Name != aliceC.name || !res.Stopped || res.Grace != "5s" || res.Killed() {
 		t.Errorf("stop answered %+v, want %s stopped by SIGTERM within its 5s", res, aliceC.name)
@@ -1278,7 +1278,7 @@ func TestServeDemoToken(t *testing.T) {
 	send(t, c, "GET", a.URL+"/api/v1/whoami", "", nil).want(t, "the demo without a token", http.StatusUnauthorized, auth.CodeNoCredentials)
 	ans := send(t, c, "GET", a.URL+"/api/v1/whoami", m[1], nil)
 	ans.want(t, "the demo with its token", http.StatusOK, "")
-	var me api.Whoami
+	var me apitype.Whoami
 	ans.decode(t, &me)
 	if me.Role != "admin" {
 		t.Errorf("the demo's token is %+v, want an admin", me)

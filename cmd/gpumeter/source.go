@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
@@ -102,7 +102,7 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 	case err == nil:
 		return newAgentClient(cmd, s)
 	case errors.Is(err, fs.ErrPermission) && ledgerOnly == "":
-		return nil, &api.SocketDeniedError{Path: env.socket}
+		return nil, &client.SocketDeniedError{Path: env.socket}
 	}
 	// A socket file left by an agent that stopped: nobody serves there.
 	return nil, nil

@@ -7,13 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 )
 
 func newStop() *cobra.Command {
 	var (
 		cf  clientFlags
-		req api.StopRequest
+		req apitype.StopRequest
 	)
 	cmd := &cobra.Command{
 		Use:   "stop CONTAINER",
@@ -32,7 +33,7 @@ the call, with --reason, in its audit log.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := api.ParseStop(req); err != nil {
+			if _, err := apitype.ParseStop(req); err != nil {
 				return fmt.Errorf("--%w", err)
 			}
 			c, err := cf.client(cmd)
@@ -40,7 +41,7 @@ the call, with --reason, in its audit log.`,
 				return err
 			}
 			resp, err := c.Stop(cmd.Context(), args[0], req)
-			var se *api.StatusError
+			var se *client.StatusError
 			switch {
 			case err != nil && !errors.As(err, &se) && cmd.Context().Err() == nil:
 				// No answer: the agent may have stopped it all the same.
@@ -61,7 +62,7 @@ the call, with --reason, in its audit log.`,
 
 // stopped says what a stop did: how long it took and, when the container
 // outlived its grace period, that Docker killed it.
-func stopped(r api.StopResponse) string {
+func stopped(r apitype.StopResponse) string {
 	if r.Grace == "" {
 		// An agent from before the answer said more.
 		return fmt.Sprintf("stopped %s (%s)", clean(r.Name), short(r.ID))

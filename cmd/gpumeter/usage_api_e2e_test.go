@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -41,7 +41,7 @@ func apiError(t *testing.T, url string, status int, code string) string {
 	if got != status || ctype != "application/json" {
 		t.Errorf("GET %s: %d %s, want %d application/json; body %s", url, got, ctype, status, body)
 	}
-	var e api.Error
+	var e apitype.Error
 	dec := json.NewDecoder(strings.NewReader(string(body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&e); err != nil {

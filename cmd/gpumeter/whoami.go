@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 )
 
 func newWhoami() *cobra.Command {
@@ -50,7 +50,7 @@ func newWhoami() *cobra.Command {
 }
 
 // authMethod says how the caller authenticated, in words.
-func authMethod(me api.Whoami) string {
+func authMethod(me apitype.Whoami) string {
 	switch me.Method {
 	case "token":
 		return "token " + me.Name

@@ -17,7 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/gpumeter/gpumeter/internal/api"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
@@ -314,23 +314,23 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
 	var extra []prometheus.Collector
-	var reports api.Reports
+	var reports server.Reports
 	if a.recorder != nil {
 		extra = append(extra, a.recorder)
 		reports = a
 	}
-	var findings api.Waste
+	var findings server.Waste
 	if a.waste != nil {
 		extra = append(extra, a.waste)
 		findings = a.waste
 	}
-	ac := api.Config{
+	ac := server.Config{
 		Ticks:   a.sampler,
 		Reports: reports,
 		Waste:   findings,
 		Auth:    a.sec.auth.Load,
 		Limiter: a.sec.limiter.Load,
-		Limits: api.Limits{
+		Limits: server.Limits{
 			MaxBodyBytes:    int64(a.cfg.API.MaxBodyBytes),
 			MaxReportWindow: a.cfg.API.MaxReportWindow,
 			MaxReportRows:   a.cfg.API.MaxReportRows,
@@ -345,11 +345,11 @@ func (a *Agent) Handler() http.Handler {
 		extra = append(extra, a.audit)
 		ac.Audit = a.audit
 	}
-	apiHandler := api.New(ac)
+	apiHandler := server.New(ac)
 	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, extra...)))
 	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
 	mux.Handle("/", apiHandler)
-	return api.LimitHeaders(mux)
+	return server.LimitHeaders(mux)
 }
 
 // Report reads the ledger for the API. Rows still in memory are not in
@@ -432,7 +432,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		ReadTimeout:       a.cfg.API.ReadTimeout,
 		WriteTimeout:      a.cfg.API.ReadTimeout + time.Minute,
 		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    api.ServerMaxHeaderBytes, // api.LimitHeaders enforces the limit, in JSON
+		MaxHeaderBytes:    server.ServerMaxHeaderBytes, // server.LimitHeaders enforces the limit, in JSON
 		ConnContext:       auth.ConnContext,
 		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
 	}

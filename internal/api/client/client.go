@@ -1,4 +1,8 @@
-package api
+// Package client is the typed client of the agent's API, which the
+// command line and other tools use: each call returns the apitype body
+// it fetched, or an error that says what to do. It links none of the
+// server's code.
+package client
 
 import (
 	"bytes"
@@ -10,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,15 +23,13 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // DefaultURL is where the agent listens by default.
 const DefaultURL = "http://localhost:9400"
-
-// unixHost is the host name of requests sent over a Unix socket: the
-// socket decides where they go, the name only fills the Host header.
-const unixHost = "gpumeter"
 
 // maxAnswer bounds what the client reads of one answer.
 const maxAnswer = 64 << 20
@@ -40,9 +41,9 @@ const (
 	ledgerTimeout = 2 * time.Minute
 	// stopSlack is added to a stop's grace period: Docker answers once
 	// the container is gone, which is at most the grace period and the
-	// kill after it, and the agent answers within stopMargin of the
-	// grace.
-	stopSlack = stopMargin + 10*time.Second
+	// kill after it, and the agent answers within apitype.StopMargin of
+	// the grace.
+	stopSlack = apitype.StopMargin + 10*time.Second
 )
 
 // Client talks to the agent's API. Its zero value talks to DefaultURL
@@ -74,8 +75,8 @@ type Answer struct {
 	Warnings []string
 }
 
-// ClientOptions are what NewClient builds a client from.
-type ClientOptions struct {
+// Options are what New builds a client from.
+type Options struct {
 	URL   string // as Client.URL
 	Token string // as Client.Token
 	// CAFile is a PEM bundle of the authorities an https agent's
@@ -86,10 +87,10 @@ type ClientOptions struct {
 	CertFile, KeyFile string
 }
 
-// NewClient checks o and builds a client from it. A URL the client cannot
+// New checks o and builds a client from it. A URL the client cannot
 // use, or a CA, certificate or key file that does not load, is an error
 // naming it.
-func NewClient(o ClientOptions) (*Client, error) {
+func New(o Options) (*Client, error) {
 	ep, err := parseURL(o.URL)
 	if err != nil {
 		return nil, err
@@ -135,102 +136,55 @@ func checkToken(tok string) error {
 	return nil
 }
 
-// endpoint is where a Client's URL leads.
-type endpoint struct {
-	base   string // scheme://host[/prefix] that paths are added to
-	socket string // the socket's path for a unix:// URL
-	where  string // how errors name the agent
-}
-
-func parseURL(raw string) (endpoint, error) {
-	if raw == "" {
-		raw = DefaultURL
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return endpoint{}, fmt.Errorf("agent URL %q: %w", raw, err)
-	}
-	if u.User != nil {
-		return endpoint{}, fmt.Errorf("agent URL %q: the agent takes no user or password in its URL; set GPUMETER_TOKEN", u.Redacted())
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return endpoint{}, fmt.Errorf("agent URL %q: want no ? or # part", raw)
-	}
-	switch u.Scheme {
-	case "unix":
-		p := u.Host + u.Path
-		if p == "" {
-			return endpoint{}, fmt.Errorf("agent URL %q: want unix:///path/to/api.sock", raw)
-		}
-		return endpoint{base: "http://" + unixHost, socket: p, where: "on the socket " + p}, nil
-	case "http", "https":
-		if u.Host == "" {
-			return endpoint{}, fmt.Errorf("agent URL %q: no host", raw)
-		}
-		base := u.Scheme + "://" + u.Host + strings.TrimRight(u.EscapedPath(), "/")
-		return endpoint{base: base, where: "at " + base}, nil
-	}
-	return endpoint{}, fmt.Errorf("agent URL %q: want http://HOST:PORT, https://HOST:PORT or unix:///path/to/api.sock", raw)
-}
-
-// transport is a transport that reaches ep, with a TLS config to add to.
-func transport(ep endpoint) *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	if ep.socket != "" {
-		var d net.Dialer
-		path := ep.socket
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", path)
-		}
-		tr.Proxy = nil
-	}
-	return tr
-}
-
-// redirectError is an answer that redirected elsewhere.
-type redirectError struct{ msg string }
-
-func (e *redirectError) Error() string { return e.msg }
-
-func httpClient(ep endpoint, tr *http.Transport) *http.Client {
-	return &http.Client{
-		Transport: tr,
-		// The agent never redirects. Whatever does (a proxy sending http
-		// to https, say) would turn a stop into a GET, so it is named
-		// instead of followed.
-		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-			return &redirectError{fmt.Sprintf("the agent %s redirected to %s: give that URL instead", ep.where, req.URL.Redacted())}
-		},
-	}
-}
-
 // Whoami fetches /api/v1/whoami: who the agent takes the caller for.
-func (c *Client) Whoami(ctx context.Context) (Whoami, error) {
-	var out Whoami
+func (c *Client) Whoami(ctx context.Context) (apitype.Whoami, error) {
+	var out apitype.Whoami
 	err := c.getJSON(ctx, "/api/v1/whoami", nil, liveTimeout, &out)
 	return out, err
 }
 
 // Containers fetches /api/v1/containers.
-func (c *Client) Containers(ctx context.Context) (ContainersResponse, error) {
-	var out ContainersResponse
+func (c *Client) Containers(ctx context.Context) (apitype.ContainersResponse, error) {
+	var out apitype.ContainersResponse
 	err := c.getJSON(ctx, "/api/v1/containers", nil, liveTimeout, &out)
 	return out, err
 }
 
 // GPUs fetches /api/v1/gpus.
-func (c *Client) GPUs(ctx context.Context) (GPUsResponse, error) {
-	var out GPUsResponse
+func (c *Client) GPUs(ctx context.Context) (apitype.GPUsResponse, error) {
+	var out apitype.GPUsResponse
 	err := c.getJSON(ctx, "/api/v1/gpus", nil, liveTimeout, &out)
 	return out, err
 }
 
-// Usage fetches a usage report from /api/v1/usage with the parameters q
-// (as report.RequestFromQuery reads them) and returns it as the agent
-// rendered it, in the format q asks for.
-func (c *Client) Usage(ctx context.Context, q url.Values) (body []byte, contentType string, err error) {
-	return c.do(ctx, http.MethodGet, "/api/v1/usage", q, nil, ledgerTimeout)
+// Usage fetches the usage report that q asks for from /api/v1/usage: the
+// parameters as report.RequestFromQuery reads them, with no format or
+// format=json.
+func (c *Client) Usage(ctx context.Context, q url.Values) (*report.Report, error) {
+	if f := q.Get("format"); f != "" && f != "json" {
+		return nil, fmt.Errorf("format: Usage reads the report as JSON, not %s; UsageDocument fetches the others", f)
+	}
+	var out report.Report
+	if err := c.getJSON(ctx, "/api/v1/usage", q, ledgerTimeout, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Document is an answer in the format it was asked for, as the agent
+// rendered it.
+type Document struct {
+	ContentType string
+	Body        []byte
+}
+
+// UsageDocument fetches a usage report from /api/v1/usage with the
+// parameters q, rendered by the agent in the format q asks for (table,
+// csv, json or focus): a FOCUS export, for one, needs the ledger's
+// records, which only the agent has.
+func (c *Client) UsageDocument(ctx context.Context, q url.Values) (Document, error) {
+	body, ct, err := c.do(ctx, http.MethodGet, "/api/v1/usage", q, nil, ledgerTimeout)
+	return Document{ContentType: ct, Body: body}, err
 }
 
 // Waste fetches the agent's live waste findings from /api/v1/waste.
@@ -244,17 +198,17 @@ func (c *Client) Waste(ctx context.Context) (*waste.Report, error) {
 
 // Audit fetches audit events from /api/v1/audit with the parameters q:
 // since, from, to and limit.
-func (c *Client) Audit(ctx context.Context, q url.Values) (AuditResponse, error) {
-	var out AuditResponse
+func (c *Client) Audit(ctx context.Context, q url.Values) (apitype.AuditResponse, error) {
+	var out apitype.AuditResponse
 	err := c.getJSON(ctx, "/api/v1/audit", q, ledgerTimeout, &out)
 	return out, err
 }
 
 // Stop asks the agent to stop the container id (an ID, a prefix of 12 or
 // more of it, or a name).
-func (c *Client) Stop(ctx context.Context, id string, req StopRequest) (StopResponse, error) {
-	var out StopResponse
-	grace, err := ParseStop(req)
+func (c *Client) Stop(ctx context.Context, id string, req apitype.StopRequest) (apitype.StopResponse, error) {
+	var out apitype.StopResponse
+	grace, err := apitype.ParseStop(req)
 	if err != nil {
 		return out, err
 	}
@@ -337,8 +291,8 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 	}
 	defer resp.Body.Close()
 	if c.Answered != nil {
-		a := Answer{Status: resp.StatusCode, Node: clean(resp.Header.Get(NodeHeader))}
-		for _, w := range resp.Header.Values(WarningHeader) {
+		a := Answer{Status: resp.StatusCode, Node: clean(resp.Header.Get(apitype.NodeHeader))}
+		for _, w := range resp.Header.Values(apitype.WarningHeader) {
 			a.Warnings = append(a.Warnings, clean(w))
 		}
 		c.Answered(a)
@@ -426,7 +380,7 @@ func (e *StatusError) Error() string {
 
 func statusError(status int, contentType string, body []byte) *StatusError {
 	se := &StatusError{Status: status}
-	var e Error
+	var e apitype.Error
 	if isJSON(contentType) && json.Unmarshal(body, &e) == nil && (e.Code != "" || e.Message != "") {
 		se.Code, se.Message = e.Code, clean(e.Message)
 		return se

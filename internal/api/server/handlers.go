@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/container"
@@ -22,26 +21,18 @@ import (
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
-// Whoami is the body of /api/v1/whoami.
-type Whoami struct {
-	User   string `json:"user"`
-	Role   string `json:"role"`
-	Method string `json:"method"`
-	Name   string `json:"name"`
-}
-
 func (s *server) whoami(w http.ResponseWriter, r *http.Request, c *call) {
 	if !noParams(w, r) {
 		return
 	}
-	writeJSON(w, Whoami{User: c.id.User, Role: string(c.id.Role), Method: c.id.Method, Name: c.id.Name})
+	writeJSON(w, apitype.Whoami{User: c.id.User, Role: string(c.id.Role), Method: c.id.Method, Name: c.id.Name})
 }
 
 // noParams answers 400 when r has query parameters an endpoint does not
 // take, so that a filter the caller believes in is never ignored.
 func noParams(w http.ResponseWriter, r *http.Request) bool {
 	if r.URL.RawQuery != "" {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, r.URL.Path+" takes no parameters")
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, r.URL.Path+" takes no parameters")
 		return false
 	}
 	return true
@@ -53,7 +44,7 @@ func (s *server) latest(w http.ResponseWriter, r *http.Request) *sampler.Tick {
 	}
 	t := s.cfg.Ticks.Latest()
 	if t == nil {
-		writeError(w, http.StatusServiceUnavailable, CodeNoSample, "no sample taken yet; try again in a second")
+		writeError(w, http.StatusServiceUnavailable, apitype.CodeNoSample, "no sample taken yet; try again in a second")
 	}
 	return t
 }
@@ -74,7 +65,7 @@ func (s *server) gpus(w http.ResponseWriter, r *http.Request, c *call) {
 
 // filterGPUs keeps the GPUs' own figures, which say nothing of anyone,
 // and the processes and owners that are the caller's.
-func filterGPUs(out *GPUsResponse, t *sampler.Tick, c *call) {
+func filterGPUs(out *apitype.GPUsResponse, t *sampler.Tick, c *call) {
 	for i := range out.GPUs {
 		g := &out.GPUs[i]
 		procs := g.Processes[:0]
@@ -132,43 +123,10 @@ func (s *server) containers(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		out.HostUsers = users
 		// Nobody owns an unresolved process, so no user sees it.
-		out.Unresolved = []GPUShare{}
+		out.Unresolved = []apitype.GPUShare{}
 	}
 	writeJSON(w, out)
 }
-
-// StopRequest is the body of POST /api/v1/containers/{id}/stop.
-type StopRequest struct {
-	// Timeout is how long Docker waits before it kills the container,
-	// as a duration ("30s"); "" means 10s, as docker stop.
-	Timeout string `json:"timeout"`
-	// Reason is kept in the audit log.
-	Reason string `json:"reason"`
-}
-
-// StopResponse is the answer to a stop.
-type StopResponse struct {
-	ID      string `json:"id"`
-	Name    string `json:"name"`
-	Stopped bool   `json:"stopped"`
-	// Grace is the timeout Docker was given; Seconds is how long the
-	// stop took. A stop that took the whole grace found the container
-	// still running when it ended, and Docker killed it.
-	Grace   string  `json:"grace,omitempty"`
-	Seconds float64 `json:"seconds"`
-}
-
-// Killed says whether the container outlived the grace period, so that
-// Docker sent it SIGKILL: Docker answers as soon as the container has
-// exited.
-func (r StopResponse) Killed() bool {
-	grace, err := time.ParseDuration(r.Grace)
-	return err == nil && r.Seconds >= grace.Seconds()
-}
-
-// stopMargin is how much longer than its grace a stop's answer may take:
-// after the grace Docker kills the container and waits for it to exit.
-const stopMargin = time.Minute
 
 // stops are the stops under way and the recent ones, until a tick taken
 // after them shows the container as it is.
@@ -216,25 +174,6 @@ func (s *stops) end(id string, stopped bool, at time.Time) {
 	}
 }
 
-// ParseStop checks a stop request and gives its grace period.
-func ParseStop(req StopRequest) (time.Duration, error) {
-	grace := 10 * time.Second
-	if req.Timeout != "" {
-		d, err := units.ParseDuration(req.Timeout)
-		if err != nil {
-			return 0, fmt.Errorf("timeout: %w", err)
-		}
-		if d > 10*time.Minute {
-			return 0, fmt.Errorf("timeout: %s is longer than 10m", units.FormatDuration(d))
-		}
-		grace = d
-	}
-	if n := utf8.RuneCountInString(req.Reason); n > 500 {
-		return 0, fmt.Errorf("reason: %d characters, more than 500", n)
-	}
-	return grace, nil
-}
-
 // allowLong lets the answer to r take up to d from now, past the server's
 // write timeout (api.read_timeout + 1m), for a call known to take longer:
 // a stop with a long grace, and whatever else waits on something slow.
@@ -256,18 +195,18 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	if r.URL.RawQuery != "" {
 		msg := r.URL.Path + " takes its options in a JSON body, not as parameters"
 		s.observe(r, c, "container "+id, http.StatusBadRequest, msg)
-		writeError(w, http.StatusBadRequest, CodeBadRequest, msg)
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, msg)
 		return
 	}
-	var req StopRequest
+	var req apitype.StopRequest
 	if status, err := decodeJSON(w, r, &req); err != nil {
 		s.observe(r, c, "container "+id, status, err.Error())
 		return
 	}
-	grace, err := ParseStop(req)
+	grace, err := apitype.ParseStop(req)
 	if err != nil {
 		s.observe(r, c, "container "+id, http.StatusBadRequest, err.Error())
-		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return
 	}
 	t := s.cfg.Ticks.Latest()
@@ -286,23 +225,23 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	// refusal for what it is.
 	if found != nil && !c.owns(found.User) {
 		s.observe(r, c, "container "+found.ID, http.StatusForbidden, auth.AuthorizeOwner(c.id, c.act, found.User).Error())
-		writeError(w, http.StatusNotFound, CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
+		writeError(w, http.StatusNotFound, apitype.CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
 		return
 	}
 	if found == nil {
 		s.observe(r, c, "container "+id, http.StatusNotFound, "no such container")
-		writeError(w, http.StatusNotFound, CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
+		writeError(w, http.StatusNotFound, apitype.CodeNotFound, "no container "+strconv.Quote(id)+" is known to the agent")
 		return
 	}
 	target := "container " + found.ID + " (" + found.Name + ")"
 	if !found.Running {
 		s.observe(r, c, target, http.StatusConflict, "not running")
-		writeError(w, http.StatusConflict, CodeConflict, "container "+found.Name+" is not running")
+		writeError(w, http.StatusConflict, apitype.CodeConflict, "container "+found.Name+" is not running")
 		return
 	}
 	if s.cfg.Stopper == nil {
 		s.observe(r, c, target, http.StatusServiceUnavailable, "docker off")
-		writeError(w, http.StatusServiceUnavailable, CodeDockerOff, "the agent does not manage containers here (docker.enabled: false)")
+		writeError(w, http.StatusServiceUnavailable, apitype.CodeDockerOff, "the agent does not manage containers here (docker.enabled: false)")
 		return
 	}
 	// The tick still shows a container running until the next sample: a
@@ -310,7 +249,7 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	// not a second success.
 	if msg, busy := s.stops.begin(found.ID, t.Time); busy {
 		s.observe(r, c, target, http.StatusConflict, msg)
-		writeError(w, http.StatusConflict, CodeConflict, "container "+found.Name+" "+msg)
+		writeError(w, http.StatusConflict, apitype.CodeConflict, "container "+found.Name+" "+msg)
 		return
 	}
 	stopped := false
@@ -318,18 +257,18 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	// The answer comes when Docker is done, which may be long after the
 	// server's write timeout; and once begun, the stop goes on if the
 	// client hangs up, so that what the audit log says is what happened.
-	if err := allowLong(w, r, grace+stopMargin); err != nil {
+	if err := allowLong(w, r, grace+apitype.StopMargin); err != nil {
 		s.cfg.Logger.Warn("stop container: the answer may be cut off at the server's write timeout", "id", found.ID, "err", err)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), grace+stopMargin)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), grace+apitype.StopMargin)
 	defer cancel()
 	began := time.Now()
 	err = s.cfg.Stopper.Stop(ctx, found.ID, grace)
 	took := time.Since(began)
 	if err != nil {
-		status, code, msg := http.StatusBadGateway, CodeInternal, "docker could not stop the container; the agent's log says why"
+		status, code, msg := http.StatusBadGateway, apitype.CodeInternal, "docker could not stop the container; the agent's log says why"
 		if errors.Is(err, docker.ErrNotFound) {
-			status, code, msg = http.StatusNotFound, CodeNotFound, "container "+found.Name+" no longer exists"
+			status, code, msg = http.StatusNotFound, apitype.CodeNotFound, "container "+found.Name+" no longer exists"
 		}
 		s.cfg.Logger.Warn("stop container", "id", found.ID, "caller", c.id.Caller(), "err", err)
 		_ = s.act(r, c, target, status, err.Error())
@@ -344,18 +283,18 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	// The container is stopped whether or not the line is written: the
 	// answer says so, and a failed write is logged and counted.
 	_ = s.act(r, c, target, http.StatusOK, detail)
-	writeJSON(w, StopResponse{ID: found.ID, Name: found.Name, Stopped: true, Grace: grace.String(), Seconds: took.Seconds()})
+	writeJSON(w, apitype.StopResponse{ID: found.ID, Name: found.Name, Stopped: true, Grace: grace.String(), Seconds: took.Seconds()})
 }
 
 func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Request, c *call) {
 	return func(w http.ResponseWriter, r *http.Request, c *call) {
 		if s.cfg.Reports == nil {
-			writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
+			writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
 			return
 		}
 		q, err := query(r)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 			return
 		}
 		req, err := report.RequestFromQuery(q, units.ParseDuration)
@@ -374,7 +313,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			err = req.Validate(now)
 		}
 		if err != nil {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 			return
 		}
 		if c.ownOnly {
@@ -386,7 +325,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 		}
 		// The window as asked: its ends were rounded out to minutes.
 		if span := req.Span(); span > s.cfg.Limits.MaxReportWindow {
-			writeError(w, http.StatusBadRequest, CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows",
+			writeError(w, http.StatusBadRequest, apitype.CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows",
 				units.FormatDuration(span), units.FormatDuration(s.cfg.Limits.MaxReportWindow)))
 			return
 		}
@@ -400,7 +339,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			return
 		}
 		if n := len(rep.Rows); n > s.cfg.Limits.MaxReportRows {
-			writeError(w, http.StatusBadRequest, CodeTooManyRows, fmt.Sprintf("the report has %d rows, more than the %d the API returns (api.max_report_rows): filter it or group by a coarser key", n, s.cfg.Limits.MaxReportRows))
+			writeError(w, http.StatusBadRequest, apitype.CodeTooManyRows, fmt.Sprintf("the report has %d rows, more than the %d the API returns (api.max_report_rows): filter it or group by a coarser key", n, s.cfg.Limits.MaxReportRows))
 			return
 		}
 		var buf bytes.Buffer
@@ -429,11 +368,11 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 
 func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {
 	if s.cfg.Waste == nil {
-		writeError(w, http.StatusServiceUnavailable, CodeWasteOff, "the live waste rules are off (waste.enabled: false); `gpumeter waste` reads the ledger")
+		writeError(w, http.StatusServiceUnavailable, apitype.CodeWasteOff, "the live waste rules are off (waste.enabled: false); `gpumeter waste` reads the ledger")
 		return
 	}
 	if r.URL.RawQuery != "" {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, "/api/v1/waste takes no parameters: it lists the live findings")
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, "/api/v1/waste takes no parameters: it lists the live findings")
 		return
 	}
 	rep := s.cfg.Waste.Report()
@@ -443,84 +382,19 @@ func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {
 	writeJSON(w, rep)
 }
 
-// AuditResponse is the body of /api/v1/audit.
-type AuditResponse struct {
-	From   time.Time     `json:"from"`
-	To     time.Time     `json:"to"`
-	Events []audit.Event `json:"events"`
-	// Truncated says that more events fell in the window than limit: the
-	// newest are returned.
-	Truncated bool `json:"truncated"`
-}
-
-// AuditQuery is what /api/v1/audit is asked: a window and a limit.
-type AuditQuery struct {
-	From, To time.Time
-	Limit    int
-}
-
-// ParseAuditQuery reads since (a duration back from to), from, to and
-// limit; the default window is the last 24 hours and the default limit
-// max.
-func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
-	aq := AuditQuery{To: now, Limit: max}
-	for k, v := range q {
-		if len(v) != 1 {
-			return aq, fmt.Errorf("%s: given %d times", k, len(v))
-		}
-	}
-	var err error
-	since := 24 * time.Hour
-	for k, vs := range q {
-		v := vs[0]
-		switch k {
-		case "since":
-			if since, err = units.ParseDuration(v); err != nil || since == 0 {
-				return aq, fmt.Errorf("since: %q is not a duration above 0 like 1h or 7d", v)
-			}
-		case "from":
-			if aq.From, err = report.ParseTime(v); err != nil {
-				return aq, fmt.Errorf("from: %w", err)
-			}
-		case "to":
-			if aq.To, err = report.ParseTime(v); err != nil {
-				return aq, fmt.Errorf("to: %w", err)
-			}
-		case "limit":
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > max {
-				return aq, fmt.Errorf("limit: %q is not a number from 1 to %d", v, max)
-			}
-			aq.Limit = n
-		default:
-			return aq, fmt.Errorf("%q is not a parameter of /api/v1/audit (since, from, to, limit)", k)
-		}
-	}
-	if q.Has("since") && q.Has("from") {
-		return aq, errors.New("since and from exclude each other")
-	}
-	if !q.Has("from") {
-		aq.From = aq.To.Add(-since)
-	}
-	if !aq.From.Before(aq.To) {
-		return aq, fmt.Errorf("from: %s is not before to %s", aq.From.Format(time.RFC3339), aq.To.Format(time.RFC3339))
-	}
-	return aq, nil
-}
-
 func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 	if s.cfg.Audit == nil {
-		writeError(w, http.StatusServiceUnavailable, CodeLedgerOff, "the audit log is off")
+		writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff, "the audit log is off")
 		return
 	}
 	raw, err := query(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return
 	}
-	q, err := ParseAuditQuery(raw, s.cfg.Now(), s.cfg.Limits.MaxAuditEvents)
+	q, err := apitype.ParseAuditQuery(raw, s.cfg.Now(), s.cfg.Limits.MaxAuditEvents)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return
 	}
 	events, truncated, err := s.cfg.Audit.Events(r.Context(), q.From, q.To, q.Limit)
@@ -532,5 +406,5 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 	if events == nil {
 		events = []audit.Event{}
 	}
-	writeJSON(w, AuditResponse{From: q.From.UTC(), To: q.To.UTC(), Events: events, Truncated: truncated})
+	writeJSON(w, apitype.AuditResponse{From: q.From.UTC(), To: q.To.UTC(), Events: events, Truncated: truncated})
 }

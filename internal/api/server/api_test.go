@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/meter"
@@ -76,7 +77,7 @@ func TestErrorsAreJSON(t *testing.T) {
 			if got := resp.Header.Get("Allow"); got != tt.allow {
 				t.Errorf("Allow: %q, want %q", got, tt.allow)
 			}
-			var e Error
+			var e apitype.Error
 			if err := json.Unmarshal(body, &e); err != nil || e.Code != tt.code || e.Message == "" {
 				t.Errorf("body %s, want an error with code %q and a message", body, tt.code)
 			}
@@ -99,7 +100,7 @@ func openHandler(t *testing.T, ticks TickSource, reports Reports, findings Waste
 // for the 60 s metered: each is allocated half of it, 30 s, and holds
 // all of it, 60 s.
 func TestContainersHeldSeconds(t *testing.T) {
-	sc, err := sim.Load("../../testdata/shared.yaml")
+	sc, err := sim.Load("../../../testdata/shared.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

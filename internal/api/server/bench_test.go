@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // the latest tick has totals, as on a node that has been running.
 func benchSampler(b *testing.B) *sampler.Sampler {
 	b.Helper()
-	sc, err := sim.Load("../../testdata/bench-8gpu-64ctr.yaml")
+	sc, err := sim.Load("../../../testdata/bench-8gpu-64ctr.yaml")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/container"
@@ -410,9 +411,9 @@ func (a answer) decode(t *testing.T, v any) {
 
 // apiError checks that a is the API's JSON error with status and code, and
 // that its message speaks to the caller rather than of Go internals.
-func (a answer) apiError(t *testing.T, status int, code string) Error {
+func (a answer) apiError(t *testing.T, status int, code string) apitype.Error {
 	t.Helper()
-	var e Error
+	var e apitype.Error
 	a.decode(t, &e)
 	if a.status != status || e.Code != code {
 		t.Errorf("%d %s, want %d with code %s", a.status, a.body, status, code)
@@ -438,7 +439,7 @@ func checkMessage(t *testing.T, msg string) {
 	}
 }
 
-// goType matches a package-qualified Go type such as api.StopRequest;
+// goType matches a package-qualified Go type such as apitype.StopRequest;
 // config keys such as api.max_body are not types.
 var goType = regexp.MustCompile(`\b[a-z][a-z0-9]*\.[A-Z][A-Za-z0-9]*`)
 
@@ -533,10 +534,10 @@ func TestEndpointsByRole(t *testing.T) {
 					if ep.act == auth.ActContainerStop && caller == asBob {
 						// Refused by the handler, which knows the
 						// container, and answered as a name nobody has.
-						a.apiError(t, http.StatusNotFound, CodeNotFound)
+						a.apiError(t, http.StatusNotFound, apitype.CodeNotFound)
 						e.Target, e.Error = "container "+aliceTrain, "bob may containers.stop only for their own containers and usage"
 					} else {
-						e.Error = a.apiError(t, http.StatusForbidden, CodeForbidden).Message
+						e.Error = a.apiError(t, http.StatusForbidden, apitype.CodeForbidden).Message
 					}
 					e.Caller, e.Role, e.Status, e.Outcome = callers[caller], roles[caller], http.StatusForbidden, audit.OutcomeDenied
 					want = []audit.Event{e}
@@ -574,12 +575,12 @@ func TestEndpointsByRole(t *testing.T) {
 	}
 
 	// whoami says who the token is.
-	for caller, want := range map[string]Whoami{
+	for caller, want := range map[string]apitype.Whoami{
 		asAdmin:  {User: "root", Role: "admin", Method: "token", Name: "root-laptop"},
 		asAlice:  {User: "alice", Role: "user", Method: "token", Name: "alice-laptop"},
 		asViewer: {User: "grafana", Role: "viewer", Method: "token", Name: "grafana"},
 	} {
-		var got Whoami
+		var got apitype.Whoami
 		f.get(t, caller, "/api/v1/whoami").decode(t, &got)
 		if got != want {
 			t.Errorf("whoami as %s = %+v, want %+v", caller, got, want)
@@ -603,7 +604,7 @@ func TestRateLimit(t *testing.T) {
 	limited := func(who string) {
 		t.Helper()
 		a := f.get(t, asAlice, "/api/v1/gpus")
-		e := a.apiError(t, http.StatusTooManyRequests, CodeRateLimited)
+		e := a.apiError(t, http.StatusTooManyRequests, apitype.CodeRateLimited)
 		if got := a.header.Get("Retry-After"); got != "1" {
 			t.Errorf("Retry-After %q, want 1", got)
 		}
@@ -648,7 +649,7 @@ func TestRateLimit(t *testing.T) {
 		f.get(t, asNone, "/api/v1/whoami").apiError(t, http.StatusUnauthorized, auth.CodeNoCredentials)
 	}
 	a := f.get(t, asBad, "/api/v1/whoami")
-	e := a.apiError(t, http.StatusTooManyRequests, CodeRateLimited)
+	e := a.apiError(t, http.StatusTooManyRequests, apitype.CodeRateLimited)
 	if e.Message != "too many requests from 127.0.0.1; try again in 1 s" {
 		t.Errorf("message %q", e.Message)
 	}
@@ -681,29 +682,29 @@ func TestStopBody(t *testing.T) {
 		{name: "no content type", body: `{}`, ctype: "-", status: 200, grace: 10 * time.Second},
 		{name: "chunked", body: `{"timeout":"5s"}`, chunked: true, status: 200, grace: 5 * time.Second},
 
-		{name: "too large", body: `{"reason":"` + strings.Repeat("x", 2000) + `"}`, status: 413, code: CodeBodyTooLarge, msg: "the body is larger than 1024 bytes (api.max_body)"},
-		{name: "too large chunked", body: `{"reason":"` + strings.Repeat("x", 2000) + `"}`, chunked: true, status: 413, code: CodeBodyTooLarge, msg: "larger than 1024 bytes"},
-		{name: "too large in trailing space", body: `{}` + strings.Repeat(" ", 2000), status: 413, code: CodeBodyTooLarge, msg: "larger than 1024 bytes"},
-		{name: "unknown field", body: `{"force":true}`, status: 400, code: CodeBadRequest, msg: `the body has an unknown field "force"`},
-		{name: "trailing object", body: `{}{}`, status: 400, code: CodeBadRequest, msg: "the body has more after its JSON object"},
-		{name: "trailing garbage", body: `{"timeout":"1s"} x`, status: 400, code: CodeBadRequest, msg: "the body has more after its JSON object"},
-		{name: "wrong type", body: `{"timeout":30}`, status: 400, code: CodeBadRequest, msg: `the body's field "timeout" must be a string, not a JSON number`},
-		{name: "wrong type bool", body: `{"reason":true}`, status: 400, code: CodeBadRequest, msg: `the body's field "reason" must be a string, not a JSON bool`},
-		{name: "an array", body: `["30s"]`, status: 400, code: CodeBadRequest, msg: "the body must be a JSON object, not a JSON array"},
-		{name: "a string", body: `"30s"`, status: 400, code: CodeBadRequest, msg: "the body must be a JSON object, not a JSON string"},
-		{name: "bad JSON", body: `{timeout:"30s"}`, status: 400, code: CodeBadRequest, msg: "the body is not valid JSON at byte 2"},
-		{name: "cut short", body: `{"timeout":"30s"`, status: 400, code: CodeBadRequest, msg: "the body ends in the middle of its JSON"},
-		{name: "bad timeout", body: `{"timeout":"soon"}`, status: 400, code: CodeBadRequest, msg: `timeout: "soon" is not a duration`},
-		{name: "negative timeout", body: `{"timeout":"-5s"}`, status: 400, code: CodeBadRequest, msg: `timeout: "-5s" is negative`},
-		{name: "long timeout", body: `{"timeout":"11m"}`, status: 400, code: CodeBadRequest, msg: "timeout: 11m is longer than 10m"},
-		{name: "long reason", body: `{"reason":"` + strings.Repeat("x", 501) + `"}`, status: 400, code: CodeBadRequest, msg: "reason: 501 characters, more than 500"},
+		{name: "too large", body: `{"reason":"` + strings.Repeat("x", 2000) + `"}`, status: 413, code: apitype.CodeBodyTooLarge, msg: "the body is larger than 1024 bytes (api.max_body)"},
+		{name: "too large chunked", body: `{"reason":"` + strings.Repeat("x", 2000) + `"}`, chunked: true, status: 413, code: apitype.CodeBodyTooLarge, msg: "larger than 1024 bytes"},
+		{name: "too large in trailing space", body: `{}` + strings.Repeat(" ", 2000), status: 413, code: apitype.CodeBodyTooLarge, msg: "larger than 1024 bytes"},
+		{name: "unknown field", body: `{"force":true}`, status: 400, code: apitype.CodeBadRequest, msg: `the body has an unknown field "force"`},
+		{name: "trailing object", body: `{}{}`, status: 400, code: apitype.CodeBadRequest, msg: "the body has more after its JSON object"},
+		{name: "trailing garbage", body: `{"timeout":"1s"} x`, status: 400, code: apitype.CodeBadRequest, msg: "the body has more after its JSON object"},
+		{name: "wrong type", body: `{"timeout":30}`, status: 400, code: apitype.CodeBadRequest, msg: `the body's field "timeout" must be a string, not a JSON number`},
+		{name: "wrong type bool", body: `{"reason":true}`, status: 400, code: apitype.CodeBadRequest, msg: `the body's field "reason" must be a string, not a JSON bool`},
+		{name: "an array", body: `["30s"]`, status: 400, code: apitype.CodeBadRequest, msg: "the body must be a JSON object, not a JSON array"},
+		{name: "a string", body: `"30s"`, status: 400, code: apitype.CodeBadRequest, msg: "the body must be a JSON object, not a JSON string"},
+		{name: "bad JSON", body: `{timeout:"30s"}`, status: 400, code: apitype.CodeBadRequest, msg: "the body is not valid JSON at byte 2"},
+		{name: "cut short", body: `{"timeout":"30s"`, status: 400, code: apitype.CodeBadRequest, msg: "the body ends in the middle of its JSON"},
+		{name: "bad timeout", body: `{"timeout":"soon"}`, status: 400, code: apitype.CodeBadRequest, msg: `timeout: "soon" is not a duration`},
+		{name: "negative timeout", body: `{"timeout":"-5s"}`, status: 400, code: apitype.CodeBadRequest, msg: `timeout: "-5s" is negative`},
+		{name: "long timeout", body: `{"timeout":"11m"}`, status: 400, code: apitype.CodeBadRequest, msg: "timeout: 11m is longer than 10m"},
+		{name: "long reason", body: `{"reason":"` + strings.Repeat("x", 501) + `"}`, status: 400, code: apitype.CodeBadRequest, msg: "reason: 501 characters, more than 500"},
 		// 500 characters of two bytes each are 500 characters.
 		{name: "reason of 500 characters in 1000 bytes", body: `{"reason":"` + strings.Repeat("é", 500) + `"}`, status: 200, grace: 10 * time.Second},
-		{name: "reason not UTF-8", body: "{\"reason\":\"stop \xff\"}", status: 400, code: CodeBadRequest, msg: "the body is not valid UTF-8"},
-		{name: "a field twice", body: `{"timeout":"1s","reason":"x","timeout":"10m"}`, status: 400, code: CodeBadRequest, msg: `the body has the field "timeout" twice`},
-		{name: "text", body: `{}`, ctype: "text/plain", status: 415, code: CodeUnsupportedType, msg: "the body must be application/json, not text/plain"},
-		{name: "form", body: `timeout=30s`, ctype: "application/x-www-form-urlencoded", status: 415, code: CodeUnsupportedType, msg: "not application/x-www-form-urlencoded"},
-		{name: "a type that only starts like JSON", body: `{}`, ctype: "application/jsonl", status: 415, code: CodeUnsupportedType, msg: "not application/jsonl"},
+		{name: "reason not UTF-8", body: "{\"reason\":\"stop \xff\"}", status: 400, code: apitype.CodeBadRequest, msg: "the body is not valid UTF-8"},
+		{name: "a field twice", body: `{"timeout":"1s","reason":"x","timeout":"10m"}`, status: 400, code: apitype.CodeBadRequest, msg: `the body has the field "timeout" twice`},
+		{name: "text", body: `{}`, ctype: "text/plain", status: 415, code: apitype.CodeUnsupportedType, msg: "the body must be application/json, not text/plain"},
+		{name: "form", body: `timeout=30s`, ctype: "application/x-www-form-urlencoded", status: 415, code: apitype.CodeUnsupportedType, msg: "not application/x-www-form-urlencoded"},
+		{name: "a type that only starts like JSON", body: `{}`, ctype: "application/jsonl", status: 415, code: apitype.CodeUnsupportedType, msg: "not application/jsonl"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -721,13 +722,13 @@ func TestStopBody(t *testing.T) {
 				if a.status != http.StatusOK {
 					t.Fatalf("%d %s, want 200", a.status, a.body)
 				}
-				var got StopResponse
+				var got apitype.StopResponse
 				a.decode(t, &got)
 				if got.Seconds < 0 || got.Seconds > 1 {
 					t.Errorf("answer %+v: the stop took %g s, want the instant the fake takes", got, got.Seconds)
 				}
 				got.Seconds = 0
-				if want := (StopResponse{ID: aliceTrain, Name: "alice-train", Stopped: true, Grace: tt.grace.String()}); got != want {
+				if want := (apitype.StopResponse{ID: aliceTrain, Name: "alice-train", Stopped: true, Grace: tt.grace.String()}); got != want {
 					t.Errorf("answer %+v, want %+v", got, want)
 				}
 				if diff := cmp.Diff([]stopCall{{aliceTrain, tt.grace}}, calls); diff != "" {
@@ -746,7 +747,7 @@ func TestStopBody(t *testing.T) {
 				t.Errorf("the container was stopped: %+v", calls)
 			}
 			want := []audit.Event{{Time: f.clock.Now(), Kind: audit.KindAPI, Caller: "alice (token alice-laptop)", Role: "user", Action: "containers.stop",
-				Target: "container alice-train", Status: tt.status, Outcome: OutcomeRejected, Error: e.Message}}
+				Target: "container alice-train", Status: tt.status, Outcome: apitype.OutcomeRejected, Error: e.Message}}
 			if diff := cmp.Diff(want, eventsWithoutSource(t, events)); diff != "" {
 				t.Errorf("audit events (-want +got):\n%s", diff)
 			}
@@ -755,14 +756,14 @@ func TestStopBody(t *testing.T) {
 
 	t.Run("parameters", func(t *testing.T) {
 		a := f.do(t, asAlice, http.MethodPost, path+"?timeout=30s", nil, "")
-		e := a.apiError(t, http.StatusBadRequest, CodeBadRequest)
+		e := a.apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 		if !strings.Contains(e.Message, "takes its options in a JSON body, not as parameters") {
 			t.Errorf("message %q", e.Message)
 		}
 		if calls := f.stopper.take(); len(calls) != 0 {
 			t.Errorf("the container was stopped: %+v", calls)
 		}
-		if events := f.audit.take(); len(events) != 1 || events[0].Outcome != OutcomeRejected {
+		if events := f.audit.take(); len(events) != 1 || events[0].Outcome != apitype.OutcomeRejected {
 			t.Errorf("audit events %+v, want one rejected", events)
 		}
 	})
@@ -780,7 +781,7 @@ func TestReadsTakeNoBody(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			for _, path := range []string{"/api/v1/whoami", "/api/v1/usage", "/api/v1/containers"} {
 				a := f.do(t, asAlice, http.MethodGet, path, body(), "")
-				if e := a.apiError(t, http.StatusBadRequest, CodeBadRequest); e.Message != "GET "+path+" takes no body" {
+				if e := a.apiError(t, http.StatusBadRequest, apitype.CodeBadRequest); e.Message != "GET "+path+" takes no body" {
 					t.Errorf("%s: message %q", path, e.Message)
 				}
 			}
@@ -837,7 +838,7 @@ func FuzzDecodeStop(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		var req StopRequest
+		var req apitype.StopRequest
 		if err := DecodeStrict(bytes.NewReader(body), &req); err != nil {
 			if !strings.HasPrefix(err.Error(), "the body") {
 				t.Errorf("DecodeStrict error %q does not speak of the body", err)
@@ -845,7 +846,7 @@ func FuzzDecodeStop(f *testing.F) {
 			checkOwnWords(t, err.Error())
 			return
 		}
-		grace, err := ParseStop(req)
+		grace, err := apitype.ParseStop(req)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "timeout: ") && !strings.HasPrefix(err.Error(), "reason: ") {
 				t.Errorf("ParseStop error %q names no field", err)

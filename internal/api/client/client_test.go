@@ -1,6 +1,7 @@
-package api
+package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -15,12 +16,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -86,15 +91,15 @@ func socketServer(t *testing.T, h http.Handler) (*httptest.Server, string) {
 }
 
 func TestClientUnixSocket(t *testing.T) {
-	me := Whoami{User: "uid:1000", Role: "admin", Method: "socket", Name: "uid 1000"}
+	me := apitype.Whoami{User: "uid:1000", Role: "admin", Method: "socket", Name: "uid 1000"}
 	rec := newRecorder(answerJSON(me))
 	_, path := socketServer(t, rec)
 
-	built, err := NewClient(ClientOptions{URL: "unix://" + path})
+	built, err := New(Options{URL: "unix://" + path})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, c := range map[string]*Client{"zero value": {URL: "unix://" + path}, "NewClient": built} {
+	for name, c := range map[string]*Client{"zero value": {URL: "unix://" + path}, "New": built} {
 		t.Run(name, func(t *testing.T) {
 			got, err := c.Whoami(context.Background())
 			if err != nil {
@@ -112,7 +117,7 @@ func TestClientUnixSocket(t *testing.T) {
 }
 
 func TestClientToken(t *testing.T) {
-	rec := newRecorder(answerJSON(GPUsResponse{Node: "n1"}))
+	rec := newRecorder(answerJSON(apitype.GPUsResponse{Node: "n1"}))
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
 	for _, tt := range []struct{ token, want string }{
@@ -127,15 +132,15 @@ func TestClientToken(t *testing.T) {
 			t.Errorf("token %q: Authorization %q, want %q", tt.token, got, tt.want)
 		}
 	}
-	if _, err := NewClient(ClientOptions{URL: srv.URL, Token: "gpm_a\nX-Evil: 1"}); err == nil || !strings.Contains(err.Error(), "token") {
+	if _, err := New(Options{URL: srv.URL, Token: "gpm_a\nX-Evil: 1"}); err == nil || !strings.Contains(err.Error(), "token") {
 		t.Errorf("a token with a line break: err %v, want one about the token", err)
 	}
 }
 
 func TestClientCalls(t *testing.T) {
-	stopped := StopResponse{ID: "0123456789abcdef", Name: "alice train", Stopped: true}
+	stopped := apitype.StopResponse{ID: "0123456789abcdef", Name: "alice train", Stopped: true}
 	rep := &waste.Report{Currency: "USD", Findings: []waste.Finding{{ID: "f1", Rule: "idle", Owner: "alice", Evidence: map[string]float64{"sm_percent": 0}}}, Totals: []waste.Total{{Rule: waste.TotalKey, Findings: 1}}}
-	events := AuditResponse{
+	events := apitype.AuditResponse{
 		From:      time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC),
 		To:        time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC),
 		Events:    []audit.Event{{Time: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC), Kind: audit.KindAPI, Caller: "bob (token bob-1)", Role: "user", Action: "containers.stop", Target: "container x", Status: 403, Outcome: audit.OutcomeDenied}},
@@ -145,7 +150,23 @@ func TestClientCalls(t *testing.T) {
 	mux.HandleFunc("POST /api/v1/containers/{id}/stop", answerJSON(stopped))
 	mux.HandleFunc("GET /api/v1/waste", answerJSON(rep))
 	mux.HandleFunc("GET /api/v1/audit", answerJSON(events))
+	held := 1.5
+	usage := &report.Report{
+		From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), By: "team", Currency: "USD",
+		Rows:   []report.Row{{Key: "nlp", GPUHoursAllocated: 2, GPUHoursHeld: &held, Efficiency: 0.25, Cost: 3.125}},
+		Totals: report.Row{Key: "TOTAL", GPUHoursAllocated: 2, GPUHoursHeld: &held, Efficiency: 0.25, Cost: 3.125},
+		Basis:  "allocated", IdlePolicy: "pool", Notes: []string{"a note"},
+	}
+	var usageJSON bytes.Buffer
+	if err := usage.WriteJSON(&usageJSON); err != nil {
+		t.Fatal(err)
+	}
 	mux.HandleFunc("GET /api/v1/usage", func(w http.ResponseWriter, r *http.Request) {
+		if f := r.URL.Query().Get("format"); f == "" || f == "json" {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(usageJSON.Bytes())
+			return
+		}
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 		io.WriteString(w, "user,gpu_hours\nalice,1\n")
 	})
@@ -156,7 +177,7 @@ func TestClientCalls(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("stop", func(t *testing.T) {
-		got, err := c.Stop(ctx, "alice train", StopRequest{Timeout: "30s", Reason: "idle for days"})
+		got, err := c.Stop(ctx, "alice train", apitype.StopRequest{Timeout: "30s", Reason: "idle for days"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,17 +189,45 @@ func TestClientCalls(t *testing.T) {
 		if diff := cmp.Diff(want, req); diff != "" {
 			t.Errorf("request (-want +got):\n%s", diff)
 		}
-		if _, err := c.Stop(ctx, "x", StopRequest{Timeout: "soon"}); err == nil || !strings.Contains(err.Error(), "timeout") {
+		if _, err := c.Stop(ctx, "x", apitype.StopRequest{Timeout: "soon"}); err == nil || !strings.Contains(err.Error(), "timeout") {
 			t.Errorf("bad timeout: err %v, want one about the timeout", err)
 		}
 	})
 	t.Run("usage", func(t *testing.T) {
-		body, ct, err := c.Usage(ctx, url.Values{"by": {"team"}, "label": {"a=b", "c=d"}, "format": {"csv"}})
+		got, err := c.Usage(ctx, url.Values{"by": {"team"}, "label": {"a=b", "c=d"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(body) != "user,gpu_hours\nalice,1\n" || ct != "text/csv; charset=utf-8" {
-			t.Errorf("usage: %q as %q", body, ct)
+		if diff := cmp.Diff(usage, got, cmpopts.IgnoreUnexported(report.Report{})); diff != "" {
+			t.Errorf("usage (-want +got):\n%s", diff)
+		}
+		if got, want := rec.last(t).Query, "by=team&label=a%3Db&label=c%3Dd"; got != want {
+			t.Errorf("query %q, want %q", got, want)
+		}
+		// What Usage read writes out as the agent wrote it.
+		var again bytes.Buffer
+		if err := got.WriteJSON(&again); err != nil {
+			t.Fatal(err)
+		}
+		if again.String() != usageJSON.String() {
+			t.Errorf("written out again:\n%s\nwant\n%s", &again, &usageJSON)
+		}
+		if _, err := c.Usage(ctx, url.Values{"format": {"csv"}}); err == nil || !strings.Contains(err.Error(), "UsageDocument") {
+			t.Errorf("Usage with format=csv: err %v, want one pointing to UsageDocument", err)
+		}
+		select {
+		case r := <-rec.seen:
+			t.Errorf("Usage with format=csv asked the agent: %+v", r)
+		default:
+		}
+	})
+	t.Run("usage document", func(t *testing.T) {
+		doc, err := c.UsageDocument(ctx, url.Values{"by": {"team"}, "label": {"a=b", "c=d"}, "format": {"csv"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(doc.Body) != "user,gpu_hours\nalice,1\n" || doc.ContentType != "text/csv; charset=utf-8" {
+			t.Errorf("usage: %q as %q", doc.Body, doc.ContentType)
 		}
 		if got, want := rec.last(t).Query, "by=team&format=csv&label=a%3Db&label=c%3Dd"; got != want {
 			t.Errorf("query %q, want %q", got, want)
@@ -302,7 +351,7 @@ func TestClientBadAnswers(t *testing.T) {
 			}
 		}))
 		defer srv.Close()
-		_, _, err := (&Client{URL: srv.URL}).Usage(context.Background(), nil)
+		_, err := (&Client{URL: srv.URL}).UsageDocument(context.Background(), nil)
 		if err == nil || !strings.Contains(err.Error(), "larger than 64 MiB") {
 			t.Errorf("err %v, want one saying the answer is too large", err)
 		}
@@ -352,7 +401,7 @@ func TestClientBadURL(t *testing.T) {
 		{"https://alice:secret@host", "no user or password"},
 		{"http://host?x=1", "no ? or #"},
 	} {
-		_, err := NewClient(ClientOptions{URL: tt.url})
+		_, err := New(Options{URL: tt.url})
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: err %v, want one saying %q", tt.url, err, tt.want)
 		}
@@ -378,7 +427,7 @@ func TestClientTLS(t *testing.T) {
 	peers := make(chan int, 4)
 	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		peers <- len(r.TLS.PeerCertificates)
-		answerJSON(GPUsResponse{Node: "tls"})(w, r)
+		answerJSON(apitype.GPUsResponse{Node: "tls"})(w, r)
 	})
 	srv.StartTLS()
 	defer srv.Close()
@@ -400,7 +449,7 @@ func TestClientTLS(t *testing.T) {
 	}
 
 	t.Run("trusted CA", func(t *testing.T) {
-		c, err := NewClient(ClientOptions{URL: srv.URL, CAFile: ca})
+		c, err := New(Options{URL: srv.URL, CAFile: ca})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +461,7 @@ func TestClientTLS(t *testing.T) {
 		}
 	})
 	t.Run("client certificate", func(t *testing.T) {
-		c, err := NewClient(ClientOptions{URL: srv.URL, CAFile: ca, CertFile: cert, KeyFile: key})
+		c, err := New(Options{URL: srv.URL, CAFile: ca, CertFile: cert, KeyFile: key})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +473,7 @@ func TestClientTLS(t *testing.T) {
 		}
 	})
 	t.Run("untrusted", func(t *testing.T) {
-		c, err := NewClient(ClientOptions{URL: srv.URL})
+		c, err := New(Options{URL: srv.URL})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,24 +491,40 @@ func TestClientTLS(t *testing.T) {
 
 	for _, tt := range []struct {
 		name string
-		o    ClientOptions
+		o    Options
 		want []string
 	}{
-		{"missing CA", ClientOptions{CAFile: filepath.Join(dir, "nope.pem")}, []string{"CA file", "nope.pem"}},
-		{"CA not PEM", ClientOptions{CAFile: notPEM}, []string{"CA file " + notPEM, "no PEM certificate"}},
-		{"cert without key", ClientOptions{CertFile: cert}, []string{cert, "no key file"}},
-		{"key without cert", ClientOptions{KeyFile: key}, []string{key, "no certificate file"}},
-		{"bad cert", ClientOptions{CertFile: notPEM, KeyFile: key}, []string{"client certificate " + notPEM}},
-		{"wrong key", ClientOptions{CertFile: cert, KeyFile: ca}, []string{"key " + ca}},
+		{"missing CA", Options{CAFile: filepath.Join(dir, "nope.pem")}, []string{"CA file", "nope.pem"}},
+		{"CA not PEM", Options{CAFile: notPEM}, []string{"CA file " + notPEM, "no PEM certificate"}},
+		{"cert without key", Options{CertFile: cert}, []string{cert, "no key file"}},
+		{"key without cert", Options{KeyFile: key}, []string{key, "no certificate file"}},
+		{"bad cert", Options{CertFile: notPEM, KeyFile: key}, []string{"client certificate " + notPEM}},
+		{"wrong key", Options{CertFile: cert, KeyFile: ca}, []string{"key " + ca}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			tt.o.URL = srv.URL
-			_, err := NewClient(tt.o)
+			_, err := New(tt.o)
 			for _, w := range tt.want {
 				if err == nil || !strings.Contains(err.Error(), w) {
 					t.Errorf("err %v, want one saying %q", err, w)
 				}
 			}
 		})
+	}
+}
+
+// TestSocketDenied: a socket the file mode keeps the caller from is named,
+// with what to do instead. Root passes every file mode, so the error is
+// made as connect(2) gives it to anyone else.
+func TestSocketDenied(t *testing.T) {
+	denied := &url.Error{Op: "Get", URL: "http://gpumeter/api/v1/gpus", Err: &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}}
+	err := reachError(context.Background(), endpoint{socket: "/var/lib/gpumeter/api.sock"}, time.Second, denied)
+	if !IsSocketDenied(err) {
+		t.Fatalf("err %v, want a *SocketDeniedError", err)
+	}
+	for _, w := range []string{"/var/lib/gpumeter/api.sock: permission denied", "sudo", "--url", "GPUMETER_TOKEN", "gpumeter token create"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("err %q does not say %q", err, w)
+		}
 	}
 }

@@ -1,25 +1,26 @@
-package api
+// Package server is the agent's API: the live tick as JSON under
+// /api/v1, usage reports, waste findings, container stops and the audit
+// log, every call authenticated, rate-limited and audited, and a small
+// HTML page at /. The bodies it answers with are apitype's; the
+// command line reads them with internal/api/client.
+package server
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"mime"
 	"net"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/container"
@@ -87,44 +88,6 @@ type Config struct {
 	// Node is the node the agent meters, named to callers in NodeHeader.
 	Node string
 }
-
-// Headers of the API's answers to a caller who is let in.
-const (
-	// NodeHeader names the node the agent meters, so that a client can
-	// say whose data it shows.
-	NodeHeader = "Gpumeter-Node"
-	// WarningHeader says what the agent ignored in a request it served:
-	// a stale token from a socket peer admitted by its uid. One header
-	// per warning.
-	WarningHeader = "Gpumeter-Warning"
-)
-
-// Error codes of the API, stable for clients to test.
-const (
-	CodeBadRequest       = "bad_request"
-	CodeBodyTooLarge     = "body_too_large"
-	CodeForbidden        = "forbidden"
-	CodeNotFound         = "not_found"
-	CodeMethodNotAllowed = "method_not_allowed"
-	CodeRateLimited      = "rate_limited"
-	CodeWindowTooLong    = "window_too_long"
-	CodeTooManyRows      = "too_many_rows"
-	CodeConflict         = "conflict"
-	CodeUnsupportedType  = "unsupported_media_type"
-	CodeNoSample         = "no_sample"
-	CodeLedgerOff        = "ledger_off"
-	CodeWasteOff         = "waste_off"
-	CodeDockerOff        = "docker_off"
-	CodeInternal         = "internal_error"
-)
-
-// Outcomes of API calls in the audit log, besides audit's allowed and
-// denied: a request that was malformed, and one that was allowed but
-// could not be done.
-const (
-	OutcomeRejected = audit.OutcomeRejected
-	OutcomeFailed   = audit.OutcomeFailed
-)
 
 // server is the API's handler.
 type server struct {
@@ -256,15 +219,15 @@ func New(cfg Config) http.Handler {
 					methods = append(methods, "HEAD")
 				}
 				w.Header().Set("Allow", strings.Join(methods, ", "))
-				writeError(w, http.StatusMethodNotAllowed, CodeMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed: use "+strings.Join(methods, " or "))
+				writeError(w, http.StatusMethodNotAllowed, apitype.CodeMethodNotAllowed, r.Method+" "+r.URL.Path+" is not allowed: use "+strings.Join(methods, " or "))
 				return
 			}
 		}
-		writeError(w, http.StatusNotFound, CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
+		writeError(w, http.StatusNotFound, apitype.CodeNotFound, "no such endpoint: "+r.Method+" "+r.URL.Path)
 	})
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if cfg.Ticks.Latest() == nil {
-			writeError(w, http.StatusServiceUnavailable, CodeNoSample, "no sample taken yet")
+			writeError(w, http.StatusServiceUnavailable, apitype.CodeNoSample, "no sample taken yet")
 			return
 		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -304,12 +267,12 @@ func (s *server) guard(rt route) http.Handler {
 			// Every refusal is observed; the audit log sums them per
 			// source and minute, so that a flood does not flood it.
 			s.observe(r, c, "", http.StatusTooManyRequests, "rate limited")
-			writeError(w, http.StatusTooManyRequests, CodeRateLimited, fmt.Sprintf("too many requests from %s; try again in %d s", describe(id, authErr, c.source), secs))
+			writeError(w, http.StatusTooManyRequests, apitype.CodeRateLimited, fmt.Sprintf("too many requests from %s; try again in %d s", describe(id, authErr, c.source), secs))
 			return
 		}
 		if authErr != nil {
 			var ae *auth.Error
-			code, msg := CodeInternal, "authentication failed"
+			code, msg := apitype.CodeInternal, "authentication failed"
 			if errors.As(authErr, &ae) {
 				code, msg = ae.Code, ae.Msg
 			}
@@ -319,10 +282,10 @@ func (s *server) guard(rt route) http.Handler {
 			return
 		}
 		if id.Warning != "" {
-			w.Header().Add(WarningHeader, id.Warning)
+			w.Header().Add(apitype.WarningHeader, id.Warning)
 		}
 		if s.cfg.Node != "" {
-			w.Header().Set(NodeHeader, s.cfg.Node)
+			w.Header().Set(apitype.NodeHeader, s.cfg.Node)
 		}
 		ownOnly, err := auth.Authorize(id, rt.act)
 		if err != nil {
@@ -345,7 +308,7 @@ func (s *server) guard(rt route) http.Handler {
 		c.w.ResponseWriter = w
 		// -1 is a body of unknown length, sent chunked.
 		if r.ContentLength != 0 {
-			writeError(&c.w, http.StatusBadRequest, CodeBadRequest, r.Method+" "+r.URL.Path+" takes no body")
+			writeError(&c.w, http.StatusBadRequest, apitype.CodeBadRequest, r.Method+" "+r.URL.Path+" takes no body")
 		} else {
 			rt.h(&c.w, r, c)
 		}
@@ -362,7 +325,7 @@ func (s *server) guard(rt route) http.Handler {
 // forbid refuses c with 403 and audits it.
 func (s *server) forbid(w http.ResponseWriter, r *http.Request, c *call, target string, err error) {
 	s.observe(r, c, target, http.StatusForbidden, err.Error())
-	writeError(w, http.StatusForbidden, CodeForbidden, err.Error())
+	writeError(w, http.StatusForbidden, apitype.CodeForbidden, err.Error())
 }
 
 // event is the audit event of c answered with status.
@@ -373,9 +336,9 @@ func (s *server) event(r *http.Request, c *call, target string, status int, deta
 	case http.StatusUnauthorized, http.StatusForbidden, http.StatusTooManyRequests:
 		outcome = audit.OutcomeDenied
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnsupportedMediaType:
-		outcome = OutcomeRejected
+		outcome = apitype.OutcomeRejected
 	default:
-		outcome = OutcomeFailed
+		outcome = apitype.OutcomeFailed
 	}
 	if target == "" {
 		target = r.Method + " " + r.URL.Path
@@ -436,180 +399,6 @@ func describe(id auth.Identity, authErr error, src string) string {
 		return id.Caller()
 	}
 	return hostOf(src)
-}
-
-// decodeJSON reads r's body into v: one JSON object, no unknown fields,
-// nothing after it. A bad body is answered, and its status and error
-// returned for the audit log.
-func decodeJSON(w http.ResponseWriter, r *http.Request, v any) (int, error) {
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			err := errors.New("the body must be application/json, not " + ct)
-			writeError(w, http.StatusUnsupportedMediaType, CodeUnsupportedType, err.Error())
-			return http.StatusUnsupportedMediaType, err
-		}
-	}
-	err := DecodeStrict(r.Body, v)
-	var mbe *http.MaxBytesError
-	switch {
-	case errors.As(err, &mbe):
-		err = fmt.Errorf("the body is larger than %d bytes (api.max_body)", mbe.Limit)
-		writeError(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, err.Error())
-		return http.StatusRequestEntityTooLarge, err
-	case err != nil:
-		writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
-		return http.StatusBadRequest, err
-	}
-	return http.StatusOK, nil
-}
-
-// DecodeStrict decodes one JSON value from rd into v, refusing unknown
-// fields, a field given twice, text that is not UTF-8 and trailing data,
-// with errors that say where the body is wrong. An empty body is an empty
-// object. encoding/json alone would keep the last of two fields and turn
-// invalid UTF-8 into U+FFFD, so an audit reason would not be what was sent.
-func DecodeStrict(rd io.Reader, v any) error {
-	data, err := io.ReadAll(rd)
-	if err != nil {
-		return err // a MaxBytesError, as the callers expect
-	}
-	if !utf8.Valid(data) {
-		return errors.New("the body is not valid UTF-8")
-	}
-	if err := duplicateField(data); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		var mbe *http.MaxBytesError
-		switch {
-		case errors.Is(err, io.EOF):
-			return nil
-		case errors.As(err, &mbe):
-			return err
-		case errors.As(err, &syn):
-			return fmt.Errorf("the body is not valid JSON at byte %d", syn.Offset)
-		case errors.As(err, &typ) && typ.Field == "":
-			return fmt.Errorf("the body must be a JSON %s, not a JSON %s", jsonType(typ.Type), typ.Value)
-		case errors.As(err, &typ):
-			return fmt.Errorf("the body's field %q must be a %s, not a JSON %s", typ.Field, jsonType(typ.Type), typ.Value)
-		case errors.Is(err, io.ErrUnexpectedEOF):
-			return errors.New("the body ends in the middle of its JSON")
-		}
-		if f, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return fmt.Errorf("the body has an unknown field %s", f)
-		}
-		return fmt.Errorf("the body is not what was expected: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return err
-		}
-		return errors.New("the body has more after its JSON object")
-	}
-	return nil
-}
-
-// jsonType names the JSON type a Go type decodes from, so that an error
-// speaks of the body and never of the server's Go types.
-func jsonType(t reflect.Type) string {
-	if t == nil {
-		return "value"
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "string"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
-		reflect.Float32, reflect.Float64:
-		return "number"
-	case reflect.Struct, reflect.Map:
-		return "object"
-	case reflect.Slice, reflect.Array:
-		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
-			return "string" // base64
-		}
-		return "array"
-	}
-	return "value"
-}
-
-// writeJSON answers with v as compact JSON: indenting costs more than
-// encoding, and clients that show JSON to people indent it themselves.
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// writeBody answers with a JSON body made before.
-func writeBody(w http.ResponseWriter, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	_, _ = w.Write(body)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(Error{Code: code, Message: msg})
-}
-
-// duplicateField says which field an object of data names twice. Data
-// that is not JSON is left for the decoder, which words its errors for
-// people.
-func duplicateField(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	var dup error
-	var walk func() bool // false: stop, at a duplicate or bad JSON
-	walk = func() bool {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		switch tok {
-		case json.Delim('{'):
-			seen := map[string]bool{}
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					return false
-				}
-				key, _ := k.(string)
-				if seen[key] {
-					dup = fmt.Errorf("the body has the field %q twice", key)
-					return false
-				}
-				seen[key] = true
-				if !walk() {
-					return false
-				}
-			}
-		case json.Delim('['):
-			for dec.More() {
-				if !walk() {
-					return false
-				}
-			}
-		default:
-			return true
-		}
-		_, err = dec.Token() // the closing delimiter
-		return err == nil
-	}
-	walk()
-	return dup
 }
 
 // owns says whether the caller of c may see something owned by user.

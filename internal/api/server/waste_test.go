@@ -1,4 +1,4 @@
-package api
+package server
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -69,7 +70,7 @@ func TestWaste(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, body := get(tt.h, tt.path)
-			var e Error
+			var e apitype.Error
 			if err := json.Unmarshal(body, &e); err != nil || status != tt.status || e.Code != tt.code {
 				t.Errorf("%d %s, want %d with code %s", status, body, tt.status, tt.code)
 			}

@@ -1,20 +1,20 @@
-package api
+package server
 
 import (
 	"context"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 )
@@ -65,20 +65,20 @@ func TestSocketPeerOverStaleToken(t *testing.T) {
 	f, path := socketFixture(t, []int{uid})
 	want := "the token was ignored (the token is not accepted: it is wrong or has been removed): uid " + strconv.Itoa(uid) + " on the agent's socket is admin by its kernel identity"
 
-	var answers []Answer
-	stale := &Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asBad], "Bearer "), Answered: func(a Answer) { answers = append(answers, a) }}
+	var answers []client.Answer
+	stale := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asBad], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
 	me, err := stale.Whoami(context.Background())
 	if err != nil {
 		t.Fatalf("whoami with a stale token over the socket: %v", err)
 	}
-	if wantMe := (Whoami{User: "uid:" + strconv.Itoa(uid), Role: "admin", Method: "socket", Name: "uid " + strconv.Itoa(uid)}); me != wantMe {
+	if wantMe := (apitype.Whoami{User: "uid:" + strconv.Itoa(uid), Role: "admin", Method: "socket", Name: "uid " + strconv.Itoa(uid)}); me != wantMe {
 		t.Errorf("whoami: %+v, want %+v", me, wantMe)
 	}
 	// A stop goes through as the socket's admin, and is audited as such.
-	if _, err := stale.Stop(context.Background(), "alice-train", StopRequest{}); err != nil {
+	if _, err := stale.Stop(context.Background(), "alice-train", apitype.StopRequest{}); err != nil {
 		t.Fatalf("stop with a stale token over the socket: %v", err)
 	}
-	if diff := cmp.Diff([]Answer{{Status: 200, Node: "n1", Warnings: []string{want}}, {Status: 200, Node: "n1", Warnings: []string{want}}}, answers); diff != "" {
+	if diff := cmp.Diff([]client.Answer{{Status: 200, Node: "n1", Warnings: []string{want}}, {Status: 200, Node: "n1", Warnings: []string{want}}}, answers); diff != "" {
 		t.Errorf("answers (-want +got):\n%s", diff)
 	}
 	// The whoami is a read, observed; the stop is the one action.
@@ -94,41 +94,25 @@ func TestSocketPeerOverStaleToken(t *testing.T) {
 	}
 
 	answers = nil
-	good := &Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asAlice], "Bearer "), Answered: func(a Answer) { answers = append(answers, a) }}
+	good := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asAlice], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
 	if me, err := good.Whoami(context.Background()); err != nil || me.User != "alice" {
 		t.Errorf("whoami with alice's token over the socket: %+v, %v; want alice", me, err)
 	}
-	if diff := cmp.Diff([]Answer{{Status: 200, Node: "n1"}}, answers); diff != "" {
+	if diff := cmp.Diff([]client.Answer{{Status: 200, Node: "n1"}}, answers); diff != "" {
 		t.Errorf("a good token: answers (-want +got):\n%s", diff)
 	}
 }
 
 func TestSocketStrangerStaleToken(t *testing.T) {
 	f, path := socketFixture(t, []int{os.Geteuid() + 1})
-	var answers []Answer
-	c := &Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asBad], "Bearer "), Answered: func(a Answer) { answers = append(answers, a) }}
+	var answers []client.Answer
+	c := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asBad], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
 	_, err := c.Whoami(context.Background())
-	if !IsUnauthorized(err) || !strings.Contains(err.Error(), "the token is not accepted") {
+	if !client.IsUnauthorized(err) || !strings.Contains(err.Error(), "the token is not accepted") {
 		t.Errorf("a stale token from a peer not admitted by its uid: err %v, want 401 bad token", err)
 	}
 	// A refusal names no node and warns of nothing.
-	if diff := cmp.Diff([]Answer{{Status: 401}}, answers); diff != "" {
+	if diff := cmp.Diff([]client.Answer{{Status: 401}}, answers); diff != "" {
 		t.Errorf("answers (-want +got):\n%s", diff)
-	}
-}
-
-// TestSocketDenied: a socket the file mode keeps the caller from is named,
-// with what to do instead. Root passes every file mode, so the error is
-// made as connect(2) gives it to anyone else.
-func TestSocketDenied(t *testing.T) {
-	denied := &url.Error{Op: "Get", URL: "http://gpumeter/api/v1/gpus", Err: &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.EACCES)}}
-	err := reachError(context.Background(), endpoint{socket: "/var/lib/gpumeter/api.sock"}, time.Second, denied)
-	if !IsSocketDenied(err) {
-		t.Fatalf("err %v, want a *SocketDeniedError", err)
-	}
-	for _, w := range []string{"/var/lib/gpumeter/api.sock: permission denied", "sudo", "--url", "GPUMETER_TOKEN", "gpumeter token create"} {
-		if !strings.Contains(err.Error(), w) {
-			t.Errorf("err %q does not say %q", err, w)
-		}
 	}
 }

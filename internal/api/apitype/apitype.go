@@ -1,0 +1,66 @@
+// Package apitype holds the agent's API on the wire: the JSON bodies of
+// /api/v1, its error body and codes, its headers, and the parsing of the
+// requests that the server and its clients both check. Other tools
+// depend on these shapes: fields may be added, never changed. The server
+// (internal/api/server) and the typed client (internal/api/client) both
+// import it, and neither imports the other.
+package apitype
+
+import "github.com/gpumeter/gpumeter/internal/audit"
+
+// Headers of the API's answers to a caller who is let in.
+const (
+	// NodeHeader names the node the agent meters, so that a client can
+	// say whose data it shows.
+	NodeHeader = "Gpumeter-Node"
+	// WarningHeader says what the agent ignored in a request it served:
+	// a stale token from a socket peer admitted by its uid. One header
+	// per warning.
+	WarningHeader = "Gpumeter-Warning"
+)
+
+// Error is the body of every error response.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Error codes of the API, stable for clients to test.
+const (
+	CodeBadRequest       = "bad_request"
+	CodeBodyTooLarge     = "body_too_large"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeRateLimited      = "rate_limited"
+	CodeWindowTooLong    = "window_too_long"
+	CodeTooManyRows      = "too_many_rows"
+	CodeConflict         = "conflict"
+	CodeUnsupportedType  = "unsupported_media_type"
+	CodeNoSample         = "no_sample"
+	CodeLedgerOff        = "ledger_off"
+	CodeWasteOff         = "waste_off"
+	CodeDockerOff        = "docker_off"
+	CodeInternal         = "internal_error"
+)
+
+// Outcomes of API calls in the audit log, besides audit's allowed and
+// denied: a request that was malformed, and one that was allowed but
+// could not be done.
+const (
+	OutcomeRejected = audit.OutcomeRejected
+	OutcomeFailed   = audit.OutcomeFailed
+)
+
+// TokenPrefix starts every API token, as auth.NewToken makes them, so
+// that a client can tell a token from something pasted in its place
+// without linking the server's authenticator.
+const TokenPrefix = "gpm_"
+
+// Whoami is the body of /api/v1/whoami.
+type Whoami struct {
+	User   string `json:"user"`
+	Role   string `json:"role"`
+	Method string `json:"method"`
+	Name   string `json:"name"`
+}
