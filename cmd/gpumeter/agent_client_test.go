@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -232,7 +233,7 @@ func TestChooseSource(t *testing.T) {
 	stale.Close()
 	noSocket := filepath.Join(t.TempDir(), "api.sock")
 	home := t.TempDir()
-	client := writeFile(t, home, "client.yaml", "url: http://file:1\n", 0o600)
+	clientConfig := writeFile(t, home, "client.yaml", "url: http://file:1\n", 0o600)
 
 	tests := []struct {
 		name   string
@@ -249,7 +250,7 @@ func TestChooseSource(t *testing.T) {
 		{name: "a socket nobody serves on", socket: path},
 		{name: "--url", socket: noSocket, args: []string{"--url", "http://a:1"}, want: "http://a:1"},
 		{name: "GPUMETER_URL", socket: running, env: map[string]string{"GPUMETER_URL": "http://env:1"}, want: "http://env:1"},
-		{name: "the client config's url", socket: running, env: map[string]string{"GPUMETER_CLIENT_CONFIG": client}, want: "http://file:1"},
+		{name: "the client config's url", socket: running, env: map[string]string{"GPUMETER_CLIENT_CONFIG": clientConfig}, want: "http://file:1"},
 		{name: "GPUMETER_URL and --db", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--db", "x.db"}},
 		{name: "GPUMETER_URL and --dsn", socket: running, env: map[string]string{"GPUMETER_URL": "http://a:1"}, args: []string{"--dsn", "postgres://x"}},
 		{name: "the local agent and --db", socket: running, args: []string{"--db", "x.db"}},
@@ -279,7 +280,7 @@ func TestChooseSource(t *testing.T) {
 			if err := cmd.ParseFlags(tt.args); err != nil {
 				t.Fatal(err)
 			}
-			env := clientEnv{getenv: mapEnv(tt.env), configDir: t.TempDir(), socket: tt.socket}
+			env := client.Env{Getenv: mapEnv(tt.env), ConfigDir: t.TempDir(), Socket: tt.socket}
 			got, err := chooseSource(cmd, &lf, &cf, env, unserved)
 			if tt.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.err) {

@@ -43,7 +43,7 @@ type unservedFunc func(f *pflag.Flag) error
 //  5. The ledger the config names.
 //
 // It returns the agent's client, or nil when the ledger is to be read.
-func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clientEnv, unserved unservedFunc) (*agentClient, error) {
+func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env client.Env, unserved unservedFunc) (*agentClient, error) {
 	f := cmd.Flags()
 	local := lf.db != "" || lf.dsn != ""
 	if lf.db != "" && lf.dsn != "" {
@@ -58,11 +58,11 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 		}
 		return nil, nil
 	}
-	s, err := resolveClient(*cf, env)
+	s, err := client.Resolve(client.Flags(*cf), env)
 	if err != nil {
 		return nil, err
 	}
-	if s.named() {
+	if s.Named() {
 		if f.Changed("config") {
 			return nil, fmt.Errorf("--config: the agent (from %s) uses its own config; --config is for reading a ledger here (--db, --dsn, or without an agent named)", s.URLFrom)
 		}
@@ -89,10 +89,10 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 			ledgerOnly = fl.Name
 		}
 	})
-	if s.URLFrom != urlFromSocket {
+	if s.URLFrom != client.URLFromSocket {
 		return nil, nil
 	}
-	switch err := probeSocket(cmd.Context(), env.socket); {
+	switch err := probeSocket(cmd.Context(), env.Socket); {
 	case err == nil && ledgerOnly != "":
 		// The ledger it is passed over for may not be the one it
 		// writes (the demo's is its own): a ledger that fails to open
@@ -102,7 +102,7 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 	case err == nil:
 		return newAgentClient(cmd, s)
 	case errors.Is(err, fs.ErrPermission) && ledgerOnly == "":
-		return nil, &client.SocketDeniedError{Path: env.socket}
+		return nil, &client.SocketDeniedError{Path: env.Socket}
 	}
 	// A socket file left by an agent that stopped: nobody serves there.
 	return nil, nil

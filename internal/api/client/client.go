@@ -1,7 +1,8 @@
 // Package client is the typed client of the agent's API, which the
 // command line and other tools use: each call returns the apitype body
 // it fetched, or an error that says what to do. It links none of the
-// server's code.
+// server's code. Resolve finds the agent, token and TLS files a caller
+// means from its flags, the environment and the client config file.
 package client
 
 import (
