@@ -17,8 +17,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/report"
-	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // defaultAuditLimit is the most events audit --file prints unless --limit
@@ -54,7 +52,15 @@ agent or ledger was read.`,
 			if file != "" && (lf.db != "" || lf.dsn != "" || flags.Changed("config")) {
 				return errors.New("--file reads that audit.jsonl; --db, --dsn and --config read the ledger's audit events: give one or the other")
 			}
-			w, err := auditWindow(since, from, to, time.Now())
+			q := url.Values{}
+			for k, v := range map[string]string{"since": since, "from": from, "to": to} {
+				if v != "" {
+					q.Set(k, v)
+				}
+			}
+			// The window is checked here as the agent checks it, so that
+			// a bad flag is named as a flag, whoever is asked.
+			w, err := apitype.ParseAuditQueryNamed(q, time.Now(), defaultAuditLimit, func(p string) string { return "--" + p })
 			if err != nil {
 				return err
 			}
@@ -81,12 +87,6 @@ agent or ledger was read.`,
 					return err
 				}
 			} else {
-				q := url.Values{}
-				for k, v := range map[string]string{"since": since, "from": from, "to": to} {
-					if v != "" {
-						q.Set(k, v)
-					}
-				}
 				if flags.Changed("limit") {
 					q.Set("limit", strconv.Itoa(limit))
 				}
@@ -154,41 +154,6 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 		resp.Events[i] = audit.FromLedger(e)
 	}
 	return resp, nil
-}
-
-// auditWindow is the window the flags ask for: since before to, or from
-// to to; the last 24 hours by default.
-func auditWindow(since, from, to string, now time.Time) (apitype.AuditQuery, error) {
-	w := apitype.AuditQuery{To: now}
-	var err error
-	if since != "" && from != "" {
-		return w, errors.New("--since and --from exclude each other: give a window's length or its start")
-	}
-	back := 24 * time.Hour
-	if since != "" {
-		if back, err = units.ParseDuration(since); err != nil {
-			return w, fmt.Errorf("--since: %w", err)
-		}
-		if back == 0 {
-			return w, errors.New("--since: must be more than 0")
-		}
-	}
-	if to != "" {
-		if w.To, err = report.ParseTime(to); err != nil {
-			return w, fmt.Errorf("--to: %w", err)
-		}
-	}
-	if from != "" {
-		if w.From, err = report.ParseTime(from); err != nil {
-			return w, fmt.Errorf("--from: %w", err)
-		}
-	} else {
-		w.From = w.To.Add(-back)
-	}
-	if !w.From.Before(w.To) {
-		return w, fmt.Errorf("the window is empty: from %s is not before to %s", w.From.Format(time.RFC3339), w.To.Format(time.RFC3339))
-	}
-	return w, nil
 }
 
 // writeAudit prints one line per event. API calls fill the caller's

@@ -1,7 +1,6 @@
 package apitype
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -30,12 +29,19 @@ type AuditQuery struct {
 
 // ParseAuditQuery reads since (a duration back from to), from, to and
 // limit; the default window is the last 24 hours and the default limit
-// max.
+// max. An error starts with the parameter at fault.
 func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
+	return ParseAuditQueryNamed(q, now, max, func(param string) string { return param })
+}
+
+// ParseAuditQueryNamed is ParseAuditQuery for a caller that took the
+// parameters under names of its own, a command line's flags say: its
+// errors call the parameter p name(p).
+func ParseAuditQueryNamed(q url.Values, now time.Time, max int, name func(param string) string) (AuditQuery, error) {
 	aq := AuditQuery{To: now, Limit: max}
 	for k, v := range q {
 		if len(v) != 1 {
-			return aq, fmt.Errorf("%s: given %d times", k, len(v))
+			return aq, fmt.Errorf("%s: given %d times", name(k), len(v))
 		}
 	}
 	var err error
@@ -45,20 +51,20 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 		switch k {
 		case "since":
 			if since, err = units.ParseDuration(v); err != nil || since == 0 {
-				return aq, fmt.Errorf("since: %q is not a duration above 0 like 1h or 7d", v)
+				return aq, fmt.Errorf("%s: %q is not a duration above 0 like 1h or 7d", name(k), v)
 			}
 		case "from":
 			if aq.From, err = report.ParseTime(v); err != nil {
-				return aq, fmt.Errorf("from: %w", err)
+				return aq, fmt.Errorf("%s: %w", name(k), err)
 			}
 		case "to":
 			if aq.To, err = report.ParseTime(v); err != nil {
-				return aq, fmt.Errorf("to: %w", err)
+				return aq, fmt.Errorf("%s: %w", name(k), err)
 			}
 		case "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > max {
-				return aq, fmt.Errorf("limit: %q is not a number from 1 to %d", v, max)
+				return aq, fmt.Errorf("%s: %q is not a number from 1 to %d", name(k), v, max)
 			}
 			aq.Limit = n
 		default:
@@ -66,13 +72,13 @@ func ParseAuditQuery(q url.Values, now time.Time, max int) (AuditQuery, error) {
 		}
 	}
 	if q.Has("since") && q.Has("from") {
-		return aq, errors.New("since and from exclude each other")
+		return aq, fmt.Errorf("%s and %s exclude each other", name("since"), name("from"))
 	}
 	if !q.Has("from") {
 		aq.From = aq.To.Add(-since)
 	}
 	if !aq.From.Before(aq.To) {
-		return aq, fmt.Errorf("from: %s is not before to %s", aq.From.Format(time.RFC3339), aq.To.Format(time.RFC3339))
+		return aq, fmt.Errorf("%s: %s is not before %s %s", name("from"), aq.From.Format(time.RFC3339), name("to"), aq.To.Format(time.RFC3339))
 	}
 	return aq, nil
 }

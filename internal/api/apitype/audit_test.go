@@ -109,6 +109,32 @@ func TestAuditQueryYearOne(t *testing.T) {
 	}
 }
 
+// TestParseAuditQueryNamed: a command line that took the parameters as
+// flags has its errors name the flags.
+func TestParseAuditQueryNamed(t *testing.T) {
+	now := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
+	flag := func(p string) string { return "--" + p }
+	for query, want := range map[string]string{
+		"since=soon":                    `--since: "soon" is not a duration above 0 like 1h or 7d`,
+		"since=1h&from=2026-11-01":      "--since and --from exclude each other",
+		"from=2026-11-03&to=2026-11-02": "--from: 2026-11-03T00:00:00Z is not before --to 2026-11-02T00:00:00Z",
+		"to=2026-13-01":                 `--to: "2026-13-01" is neither RFC 3339`,
+		"since=1h&since=2h":             "--since: given 2 times",
+	} {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ParseAuditQueryNamed(q, now, 100, flag); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ParseAuditQueryNamed(%q) = %v, want an error starting %q", query, err, want)
+		}
+	}
+	got, err := ParseAuditQueryNamed(url.Values{"since": {"2h"}}, now, 100, flag)
+	if want := (AuditQuery{From: now.Add(-2 * time.Hour), To: now, Limit: 100}); err != nil || got != want {
+		t.Errorf("since=2h: %+v, %v; want %+v", got, err, want)
+	}
+}
+
 // checkOwnWords fails when an error message shows Go's insides: error
 // prefixes, types, files or stacks. Only the message's own words are
 // checked, not the caller's input it quotes, which may hold anything.
