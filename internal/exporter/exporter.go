@@ -100,7 +100,7 @@ var gpuSeries = []struct {
 	{family{"gpumeter_gpu_unattributed_seconds_total", "Utilisation-weighted GPU time that no process accounts for.", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return g.Total.UnattributedSeconds }},
 	{family{"gpumeter_gpu_energy_joules_total", "Energy the GPU used while metered.", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return g.Total.EnergyJoules }},
 	{family{"gpumeter_gpu_idle_energy_joules_total", "Energy booked to no owner: the idle pool.", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return g.Total.IdleEnergyJoules }},
-	{family{"gpumeter_gpu_energy_counter_resets_total", "Times the GPU's energy counter went backwards (driver reload).", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return float64(g.Total.EnergyResets) }},
+	{family{"gpumeter_gpu_energy_resets_total", "Times the GPU's energy counter went backwards (driver reload).", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return float64(g.Total.EnergyResets) }},
 }
 
 // usageSeries are the per-owner, per-GPU series; host users and
