@@ -346,7 +346,7 @@ func (a *Agent) Handler() http.Handler {
 		ac.Audit = a.audit
 	}
 	apiHandler := server.New(ac)
-	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, extra...)))
+	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, a.log.With("part", "exporter"), extra...)))
 	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
 	mux.Handle("/", apiHandler)
 	return server.LimitHeaders(mux)

@@ -7,58 +7,18 @@
 // node has thousands of series, and building client_golang's metric
 // objects for each of them on every scrape cost more than twice the
 // scrape budget; the exporter's own Go and process metrics still come from
-// client_golang.
+// client_golang, and the handler serves both as promhttp would.
 package exporter
 
 import (
-	"bytes"
 	"math"
-	"net/http"
 	"strconv"
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
-
-// TickSource gives the latest tick; *sampler.Sampler is one.
-type TickSource interface {
-	Latest() *sampler.Tick
-}
-
-// Handler returns the /metrics handler: gpumeter's series, then the Go
-// and process metrics of the exporter itself and the extra collectors
-// (the ledger writer's, say).
-func Handler(src TickSource, version string, extra ...prometheus.Collector) http.Handler {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(extra...)
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name:        "gpumeter_build_info",
-		Help:        "A metric with a constant '1' value labelled by the gpumeter version.",
-		ConstLabels: prometheus.Labels{"version": version},
-	}, func() float64 { return 1 }))
-	pool := sync.Pool{New: func() any { return new(bytes.Buffer) }}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		buf := pool.Get().(*bytes.Buffer)
-		defer pool.Put(buf)
-		buf.Reset()
-		buf.Write(Render(buf.AvailableBuffer(), src.Latest()))
-		if mfs, err := reg.Gather(); err == nil {
-			for _, mf := range mfs {
-				_, _ = expfmt.MetricFamilyToText(buf, mf)
-			}
-		}
-		w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-		_, _ = w.Write(buf.Bytes())
-	})
-}
 
 // family is one metric family: its name, help and type.
 type family struct {
@@ -100,7 +60,7 @@ var gpuSeries = []struct {
 	{family{"gpumeter_gpu_unattributed_seconds_total", "Utilisation-weighted GPU time that no process accounts for.", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return g.Total.UnattributedSeconds }},
 	{family{"gpumeter_gpu_energy_joules_total", "Energy the GPU used while metered.", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return g.Total.EnergyJoules }},
 	{family{"gpumeter_gpu_idle_energy_joules_total", "Energy booked to no owner: the idle pool.", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return g.Total.IdleEnergyJoules }},
-	{family{"gpumeter_gpu_energy_counter_resets_total", "Times the GPU's energy counter went backwards (driver reload).", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return float64(g.Total.EnergyResets) }},
+	{family{"gpumeter_gpu_energy_resets_total", "Times the GPU's energy counter went backwards (driver reload).", "counter"}, func(_ *gpu.Device, g *meter.GPU) float64 { return float64(g.Total.EnergyResets) }},
 }
 
 // usageSeries are the per-owner, per-GPU series; host users and

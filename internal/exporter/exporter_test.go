@@ -24,8 +24,9 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files")
 
 // playScenario runs a scenario through the real sampler and meter on a
-// virtual clock for the given number of one-second samples.
-func playScenario(t testing.TB, path string, samples int) *sampler.Sampler {
+// virtual clock for the given number of one-second samples, and hands
+// each tick to the sinks.
+func playScenario(t testing.TB, path string, samples int, sinks ...func(*sampler.Tick)) *sampler.Sampler {
 	t.Helper()
 	sc, err := sim.Load(path)
 	if err != nil {
@@ -42,6 +43,9 @@ func playScenario(t testing.TB, path string, samples int) *sampler.Sampler {
 	})
 	for i := 0; i < samples; i++ {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
+		for _, sink := range sinks {
+			sink(s.Latest())
+		}
 	}
 	return s
 }

@@ -15,7 +15,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -42,11 +41,16 @@ const migrateLock int64 = 0x67706d6c65646772 // "gpmledgr"
 // Store is a ledger in a PostgreSQL database. Its methods are safe for
 // concurrent use.
 type Store struct {
+	sqlledger.Ledger // Write, Audit and the reads
+
 	pool  *pgxpool.Pool
 	where string // host:port/database, for messages
 }
 
-var _ ledger.Store = (*Store)(nil)
+var (
+	_ ledger.Store      = (*Store)(nil)
+	_ ledger.AuditStore = (*Store)(nil)
+)
 
 // Open connects to the database at dsn and migrates it to the schema this
 // binary knows. A server that cannot be reached fails within the connect
@@ -62,6 +66,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
 	s := &Store{where: where(cfg.ConnConfig)}
+	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: "postgres " + s.where, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit})
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
 	}
@@ -81,19 +86,12 @@ func where(c *pgx.ConnConfig) string {
 }
 
 func migrations() ([]sqlledger.Migration, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	return sqlledger.LoadMigrations(sub)
+	return sqlledger.LoadMigrations(migrationFiles, "migrations")
 }
 
 // SchemaVersion is the schema version this binary writes.
 func SchemaVersion() int {
-	ms, err := migrations()
-	if err != nil {
-		return 0
-	}
+	ms, _ := migrations() // none on an error
 	return len(ms)
 }
 
@@ -117,58 +115,20 @@ func (s *Store) migrate(ctx context.Context) error {
 		if err != nil || len(pending) == 0 {
 			return err
 		}
-		for _, m := range pending {
-			if _, err := tx.Exec(ctx, m.SQL); err != nil {
-				return fmt.Errorf("migration %s: %w", m.Name, err)
-			}
-		}
-		const set = "INSERT INTO " + sqlledger.MetaTable + " (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
-		if _, err := tx.Exec(ctx, set, sqlledger.MetaMagic, sqlledger.MagicValue); err != nil {
+		exec := func(ctx context.Context, stmt string, args ...any) error {
+			_, err := tx.Exec(ctx, stmt, args...)
 			return err
 		}
-		_, err = tx.Exec(ctx, set, sqlledger.MetaVersion, strconv.Itoa(len(ms)))
-		return err
+		return sqlledger.Apply(ctx, exec, pending, len(ms))
 	})
 }
 
+// tablesSQL lists the tables of the connection's schema.
+const tablesSQL = `SELECT table_name FROM information_schema.tables
+	WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`
+
 func readSchema(ctx context.Context, tx pgx.Tx) (sqlledger.Schema, error) {
-	var s sqlledger.Schema
-	rows, err := tx.Query(ctx, `SELECT table_name FROM information_schema.tables
-		WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY table_name`)
-	if err != nil {
-		return s, err
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return s, err
-	}
-	for _, n := range names {
-		if n == sqlledger.MetaTable {
-			s.HasMeta = true
-		} else {
-			s.Tables = append(s.Tables, n)
-		}
-	}
-	if !s.HasMeta {
-		return s, nil
-	}
-	rows, err = tx.Query(ctx, "SELECT key, value FROM "+sqlledger.MetaTable+" WHERE key IN ($1, $2)", sqlledger.MetaMagic, sqlledger.MetaVersion)
-	if err != nil {
-		return s, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return s, err
-		}
-		if k == sqlledger.MetaMagic {
-			s.Magic = v
-		} else {
-			s.Version = v
-		}
-	}
-	return s, rows.Err()
+	return sqlledger.ReadSchema(ctx, querier{tx}, tablesSQL)
 }
 
 // Close closes the connections.
@@ -205,57 +165,10 @@ func (s *Store) Retain(ctx context.Context, node string, now time.Time, minutes,
 	return nil
 }
 
-// Usage sums usage per (node, owner, GPU) over the filter's window.
-func (s *Store) Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.UsageTotal, error) { return sqlledger.Usage(ctx, q, f) })
-}
-
-// GPUs sums per-GPU totals over the filter's window.
-func (s *Store) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.GPUTotal, error) { return sqlledger.GPUs(ctx, q, f) })
-}
-
-// Series returns usage per (node, owner, GPU) and step within the
-// filter's window.
-func (s *Store) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.UsagePoint, error) { return sqlledger.Series(ctx, q, f, step) })
-}
-
-// ContainerSeries returns each container's CPU and RAM per step within
-// the filter's window.
-func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.ContainerUsage, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.ContainerUsage, error) {
-		return sqlledger.ContainerSeries(ctx, q, f, step)
-	})
-}
-
-// Totals reads Usage and GPUs in one REPEATABLE READ snapshot: under
+// read runs fn in one read-only REPEATABLE READ snapshot: under
 // PostgreSQL's default READ COMMITTED each statement would see the
-// batches committed by then, and rows and totals would disagree.
-func (s *Store) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
-	var gpus []ledger.GPUTotal
-	usage, err := query(ctx, s, func(q sqlledger.Querier) (u []ledger.UsageTotal, err error) {
-		u, gpus, err = sqlledger.Totals(ctx, q, f)
-		return u, err
-	})
-	return usage, gpus, err
-}
-
-// query runs fn in one read snapshot and names the ledger in its error.
-func query[T any](ctx context.Context, s *Store, fn func(sqlledger.Querier) (T, error)) (T, error) {
-	var out T
-	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
-		out, err = fn(q)
-		return err
-	})
-	if err != nil {
-		var zero T
-		return zero, fmt.Errorf("read ledger postgres %s: %w", s.where, err)
-	}
-	return out, nil
-}
-
-// read runs fn in one read-only snapshot.
+// batches committed by then, and the rows and totals of one report
+// (Totals) would disagree.
 func (s *Store) read(ctx context.Context, fn func(sqlledger.Querier) error) error {
 	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {

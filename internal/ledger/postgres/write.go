@@ -10,26 +10,10 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
 )
 
-// Write adds a batch in one transaction.
-func (s *Store) Write(ctx context.Context, b ledger.Batch) error {
-	if err := s.write(ctx, &b); err != nil {
-		return fmt.Errorf("write ledger postgres %s: %w", s.where, err)
-	}
-	return nil
-}
-
-func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	rows, err := sqlledger.Rollup(b)
-	if err != nil {
-		return err
-	}
-	if b.Empty() && b.ID.IsZero() {
-		return nil
-	}
-	stmts := statements(b, &rows)
+// writeRows writes a batch's rows in one transaction, fenced by its
+// node's lease when b.ID is set.
+func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.Rows) error {
+	stmts := statements(b, rows)
 	if id := b.ID; !id.IsZero() {
 		stmts = append(stmts, statement{"lease", renewSQL, []any{id.Node, id.Instance, int64(id.Seq)}, 1})
 	}
@@ -59,6 +43,20 @@ func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
 				}
 			}
 			return res.Close()
+		})
+	})
+}
+
+// insertAudit adds audit events, given as the arguments of
+// sqlledger.InsertAudit, in one transaction of one round trip.
+func (s *Store) insertAudit(ctx context.Context, args [][]any) error {
+	var pb pgx.Batch
+	for _, a := range args {
+		pb.Queue(sqlledger.InsertAudit, a...)
+	}
+	return s.retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			return tx.SendBatch(ctx, &pb).Close()
 		})
 	})
 }

@@ -108,17 +108,7 @@ func check(ctx context.Context, path string) (ledger.Health, error) {
 	if err := rows.Err(); err != nil {
 		return h, err
 	}
-	return h, sqlledger.Check(ctx, txQuerier{tx}, &h)
-}
-
-type txQuerier struct{ tx *sql.Tx }
-
-func (q txQuerier) Query(ctx context.Context, query string, args ...any) (sqlledger.Cursor, error) {
-	rows, err := q.tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	return cursor{rows}, nil
+	return h, sqlledger.Check(ctx, querier{tx}, &h)
 }
 
 // Backup writes a consistent copy of the ledger file at src to dst with

@@ -16,7 +16,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -44,6 +43,8 @@ const readConns = 4
 // Store is a ledger in one SQLite file. Its methods are safe for
 // concurrent use; writes are serialised.
 type Store struct {
+	sqlledger.Ledger // Write, Audit and the reads
+
 	path  string
 	wdb   *sql.DB // one connection: writes queue on wsem
 	rdb   *sql.DB // query_only connections for reports
@@ -53,7 +54,10 @@ type Store struct {
 	wlock *writerLock // held from Acquire to Release or Close; guarded by wsem
 }
 
-var _ ledger.Store = (*Store)(nil)
+var (
+	_ ledger.Store      = (*Store)(nil)
+	_ ledger.AuditStore = (*Store)(nil)
+)
 
 // Open opens the ledger at path, creating it if missing and migrating it to
 // the schema this binary knows. A file that is not an SQLite database, or
@@ -78,6 +82,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	}
 	bt := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
 	s := &Store{path: path, wsem: make(chan struct{}, 1), ids: newIDs()}
+	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: path, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit})
 	// BEGIN IMMEDIATE takes the write lock up front, so a transaction never
 	// fails to upgrade from reading to writing under another process.
 	s.wdb, err = sql.Open("sqlite", dsn(abs, "_txlock=immediate&_pragma=busy_timeout("+bt+")&_pragma=synchronous(FULL)"))
@@ -147,16 +152,11 @@ func (s *Store) init(ctx context.Context) error {
 	if len(pending) == 0 {
 		return nil
 	}
-	for _, m := range pending {
-		if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
-			return fmt.Errorf("migration %s: %w", m.Name, err)
-		}
-	}
-	const set = "INSERT INTO " + sqlledger.MetaTable + " (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
-	if _, err := tx.ExecContext(ctx, set, sqlledger.MetaMagic, sqlledger.MagicValue); err != nil {
+	exec := func(ctx context.Context, stmt string, args ...any) error {
+		_, err := tx.ExecContext(ctx, stmt, args...)
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, set, sqlledger.MetaVersion, strconv.Itoa(len(ms))); err != nil {
+	if err := sqlledger.Apply(ctx, exec, pending, len(ms)); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -206,63 +206,20 @@ func (s *Store) check(ctx context.Context, ms []sqlledger.Migration) error {
 }
 
 func migrations() ([]sqlledger.Migration, error) {
-	sub, err := fs.Sub(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	return sqlledger.LoadMigrations(sub)
+	return sqlledger.LoadMigrations(migrationFiles, "migrations")
 }
 
 // SchemaVersion is the schema version this binary writes.
 func SchemaVersion() int {
-	ms, err := migrations()
-	if err != nil {
-		return 0
-	}
+	ms, _ := migrations() // none on an error
 	return len(ms)
 }
 
+// tablesSQL lists the tables of the file, SQLite's own left out.
+const tablesSQL = `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`
+
 func readSchema(ctx context.Context, tx *sql.Tx) (sqlledger.Schema, error) {
-	var s sqlledger.Schema
-	rows, err := tx.QueryContext(ctx, `SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite\_%' ESCAPE '\' ORDER BY name`)
-	if err != nil {
-		return s, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			return s, err
-		}
-		if name == sqlledger.MetaTable {
-			s.HasMeta = true
-		} else {
-			s.Tables = append(s.Tables, name)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return s, err
-	}
-	if !s.HasMeta {
-		return s, nil
-	}
-	rows, err = tx.QueryContext(ctx, "SELECT key, value FROM "+sqlledger.MetaTable+" WHERE key IN ($1, $2)", sqlledger.MetaMagic, sqlledger.MetaVersion)
-	if err != nil {
-		return s, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return s, err
-		}
-		if k == sqlledger.MetaMagic {
-			s.Magic = v
-		} else {
-			s.Version = v
-		}
-	}
-	return s, rows.Err()
+	return sqlledger.ReadSchema(ctx, querier{tx}, tablesSQL)
 }
 
 // Close closes the ledger.
@@ -292,6 +249,22 @@ func (s *Store) lock(ctx context.Context) error {
 	}
 }
 
+// writeTx runs fn in a transaction on the write connection, holding the
+// write side throughout. fn commits; a transaction it leaves open is
+// rolled back.
+func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer func() { <-s.wsem }()
+	tx, err := s.wdb.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	return fn(tx)
+}
+
 // Retain deletes old minute and hour rows.
 func (s *Store) Retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error {
 	if err := s.retain(ctx, node, now, minutes, hours); err != nil {
@@ -305,76 +278,21 @@ func (s *Store) retain(ctx context.Context, node string, now time.Time, minutes,
 	if !mOK && !hOK {
 		return nil
 	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	defer func() { <-s.wsem }()
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	for _, d := range sqlledger.RetainDeletes(node, mCut, mOK, hCut, hOK) {
-		if _, err := tx.ExecContext(ctx, d.SQL, d.Args...); err != nil {
-			return err
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		for _, d := range sqlledger.RetainDeletes(node, mCut, mOK, hCut, hOK) {
+			if _, err := tx.ExecContext(ctx, d.SQL, d.Args...); err != nil {
+				return err
+			}
 		}
-	}
-	if mOK {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
-			ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
-			sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10)); err != nil {
-			return err
+		if mOK {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
+				ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
+				sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10)); err != nil {
+				return err
+			}
 		}
-	}
-	return tx.Commit()
-}
-
-// Usage sums usage per (node, owner, GPU) over the filter's window.
-func (s *Store) Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.UsageTotal, error) { return sqlledger.Usage(ctx, q, f) })
-}
-
-// GPUs sums per-GPU totals over the filter's window.
-func (s *Store) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.GPUTotal, error) { return sqlledger.GPUs(ctx, q, f) })
-}
-
-// Series returns usage per (node, owner, GPU) and step within the
-// filter's window.
-func (s *Store) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.UsagePoint, error) { return sqlledger.Series(ctx, q, f, step) })
-}
-
-// ContainerSeries returns each container's CPU and RAM per step within
-// the filter's window.
-func (s *Store) ContainerSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.ContainerUsage, error) {
-	return query(ctx, s, func(q sqlledger.Querier) ([]ledger.ContainerUsage, error) {
-		return sqlledger.ContainerSeries(ctx, q, f, step)
+		return tx.Commit()
 	})
-}
-
-// Totals reads Usage and GPUs in one snapshot of the WAL.
-func (s *Store) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
-	var gpus []ledger.GPUTotal
-	usage, err := query(ctx, s, func(q sqlledger.Querier) (u []ledger.UsageTotal, err error) {
-		u, gpus, err = sqlledger.Totals(ctx, q, f)
-		return u, err
-	})
-	return usage, gpus, err
-}
-
-// query runs fn in one read snapshot and names the ledger in its error.
-func query[T any](ctx context.Context, s *Store, fn func(sqlledger.Querier) (T, error)) (T, error) {
-	var out T
-	err := s.read(ctx, func(q sqlledger.Querier) (err error) {
-		out, err = fn(q)
-		return err
-	})
-	if err != nil {
-		var zero T
-		return zero, fmt.Errorf("read ledger %s: %w", s.path, err)
-	}
-	return out, nil
 }
 
 // read runs fn in one read transaction: one snapshot of the WAL.

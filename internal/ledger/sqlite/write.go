@@ -11,53 +11,43 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
 )
 
-// Write adds a batch in one transaction.
-func (s *Store) Write(ctx context.Context, b ledger.Batch) error {
-	if err := s.write(ctx, &b); err != nil {
-		return fmt.Errorf("write ledger %s: %w", s.path, err)
-	}
-	return nil
-}
-
-func (s *Store) write(ctx context.Context, b *ledger.Batch) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	rows, err := sqlledger.Rollup(b)
-	if err != nil {
-		return err
-	}
-	if b.Empty() && b.ID.IsZero() {
-		return nil
-	}
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	defer func() { <-s.wsem }()
-	tx, err := s.wdb.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if !b.ID.IsZero() {
-		written, err := fence(ctx, tx, b.ID)
-		if err != nil || written {
+// writeRows writes a batch's rows in one transaction, fenced by its
+// node's lease when b.ID is set.
+func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.Rows) error {
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		if !b.ID.IsZero() {
+			written, err := fence(ctx, tx, b.ID)
+			if err != nil || written {
+				return err
+			}
+			if err := renew(ctx, tx, b.ID); err != nil {
+				return fmt.Errorf("lease: %w", err)
+			}
+		}
+		w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
+		if err := w.write(ctx, b, rows); err != nil {
 			return err
 		}
-		if err := renew(ctx, tx, b.ID); err != nil {
-			return fmt.Errorf("lease: %w", err)
+		if err := tx.Commit(); err != nil {
+			return err
 		}
-	}
-	w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
-	if err := w.write(ctx, b, &rows); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	// Ids become known only once the rows that hold them are committed.
-	s.ids.merge(w.added)
-	return nil
+		// Ids become known only once the rows that hold them are committed.
+		s.ids.merge(w.added)
+		return nil
+	})
+}
+
+// insertAudit adds audit events, given as the arguments of
+// sqlledger.InsertAudit, in one transaction.
+func (s *Store) insertAudit(ctx context.Context, args [][]any) error {
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		for _, a := range args {
+			if _, err := tx.ExecContext(ctx, sqlledger.InsertAudit, a...); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	})
 }
 
 // ids maps names to the ids of nodes, GPUs and owners; the rows are never

@@ -1,6 +1,7 @@
 package sqlledger
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
@@ -32,9 +33,14 @@ type Migration struct {
 
 var migrationName = regexp.MustCompile(`^([0-9]{4})_[a-z0-9_]+\.sql$`)
 
-// LoadMigrations reads the migrations in the root of fsys. Versions must
-// run 1, 2, 3... without gaps.
-func LoadMigrations(fsys fs.FS) ([]Migration, error) {
+// LoadMigrations reads the migrations in dir of fsys (a backend's
+// embedded files; "." for its root). Versions must run 1, 2, 3...
+// without gaps.
+func LoadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	fsys, err := fs.Sub(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
 	names, err := fs.Glob(fsys, migrationsGlob)
 	if err != nil {
 		return nil, err
@@ -67,6 +73,72 @@ type Schema struct {
 	HasMeta bool
 	Magic   string // gpumeter_meta values, when HasMeta
 	Version string
+}
+
+// ReadSchema reads what Pending needs through q: the names of the
+// tables, which tablesSQL selects (the one part of it that each database
+// asks its own way), and gpumeter_meta's values when the table is there.
+func ReadSchema(ctx context.Context, q Querier, tablesSQL string) (Schema, error) {
+	var s Schema
+	rows, err := q.Query(ctx, tablesSQL)
+	if err != nil {
+		return s, err
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return s, err
+		}
+		if name == MetaTable {
+			s.HasMeta = true
+		} else {
+			s.Tables = append(s.Tables, name)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	if !s.HasMeta {
+		return s, nil
+	}
+	rows, err = q.Query(ctx, "SELECT key, value FROM "+MetaTable+" WHERE key IN ($1, $2)", MetaMagic, MetaVersion)
+	if err != nil {
+		return s, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return s, err
+		}
+		if k == MetaMagic {
+			s.Magic = v
+		} else {
+			s.Version = v
+		}
+	}
+	return s, rows.Err()
+}
+
+// Exec runs one statement inside a backend's transaction.
+type Exec func(ctx context.Context, sql string, args ...any) error
+
+// Apply runs the pending migrations through exec, in the caller's
+// transaction, and marks the database as a ledger at version, the number
+// of migrations this binary knows.
+func Apply(ctx context.Context, exec Exec, pending []Migration, version int) error {
+	for _, m := range pending {
+		if err := exec(ctx, m.SQL); err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+	}
+	const set = "INSERT INTO " + MetaTable + " (key, value) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+	if err := exec(ctx, set, MetaMagic, MagicValue); err != nil {
+		return err
+	}
+	return exec(ctx, set, MetaVersion, strconv.Itoa(version))
 }
 
 // Pending returns the migrations a database still needs, or an error

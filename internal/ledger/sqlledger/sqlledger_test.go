@@ -146,7 +146,7 @@ func TestUsageValuesRoundTrip(t *testing.T) {
 
 func TestLoadMigrations(t *testing.T) {
 	good := fstest.MapFS{"0001_init.sql": {Data: []byte("CREATE TABLE a (x int);")}, "0002_more.sql": {Data: []byte("SELECT 1;")}}
-	ms, err := LoadMigrations(good)
+	ms, err := LoadMigrations(good, ".")
 	if err != nil || len(ms) != 2 || ms[1].Version != 2 || ms[1].SQL != "SELECT 1;" {
 		t.Errorf("LoadMigrations = %+v, %v", ms, err)
 	}
@@ -155,7 +155,7 @@ func TestLoadMigrations(t *testing.T) {
 		"badname": {"0001_a.sql": {}, "2_b.sql": {}},
 		"none":    {},
 	} {
-		if _, err := LoadMigrations(fsys); err == nil {
+		if _, err := LoadMigrations(fsys, "."); err == nil {
 			t.Errorf("LoadMigrations(%s) succeeded", name)
 		}
 	}

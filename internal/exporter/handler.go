@@ -1,0 +1,158 @@
+package exporter
+
+import (
+	"bytes"
+	"compress/gzip"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpumeter/gpumeter/internal/sampler"
+)
+
+// TickSource gives the latest tick; *sampler.Sampler is one.
+type TickSource interface {
+	Latest() *sampler.Tick
+}
+
+// Handler returns the /metrics handler: gpumeter's series from the latest
+// tick, then the Go and process metrics of the exporter itself and the
+// extra collectors (the ledger writer's, say).
+//
+// It serves what promhttp's handler would with ContinueOnError: a
+// collector that fails loses only its own metrics, and the error is logged
+// to log (nil logs nothing) and counted in
+// promhttp_metric_handler_errors_total{cause="gathering"}, the counter
+// promhttp keeps for it, so that alerts written for promhttp's exporters
+// work here too. The response is gzipped when the scraper accepts it, as
+// Prometheus does.
+func Handler(src TickSource, version string, log *slog.Logger, extra ...prometheus.Collector) http.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	errs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "promhttp_metric_handler_errors_total",
+		Help: "Total number of internal errors encountered by the promhttp metric handler.",
+	}, []string{"cause"})
+	h := &handler{
+		src:        src,
+		reg:        prometheus.NewRegistry(),
+		log:        log,
+		gatherErrs: errs.WithLabelValues("gathering"),
+		encodeErrs: errs.WithLabelValues("encoding"),
+		bufs:       sync.Pool{New: func() any { return new(bytes.Buffer) }},
+		// BestSpeed: the scrape is the same label sets over and over, so
+		// the fastest level already takes the load's 643 KB to 41 KB, in
+		// less than half the time of the default level, which gets 36 KB.
+		gzips: sync.Pool{New: func() any {
+			gz, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
+			return gz
+		}},
+	}
+	h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), errs)
+	h.reg.MustRegister(extra...)
+	h.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "gpumeter_build_info",
+		Help:        "A metric with a constant '1' value labelled by the gpumeter version.",
+		ConstLabels: prometheus.Labels{"version": version},
+	}, func() float64 { return 1 }))
+	return h
+}
+
+type handler struct {
+	src                    TickSource
+	reg                    *prometheus.Registry
+	log                    *slog.Logger
+	gatherErrs, encodeErrs prometheus.Counter
+	bufs                   sync.Pool // *bytes.Buffer, a whole scrape
+	gzips                  sync.Pool // *gzip.Writer
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	buf := h.bufs.Get().(*bytes.Buffer)
+	defer h.bufs.Put(buf)
+	buf.Reset()
+	buf.Write(Render(buf.AvailableBuffer(), h.src.Latest()))
+
+	// Gather returns every family it could gather along with the errors
+	// of those it could not.
+	mfs, gatherErr := h.reg.Gather()
+	if gatherErr != nil {
+		h.gatherErrs.Inc()
+		h.log.Warn("gather metrics; serving the rest", "err", gatherErr)
+	}
+	for _, mf := range mfs {
+		n := buf.Len()
+		if _, err := expfmt.MetricFamilyToText(buf, mf); err != nil {
+			// A family cut off halfway would make the whole scrape
+			// unreadable: leave all of it out.
+			buf.Truncate(n)
+			h.encodeErrs.Inc()
+			h.log.Warn("encode metrics; serving the rest", "family", mf.GetName(), "err", err)
+		}
+	}
+
+	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	w.Header().Add("Vary", "Accept-Encoding")
+	var err error
+	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
+		w.Header().Set("Content-Encoding", "gzip")
+		gz := h.gzips.Get().(*gzip.Writer)
+		gz.Reset(w)
+		_, err = gz.Write(buf.Bytes())
+		if cerr := gz.Close(); err == nil {
+			err = cerr
+		}
+		gz.Reset(nil) // drop the response writer until the next scrape
+		h.gzips.Put(gz)
+	} else {
+		_, err = w.Write(buf.Bytes())
+	}
+	if err != nil {
+		h.encodeErrs.Inc()
+		h.log.Warn("send metrics", "err", err)
+	}
+}
+
+// acceptsGzip reports whether Accept-Encoding header values allow gzip
+// (RFC 9110, section 12.5.3): gzip, or "*" when gzip is not named, with a
+// q-value above 0.
+func acceptsGzip(values []string) bool {
+	star := false
+	for _, v := range values {
+		for part := range strings.SplitSeq(v, ",") {
+			coding, params, _ := strings.Cut(part, ";")
+			q := qValue(params)
+			switch strings.ToLower(strings.TrimSpace(coding)) {
+			case "gzip", "x-gzip":
+				return q > 0
+			case "*":
+				star = q > 0
+			}
+		}
+	}
+	return star
+}
+
+// qValue reads the q parameter of an Accept-Encoding element's parameters
+// (";q=0.5"); it is 1 when absent and 0 when unreadable.
+func qValue(params string) float64 {
+	for p := range strings.SplitSeq(params, ";") {
+		name, value, ok := strings.Cut(strings.TrimSpace(p), "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(name), "q") {
+			continue
+		}
+		q, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			return 0
+		}
+		return q
+	}
+	return 1
+}

@@ -1,0 +1,133 @@
+package sqlledger
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// Backend is what each database does its own way: how it opens a read
+// snapshot and how it runs a batch's and the audit log's transactions.
+// Ledger builds the rest of the ledger's methods on it.
+type Backend struct {
+	// Name names the ledger in errors: its file, or "postgres
+	// host:port/database".
+	Name string
+	// Read runs fn in one read-only snapshot.
+	Read func(ctx context.Context, fn func(Querier) error) error
+	// WriteRows writes a batch's rows in one transaction which, when b.ID
+	// is set, checks that b's instance holds its node's lease, skips a
+	// batch already written and records b as the lease's last.
+	WriteRows func(ctx context.Context, b *ledger.Batch, rows *Rows) error
+	// InsertAudit runs InsertAudit once with each of args, in one
+	// transaction.
+	InsertAudit func(ctx context.Context, args [][]any) error
+}
+
+// Ledger is the part of ledger.Store and ledger.AuditStore that the SQL
+// backends share: the reads, and the checks and roll-up before a write. A
+// backend's Store embeds it.
+type Ledger struct {
+	b Backend
+}
+
+// NewLedger returns the shared methods over b.
+func NewLedger(b Backend) Ledger { return Ledger{b: b} }
+
+// Write adds a batch in one transaction.
+func (l Ledger) Write(ctx context.Context, b ledger.Batch) error {
+	if err := l.write(ctx, &b); err != nil {
+		return fmt.Errorf("write ledger %s: %w", l.b.Name, err)
+	}
+	return nil
+}
+
+func (l Ledger) write(ctx context.Context, b *ledger.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rows, err := Rollup(b)
+	if err != nil {
+		return err
+	}
+	if b.Empty() && b.ID.IsZero() {
+		return nil
+	}
+	return l.b.WriteRows(ctx, b, &rows)
+}
+
+// Audit adds audit events in one transaction.
+func (l Ledger) Audit(ctx context.Context, events []ledger.AuditEvent) error {
+	if err := l.audit(ctx, events); err != nil {
+		return fmt.Errorf("audit to ledger %s: %w", l.b.Name, err)
+	}
+	return nil
+}
+
+func (l Ledger) audit(ctx context.Context, events []ledger.AuditEvent) error {
+	if err := ctx.Err(); err != nil || len(events) == 0 {
+		return err
+	}
+	args := make([][]any, len(events))
+	for i, e := range events {
+		var err error
+		if args[i], err = AuditArgs(e); err != nil {
+			return err
+		}
+	}
+	return l.b.InsertAudit(ctx, args)
+}
+
+// Usage sums usage per (node, owner, GPU) over the filter's window.
+func (l Ledger) Usage(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.UsageTotal, error) { return Usage(ctx, q, f) })
+}
+
+// GPUs sums per-GPU totals over the filter's window.
+func (l Ledger) GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.GPUTotal, error) { return GPUs(ctx, q, f) })
+}
+
+// Series returns usage per (node, owner, GPU) and step within the
+// filter's window.
+func (l Ledger) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.UsagePoint, error) { return Series(ctx, q, f, step) })
+}
+
+// ContainerSeries returns each container's CPU and RAM per step within
+// the filter's window.
+func (l Ledger) ContainerSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.ContainerUsage, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.ContainerUsage, error) { return ContainerSeries(ctx, q, f, step) })
+}
+
+// Totals reads Usage and GPUs in one snapshot.
+func (l Ledger) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
+	var gpus []ledger.GPUTotal
+	usage, err := read(ctx, l, "ledger", func(q Querier) (u []ledger.UsageTotal, err error) {
+		u, gpus, err = Totals(ctx, q, f)
+		return u, err
+	})
+	return usage, gpus, err
+}
+
+// AuditEvents reads audit events.
+func (l Ledger) AuditEvents(ctx context.Context, f ledger.Filter) ([]ledger.AuditEvent, error) {
+	return read(ctx, l, "audit events from ledger", func(q Querier) ([]ledger.AuditEvent, error) { return AuditEvents(ctx, q, f) })
+}
+
+// read runs fn in one read snapshot of l's backend and names what it read
+// and the ledger in its error.
+func read[T any](ctx context.Context, l Ledger, what string, fn func(Querier) (T, error)) (T, error) {
+	var out T
+	err := l.b.Read(ctx, func(q Querier) (err error) {
+		out, err = fn(q)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, fmt.Errorf("read %s %s: %w", what, l.b.Name, err)
+	}
+	return out, nil
+}
