@@ -24,7 +24,7 @@ import (
 // all go through it.
 type liveWaste struct {
 	cur   atomic.Pointer[waste.Live]
-	rules waste.Rules // guarded by mu; the rules cur runs
+	rules config.WasteRules // guarded by mu; the rules cur runs
 	mu    sync.Mutex
 }
 

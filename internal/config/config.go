@@ -2,10 +2,15 @@
 // YAML file, overrides from GPUMETER_* environment variables and flags, and
 // validation. Every setting goes through one table of keys, so a file, the
 // environment and a flag reject a bad value with the same message.
+//
+// The settings are plain types, and config imports no package of ours
+// but units: the packages that act on them (cost, waste, policy, auth)
+// take config's types, never the other way round.
 package config
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -21,10 +26,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/units"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // Config is the whole of gpumeter's settings.
@@ -74,10 +76,10 @@ type Config struct {
 	// WasteEnabled runs the waste rules on the live ticks; Waste are the
 	// rules, for the agent and for `gpumeter waste`.
 	WasteEnabled bool
-	Waste        waste.Rules
+	Waste        WasteRules
 
 	// Policy is what the agent does about live findings.
-	Policy policy.Config
+	Policy Policy
 
 	// Auth is who may call the API; API limits what one call may take;
 	// TLS secures the listener; WebConfigFile is an exporter-toolkit web
@@ -96,9 +98,9 @@ type Config struct {
 
 // Auth is who may call the API.
 type Auth struct {
-	Tokens      map[string]auth.Token    // by ID
-	ClientCerts map[string]auth.CertUser // by certificate common name
-	Anonymous   string                   // none or viewer
+	Tokens      map[string]Token    // by ID
+	ClientCerts map[string]CertUser // by certificate common name
+	Anonymous   string              // none or viewer
 }
 
 // APILimits bound what callers of the API may take.
@@ -193,11 +195,11 @@ func Default() Config {
 		Cost: Cost{Currency: "USD", GPUHour: map[string]float64{}, PUE: 1, Basis: "allocated", Idle: "none", Weights: map[string]float64{}},
 
 		WasteEnabled: true,
-		Waste:        waste.DefaultRules(),
+		Waste:        DefaultWasteRules(),
 
-		Policy: policy.DefaultConfig(),
+		Policy: DefaultPolicy(),
 
-		Auth: Auth{Tokens: map[string]auth.Token{}, ClientCerts: map[string]auth.CertUser{}, Anonymous: "none"},
+		Auth: Auth{Tokens: map[string]Token{}, ClientCerts: map[string]CertUser{}, Anonymous: "none"},
 		API: APILimits{
 			MaxBodyBytes:      64 << 10,
 			RateLimit:         50,
@@ -397,8 +399,8 @@ func parsePrice(s string) (float64, error) {
 // actionKey is the policy action of one waste rule; outside use has no
 // container to stop.
 func actionKey(rule string, p func(*Config) *string) Key {
-	allowed := []string{policy.ActionReport, policy.ActionNotify, policy.ActionStop}
-	if rule == waste.RuleOutside {
+	allowed := []string{ActionReport, ActionNotify, ActionStop}
+	if rule == RuleOutside {
 		allowed = allowed[:2]
 	}
 	k := enumKey("policy.rules."+rule+".action", "what is done about "+rule+" findings", p, allowed...)
@@ -407,7 +409,7 @@ func actionKey(rule string, p func(*Config) *string) Key {
 		if v := get(c); v != "" {
 			return v
 		}
-		return policy.ActionReport
+		return ActionReport
 	}
 	return k
 }
@@ -507,22 +509,22 @@ func Keys() []Key {
 		listKey("policy.exempt.owners", "users, teams or projects left alone", func(c *Config) *[]string { return &c.Policy.Exempt.Owners }),
 		entryKey("auth.tokens", "API tokens by name: \"user=NAME role=admin|user|viewer sha256=HASH [expires=TIME]\", as \"gpumeter token create\" prints them", "name=token",
 			func(c *Config, id, v string) error {
-				t, err := auth.ParseToken(id, v)
+				t, err := ParseToken(id, v)
 				if err == nil {
 					setEntry(&c.Auth.Tokens, id, t)
 				}
 				return err
 			},
-			func(c *Config) map[string]string { return entries(c.Auth.Tokens, auth.Token.Entry) }),
+			func(c *Config) map[string]string { return entries(c.Auth.Tokens, Token.Entry) }),
 		entryKey("auth.client_certs", "client certificates by subject common name: \"user=NAME role=ROLE\" (needs tls.client_ca_file)", "name=user",
 			func(c *Config, cn, v string) error {
-				cu, err := auth.ParseCertUser(cn, v)
+				cu, err := ParseCertUser(cn, v)
 				if err == nil {
 					setEntry(&c.Auth.ClientCerts, cn, cu)
 				}
 				return err
 			},
-			func(c *Config) map[string]string { return entries(c.Auth.ClientCerts, auth.CertUser.Entry) }),
+			func(c *Config) map[string]string { return entries(c.Auth.ClientCerts, CertUser.Entry) }),
 		enumKey("auth.anonymous", "what callers without credentials may do on the API; /metrics and /healthz are always open unless web.config_file sets basic auth", func(c *Config) *string { return &c.Auth.Anonymous }, "none", "viewer"),
 		stringKey("api.socket", "Unix socket (mode 0600) for the CLI on this host; root and the agent's user need no token on it (none: off)", func(c *Config) *string { return &c.API.Socket }).defaultIs("api.sock in data_dir"),
 		sizeKey("api.max_body", "largest request body accepted", func(c *Config) *uint64 { return &c.API.MaxBodyBytes }),
@@ -864,7 +866,7 @@ func (c *Config) Validate() error {
 // securityErrors are the errors of the auth, api and tls keys.
 func (c *Config) securityErrors() []error {
 	var errs []error
-	if _, err := c.AuthConfig(nil); err != nil {
+	if err := c.tokenError(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.API.MaxBodyBytes < 1<<10 {
@@ -900,32 +902,22 @@ func (c *Config) securityErrors() []error {
 	return errs
 }
 
-// AuthConfig is the authenticator's config; socketUIDs are the Unix
-// socket peers let in without a token.
-func (c *Config) AuthConfig(socketUIDs []int) (auth.Config, error) {
-	ac := auth.Config{SocketUIDs: socketUIDs}
-	for _, id := range slices.Sorted(maps.Keys(c.Auth.Tokens)) {
-		ac.Tokens = append(ac.Tokens, c.Auth.Tokens[id])
+// tokenError is the first mistake auth.tokens makes as a whole: one name
+// twice, or one token under two names, which the audit log could not
+// tell apart.
+func (c *Config) tokenError() error {
+	ids := map[string]bool{}
+	byHash := map[[sha256.Size]byte]string{}
+	for _, name := range slices.Sorted(maps.Keys(c.Auth.Tokens)) {
+		t := c.Auth.Tokens[name]
+		if ids[t.ID] {
+			return fmt.Errorf("auth.tokens.%s: given twice", t.ID)
+		}
+		ids[t.ID] = true
+		if prev, dup := byHash[t.Hash]; dup {
+			return fmt.Errorf("auth.tokens.%s: the same token as auth.tokens.%s; create a new one for each", t.ID, prev)
+		}
+		byHash[t.Hash] = t.ID
 	}
-	for _, cn := range slices.Sorted(maps.Keys(c.Auth.ClientCerts)) {
-		ac.Certs = append(ac.Certs, c.Auth.ClientCerts[cn])
-	}
-	if c.Auth.Anonymous == "viewer" {
-		ac.Anonymous = auth.RoleViewer
-	}
-	_, err := auth.New(ac)
-	return ac, err
-}
-
-// WasteErrors are the errors of the waste rules, named by their keys.
-func (c *Config) WasteErrors() []error {
-	err := c.Waste.Validate()
-	if err == nil {
-		return nil
-	}
-	var errs []error
-	for _, line := range strings.Split(err.Error(), "\n") {
-		errs = append(errs, errors.New("waste."+line))
-	}
-	return errs
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
@@ -32,7 +33,7 @@ type Options struct {
 	// From and To bound the window [From, To), in whole minutes.
 	From, To time.Time
 	Node     string // "" for all nodes
-	Rules    Rules
+	Rules    config.WasteRules
 	Cost     report.CostModel
 	// Flush is how often the agents commit their rows to the ledger
 	// (ledger.flush_interval): a live agent's data may end that much

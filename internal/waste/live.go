@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/report"
@@ -16,7 +17,7 @@ import (
 
 // LiveConfig wires a Live evaluator.
 type LiveConfig struct {
-	Rules Rules
+	Rules config.WasteRules
 	Cost  report.CostModel
 	// Bucket is the step the rules see; 0 chooses a tenth of the shortest
 	// window, at most a minute and at least 100 ms.
@@ -29,7 +30,7 @@ type LiveConfig struct {
 // sampler adds, the API and the metrics read.
 type Live struct {
 	mu     sync.Mutex
-	rules  Rules
+	rules  config.WasteRules
 	cost   report.CostModel
 	bucket time.Duration
 	keep   time.Duration // how long a subject that stopped is remembered
@@ -99,11 +100,11 @@ func NewLive(cfg LiveConfig) *Live {
 	}
 	if l.bucket <= 0 {
 		l.bucket = time.Minute
-		if w := l.rules.shortestWindow(); w > 0 {
+		if w := shortestWindow(&l.rules); w > 0 {
 			l.bucket = min(time.Minute, max(100*time.Millisecond, w/10))
 		}
 	}
-	l.keep = max(10*time.Minute, l.rules.longestWindow())
+	l.keep = max(10*time.Minute, longestWindow(&l.rules))
 	return l
 }
 

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // eps absorbs float noise in sums of seconds compared with a window.
@@ -107,7 +109,7 @@ type run struct {
 
 // tracker applies the rules to one subject's steps, in time order.
 type tracker struct {
-	rules    *Rules
+	rules    *config.WasteRules
 	subj     *subject
 	findings []*finding
 
@@ -115,7 +117,7 @@ type tracker struct {
 	win                                    window
 }
 
-func newTracker(rules *Rules, subj *subject) *tracker {
+func newTracker(rules *config.WasteRules, subj *subject) *tracker {
 	return &tracker{rules: rules, subj: subj}
 }
 
@@ -558,7 +560,7 @@ func grow(s []float64, n int) []float64 {
 }
 
 // push adds a step and drops the steps that left the windows.
-func (w *window) push(s *step, held []int, rules *Rules) {
+func (w *window) push(s *step, held []int, rules *config.WasteRules) {
 	if !rules.OverAllocated.Enabled && !rules.LowEfficiency.Enabled {
 		return
 	}
