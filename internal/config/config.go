@@ -136,17 +136,33 @@ type TLS struct {
 	ClientAuth   string // optional or required, when ClientCAFile is set
 }
 
-// Cost is the price list reports charge by.
+// Cost is the price list reports and the waste rules charge by; the cost
+// package prices with it (cost.Model).
 type Cost struct {
-	Currency    string
-	GPUHour     map[string]float64 // by GPU model; "default" for the rest
+	// Currency is an ISO 4217 code.
+	Currency string
+	// GPUHour is the price of one GPU-hour by GPU model name, as NVML
+	// reports it ("NVIDIA H100 80GB HBM3"), matched exactly. The key
+	// "default" prices every model not listed; a model with neither
+	// costs 0.
+	GPUHour map[string]float64
+	// CPUCoreHour is the price of one CPU core-hour.
 	CPUCoreHour float64
-	RAMGBHour   float64 // per GiB-hour
-	KWh         float64
-	PUE         float64
-	Basis       string // allocated, present or used
-	Idle        string // none, weighted or even
-	Weights     map[string]float64
+	// RAMGBHour is the price of one GiB (2^30 bytes) held for one hour.
+	RAMGBHour float64
+	// KWh is the price of one kWh drawn from the grid, which is PUE times
+	// what the GPU metered.
+	KWh float64
+	// PUE is the power usage effectiveness, at least 1.
+	PUE float64
+	// Basis is which GPU-hours are charged: allocated, present or used.
+	Basis string
+	// Idle is how the idle pool is shared: none, weighted or even.
+	Idle string
+	// Weights multiply each resource's cost, as Slurm's
+	// TRESBillingWeights: charge = Σ weight · resource cost. Keys are
+	// "gpu", "cpu", "ram" and "energy"; a missing key weighs 1.
+	Weights map[string]float64
 }
 
 // LedgerPath is the SQLite ledger under the data directory.

@@ -7,13 +7,13 @@
 // # Units
 //
 // GPU-hours, CPU core-hours and RAM GB-hours are seconds / 3600; "GB" in
-// ram_gb_hours and in CostModel.RAMGBHour is the GiB, 2^30 bytes, as cgroup
+// ram_gb_hours and in cost.Model.RAMGBHour is the GiB, 2^30 bytes, as cgroup
 // memory figures are binary. Energy is metered kWh (joules / 3.6e6), before
 // PUE; PUE only scales what energy costs.
 //
 // # Cost
 //
-// With the weights w (CostModel.Weights) and prices p of the CostModel, a
+// With the weights w (cost.Model.Weights) and prices p of the cost model, a
 // ledger record (one owner on one GPU) costs
 //
 //	gpu    = w_gpu    · charged GPU-hours · p_gpu(model)
@@ -22,7 +22,7 @@
 //	energy = w_energy · kWh · PUE         · p_kWh
 //
 // where the charged GPU-hours are the record's allocated, present or used
-// GPU-hours (CostModel.Basis) and p_gpu(model) is the price of the record's
+// GPU-hours (cost.Model.Basis) and p_gpu(model) is the price of the record's
 // GPU model, else the "default" price, else 0. A row costs the sum over its
 // records, plus its share of the idle pool when the pool is shared.
 //
@@ -65,7 +65,7 @@
 //
 // # Sharing the idle pool
 //
-// CostModel.Idle "none" leaves the pool as its own line, paid by nobody.
+// cost.Model.Idle "none" leaves the pool as its own line, paid by nobody.
 // "weighted" shares it in proportion to each record's allocated GPU cost
 // (w_gpu · allocated GPU-hours · p_gpu), so a row's share is in proportion
 // to the row's allocated GPU cost whatever the grouping. "even" gives each
@@ -82,7 +82,6 @@ package report
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -90,6 +89,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -109,32 +109,6 @@ func Groupings() []string {
 	return []string{ByUser, ByTeam, ByProject, ByContainer, ByImage, ByGPU, ByNode}
 }
 
-// Cost bases: which GPU-hours a row is charged for.
-const (
-	BasisAllocated = "allocated" // the GPUs a container held (the default)
-	BasisPresent   = "present"   // the time an owner had a process on the GPU
-	BasisUsed      = "used"      // SM-weighted GPU-hours
-)
-
-// Idle pool policies.
-const (
-	IdleNone     = "none"     // the pool is its own line (the default)
-	IdleWeighted = "weighted" // shared by allocated GPU cost
-	IdleEven     = "even"     // shared evenly among rows with GPU use
-)
-
-// Resource names for CostModel.Weights.
-const (
-	WeightGPU    = "gpu"
-	WeightCPU    = "cpu"
-	WeightRAM    = "ram"
-	WeightEnergy = "energy"
-)
-
-// DefaultPrice is the CostModel.GPUHour key whose price applies to models
-// not listed.
-const DefaultPrice = "default"
-
 // Keys that stand for something other than a name.
 const (
 	KeyNone         = "(none)"         // a container without the user, team, project or image
@@ -143,150 +117,9 @@ const (
 	KeyHost         = "(host)"         // host processes, by image
 )
 
-// CostModel prices resources. Its zero value prices everything at 0 in
-// USD, on the allocated basis, with the idle pool not shared.
-type CostModel struct {
-	// Currency is an ISO 4217 code; "" means "USD".
-	Currency string
-	// GPUHour is the price of one GPU-hour by GPU model name, as NVML
-	// reports it ("NVIDIA H100 80GB HBM3"), matched exactly. The key
-	// "default" prices every model not listed; a model with neither
-	// costs 0.
-	GPUHour map[string]float64
-	// CPUCoreHour is the price of one CPU core-hour.
-	CPUCoreHour float64
-	// RAMGBHour is the price of one GiB (2^30 bytes) held for one hour.
-	RAMGBHour float64
-	// KWh is the price of one kWh drawn from the grid, which is PUE times
-	// what the GPU metered.
-	KWh float64
-	// PUE is the power usage effectiveness, at least 1; 0 means 1.
-	PUE float64
-	// Basis is BasisAllocated (also ""), BasisPresent or BasisUsed.
-	Basis string
-	// Idle is IdleNone (also ""), IdleWeighted or IdleEven.
-	Idle string
-	// Weights multiply each resource's cost, as Slurm's
-	// TRESBillingWeights: charge = Σ weight · resource cost. Keys are
-	// "gpu", "cpu", "ram" and "energy"; a missing key weighs 1.
-	Weights map[string]float64
-}
-
-// ErrInvalidCost marks an error that comes from the price list rather than
-// the ledger; callers wrap CostModel.Validate's errors in it where the two
-// must be told apart.
-var ErrInvalidCost = errors.New("invalid cost model")
-
-// Validate reports every error in the model: negative or non-finite
-// prices and weights, PUE below 1, an unknown basis, idle policy, weight
-// name or currency code, and, when knownModels is not empty, a price for a
-// GPU model not in it (a misspelt model would silently fall back to the
-// default price).
-func (m CostModel) Validate(knownModels []string) error {
-	var errs []error
-	if m.Currency != "" && !isCurrency(m.Currency) {
-		errs = append(errs, fmt.Errorf("currency %q is not an ISO 4217 code (three capital letters)", m.Currency))
-	}
-	known := make(map[string]bool, len(knownModels))
-	for _, k := range knownModels {
-		known[k] = true
-	}
-	for _, model := range sortedKeys(m.GPUHour) {
-		p := m.GPUHour[model]
-		switch {
-		case model == "":
-			errs = append(errs, errors.New("GPU-hour price for an empty model name"))
-		case !price(p):
-			errs = append(errs, fmt.Errorf("GPU-hour price of %q is %v, want a finite number ≥ 0", model, p))
-		case len(knownModels) > 0 && model != DefaultPrice && !known[model]:
-			errs = append(errs, fmt.Errorf("GPU-hour price for unknown GPU model %q (known: %s)", model, strings.Join(knownModels, ", ")))
-		}
-	}
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"CPU core-hour", m.CPUCoreHour}, {"RAM GiB-hour", m.RAMGBHour}, {"kWh", m.KWh}} {
-		if !price(f.v) {
-			errs = append(errs, fmt.Errorf("%s price is %v, want a finite number ≥ 0", f.name, f.v))
-		}
-	}
-	if m.PUE != 0 && (!price(m.PUE) || m.PUE < 1) {
-		errs = append(errs, fmt.Errorf("PUE is %v, want at least 1 (0 means 1)", m.PUE))
-	}
-	switch m.Basis {
-	case "", BasisAllocated, BasisPresent, BasisUsed:
-	default:
-		errs = append(errs, fmt.Errorf("unknown cost basis %q (want %s, %s or %s)", m.Basis, BasisAllocated, BasisPresent, BasisUsed))
-	}
-	switch m.Idle {
-	case "", IdleNone, IdleWeighted, IdleEven:
-	default:
-		errs = append(errs, fmt.Errorf("unknown idle policy %q (want %s, %s or %s)", m.Idle, IdleNone, IdleWeighted, IdleEven))
-	}
-	for _, name := range sortedKeys(m.Weights) {
-		w := m.Weights[name]
-		switch name {
-		case WeightGPU, WeightCPU, WeightRAM, WeightEnergy:
-			if !price(w) {
-				errs = append(errs, fmt.Errorf("weight of %q is %v, want a finite number ≥ 0", name, w))
-			}
-		default:
-			errs = append(errs, fmt.Errorf("unknown weight %q (want %s, %s, %s or %s)", name, WeightGPU, WeightCPU, WeightRAM, WeightEnergy))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func price(v float64) bool { return v >= 0 && !math.IsInf(v, 0) } // NaN fails v >= 0
-
-func isCurrency(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := range 3 {
-		if s[i] < 'A' || s[i] > 'Z' {
-			return false
-		}
-	}
-	return true
-}
-
-// gpuPrice is the price of one GPU-hour of model.
-func (m CostModel) gpuPrice(model string) float64 {
-	if p, ok := m.GPUHour[model]; ok {
-		return p
-	}
-	return m.GPUHour[DefaultPrice]
-}
-
-// GPUHourCost is what one GPU-hour of model costs as a report charges it:
-// the model's price (else the default price) times the GPU weight.
-func (m CostModel) GPUHourCost(model string) float64 {
-	return m.weight(WeightGPU) * m.gpuPrice(model)
-}
-
-func (m CostModel) weight(name string) float64 {
-	if w, ok := m.Weights[name]; ok {
-		return w
-	}
-	return 1
-}
-
-func (m CostModel) withDefaults() CostModel {
-	if m.Currency == "" {
-		m.Currency = "USD"
-	}
-	if m.PUE == 0 {
-		m.PUE = 1
-	}
-	if m.Basis == "" {
-		m.Basis = BasisAllocated
-	}
-	if m.Idle == "" {
-		m.Idle = IdleNone
-	}
-	return m
-}
+// ErrInvalidCost is cost.ErrInvalidCost, which the errors of a price
+// list that does not fit the ledger are wrapped in.
+var ErrInvalidCost = cost.ErrInvalidCost
 
 // Options say what to report.
 type Options struct {
@@ -295,7 +128,7 @@ type Options struct {
 	// From and To are the window the totals cover, for the report's
 	// header and the hours of the FOCUS charge period.
 	From, To time.Time
-	Cost     CostModel
+	Cost     cost.Model
 	// Filter keeps the records it returns true for; nil keeps all. It
 	// selects rows, it does not change them: idle shares, the idle pool,
 	// Unbilled and Host are the host's whatever the filter.
@@ -442,8 +275,8 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 	if !opt.From.IsZero() && !opt.To.IsZero() && opt.To.Before(opt.From) {
 		return nil, fmt.Errorf("report window ends (%s) before it starts (%s)", opt.To.UTC().Format(time.RFC3339), opt.From.UTC().Format(time.RFC3339))
 	}
-	m := opt.Cost.withDefaults()
-	wGPU, wCPU, wRAM, wEn := m.weight(WeightGPU), m.weight(WeightCPU), m.weight(WeightRAM), m.weight(WeightEnergy)
+	m := opt.Cost.WithDefaults()
+	wGPU, wCPU, wRAM, wEn := m.Weight(cost.WeightGPU), m.Weight(cost.WeightCPU), m.Weight(cost.WeightRAM), m.Weight(cost.WeightEnergy)
 	kWhPrice := wEn * m.PUE * m.KWh
 
 	r := &Report{
@@ -473,13 +306,13 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 			}
 			l.ctr = n
 		}
-		l.gpuPrice = wGPU * m.gpuPrice(u.GPU.Model)
+		l.gpuPrice = wGPU * m.GPUPrice(u.GPU.Model)
 		switch m.Basis {
-		case BasisAllocated:
+		case cost.BasisAllocated:
 			l.charged = u.AllocatedSeconds / secondsPerHour
-		case BasisPresent:
+		case cost.BasisPresent:
 			l.charged = u.PresentSeconds / secondsPerHour
-		case BasisUsed:
+		case cost.BasisUsed:
 			l.charged = u.UsedSeconds / secondsPerHour
 		}
 		alloc := u.AllocatedSeconds / secondsPerHour
@@ -498,7 +331,7 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 	}
 
 	for _, g := range gpus {
-		p := wGPU * m.gpuPrice(g.GPU.Model)
+		p := wGPU * m.GPUPrice(g.GPU.Model)
 		r.Host.GPUs++
 		r.Host.GPUHours += (g.AllocatedSeconds + g.IdleSeconds) / secondsPerHour
 		r.Host.Cost += (g.AllocatedSeconds + g.IdleSeconds) / secondsPerHour * p
@@ -673,10 +506,10 @@ func sum(key string, lines []line, idx []int, seen []int, stamp int) Row {
 // shareIdle books each record's share of the idle pool's cost into
 // lines[i].idle and reports whether the pool was shared.
 func shareIdle(lines []line, policy string, pool float64) bool {
-	if policy == IdleNone || pool == 0 {
+	if policy == cost.IdleNone || pool == 0 {
 		return false
 	}
-	if policy == IdleWeighted {
+	if policy == cost.IdleWeighted {
 		var total float64
 		for i := range lines {
 			if attributed(lines[i].u) {
@@ -853,13 +686,4 @@ func shortID(id string) string {
 		return id[:12]
 	}
 	return id
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -82,9 +83,9 @@ func fixture() ([]ledger.UsageTotal, []ledger.GPUTotal) {
 
 // prices: A100 2/GPU-h, everything else 3/GPU-h, CPU 0.05/core-h, RAM
 // 0.01/GiB-h, energy 0.30/kWh at PUE 1.5, so a metered kWh costs 0.45.
-func prices() CostModel {
-	return CostModel{
-		GPUHour:     map[string]float64{a100: 2, DefaultPrice: 3},
+func prices() cost.Model {
+	return cost.Model{
+		GPUHour:     map[string]float64{a100: 2, cost.DefaultPrice: 3},
 		CPUCoreHour: 0.05, RAMGBHour: 0.01, KWh: 0.30, PUE: 1.5,
 	}
 }
@@ -94,7 +95,7 @@ func hours(h float64) *float64 { return &h }
 
 var approx = cmp.Options{cmpopts.EquateApprox(0, 1e-9), cmpopts.IgnoreUnexported(Report{})}
 
-func build(t *testing.T, by string, m CostModel, filter func(*ledger.UsageTotal) bool) *Report {
+func build(t *testing.T, by string, m cost.Model, filter func(*ledger.UsageTotal) bool) *Report {
 	t.Helper()
 	usage, gpus := fixture()
 	r, err := Build(usage, gpus, Options{By: by, From: from, To: to, Cost: m, Filter: filter})
@@ -118,7 +119,7 @@ func build(t *testing.T, by string, m CostModel, filter func(*ledger.UsageTotal)
 func TestBuildByUser(t *testing.T) {
 	got := build(t, ByUser, prices(), nil)
 	want := &Report{
-		From: from, To: to, By: ByUser, Currency: "USD", Basis: BasisAllocated, IdlePolicy: IdleNone,
+		From: from, To: to, By: ByUser, Currency: "USD", Basis: cost.BasisAllocated, IdlePolicy: cost.IdleNone,
 		Rows: []Row{
 			{Key: "alice", GPUHoursAllocated: 2, GPUHoursHeld: hours(2), GPUHoursPresent: 2, GPUHoursUsed: 1, Efficiency: 0.5,
 				EnergyKWh: 0.5, PeakGPUMemoryBytes: 40 * gib, PeakUtilizationPercent: 95, CPUCoreHours: 8, RAMGBHours: 32,
@@ -146,50 +147,50 @@ func TestBuildByUser(t *testing.T) {
 }
 
 func TestBuildCost(t *testing.T) {
-	with := func(f func(*CostModel)) CostModel {
+	with := func(f func(*cost.Model)) cost.Model {
 		m := prices()
 		f(&m)
 		return m
 	}
-	type cost struct {
+	type charge struct {
 		Key        string
 		Cost, Idle float64
 	}
 	tests := []struct {
 		name     string
 		by       string
-		model    CostModel
-		want     []cost
+		model    cost.Model
+		want     []charge
 		idle     Idle
 		unbilled Unbilled
 		host     float64
 	}{
 		{
 			name: "present",
-			by:   ByUser, model: with(func(m *CostModel) { m.Basis = BasisPresent }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Basis = cost.BasisPresent }),
 			// alice 2 h × 2 + 0.945; bob 0.5 h × 3 + 0.175; carol 0.5 h × 3 + 0.0225.
 			// Unbilled: alice 0, bob +0.5 h (1.5), carol −0.5 h (−1.5): 0.
-			want:     []cost{{"alice", 4.945, 0}, {"bob", 1.675, 0}, {"carol", 1.5225, 0}, {KeyUnattributed, 0.0045, 0}},
+			want:     []charge{{"alice", 4.945, 0}, {"bob", 1.675, 0}, {"carol", 1.5225, 0}, {KeyUnattributed, 0.0045, 0}},
 			idle:     Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405},
 			unbilled: Unbilled{GPUHours: 0, Cost: 0},
 			host:     11.1875,
 		},
 		{
 			name: "used",
-			by:   ByUser, model: with(func(m *CostModel) { m.Basis = BasisUsed }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Basis = cost.BasisUsed }),
 			// alice 1 h × 2 + 0.945; bob 0.1 h × 3 + 0.175; carol 0.25 h × 3 +
 			// 0.0225; unattributed 0.05 h × 3 + 0.0045. Unbilled: 3 − 1.4 =
 			// 1.6 h costing 7 − 3.2 = 3.8. 4.347 + 3.0405 + 3.8 = 11.1875.
-			want:     []cost{{"alice", 2.945, 0}, {"carol", 0.7725, 0}, {"bob", 0.475, 0}, {KeyUnattributed, 0.1545, 0}},
+			want:     []charge{{"alice", 2.945, 0}, {"carol", 0.7725, 0}, {"bob", 0.475, 0}, {KeyUnattributed, 0.1545, 0}},
 			idle:     Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405},
 			unbilled: Unbilled{GPUHours: 1.6, Cost: 3.8},
 			host:     11.1875,
 		},
 		{
 			name: "weighted idle",
-			by:   ByUser, model: with(func(m *CostModel) { m.Idle = IdleWeighted }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Idle = cost.IdleWeighted }),
 			// allocated GPU cost: alice 4, bob 3. alice 3.0405 × 4/7, bob × 3/7.
-			want: []cost{
+			want: []charge{
 				{"alice", 4.945 + 3.0405*4/7, 3.0405 * 4 / 7},
 				{"bob", 3.175 + 3.0405*3/7, 3.0405 * 3 / 7},
 				{"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}},
@@ -198,44 +199,44 @@ func TestBuildCost(t *testing.T) {
 		},
 		{
 			name: "even idle by user",
-			by:   ByUser, model: with(func(m *CostModel) { m.Idle = IdleEven }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Idle = cost.IdleEven }),
 			// alice, bob and carol used a GPU; unattributed use takes no share:
 			// 3.0405 / 3 = 1.0135 each.
-			want: []cost{{"alice", 5.9585, 1.0135}, {"bob", 4.1885, 1.0135}, {"carol", 1.036, 1.0135}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"alice", 5.9585, 1.0135}, {"bob", 4.1885, 1.0135}, {"carol", 1.036, 1.0135}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405, Shared: true},
 			host: 11.1875,
 		},
 		{
 			name: "even idle by team",
-			by:   ByTeam, model: with(func(m *CostModel) { m.Idle = IdleEven }),
+			by:   ByTeam, model: with(func(m *cost.Model) { m.Idle = cost.IdleEven }),
 			// vision (alice, bob) and (none) (carol): 1.52025 each.
-			want: []cost{{"vision", 8.12 + 1.52025, 1.52025}, {KeyNone, 0.0225 + 1.52025, 1.52025}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"vision", 8.12 + 1.52025, 1.52025}, {KeyNone, 0.0225 + 1.52025, 1.52025}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405, Shared: true},
 			host: 11.1875,
 		},
 		{
 			name: "weights",
-			by:   ByUser, model: with(func(m *CostModel) { m.Weights = map[string]float64{WeightGPU: 2, WeightEnergy: 0} }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Weights = map[string]float64{cost.WeightGPU: 2, cost.WeightEnergy: 0} }),
 			// GPU costs double, energy is free. alice 8 + 0.4 + 0.32; bob 6 +
 			// 0.05 + 0.08; idle 1 h × 3 × 2 = 6; host 20 + 0.45 + 0.4.
-			want: []cost{{"alice", 8.72, 0}, {"bob", 6.13, 0}, {KeyUnattributed, 0, 0}, {"carol", 0, 0}},
+			want: []charge{{"alice", 8.72, 0}, {"bob", 6.13, 0}, {KeyUnattributed, 0, 0}, {"carol", 0, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 6},
 			host: 20.85,
 		},
 		{
 			name: "no default price",
-			by:   ByUser, model: with(func(m *CostModel) { delete(m.GPUHour, DefaultPrice) }),
+			by:   ByUser, model: with(func(m *cost.Model) { delete(m.GPUHour, cost.DefaultPrice) }),
 			// The H100 costs nothing: bob 0.175, idle 0.0405, host 4 + 0.3375 + 0.85.
-			want: []cost{{"alice", 4.945, 0}, {"bob", 0.175, 0}, {"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"alice", 4.945, 0}, {"bob", 0.175, 0}, {"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 0.0405},
 			host: 5.1875,
 		},
 		{
 			name: "weighted falls back to even",
-			by:   ByUser, model: with(func(m *CostModel) { m.GPUHour = nil; m.Idle = IdleWeighted }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.GPUHour = nil; m.Idle = cost.IdleWeighted }),
 			// No allocated GPU cost to weigh by: the pool's 0.0405 of energy
 			// goes 0.0135 each to alice, bob and carol.
-			want: []cost{{"alice", 0.945 + 0.0135, 0.0135}, {"bob", 0.175 + 0.0135, 0.0135}, {"carol", 0.0225 + 0.0135, 0.0135}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"alice", 0.945 + 0.0135, 0.0135}, {"bob", 0.175 + 0.0135, 0.0135}, {"carol", 0.0225 + 0.0135, 0.0135}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 0.0405, Shared: true},
 			host: 1.1875,
 		},
@@ -243,9 +244,9 @@ func TestBuildCost(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := build(t, tt.by, tt.model, nil)
-			var got []cost
+			var got []charge
 			for _, row := range r.Rows {
-				got = append(got, cost{row.Key, row.Cost, row.CostIdleShare})
+				got = append(got, charge{row.Key, row.Cost, row.CostIdleShare})
 			}
 			if diff := cmp.Diff(got, tt.want, approx); diff != "" {
 				t.Errorf("rows (-got +want):\n%s", diff)
@@ -311,7 +312,7 @@ func TestBuildUnknownBy(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	usage, gpus := fixture()
-	if _, err := Build(usage, gpus, Options{By: ByUser, Cost: CostModel{PUE: 0.5}}); err == nil {
+	if _, err := Build(usage, gpus, Options{By: ByUser, Cost: cost.Model{PUE: 0.5}}); err == nil {
 		t.Error("Build with PUE 0.5: no error")
 	}
 	if _, err := Build(usage, gpus, Options{By: ByUser, From: to, To: from}); err == nil {
@@ -324,12 +325,12 @@ func TestBuildFilter(t *testing.T) {
 	tests := []struct {
 		name  string
 		by    string
-		model CostModel
+		model cost.Model
 		want  []Row
 	}{
 		{
 			name: "by user, weighted",
-			by:   ByUser, model: CostModel{GPUHour: map[string]float64{a100: 2, DefaultPrice: 3}, Idle: IdleWeighted},
+			by:   ByUser, model: cost.Model{GPUHour: map[string]float64{a100: 2, cost.DefaultPrice: 3}, Idle: cost.IdleWeighted},
 			// The same row as unfiltered: 4 + 3 × 4/7.
 			want: []Row{{Key: "alice", GPUHoursAllocated: 2, GPUHoursHeld: hours(2), GPUHoursPresent: 2, GPUHoursUsed: 1, Efficiency: 0.5,
 				EnergyKWh: 0.5, PeakGPUMemoryBytes: 40 * gib, PeakUtilizationPercent: 95, CPUCoreHours: 8, RAMGBHours: 32,
@@ -337,7 +338,7 @@ func TestBuildFilter(t *testing.T) {
 		},
 		{
 			name: "by team, even",
-			by:   ByTeam, model: CostModel{GPUHour: map[string]float64{a100: 2, DefaultPrice: 3}, Idle: IdleEven},
+			by:   ByTeam, model: cost.Model{GPUHour: map[string]float64{a100: 2, cost.DefaultPrice: 3}, Idle: cost.IdleEven},
 			// vision's share, 3 / 2, split by allocated GPU cost: alice 4/7 of it.
 			want: []Row{{Key: "vision", GPUHoursAllocated: 2, GPUHoursHeld: hours(2), GPUHoursPresent: 2, GPUHoursUsed: 1, Efficiency: 0.5,
 				EnergyKWh: 0.5, PeakGPUMemoryBytes: 40 * gib, PeakUtilizationPercent: 95, CPUCoreHours: 8, RAMGBHours: 32,
@@ -413,59 +414,12 @@ func TestGPUKeys(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
-	known := []string{a100, h100}
-	tests := []struct {
-		name  string
-		model CostModel
-		known []string
-		want  []string // substrings of the error; none for no error
-	}{
-		{name: "zero", model: CostModel{}},
-		{name: "full", model: CostModel{Currency: "EUR", GPUHour: map[string]float64{a100: 2, DefaultPrice: 1},
-			CPUCoreHour: 0.1, RAMGBHour: 0.1, KWh: 0.2, PUE: 1.2, Basis: BasisUsed, Idle: IdleEven,
-			Weights: map[string]float64{WeightGPU: 1, WeightCPU: 0.5, WeightRAM: 0, WeightEnergy: 2}}, known: known},
-		{name: "unknown model", model: CostModel{GPUHour: map[string]float64{"NVIDIA A100": 2, DefaultPrice: 1}},
-			known: known, want: []string{`unknown GPU model "NVIDIA A100"`}},
-		{name: "any model when none known", model: CostModel{GPUHour: map[string]float64{"NVIDIA A100": 2}}},
-		{name: "negative prices", model: CostModel{GPUHour: map[string]float64{a100: -1}, CPUCoreHour: -1, RAMGBHour: -1, KWh: -1},
-			want: []string{`GPU-hour price of "` + a100 + `" is -1`, "CPU core-hour price is -1", "RAM GiB-hour price is -1", "kWh price is -1"}},
-		{name: "not a number", model: CostModel{KWh: math.NaN(), CPUCoreHour: math.Inf(1)}, want: []string{"kWh price is NaN", "CPU core-hour price is +Inf"}},
-		{name: "PUE", model: CostModel{PUE: 0.9}, want: []string{"PUE is 0.9"}},
-		{name: "basis", model: CostModel{Basis: "held"}, want: []string{`unknown cost basis "held"`}},
-		{name: "idle", model: CostModel{Idle: "shared"}, want: []string{`unknown idle policy "shared"`}},
-		{name: "weights", model: CostModel{Weights: map[string]float64{"gpus": 1, WeightCPU: -2}},
-			want: []string{`weight of "cpu" is -2`, `unknown weight "gpus"`}},
-		{name: "currency", model: CostModel{Currency: "usd"}, want: []string{`currency "usd"`}},
-		{name: "empty model", model: CostModel{GPUHour: map[string]float64{"": 1}}, want: []string{"empty model name"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.model.Validate(tt.known)
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Errorf("Validate: %v, want no error", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate: no error, want %q", tt.want)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate: %v, want it to say %q", err, w)
-				}
-			}
-		})
-	}
-}
-
 // TestDeterministic builds the same report twice and wants the same bytes
 // in every format.
 func TestDeterministic(t *testing.T) {
 	usage, gpus := randomLedger(7, 200)
 	m := randomModel()
-	m.Idle = IdleEven
+	m.Idle = cost.IdleEven
 	for _, by := range Groupings() {
 		var out [2]bytes.Buffer
 		for i := range out {

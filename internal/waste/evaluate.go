@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 // Reader is the part of a ledger the rules read.
@@ -34,7 +34,7 @@ type Options struct {
 	From, To time.Time
 	Node     string // "" for all nodes
 	Rules    config.WasteRules
-	Cost     report.CostModel
+	Cost     cost.Model
 	// Flush is how often the agents commit their rows to the ledger
 	// (ledger.flush_interval): a live agent's data may end that much
 	// before now. It is part of the slack with which a node's data must

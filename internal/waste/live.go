@@ -10,15 +10,15 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/meter"
-	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
 // LiveConfig wires a Live evaluator.
 type LiveConfig struct {
 	Rules config.WasteRules
-	Cost  report.CostModel
+	Cost  cost.Model
 	// Bucket is the step the rules see; 0 chooses a tenth of the shortest
 	// window, at most a minute and at least 100 ms.
 	Bucket time.Duration
@@ -31,7 +31,7 @@ type LiveConfig struct {
 type Live struct {
 	mu     sync.Mutex
 	rules  config.WasteRules
-	cost   report.CostModel
+	cost   cost.Model
 	bucket time.Duration
 	keep   time.Duration // how long a subject that stopped is remembered
 

@@ -21,9 +21,10 @@
 //
 // A run is an unbroken sequence of steps in which a rule's condition
 // holds; a run that has lasted the rule's window plus its grace is
-// reported, from the start of the run. The rules, and the GPU-hours each
-// counts as wasted (allocated and present GPU-hours as the meter books
-// them, so a GPU shared by two holders counts half for each):
+// reported, from the start of the run. The rules (their settings are
+// config.WasteRules), and the GPU-hours each counts as wasted (allocated
+// and present GPU-hours as the meter books them, so a GPU shared by two
+// holders counts half for each):
 //
 //   - idle: the container holds at least one GPU, its SM utilisation on
 //     every GPU it holds is below Idle.SMPercent and its CPU use below
@@ -67,7 +68,7 @@
 // finding is reported: for the window rules, how long after the first
 // window in which it held. Cost is the wasted GPU-hours at the price of
 // each GPU's model, weighted as a report charges GPU time
-// (report.CostModel.GPUHourCost).
+// (cost.Model.GPUHourCost).
 //
 // # Findings
 //

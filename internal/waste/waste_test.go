@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 var t0 = time.Date(2026, 11, 2, 18, 0, 0, 0, time.UTC)
@@ -181,7 +181,7 @@ func dump(r *Report) string {
 	return b.String()
 }
 
-var priced = report.CostModel{GPUHour: map[string]float64{"default": 2}}
+var priced = cost.Model{GPUHour: map[string]float64{"default": 2}}
 
 func TestRules(t *testing.T) {
 	busy := func(n int) []float64 { return slices.Repeat([]float64{90}, n) }
