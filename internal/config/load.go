@@ -223,3 +223,66 @@ var envNotSettings = map[string]bool{
 	"GPUMETER_CONFIG": true, "GPUMETER_URL": true, "GPUMETER_TOKEN": true,
 	"GPUMETER_CLIENT_CONFIG": true, "GPUMETER_CA_FILE": true,
 }
+
+// DefaultFile is the config file Load reads when none is named and
+// $GPUMETER_CONFIG is not set, if it exists.
+const DefaultFile = "/etc/gpumeter/gpumeter.yaml"
+
+// Sources are where Load reads settings from.
+type Sources struct {
+	// File is the config file; "" means $GPUMETER_CONFIG (from Environ),
+	// else DefaultFile if it exists, else none.
+	File string
+	// Environ is the environment, as os.Environ gives it.
+	Environ []string
+	// Flags are the values the command line gave the key, in order, nil
+	// when it gave none; a nil Flags gives none for every key.
+	Flags func(Key) []string
+}
+
+// Load builds the settings: the defaults, then the config file, then the
+// GPUMETER_* environment, then the flags, each overriding the one before.
+// An error names the file and line, the variable or the flag (--name) the
+// bad value came from.
+func Load(s Sources) (Config, error) {
+	cfg := Default()
+	path := s.File
+	if path == "" {
+		path = lookupEnv(s.Environ, "GPUMETER_CONFIG")
+	}
+	if path == "" {
+		if _, err := os.Stat(DefaultFile); err == nil {
+			path = DefaultFile
+		}
+	}
+	if path != "" {
+		if err := cfg.LoadFile(path); err != nil {
+			return cfg, err
+		}
+	}
+	if err := cfg.LoadEnv(s.Environ); err != nil {
+		return cfg, err
+	}
+	if s.Flags == nil {
+		return cfg, nil
+	}
+	for _, k := range Keys() {
+		for _, v := range s.Flags(k) {
+			if err := cfg.Set(k.Name, v); err != nil {
+				return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
+			}
+		}
+	}
+	return cfg, nil
+}
+
+// lookupEnv is the value of the variable name in environ, "" when it is
+// not there; the first of two wins, as in os.Getenv.
+func lookupEnv(environ []string, name string) string {
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
