@@ -107,10 +107,6 @@ const (
 	RuleOutside       = config.RuleOutside
 )
 
-// stalledSM is the SM utilisation below which a GPU counts as computing
-// nothing: NVML reports whole percents, so this is what reads as 0 %.
-const stalledSM = 0.5
-
 // shortestWindow is the shortest positive window of the enabled rules, 0
 // when none has one.
 func shortestWindow(r *config.WasteRules) time.Duration {
