@@ -19,7 +19,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 )
 
-const defaultConfigPath = "/etc/gpumeter/gpumeter.yaml"
+const defaultConfigPath = config.DefaultFile
 
 func newServe() *cobra.Command {
 	var (
@@ -147,41 +147,13 @@ func printServing(w io.Writer, a *agent.Agent, addr net.Addr) {
 // loadConfig builds the settings: defaults, the file, the environment,
 // then the flags the user set.
 func loadConfig(cmd *cobra.Command, path string) (config.Config, error) {
-	cfg, err := fileConfig(path)
-	if err != nil {
-		return cfg, err
-	}
-	for _, k := range config.Keys() {
-		for _, v := range keyValues(cmd, k) {
-			if err := cfg.Set(k.Name, v); err != nil {
-				return cfg, fmt.Errorf("--%s: %w", k.Flag(), err)
-			}
-		}
-	}
-	return cfg, nil
+	return config.Load(config.Sources{File: path, Environ: os.Environ(), Flags: func(k config.Key) []string { return keyValues(cmd, k) }})
 }
 
 // fileConfig is the config at path (else $GPUMETER_CONFIG, else
 // defaultConfigPath if it exists) with the environment over it.
 func fileConfig(path string) (config.Config, error) {
-	cfg := config.Default()
-	if path == "" {
-		path = os.Getenv("GPUMETER_CONFIG")
-	}
-	if path == "" {
-		if _, err := os.Stat(defaultConfigPath); err == nil {
-			path = defaultConfigPath
-		}
-	}
-	if path != "" {
-		if err := cfg.LoadFile(path); err != nil {
-			return cfg, err
-		}
-	}
-	if err := cfg.LoadEnv(os.Environ()); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return config.Load(config.Sources{File: path, Environ: os.Environ()})
 }
 
 func newLogger(level string) *slog.Logger {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -59,10 +60,10 @@ reads their own usage; viewer reads everything and changes nothing.`,
 			if user == "" {
 				return errors.New("--user: give the user the token is for")
 			}
-			if err := auth.ValidUser(user); err != nil {
+			if err := config.ValidUser(user); err != nil {
 				return fmt.Errorf("--user: %w", err)
 			}
-			r, err := auth.ParseRole(role)
+			r, err := config.ParseRole(role)
 			if role == "" {
 				err = errors.New("give admin, user or viewer")
 			}
@@ -75,7 +76,7 @@ reads their own usage; viewer reads everything and changes nothing.`,
 					return err
 				}
 				id = user + "-" + hex.EncodeToString(b[:])
-			} else if err := auth.ValidID(id); err != nil {
+			} else if err := config.ValidID(id); err != nil {
 				return fmt.Errorf("--name: %w", err)
 			}
 			var until time.Time

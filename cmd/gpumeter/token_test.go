@@ -40,7 +40,7 @@ func checkConfigLine(t *testing.T, line, secret string) auth.Token {
 	var tok auth.Token
 	for id, e := range entry {
 		var err error
-		if tok, err = auth.ParseToken(id, e); err != nil {
+		if tok, err = config.ParseToken(id, e); err != nil {
 			t.Fatalf("config line %q: %v", line, err)
 		}
 	}

@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpumeter/gpumeter/internal/agent"
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -83,18 +83,18 @@ func validate(req *report.Request) error {
 // openPriced opens the ledger and checks the config's price list against
 // it: a price for a model the ledger never metered is most likely
 // misspelt, and would silently fall back to the default price.
-func (lf *ledgerFlags) openPriced(cmd *cobra.Command, cfg *config.Config) (ledger.Store, report.CostModel, error) {
-	cost := agent.CostModel(cfg.Cost)
-	if err := cost.Validate(nil); err != nil {
-		return nil, cost, fmt.Errorf("config cost: %w", err)
+func (lf *ledgerFlags) openPriced(cmd *cobra.Command, cfg *config.Config) (ledger.Store, cost.Model, error) {
+	prices := cost.Model(cfg.Cost)
+	if err := prices.Check(); err != nil {
+		return nil, prices, fmt.Errorf("config cost: %w", err)
 	}
 	store, err := lf.open(cmd, cfg)
 	if err != nil {
-		return nil, cost, err
+		return nil, prices, err
 	}
-	if err := cost.Validate(store.models); err != nil {
+	if err := prices.Check(store.models); err != nil {
 		store.Close()
-		return nil, cost, fmt.Errorf("config cost: %w", err)
+		return nil, prices, fmt.Errorf("config cost: %w", err)
 	}
-	return store, cost, nil
+	return store, prices, nil
 }

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +22,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -211,7 +211,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		return nil, err
 	}
 	if cfg.WasteEnabled {
-		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(cfg.Cost)})
+		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: cost.Model(cfg.Cost)})
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
 	}
@@ -355,39 +355,29 @@ func (a *Agent) Handler() http.Handler {
 // Report reads the ledger for the API. Rows still in memory are not in
 // it: a report is at most one flush interval behind the live view. A price
 // for a GPU model that neither the ledger nor this node's GPUs know gives
-// an error wrapping report.ErrInvalidCost.
+// an error wrapping cost.ErrInvalidCost.
 func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, error) {
-	cost := CostModel(a.cfg.Cost)
+	prices := cost.Model(a.cfg.Cost)
 	models, err := report.Models(ctx, a.store)
 	if err == nil {
+		var live []string
 		if t := a.sampler.Latest(); t != nil {
 			for _, d := range t.Sample.Devices {
-				if d.Model != "" && !slices.Contains(models, d.Model) {
-					models = append(models, d.Model)
-				}
+				live = append(live, d.Model)
 			}
-			slices.Sort(models)
 		}
-		if verr := cost.Validate(models); verr != nil {
-			err = fmt.Errorf("%w: cost: %w", report.ErrInvalidCost, verr)
+		if verr := prices.Check(models, live); verr != nil {
+			err = fmt.Errorf("%w: cost: %w", cost.ErrInvalidCost, verr)
 		}
 	}
 	var rep *report.Report
 	if err == nil {
-		rep, err = report.Run(ctx, a.store, r, cost)
+		rep, err = report.Run(ctx, a.store, r, prices)
 	}
 	if err != nil {
 		a.log.Warn("usage report", "err", err)
 	}
 	return rep, err
-}
-
-// CostModel maps the config's price list onto the report's.
-func CostModel(c config.Cost) report.CostModel {
-	return report.CostModel{
-		Currency: c.Currency, GPUHour: c.GPUHour, CPUCoreHour: c.CPUCoreHour, RAMGBHour: c.RAMGBHour,
-		KWh: c.KWh, PUE: c.PUE, Basis: c.Basis, Idle: c.Idle, Weights: c.Weights,
-	}
 }
 
 // Close releases what New opened: the ledger, the GPU source and the

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/policy"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // dataFiles says how the agent's own files under data_dir are kept: the
@@ -140,7 +139,7 @@ func actsForReal(cfg config.Config) bool {
 	if !cfg.WasteEnabled || cfg.Policy.DryRun {
 		return false
 	}
-	for _, r := range waste.RuleNames() {
+	for _, r := range config.RuleNames() {
 		if cfg.Policy.Actions.For(r) != policy.ActionReport {
 			return true
 		}

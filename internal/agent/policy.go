@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -24,7 +25,7 @@ import (
 // all go through it.
 type liveWaste struct {
 	cur   atomic.Pointer[waste.Live]
-	rules waste.Rules // guarded by mu; the rules cur runs
+	rules config.WasteRules // guarded by mu; the rules cur runs
 	mu    sync.Mutex
 }
 
@@ -116,7 +117,7 @@ func (a *Agent) reload(cfg config.Config) error {
 	}
 	changed := false
 	if a.waste != nil {
-		changed = a.waste.setRules(waste.LiveConfig{Rules: cfg.Waste, Cost: CostModel(a.cfg.Cost)})
+		changed = a.waste.setRules(waste.LiveConfig{Rules: cfg.Waste, Cost: cost.Model(a.cfg.Cost)})
 	}
 	if a.policy != nil {
 		a.policy.SetPolicy(cfg.Policy)

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -42,6 +43,23 @@ func tlsFiles(c *config.Config) listener.TLSFiles {
 	return listener.TLSFiles{CertFile: c.TLS.CertFile, KeyFile: c.TLS.KeyFile, ClientCAFile: c.TLS.ClientCAFile, RequireClientCert: c.TLS.ClientAuth == "required"}
 }
 
+// authConfig is the authenticator's config: the tokens and certificates
+// in the order of their names; socketUIDs are the Unix socket peers let
+// in without a token.
+func authConfig(c *config.Config, socketUIDs []int) auth.Config {
+	ac := auth.Config{SocketUIDs: socketUIDs}
+	for _, id := range slices.Sorted(maps.Keys(c.Auth.Tokens)) {
+		ac.Tokens = append(ac.Tokens, c.Auth.Tokens[id])
+	}
+	for _, cn := range slices.Sorted(maps.Keys(c.Auth.ClientCerts)) {
+		ac.Certs = append(ac.Certs, c.Auth.ClientCerts[cn])
+	}
+	if c.Auth.Anonymous == "viewer" {
+		ac.Anonymous = auth.RoleViewer
+	}
+	return ac
+}
+
 // prepared are the pieces a config gives, built and checked before any
 // is put in force.
 type prepared struct {
@@ -53,13 +71,11 @@ type prepared struct {
 
 func (s *security) prepare(cfg *config.Config) (prepared, error) {
 	var p prepared
-	ac, err := cfg.AuthConfig(socketUIDs())
-	if err != nil {
-		return p, err
-	}
+	ac := authConfig(cfg, socketUIDs())
 	if s.demoToken != "" {
 		ac.Tokens = append(ac.Tokens, auth.Token{ID: "demo", User: "demo", Role: auth.RoleAdmin, Hash: auth.HashToken(s.demoToken)})
 	}
+	var err error
 	if p.auth, err = auth.New(ac); err != nil {
 		return p, err
 	}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/sha256"
 	"os"
 	"strings"
 	"testing"
@@ -8,10 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-
-	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/policy"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 func TestParseFull(t *testing.T) {
@@ -33,27 +30,27 @@ func TestParseFull(t *testing.T) {
 			CPUCoreHour: 0.03, RAMGBHour: 0.004, KWh: 0.25, PUE: 1.4, Basis: "used", Idle: "weighted",
 			Weights: map[string]float64{"gpu": 1, "cpu": 0.5},
 		},
-		Waste: waste.Rules{
-			Idle:          waste.IdleRule{Enabled: true, SMPercent: 2.5, CPUCores: 0.2, Window: 2 * time.Hour, Grace: 15 * time.Minute},
-			Stalled:       waste.StalledRule{Window: 45 * time.Minute},
-			OverAllocated: waste.OverAllocatedRule{Enabled: true, Window: 90 * time.Minute, Grace: 10 * time.Minute},
-			TooOld:        waste.TooOldRule{MaxAge: 7 * 24 * time.Hour, Grace: time.Hour},
-			LowEfficiency: waste.LowEfficiencyRule{Enabled: true, Threshold: 0.25, MinGPUHours: 2, Window: 8 * time.Hour, Grace: time.Hour},
-			Outside:       waste.OutsideRule{Enabled: true, UnaccountedMemory: 2 << 30, Window: 5 * time.Minute, Grace: time.Minute},
+		Waste: WasteRules{
+			Idle:          IdleRule{Enabled: true, SMPercent: 2.5, CPUCores: 0.2, Window: 2 * time.Hour, Grace: 15 * time.Minute},
+			Stalled:       StalledRule{Window: 45 * time.Minute},
+			OverAllocated: OverAllocatedRule{Enabled: true, Window: 90 * time.Minute, Grace: 10 * time.Minute},
+			TooOld:        TooOldRule{MaxAge: 7 * 24 * time.Hour, Grace: time.Hour},
+			LowEfficiency: LowEfficiencyRule{Enabled: true, Threshold: 0.25, MinGPUHours: 2, Window: 8 * time.Hour, Grace: time.Hour},
+			Outside:       OutsideRule{Enabled: true, UnaccountedMemory: 2 << 30, Window: 5 * time.Minute, Grace: time.Minute},
 		},
-		Policy: policy.Config{
-			Actions:     policy.Actions{Idle: policy.ActionStop, Stalled: policy.ActionNotify},
-			Webhook:     policy.Webhook{URL: "https://hooks.example.com/gpumeter", Timeout: 3 * time.Second, Retries: 2},
+		Policy: Policy{
+			Actions:     PolicyActions{Idle: ActionStop, Stalled: ActionNotify},
+			Webhook:     Webhook{URL: "https://hooks.example.com/gpumeter", Timeout: 3 * time.Second, Retries: 2},
 			WarningWait: 15 * time.Minute, Grace: time.Minute,
-			Exempt: policy.Selectors{Labels: []string{"keep=yes", "team=infra"}, Names: []string{"notebook-*"},
+			Exempt: Selectors{Labels: []string{"keep=yes", "team=infra"}, Names: []string{"notebook-*"},
 				Images: []string{"registry.lab/serving/*"}, Owners: []string{"alice", "bob"}},
 		},
 		Auth: Auth{
-			Tokens: map[string]auth.Token{
-				"alice-laptop": {ID: "alice-laptop", User: "alice", Role: auth.RoleUser, Hash: auth.HashToken("hello"), Expires: time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)},
-				"grafana":      {ID: "grafana", User: "grafana", Role: auth.RoleViewer, Hash: auth.HashToken("world")},
+			Tokens: map[string]Token{
+				"alice-laptop": {ID: "alice-laptop", User: "alice", Role: RoleUser, Hash: sha256.Sum256([]byte("hello")), Expires: time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)},
+				"grafana":      {ID: "grafana", User: "grafana", Role: RoleViewer, Hash: sha256.Sum256([]byte("world"))},
 			},
-			ClientCerts: map[string]auth.CertUser{"ops.lab": {Name: "ops.lab", User: "ops", Role: auth.RoleAdmin}},
+			ClientCerts: map[string]CertUser{"ops.lab": {Name: "ops.lab", User: "ops", Role: RoleAdmin}},
 			Anonymous:   "viewer",
 		},
 		API: APILimits{

@@ -201,7 +201,7 @@ func (e *Engine) exempt(p Config, f waste.Finding) string {
 			}
 		}
 	}
-	return p.Exempt.Exempt(t)
+	return exempt(p.Exempt, t)
 }
 
 // notify sends a notification (kind notify) or a warning (kind warn,

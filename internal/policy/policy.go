@@ -6,146 +6,39 @@
 package policy
 
 import (
-	"errors"
-	"fmt"
-	"net/url"
 	"path"
-	"slices"
 	"strings"
-	"time"
 
-	"github.com/gpumeter/gpumeter/internal/waste"
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // Actions a rule can take.
 const (
-	ActionReport = "report"
-	ActionNotify = "notify"
-	ActionStop   = "stop"
+	ActionReport = config.ActionReport
+	ActionNotify = config.ActionNotify
+	ActionStop   = config.ActionStop
 )
 
 // ExemptLabel on a container with the value "true" keeps every action
 // away from it.
 const ExemptLabel = "gpumeter.exempt"
 
-// Config is what the engine does, and to whom.
-type Config struct {
-	// DryRun logs and audits what would be done and does nothing.
-	DryRun bool
-	// Actions by rule name; a rule not named reports.
-	Actions Actions
-	Webhook Webhook
-	// WarningWait is the time between the warning and the stop; Grace
-	// the time docker stop gives the container before it kills it.
-	WarningWait time.Duration
-	Grace       time.Duration
-	Exempt      Selectors
-}
+// Config is what the engine does, and to whom: the policy.* settings.
+type Config = config.Policy
 
 // Actions holds the action of every waste rule.
-type Actions struct {
-	Idle, Stalled, OverAllocated, TooOld, LowEfficiency, Outside string
-}
-
-// For returns the action of a rule, report when none is set.
-func (a Actions) For(rule string) string {
-	var s string
-	switch rule {
-	case waste.RuleIdle:
-		s = a.Idle
-	case waste.RuleStalled:
-		s = a.Stalled
-	case waste.RuleOverAllocated:
-		s = a.OverAllocated
-	case waste.RuleTooOld:
-		s = a.TooOld
-	case waste.RuleLowEfficiency:
-		s = a.LowEfficiency
-	case waste.RuleOutside:
-		s = a.Outside
-	}
-	if s == "" {
-		return ActionReport
-	}
-	return s
-}
+type Actions = config.PolicyActions
 
 // Webhook is where notifications go.
-type Webhook struct {
-	URL string
-	// Timeout bounds one attempt; Retries is how many more attempts a
-	// failed one gets.
-	Timeout time.Duration
-	Retries int
-}
+type Webhook = config.Webhook
 
 // Selectors pick containers. A container matches when any selector
 // matches it.
-type Selectors struct {
-	// Labels are key=value pairs, or a bare key that matches any value.
-	Labels []string
-	// Names and Images are shell patterns (path.Match), Owners exact
-	// user, team or project names.
-	Names, Images, Owners []string
-}
+type Selectors = config.Selectors
 
 // DefaultConfig is the policy as gpumeter ships it: every rule reports,
 // and the engine runs dry.
-func DefaultConfig() Config {
-	return Config{
-		DryRun:      true,
-		Webhook:     Webhook{Timeout: 5 * time.Second, Retries: 3},
-		WarningWait: 10 * time.Minute,
-		Grace:       30 * time.Second,
-	}
-}
-
-// Validate reports every setting that makes no sense, named as the
-// config's policy.* keys are (without the prefix).
-func (c Config) Validate() error {
-	var errs []error
-	for _, r := range waste.RuleNames() {
-		a := c.Actions.For(r)
-		if !slices.Contains([]string{ActionReport, ActionNotify, ActionStop}, a) {
-			errs = append(errs, fmt.Errorf("rules.%s.action: %q is not one of report, notify, stop", r, a))
-		}
-		if a == ActionStop && r == waste.RuleOutside {
-			errs = append(errs, fmt.Errorf("rules.%s.action: stop acts on containers; outside use has none", r))
-		}
-		if a == ActionNotify && c.Webhook.URL == "" {
-			errs = append(errs, fmt.Errorf("rules.%s.action: notify needs webhook.url", r))
-		}
-	}
-	if c.Webhook.URL != "" {
-		u, err := url.Parse(c.Webhook.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("webhook.url: %q is not an http(s) URL", c.Webhook.URL))
-		}
-	}
-	if c.Webhook.Timeout <= 0 {
-		errs = append(errs, fmt.Errorf("webhook.timeout: %s must be more than 0", c.Webhook.Timeout))
-	}
-	if c.Webhook.Retries < 0 || c.Webhook.Retries > 10 {
-		errs = append(errs, fmt.Errorf("webhook.retries: %d is outside 0..10", c.Webhook.Retries))
-	}
-	if c.WarningWait < 0 {
-		errs = append(errs, fmt.Errorf("stop.warning_wait: %s is negative", c.WarningWait))
-	}
-	if c.Grace < 0 {
-		errs = append(errs, fmt.Errorf("stop.grace: %s is negative", c.Grace))
-	}
-	for _, p := range slices.Concat(c.Exempt.Names, c.Exempt.Images) {
-		if _, err := path.Match(p, ""); err != nil {
-			errs = append(errs, fmt.Errorf("exempt: bad pattern %q", p))
-		}
-	}
-	for _, l := range c.Exempt.Labels {
-		if k, _, _ := strings.Cut(l, "="); strings.TrimSpace(k) == "" {
-			errs = append(errs, fmt.Errorf("exempt.labels: %q has no key", l))
-		}
-	}
-	return errors.Join(errs...)
-}
+func DefaultConfig() Config { return config.DefaultPolicy() }
 
 // Target is what the selectors see of a container.
 type Target struct {
@@ -154,8 +47,8 @@ type Target struct {
 	Owner, Team, Project string
 }
 
-// Exempt says why t is exempt, or "" when it is not.
-func (s Selectors) Exempt(t Target) string {
+// exempt says why s exempt t, or "" when they do not.
+func exempt(s Selectors, t Target) string {
 	if strings.EqualFold(t.Labels[ExemptLabel], "true") {
 		return "label " + ExemptLabel + "=true"
 	}

@@ -31,7 +31,7 @@ func TestExempt(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sel.Exempt(tt.t); got != tt.want {
+			if got := exempt(sel, tt.t); got != tt.want {
 				t.Errorf("Exempt(%+v) = %q, want %q", tt.t, got, tt.want)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -47,7 +48,7 @@ func benchLedger() ([]ledger.UsageTotal, []ledger.GPUTotal) {
 func BenchmarkBuild(b *testing.B) {
 	usage, gpus := benchLedger()
 	m := randomModel()
-	m.Idle = IdleEven
+	m.Idle = cost.IdleEven
 	for _, by := range []string{ByUser, ByContainer} {
 		b.Run(by, func(b *testing.B) {
 			b.ReportAllocs()

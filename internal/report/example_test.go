@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"os"
+
+	"github.com/gpumeter/gpumeter/internal/cost"
 )
 
 // The fixture by team with the idle pool shared evenly: vision and carol's
@@ -11,8 +13,8 @@ import (
 // carol's host process held no GPU, so (none) has none.
 func ExampleReport_WriteTable() {
 	usage, gpus := fixture()
-	r, err := Build(usage, gpus, Options{By: ByTeam, From: from, To: to, Cost: CostModel{
-		GPUHour: map[string]float64{a100: 2, DefaultPrice: 3}, Idle: IdleEven,
+	r, err := Build(usage, gpus, Options{By: ByTeam, From: from, To: to, Cost: cost.Model{
+		GPUHour: map[string]float64{a100: 2, cost.DefaultPrice: 3}, Idle: cost.IdleEven,
 	}})
 	if err != nil {
 		fmt.Println(err)

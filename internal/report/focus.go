@@ -20,7 +20,7 @@ import (
 //	BilledCost, ContractedCost,   the line's cost; there are no discounts
 //	  EffectiveCost, ListCost       or commitments, so all four are equal
 //	BillingAccountId, -Name       the node the charge arose on
-//	BillingCurrency               CostModel.Currency
+//	BillingCurrency               cost.Model.Currency
 //	BillingPeriodStart, -End      the report window (From, To)
 //	ChargePeriodStart, -End       the report window (From, To)
 //	ChargeCategory                "Usage"

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/cost"
 )
 
 // TestFOCUSAddsUp reads WriteFOCUS back: BilledCost adds up to the rows'
@@ -17,8 +19,8 @@ import (
 // and Tags is null or a JSON object.
 func TestFOCUSAddsUp(t *testing.T) {
 	usage, gpus := randomLedger(11, 150)
-	for _, basis := range []string{BasisAllocated, BasisUsed} {
-		for _, idle := range []string{IdleNone, IdleWeighted, IdleEven} {
+	for _, basis := range []string{cost.BasisAllocated, cost.BasisUsed} {
+		for _, idle := range []string{cost.IdleNone, cost.IdleWeighted, cost.IdleEven} {
 			t.Run(basis+"/"+idle, func(t *testing.T) {
 				m := randomModel()
 				m.Basis, m.Idle = basis, idle
@@ -87,7 +89,7 @@ func TestFOCUSAddsUp(t *testing.T) {
 				if r.Idle.Shared && math.Abs(share-r.Idle.Cost) > 1e-9*r.Idle.Cost {
 					t.Errorf("Σ x_idle_share %v, want idle cost %v", share, r.Idle.Cost)
 				}
-				if basis == BasisAllocated && math.Abs(billed-r.Host.Cost) > 1e-9*r.Host.Cost {
+				if basis == cost.BasisAllocated && math.Abs(billed-r.Host.Cost) > 1e-9*r.Host.Cost {
 					t.Errorf("Σ BilledCost %v, want the host's %v", billed, r.Host.Cost)
 				}
 			})
@@ -105,7 +107,7 @@ func TestFOCUSIdleShareOfEnergy(t *testing.T) {
 		gpus[i].IdleSeconds = 0
 	}
 	m := prices()
-	m.Idle = IdleWeighted
+	m.Idle = cost.IdleWeighted
 	r, err := Build(usage, gpus, Options{By: ByUser, From: from, To: to, Cost: m})
 	if err != nil {
 		t.Fatal(err)

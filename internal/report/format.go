@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/gpumeter/gpumeter/internal/cost"
 )
 
 // WriteJSON writes the report as one indented JSON object (the contract in
@@ -75,7 +77,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		idleCost = "(shared " + idleCost + ")"
 	}
 	other("(idle)", r.Idle.GPUHours, fixed(r.Idle.EnergyKWh, 3), idleCost)
-	if r.Basis != BasisAllocated {
+	if r.Basis != cost.BasisAllocated {
 		other("(unbilled)", r.Unbilled.GPUHours, "-", fixed(r.Unbilled.Cost, 2))
 	}
 	other("HOST", r.Host.GPUHours, fixed(r.Host.EnergyKWh, 3), fixed(r.Host.Cost, 2))
@@ -131,7 +133,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 		cw.Write(f)
 	}
 	other("idle", "gpu_hours_idle", num(r.Idle.GPUHours), "energy_kwh", num(r.Idle.EnergyKWh), "cost", num(r.Idle.Cost))
-	if r.Basis != BasisAllocated {
+	if r.Basis != cost.BasisAllocated {
 		other("unbilled", "gpu_hours_unbilled", num(r.Unbilled.GPUHours), "cost", num(r.Unbilled.Cost))
 	}
 	cw.Flush()

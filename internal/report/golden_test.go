@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumeter/gpumeter/internal/cost"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -17,12 +19,12 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 // with testdata/<name>.<format>.golden; go test -update rewrites them.
 func TestGolden(t *testing.T) {
 	used := prices()
-	used.Basis, used.Idle = BasisUsed, IdleWeighted
-	used.Weights = map[string]float64{WeightCPU: 2}
+	used.Basis, used.Idle = cost.BasisUsed, cost.IdleWeighted
+	used.Weights = map[string]float64{cost.WeightCPU: 2}
 	reports := []struct {
 		name  string
 		by    string
-		model CostModel
+		model cost.Model
 	}{
 		{"user", ByUser, prices()},
 		{"container-used-weighted", ByContainer, used},

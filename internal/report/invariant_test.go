@@ -11,6 +11,7 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -24,10 +25,10 @@ func checkInvariants(t *testing.T, r *Report, tol float64) {
 			t.Errorf("%s: %v, want %v (off by %g)", what, got, want, got-want)
 		}
 	}
-	var cost, share, hours, kWh float64
+	var rowsCost, share, hours, kWh float64
 	for i, row := range r.Rows {
 		near("row "+row.Key+" cost = Σ parts", row.Cost, row.CostGPU+row.CostCPU+row.CostRAM+row.CostEnergy+row.CostIdleShare)
-		cost += row.Cost
+		rowsCost += row.Cost
 		share += row.CostIdleShare
 		hours += row.GPUHoursAllocated
 		kWh += row.EnergyKWh
@@ -38,7 +39,7 @@ func checkInvariants(t *testing.T, r *Report, tol float64) {
 			}
 		}
 	}
-	near("totals cost = Σ rows", r.Totals.Cost, cost)
+	near("totals cost = Σ rows", r.Totals.Cost, rowsCost)
 	for _, row := range append([]Row{r.Totals}, r.Rows...) {
 		// Efficiency is within 0..1 (to the 12 digits a report keeps).
 		if row.Efficiency < 0 || row.Efficiency > 1+1e-11 {
@@ -53,14 +54,14 @@ func checkInvariants(t *testing.T, r *Report, tol float64) {
 	}
 	if r.Idle.Shared {
 		near("Σ rows' idle share = idle cost", share, r.Idle.Cost)
-		near("Σ rows' cost + unbilled = host cost", cost+r.Unbilled.Cost, r.Host.Cost)
+		near("Σ rows' cost + unbilled = host cost", rowsCost+r.Unbilled.Cost, r.Host.Cost)
 	} else {
 		if share != 0 {
 			t.Errorf("idle not shared, yet rows carry %v of it", share)
 		}
-		near("Σ rows' cost + idle + unbilled = host cost", cost+r.Idle.Cost+r.Unbilled.Cost, r.Host.Cost)
+		near("Σ rows' cost + idle + unbilled = host cost", rowsCost+r.Idle.Cost+r.Unbilled.Cost, r.Host.Cost)
 	}
-	if r.Basis == BasisAllocated && r.Unbilled != (Unbilled{}) {
+	if r.Basis == cost.BasisAllocated && r.Unbilled != (Unbilled{}) {
 		t.Errorf("basis allocated, yet unbilled %+v", r.Unbilled)
 	}
 	near("Σ rows' allocated + idle GPU-hours = host GPU-hours", hours+r.Idle.GPUHours, r.Host.GPUHours)
@@ -69,12 +70,12 @@ func checkInvariants(t *testing.T, r *Report, tol float64) {
 
 var models = []string{a100, h100, "Tesla T4", "NVIDIA L4"} // the L4 has no price of its own
 
-func randomModel() CostModel {
-	return CostModel{
+func randomModel() cost.Model {
+	return cost.Model{
 		Currency:    "EUR",
-		GPUHour:     map[string]float64{a100: 1.9, h100: 3.1, "Tesla T4": 0.35, DefaultPrice: 0.8},
+		GPUHour:     map[string]float64{a100: 1.9, h100: 3.1, "Tesla T4": 0.35, cost.DefaultPrice: 0.8},
 		CPUCoreHour: 0.021, RAMGBHour: 0.0037, KWh: 0.27, PUE: 1.3,
-		Weights: map[string]float64{WeightGPU: 1.5, WeightCPU: 1, WeightRAM: 0.5, WeightEnergy: 2},
+		Weights: map[string]float64{cost.WeightGPU: 1.5, cost.WeightCPU: 1, cost.WeightRAM: 0.5, cost.WeightEnergy: 2},
 	}
 }
 
@@ -205,8 +206,8 @@ func TestInvariantsRandom(t *testing.T) {
 	for seed := range uint64(20) {
 		usage, gpus := randomLedger(seed, 10+int(seed)*15)
 		window := from.Add(day * time.Second)
-		for _, basis := range []string{BasisAllocated, BasisPresent, BasisUsed} {
-			for _, idle := range []string{IdleNone, IdleWeighted, IdleEven} {
+		for _, basis := range []string{cost.BasisAllocated, cost.BasisPresent, cost.BasisUsed} {
+			for _, idle := range []string{cost.IdleNone, cost.IdleWeighted, cost.IdleEven} {
 				m := randomModel()
 				m.Basis, m.Idle = basis, idle
 				for _, by := range Groupings() {
@@ -225,7 +226,7 @@ func TestInvariantsRandom(t *testing.T) {
 						if want := float64(len(gpus)) * 24; math.Abs(hours+r.Idle.GPUHours-want) > 1e-9*want {
 							t.Errorf("allocated %v + idle %v GPU-hours, want %d GPUs × 24 h = %v", hours, r.Idle.GPUHours, len(gpus), want)
 						}
-						if (idle != IdleNone) != r.Idle.Shared {
+						if (idle != cost.IdleNone) != r.Idle.Shared {
 							t.Errorf("idle policy %s: Shared = %v", idle, r.Idle.Shared)
 						}
 					})
@@ -239,7 +240,7 @@ func TestInvariantsRandom(t *testing.T) {
 // unfiltered one does, for groupings inside one user.
 func TestFilterKeepsRows(t *testing.T) {
 	usage, gpus := randomLedger(3, 120)
-	for _, idle := range []string{IdleNone, IdleWeighted, IdleEven} {
+	for _, idle := range []string{cost.IdleNone, cost.IdleWeighted, cost.IdleEven} {
 		m := randomModel()
 		m.Idle = idle
 		for _, by := range []string{ByUser, ByContainer} {

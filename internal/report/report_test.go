@@ -2,10 +2,7 @@ package report
 
 import (
 	"bytes"
-	"encoding/csv"
-	"encoding/json"
 	"math"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -82,9 +80,9 @@ func fixture() ([]ledger.UsageTotal, []ledger.GPUTotal) {
 
 // prices: A100 2/GPU-h, everything else 3/GPU-h, CPU 0.05/core-h, RAM
 // 0.01/GiB-h, energy 0.30/kWh at PUE 1.5, so a metered kWh costs 0.45.
-func prices() CostModel {
-	return CostModel{
-		GPUHour:     map[string]float64{a100: 2, DefaultPrice: 3},
+func prices() cost.Model {
+	return cost.Model{
+		GPUHour:     map[string]float64{a100: 2, cost.DefaultPrice: 3},
 		CPUCoreHour: 0.05, RAMGBHour: 0.01, KWh: 0.30, PUE: 1.5,
 	}
 }
@@ -94,7 +92,7 @@ func hours(h float64) *float64 { return &h }
 
 var approx = cmp.Options{cmpopts.EquateApprox(0, 1e-9), cmpopts.IgnoreUnexported(Report{})}
 
-func build(t *testing.T, by string, m CostModel, filter func(*ledger.UsageTotal) bool) *Report {
+func build(t *testing.T, by string, m cost.Model, filter func(*ledger.UsageTotal) bool) *Report {
 	t.Helper()
 	usage, gpus := fixture()
 	r, err := Build(usage, gpus, Options{By: by, From: from, To: to, Cost: m, Filter: filter})
@@ -118,7 +116,7 @@ func build(t *testing.T, by string, m CostModel, filter func(*ledger.UsageTotal)
 func TestBuildByUser(t *testing.T) {
 	got := build(t, ByUser, prices(), nil)
 	want := &Report{
-		From: from, To: to, By: ByUser, Currency: "USD", Basis: BasisAllocated, IdlePolicy: IdleNone,
+		From: from, To: to, By: ByUser, Currency: "USD", Basis: cost.BasisAllocated, IdlePolicy: cost.IdleNone,
 		Rows: []Row{
 			{Key: "alice", GPUHoursAllocated: 2, GPUHoursHeld: hours(2), GPUHoursPresent: 2, GPUHoursUsed: 1, Efficiency: 0.5,
 				EnergyKWh: 0.5, PeakGPUMemoryBytes: 40 * gib, PeakUtilizationPercent: 95, CPUCoreHours: 8, RAMGBHours: 32,
@@ -146,50 +144,50 @@ func TestBuildByUser(t *testing.T) {
 }
 
 func TestBuildCost(t *testing.T) {
-	with := func(f func(*CostModel)) CostModel {
+	with := func(f func(*cost.Model)) cost.Model {
 		m := prices()
 		f(&m)
 		return m
 	}
-	type cost struct {
+	type charge struct {
 		Key        string
 		Cost, Idle float64
 	}
 	tests := []struct {
 		name     string
 		by       string
-		model    CostModel
-		want     []cost
+		model    cost.Model
+		want     []charge
 		idle     Idle
 		unbilled Unbilled
 		host     float64
 	}{
 		{
 			name: "present",
-			by:   ByUser, model: with(func(m *CostModel) { m.Basis = BasisPresent }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Basis = cost.BasisPresent }),
 			// alice 2 h × 2 + 0.945; bob 0.5 h × 3 + 0.175; carol 0.5 h × 3 + 0.0225.
 			// Unbilled: alice 0, bob +0.5 h (1.5), carol −0.5 h (−1.5): 0.
-			want:     []cost{{"alice", 4.945, 0}, {"bob", 1.675, 0}, {"carol", 1.5225, 0}, {KeyUnattributed, 0.0045, 0}},
+			want:     []charge{{"alice", 4.945, 0}, {"bob", 1.675, 0}, {"carol", 1.5225, 0}, {KeyUnattributed, 0.0045, 0}},
 			idle:     Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405},
 			unbilled: Unbilled{GPUHours: 0, Cost: 0},
 			host:     11.1875,
 		},
 		{
 			name: "used",
-			by:   ByUser, model: with(func(m *CostModel) { m.Basis = BasisUsed }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Basis = cost.BasisUsed }),
 			// alice 1 h × 2 + 0.945; bob 0.1 h × 3 + 0.175; carol 0.25 h × 3 +
 			// 0.0225; unattributed 0.05 h × 3 + 0.0045. Unbilled: 3 − 1.4 =
 			// 1.6 h costing 7 − 3.2 = 3.8. 4.347 + 3.0405 + 3.8 = 11.1875.
-			want:     []cost{{"alice", 2.945, 0}, {"carol", 0.7725, 0}, {"bob", 0.475, 0}, {KeyUnattributed, 0.1545, 0}},
+			want:     []charge{{"alice", 2.945, 0}, {"carol", 0.7725, 0}, {"bob", 0.475, 0}, {KeyUnattributed, 0.1545, 0}},
 			idle:     Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405},
 			unbilled: Unbilled{GPUHours: 1.6, Cost: 3.8},
 			host:     11.1875,
 		},
 		{
 			name: "weighted idle",
-			by:   ByUser, model: with(func(m *CostModel) { m.Idle = IdleWeighted }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Idle = cost.IdleWeighted }),
 			// allocated GPU cost: alice 4, bob 3. alice 3.0405 × 4/7, bob × 3/7.
-			want: []cost{
+			want: []charge{
 				{"alice", 4.945 + 3.0405*4/7, 3.0405 * 4 / 7},
 				{"bob", 3.175 + 3.0405*3/7, 3.0405 * 3 / 7},
 				{"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}},
@@ -198,44 +196,44 @@ func TestBuildCost(t *testing.T) {
 		},
 		{
 			name: "even idle by user",
-			by:   ByUser, model: with(func(m *CostModel) { m.Idle = IdleEven }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Idle = cost.IdleEven }),
 			// alice, bob and carol used a GPU; unattributed use takes no share:
 			// 3.0405 / 3 = 1.0135 each.
-			want: []cost{{"alice", 5.9585, 1.0135}, {"bob", 4.1885, 1.0135}, {"carol", 1.036, 1.0135}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"alice", 5.9585, 1.0135}, {"bob", 4.1885, 1.0135}, {"carol", 1.036, 1.0135}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405, Shared: true},
 			host: 11.1875,
 		},
 		{
 			name: "even idle by team",
-			by:   ByTeam, model: with(func(m *CostModel) { m.Idle = IdleEven }),
+			by:   ByTeam, model: with(func(m *cost.Model) { m.Idle = cost.IdleEven }),
 			// vision (alice, bob) and (none) (carol): 1.52025 each.
-			want: []cost{{"vision", 8.12 + 1.52025, 1.52025}, {KeyNone, 0.0225 + 1.52025, 1.52025}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"vision", 8.12 + 1.52025, 1.52025}, {KeyNone, 0.0225 + 1.52025, 1.52025}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 3.0405, Shared: true},
 			host: 11.1875,
 		},
 		{
 			name: "weights",
-			by:   ByUser, model: with(func(m *CostModel) { m.Weights = map[string]float64{WeightGPU: 2, WeightEnergy: 0} }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.Weights = map[string]float64{cost.WeightGPU: 2, cost.WeightEnergy: 0} }),
 			// GPU costs double, energy is free. alice 8 + 0.4 + 0.32; bob 6 +
 			// 0.05 + 0.08; idle 1 h × 3 × 2 = 6; host 20 + 0.45 + 0.4.
-			want: []cost{{"alice", 8.72, 0}, {"bob", 6.13, 0}, {KeyUnattributed, 0, 0}, {"carol", 0, 0}},
+			want: []charge{{"alice", 8.72, 0}, {"bob", 6.13, 0}, {KeyUnattributed, 0, 0}, {"carol", 0, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 6},
 			host: 20.85,
 		},
 		{
 			name: "no default price",
-			by:   ByUser, model: with(func(m *CostModel) { delete(m.GPUHour, DefaultPrice) }),
+			by:   ByUser, model: with(func(m *cost.Model) { delete(m.GPUHour, cost.DefaultPrice) }),
 			// The H100 costs nothing: bob 0.175, idle 0.0405, host 4 + 0.3375 + 0.85.
-			want: []cost{{"alice", 4.945, 0}, {"bob", 0.175, 0}, {"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"alice", 4.945, 0}, {"bob", 0.175, 0}, {"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 0.0405},
 			host: 5.1875,
 		},
 		{
 			name: "weighted falls back to even",
-			by:   ByUser, model: with(func(m *CostModel) { m.GPUHour = nil; m.Idle = IdleWeighted }),
+			by:   ByUser, model: with(func(m *cost.Model) { m.GPUHour = nil; m.Idle = cost.IdleWeighted }),
 			// No allocated GPU cost to weigh by: the pool's 0.0405 of energy
 			// goes 0.0135 each to alice, bob and carol.
-			want: []cost{{"alice", 0.945 + 0.0135, 0.0135}, {"bob", 0.175 + 0.0135, 0.0135}, {"carol", 0.0225 + 0.0135, 0.0135}, {KeyUnattributed, 0.0045, 0}},
+			want: []charge{{"alice", 0.945 + 0.0135, 0.0135}, {"bob", 0.175 + 0.0135, 0.0135}, {"carol", 0.0225 + 0.0135, 0.0135}, {KeyUnattributed, 0.0045, 0}},
 			idle: Idle{GPUHours: 1, EnergyKWh: 0.09, Cost: 0.0405, Shared: true},
 			host: 1.1875,
 		},
@@ -243,9 +241,9 @@ func TestBuildCost(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := build(t, tt.by, tt.model, nil)
-			var got []cost
+			var got []charge
 			for _, row := range r.Rows {
-				got = append(got, cost{row.Key, row.Cost, row.CostIdleShare})
+				got = append(got, charge{row.Key, row.Cost, row.CostIdleShare})
 			}
 			if diff := cmp.Diff(got, tt.want, approx); diff != "" {
 				t.Errorf("rows (-got +want):\n%s", diff)
@@ -311,7 +309,7 @@ func TestBuildUnknownBy(t *testing.T) {
 
 func TestBuildErrors(t *testing.T) {
 	usage, gpus := fixture()
-	if _, err := Build(usage, gpus, Options{By: ByUser, Cost: CostModel{PUE: 0.5}}); err == nil {
+	if _, err := Build(usage, gpus, Options{By: ByUser, Cost: cost.Model{PUE: 0.5}}); err == nil {
 		t.Error("Build with PUE 0.5: no error")
 	}
 	if _, err := Build(usage, gpus, Options{By: ByUser, From: to, To: from}); err == nil {
@@ -324,12 +322,12 @@ func TestBuildFilter(t *testing.T) {
 	tests := []struct {
 		name  string
 		by    string
-		model CostModel
+		model cost.Model
 		want  []Row
 	}{
 		{
 			name: "by user, weighted",
-			by:   ByUser, model: CostModel{GPUHour: map[string]float64{a100: 2, DefaultPrice: 3}, Idle: IdleWeighted},
+			by:   ByUser, model: cost.Model{GPUHour: map[string]float64{a100: 2, cost.DefaultPrice: 3}, Idle: cost.IdleWeighted},
 			// The same row as unfiltered: 4 + 3 × 4/7.
 			want: []Row{{Key: "alice", GPUHoursAllocated: 2, GPUHoursHeld: hours(2), GPUHoursPresent: 2, GPUHoursUsed: 1, Efficiency: 0.5,
 				EnergyKWh: 0.5, PeakGPUMemoryBytes: 40 * gib, PeakUtilizationPercent: 95, CPUCoreHours: 8, RAMGBHours: 32,
@@ -337,7 +335,7 @@ func TestBuildFilter(t *testing.T) {
 		},
 		{
 			name: "by team, even",
-			by:   ByTeam, model: CostModel{GPUHour: map[string]float64{a100: 2, DefaultPrice: 3}, Idle: IdleEven},
+			by:   ByTeam, model: cost.Model{GPUHour: map[string]float64{a100: 2, cost.DefaultPrice: 3}, Idle: cost.IdleEven},
 			// vision's share, 3 / 2, split by allocated GPU cost: alice 4/7 of it.
 			want: []Row{{Key: "vision", GPUHoursAllocated: 2, GPUHoursHeld: hours(2), GPUHoursPresent: 2, GPUHoursUsed: 1, Efficiency: 0.5,
 				EnergyKWh: 0.5, PeakGPUMemoryBytes: 40 * gib, PeakUtilizationPercent: 95, CPUCoreHours: 8, RAMGBHours: 32,
@@ -360,112 +358,12 @@ func TestBuildFilter(t *testing.T) {
 	}
 }
 
-func TestContainerKeys(t *testing.T) {
-	u := func(node, id, name string) ledger.UsageTotal {
-		return ledger.UsageTotal{Node: node, OwnerKind: ledger.KindContainer, OwnerID: id,
-			Container: &ledger.Container{Node: node, ID: id, Name: name},
-			Sums:      ledger.Sums{AllocatedSeconds: 3600}}
-	}
-	id := func(c string) string { return strings.Repeat(c, 64) }
-	usage := []ledger.UsageTotal{
-		u("n1", id("a"), "job"), u("n1", id("b"), "job"), // same name
-		u("n1", id("c"), "sim"), u("n2", id("c"), "sim"), // same name and ID on two nodes
-		u("n1", id("d"), "solo"), u("n1", id("e"), ""), // a unique name, no name
-		{Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: id("f")}, // not in the ledger
-	}
-	usage[0].GPU = ledger.GPU{UUID: "GPU-0", Index: 0}
-	usage = append(usage, usage[0]) // job a on a second GPU: one container, one key
-	usage[len(usage)-1].GPU = ledger.GPU{UUID: "GPU-1", Index: 1}
-	r, err := Build(usage, nil, Options{By: ByContainer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, row := range r.Rows {
-		got = append(got, row.Key)
-		if row.Containers != 1 {
-			t.Errorf("row %q counts %d containers, want 1", row.Key, row.Containers)
-		}
-	}
-	want := []string{"eeeeeeeeeeee", "ffffffffffff", "job (aaaaaaaaaaaa)", "job (bbbbbbbbbbbb)",
-		"n1/sim (cccccccccccc)", "n2/sim (cccccccccccc)", "solo"}
-	if diff := cmp.Diff(got, want); diff != "" {
-		t.Errorf("keys (-got +want):\n%s", diff)
-	}
-}
-
-func TestGPUKeys(t *testing.T) {
-	usage := []ledger.UsageTotal{
-		{Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: "c1", GPU: ledger.GPU{UUID: "GPU-x", Index: -1}},
-		{Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: "c2", CPUSeconds: 3600}, // CPU only
-		{Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: "c3", GPU: ledger.GPU{UUID: "GPU-y", Index: 3, Model: "Tesla T4"}},
-	}
-	r, err := Build(usage, nil, Options{By: ByGPU})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, row := range r.Rows {
-		got = append(got, row.Key)
-	}
-	if diff := cmp.Diff(got, []string{KeyNoGPU, "GPU-x", "n1/3 Tesla T4"}); diff != "" {
-		t.Errorf("keys (-got +want):\n%s", diff)
-	}
-}
-
-func TestValidate(t *testing.T) {
-	known := []string{a100, h100}
-	tests := []struct {
-		name  string
-		model CostModel
-		known []string
-		want  []string // substrings of the error; none for no error
-	}{
-		{name: "zero", model: CostModel{}},
-		{name: "full", model: CostModel{Currency: "EUR", GPUHour: map[string]float64{a100: 2, DefaultPrice: 1},
-			CPUCoreHour: 0.1, RAMGBHour: 0.1, KWh: 0.2, PUE: 1.2, Basis: BasisUsed, Idle: IdleEven,
-			Weights: map[string]float64{WeightGPU: 1, WeightCPU: 0.5, WeightRAM: 0, WeightEnergy: 2}}, known: known},
-		{name: "unknown model", model: CostModel{GPUHour: map[string]float64{"NVIDIA A100": 2, DefaultPrice: 1}},
-			known: known, want: []string{`unknown GPU model "NVIDIA A100"`}},
-		{name: "any model when none known", model: CostModel{GPUHour: map[string]float64{"NVIDIA A100": 2}}},
-		{name: "negative prices", model: CostModel{GPUHour: map[string]float64{a100: -1}, CPUCoreHour: -1, RAMGBHour: -1, KWh: -1},
-			want: []string{`GPU-hour price of "` + a100 + `" is -1`, "CPU core-hour price is -1", "RAM GiB-hour price is -1", "kWh price is -1"}},
-		{name: "not a number", model: CostModel{KWh: math.NaN(), CPUCoreHour: math.Inf(1)}, want: []string{"kWh price is NaN", "CPU core-hour price is +Inf"}},
-		{name: "PUE", model: CostModel{PUE: 0.9}, want: []string{"PUE is 0.9"}},
-		{name: "basis", model: CostModel{Basis: "held"}, want: []string{`unknown cost basis "held"`}},
-		{name: "idle", model: CostModel{Idle: "shared"}, want: []string{`unknown idle policy "shared"`}},
-		{name: "weights", model: CostModel{Weights: map[string]float64{"gpus": 1, WeightCPU: -2}},
-			want: []string{`weight of "cpu" is -2`, `unknown weight "gpus"`}},
-		{name: "currency", model: CostModel{Currency: "usd"}, want: []string{`currency "usd"`}},
-		{name: "empty model", model: CostModel{GPUHour: map[string]float64{"": 1}}, want: []string{"empty model name"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := tt.model.Validate(tt.known)
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Errorf("Validate: %v, want no error", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate: no error, want %q", tt.want)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate: %v, want it to say %q", err, w)
-				}
-			}
-		})
-	}
-}
-
 // TestDeterministic builds the same report twice and wants the same bytes
 // in every format.
 func TestDeterministic(t *testing.T) {
 	usage, gpus := randomLedger(7, 200)
 	m := randomModel()
-	m.Idle = IdleEven
+	m.Idle = cost.IdleEven
 	for _, by := range Groupings() {
 		var out [2]bytes.Buffer
 		for i := range out {
@@ -532,190 +430,6 @@ func TestBuildEmpty(t *testing.T) {
 	} {
 		if err := w(&b); err != nil {
 			t.Error(err)
-		}
-	}
-}
-
-// TestEfficiencyTimeSliced: two containers share one GPU for 2 h, each
-// allocated half of it and holding all of it. train uses 90 % of the
-// GPU, 1.8 GPU-hours: 180 % of its allocated hour, 90 % of its 2 held
-// hours. Efficiency is the latter.
-func TestEfficiencyTimeSliced(t *testing.T) {
-	g := ledger.GPU{Node: "gpu1", UUID: "GPU-00000000-aaaa", Index: 0, Model: a100}
-	ctr := func(id, name string) *ledger.Container {
-		return &ledger.Container{Node: "gpu1", ID: strings.Repeat(id, 32), Name: name, User: name}
-	}
-	train, notebook := ctr("1a", "train"), ctr("2b", "notebook")
-	usage := []ledger.UsageTotal{
-		{Node: "gpu1", OwnerKind: ledger.KindContainer, OwnerID: train.ID, GPU: g, Container: train,
-			Sums: ledger.Sums{AllocatedSeconds: 3600, HeldSeconds: 7200, PresentSeconds: 7200, UsedSeconds: 6480}},
-		{Node: "gpu1", OwnerKind: ledger.KindContainer, OwnerID: notebook.ID, GPU: g, Container: notebook,
-			Sums: ledger.Sums{AllocatedSeconds: 3600, HeldSeconds: 7200, PresentSeconds: 7200, UsedSeconds: 360}},
-	}
-	gpus := []ledger.GPUTotal{{GPU: g, GPUSums: ledger.GPUSums{Seconds: 7200, AllocatedSeconds: 7200, UsedSeconds: 6840}}}
-	for _, by := range []string{ByContainer, ByGPU} {
-		r, err := Build(usage, gpus, Options{By: by, From: from, To: to, Cost: prices()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		eff := map[string]float64{}
-		for _, row := range r.Rows {
-			eff[row.Key] = row.Efficiency
-			if row.Efficiency < 0 || row.Efficiency > 1 {
-				t.Errorf("by %s: row %s: efficiency %v, want within 0..1", by, row.Key, row.Efficiency)
-			}
-		}
-		want := map[string]float64{"train": 0.9, "notebook": 0.05}
-		if by == ByGPU {
-			want = map[string]float64{"gpu1/0 " + a100: 6840.0 / 14400}
-		}
-		if diff := cmp.Diff(eff, want, approx); diff != "" {
-			t.Errorf("by %s: efficiency (-got +want):\n%s", by, diff)
-		}
-		if tot := r.Totals; tot.GPUHoursHeld == nil || *tot.GPUHoursHeld != 4 || !approxEqual(tot.Efficiency, 6840.0/14400) || tot.GPUHoursAllocated != 2 {
-			t.Errorf("by %s: totals held %v, allocated %v, efficiency %v; want 4, 2 and %v", by, tot.GPUHoursHeld, tot.GPUHoursAllocated, tot.Efficiency, 6840.0/14400)
-		}
-		if len(r.Notes) != 0 {
-			t.Errorf("by %s: notes %q, want none", by, r.Notes)
-		}
-	}
-}
-
-// TestHeldUnknown: usage from a ledger written before held GPU-hours.
-// alice's train has none at all; her notebook has 1 held hour from the
-// rows written since, which used 0.25 GPU-hours (0.5 of its 0.75 used
-// hours are in rows without held time); bob's job is all known.
-func TestHeldUnknown(t *testing.T) {
-	g0 := ledger.GPU{Node: "gpu1", UUID: "GPU-00000000-aaaa", Index: 0, Model: a100}
-	g1 := ledger.GPU{Node: "gpu1", UUID: "GPU-11111111-bbbb", Index: 1, Model: a100}
-	ctr := func(id, name, user string) *ledger.Container {
-		return &ledger.Container{Node: "gpu1", ID: strings.Repeat(id, 32), Name: name, User: user}
-	}
-	train, notebook, job := ctr("1a", "train", "alice"), ctr("2b", "notebook", "alice"), ctr("3c", "job", "bob")
-	usage := []ledger.UsageTotal{
-		{Node: "gpu1", OwnerKind: ledger.KindContainer, OwnerID: train.ID, GPU: g0, Container: train,
-			Sums:   ledger.Sums{AllocatedSeconds: 7200, PresentSeconds: 7200, UsedSeconds: 3600},
-			Unheld: ledger.Unheld{Rows: 2, All: true, UsedSeconds: 3600}},
-		{Node: "gpu1", OwnerKind: ledger.KindContainer, OwnerID: notebook.ID, GPU: g1, Container: notebook,
-			Sums:   ledger.Sums{AllocatedSeconds: 3600, HeldSeconds: 3600, PresentSeconds: 3600, UsedSeconds: 2700},
-			Unheld: ledger.Unheld{Rows: 1, UsedSeconds: 1800}},
-		{Node: "gpu1", OwnerKind: ledger.KindContainer, OwnerID: job.ID, GPU: g1, Container: job,
-			Sums: ledger.Sums{AllocatedSeconds: 3600, HeldSeconds: 3600, PresentSeconds: 3600, UsedSeconds: 1800}},
-	}
-	gpus := []ledger.GPUTotal{
-		{GPU: g0, GPUSums: ledger.GPUSums{Seconds: 7200, AllocatedSeconds: 7200, UsedSeconds: 3600}},
-		{GPU: g1, GPUSums: ledger.GPUSums{Seconds: 7200, AllocatedSeconds: 7200, UsedSeconds: 4500}},
-	}
-	build := func(by string) *Report {
-		t.Helper()
-		r, err := Build(usage, gpus, Options{By: by, From: from, To: to, Cost: prices()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-
-	type figures struct {
-		Held       *float64
-		Efficiency float64
-	}
-	got := func(r *Report) map[string]figures {
-		m := map[string]figures{"(total)": {r.Totals.GPUHoursHeld, r.Totals.Efficiency}}
-		for _, row := range r.Rows {
-			m[row.Key] = figures{row.GPUHoursHeld, row.Efficiency}
-		}
-		return m
-	}
-	// Efficiency over the usage that has held time: notebook 0.25 / 1,
-	// job 0.5 / 1, alice's 0.25 / 1, all (0.25 + 0.5) / 2.
-	for _, tc := range []struct {
-		by   string
-		want map[string]figures
-	}{
-		{ByContainer, map[string]figures{"train": {nil, 0}, "notebook": {hours(1), 0.25}, "job": {hours(1), 0.5}, "(total)": {hours(2), 0.375}}},
-		{ByUser, map[string]figures{"alice": {hours(1), 0.25}, "bob": {hours(1), 0.5}, "(total)": {hours(2), 0.375}}},
-	} {
-		r := build(tc.by)
-		if diff := cmp.Diff(got(r), tc.want, approx); diff != "" {
-			t.Errorf("by %s: held and efficiency (-got +want):\n%s", tc.by, diff)
-		}
-		if diff := cmp.Diff(r.Notes, []string{NoteHeldUnknown}); diff != "" {
-			t.Errorf("by %s: notes (-got +want):\n%s", tc.by, diff)
-		}
-	}
-
-	r := build(ByContainer)
-	var b bytes.Buffer
-	if err := r.WriteJSON(&b); err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		Rows  []map[string]any `json:"rows"`
-		Notes []string         `json:"notes"`
-	}
-	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
-		t.Fatal(err)
-	}
-	for _, row := range doc.Rows {
-		held, ok := row["gpu_hours_held"]
-		if !ok {
-			t.Errorf("JSON row %v has no gpu_hours_held", row["key"])
-		}
-		if (held == nil) != (row["key"] == "train") {
-			t.Errorf("JSON row %v: gpu_hours_held %v, want null for train only", row["key"], held)
-		}
-	}
-	if len(doc.Notes) != 1 {
-		t.Errorf("JSON notes %q, want the held note", doc.Notes)
-	}
-
-	b.Reset()
-	if err := r.WriteTable(&b); err != nil {
-		t.Fatal(err)
-	}
-	table := b.String()
-	if !strings.Contains(table, "\nnote: "+NoteHeldUnknown+"\n") {
-		t.Errorf("table has no note under it:\n%s", table)
-	}
-	for _, line := range strings.Split(table, "\n") {
-		if f := strings.Fields(line); len(f) > 5 && f[0] == "train" && (f[2] != "-" || f[5] != "-") {
-			t.Errorf("table row of train: HELD %s, EFF %s; want - and -:\n%s", f[2], f[5], table)
-		}
-	}
-
-	b.Reset()
-	if err := r.WriteCSV(&b); err != nil {
-		t.Fatal(err)
-	}
-	recs, err := csv.NewReader(&b).ReadAll()
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := slices.Index(recs[0], "gpu_hours_held")
-	for _, rec := range recs[1:] {
-		if rec[0] != "row" {
-			continue
-		}
-		if want := map[string]string{"train": "", "notebook": "1", "job": "1"}[rec[1]]; rec[col] != want {
-			t.Errorf("CSV row %s: gpu_hours_held %q, want %q", rec[1], rec[col], want)
-		}
-	}
-
-	b.Reset()
-	if err := r.WriteFOCUS(&b); err != nil {
-		t.Fatal(err)
-	}
-	if recs, err = csv.NewReader(&b).ReadAll(); err != nil {
-		t.Fatal(err)
-	}
-	col = slices.Index(recs[0], "x_gpu_hours_held")
-	svc, name := slices.Index(recs[0], "ServiceName"), slices.Index(recs[0], "ResourceName")
-	for _, rec := range recs[1:] {
-		if rec[svc] != "GPU" {
-			continue
-		}
-		if want := map[string]string{"train": "", "notebook": "1", "job": "1"}[rec[name]]; rec[col] != want {
-			t.Errorf("FOCUS GPU line of %s: x_gpu_hours_held %q, want %q", rec[name], rec[col], want)
 		}
 	}
 }

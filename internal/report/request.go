@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
@@ -219,7 +220,7 @@ type Reader interface {
 }
 
 // Models returns the GPU models the ledger holds usage of, on any node and
-// at any time it still keeps, sorted: what CostModel.Validate checks prices against. It reads
+// at any time it still keeps, sorted: what cost.Model.Check checks prices against. It reads
 // the ledger's whole history rather than a report's window, so that a
 // price for a model that merely sat out the window is not taken for a
 // misspelling.
@@ -239,11 +240,11 @@ func Models(ctx context.Context, store Reader) ([]string, error) {
 }
 
 // Run reads the ledger for a validated request and builds the report.
-func Run(ctx context.Context, store Reader, r Request, cost CostModel) (*Report, error) {
+func Run(ctx context.Context, store Reader, r Request, m cost.Model) (*Report, error) {
 	f := ledger.Filter{From: *r.From, To: *r.To, Node: r.Node}
 	usage, gpus, err := store.Totals(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("read usage: %w", err)
 	}
-	return Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: cost, Filter: r.Filter()})
+	return Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: m, Filter: r.Filter()})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
@@ -50,7 +51,7 @@ func BenchmarkTick(b *testing.B) {
 // as the agent chains them; the rules run once a minute of ticks.
 func BenchmarkTickWithWaste(b *testing.B) {
 	s, now := loadSampler(b)
-	live := NewLive(LiveConfig{Rules: DefaultRules(), Cost: priced})
+	live := NewLive(LiveConfig{Rules: config.DefaultWasteRules(), Cost: priced})
 	ctx := context.Background()
 	live.Add(s.Step(ctx, now))
 	b.ReportAllocs()
@@ -74,7 +75,7 @@ func BenchmarkLiveAdd(b *testing.B) {
 		times[i] = now
 		now = now.Add(time.Second)
 	}
-	live := NewLive(LiveConfig{Rules: DefaultRules(), Cost: priced})
+	live := NewLive(LiveConfig{Rules: config.DefaultWasteRules(), Cost: priced})
 	b.ReportAllocs()
 	i, round := 0, 0
 	for b.Loop() {
@@ -129,7 +130,7 @@ func monthLedger(b *testing.B) (*sqlite.Store, ledgertest.Month) {
 // steps.
 func BenchmarkEvaluate30Days(b *testing.B) {
 	s, m := monthLedger(b)
-	rules := DefaultRules()
+	rules := config.DefaultWasteRules()
 	rules.TooOld.MaxAge = 3 * time.Hour
 	ctx := context.Background()
 	for _, w := range []struct {

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 // Reader is the part of a ledger the rules read.
@@ -32,8 +33,8 @@ type Options struct {
 	// From and To bound the window [From, To), in whole minutes.
 	From, To time.Time
 	Node     string // "" for all nodes
-	Rules    Rules
-	Cost     report.CostModel
+	Rules    config.WasteRules
+	Cost     cost.Model
 	// Flush is how often the agents commit their rows to the ledger
 	// (ledger.flush_interval): a live agent's data may end that much
 	// before now. It is part of the slack with which a node's data must

@@ -8,16 +8,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/meter"
-	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
 // LiveConfig wires a Live evaluator.
 type LiveConfig struct {
-	Rules Rules
-	Cost  report.CostModel
+	Rules config.WasteRules
+	Cost  cost.Model
 	// Bucket is the step the rules see; 0 chooses a tenth of the shortest
 	// window, at most a minute and at least 100 ms.
 	Bucket time.Duration
@@ -29,8 +30,8 @@ type LiveConfig struct {
 // sampler adds, the API and the metrics read.
 type Live struct {
 	mu     sync.Mutex
-	rules  Rules
-	cost   report.CostModel
+	rules  config.WasteRules
+	cost   cost.Model
 	bucket time.Duration
 	keep   time.Duration // how long a subject that stopped is remembered
 
@@ -99,11 +100,11 @@ func NewLive(cfg LiveConfig) *Live {
 	}
 	if l.bucket <= 0 {
 		l.bucket = time.Minute
-		if w := l.rules.shortestWindow(); w > 0 {
+		if w := shortestWindow(&l.rules); w > 0 {
 			l.bucket = min(time.Minute, max(100*time.Millisecond, w/10))
 		}
 	}
-	l.keep = max(10*time.Minute, l.rules.longestWindow())
+	l.keep = max(10*time.Minute, longestWindow(&l.rules))
 	return l
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -78,8 +79,8 @@ host_processes:
   - {user: dave, gpu: 4, start: 1h, end: 2h, util: 20, memory: 1GiB}
 `
 
-func patternRules() Rules {
-	r := DefaultRules()
+func patternRules() config.WasteRules {
+	r := config.DefaultWasteRules()
 	r.TooOld.MaxAge = 2 * time.Hour
 	return r
 }
@@ -238,7 +239,7 @@ gpumeter_waste_findings{Hostname="lab",owner="erin",rule="too_old"} 1
 // TestLiveUnaccountedMemory: GPU memory that no process accounts for is
 // found live, on its GPU.
 func TestLiveUnaccountedMemory(t *testing.T) {
-	rules := DefaultRules()
+	rules := config.DefaultWasteRules()
 	rules.Outside.Window = 2 * time.Minute
 	live := NewLive(LiveConfig{Rules: rules, Cost: priced})
 	m := meter.New(meter.Config{})
@@ -276,7 +277,7 @@ func TestLiveUnaccountedMemory(t *testing.T) {
 // TestLiveRepublishedTick: the sampler publishes its last tick again
 // while the GPU source reads nothing; it adds nothing.
 func TestLiveRepublishedTick(t *testing.T) {
-	rules := DefaultRules()
+	rules := config.DefaultWasteRules()
 	rules.Idle.Window = time.Minute
 	a := NewLive(LiveConfig{Rules: rules})
 	b := NewLive(LiveConfig{Rules: rules})

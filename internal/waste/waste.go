@@ -21,9 +21,10 @@
 //
 // A run is an unbroken sequence of steps in which a rule's condition
 // holds; a run that has lasted the rule's window plus its grace is
-// reported, from the start of the run. The rules, and the GPU-hours each
-// counts as wasted (allocated and present GPU-hours as the meter books
-// them, so a GPU shared by two holders counts half for each):
+// reported, from the start of the run. The rules (their settings are
+// config.WasteRules), and the GPU-hours each counts as wasted (allocated
+// and present GPU-hours as the meter books them, so a GPU shared by two
+// holders counts half for each):
 //
 //   - idle: the container holds at least one GPU, its SM utilisation on
 //     every GPU it holds is below Idle.SMPercent and its CPU use below
@@ -67,7 +68,7 @@
 // finding is reported: for the window rules, how long after the first
 // window in which it held. Cost is the wasted GPU-hours at the price of
 // each GPU's model, weighted as a report charges GPU time
-// (report.CostModel.GPUHourCost).
+// (cost.Model.GPUHourCost).
 //
 // # Findings
 //
@@ -87,159 +88,28 @@ import (
 	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
-// Rule names, as findings and metrics carry them.
+// Rule names, as findings and metrics carry them: the config's.
 const (
-	RuleIdle          = "idle"
-	RuleStalled       = "stalled"
-	RuleOverAllocated = "over_allocated"
-	RuleTooOld        = "too_old"
-	RuleLowEfficiency = "low_efficiency"
-	RuleOutside       = "outside"
+	RuleIdle          = config.RuleIdle
+	RuleStalled       = config.RuleStalled
+	RuleOverAllocated = config.RuleOverAllocated
+	RuleTooOld        = config.RuleTooOld
+	RuleLowEfficiency = config.RuleLowEfficiency
+	RuleOutside       = config.RuleOutside
 )
-
-// RuleNames lists the rules in the order reports show them.
-func RuleNames() []string {
-	return []string{RuleIdle, RuleStalled, RuleOverAllocated, RuleTooOld, RuleLowEfficiency, RuleOutside}
-}
-
-// Rules are the thresholds, windows and graces of every rule.
-type Rules struct {
-	Idle          IdleRule
-	Stalled       StalledRule
-	OverAllocated OverAllocatedRule
-	TooOld        TooOldRule
-	LowEfficiency LowEfficiencyRule
-	Outside       OutsideRule
-}
-
-// IdleRule finds containers that hold GPUs and do nothing with them.
-type IdleRule struct {
-	Enabled bool
-	// SMPercent is the SM utilisation (percent of the device) below which
-	// a held GPU is idle; over-allocated uses it too.
-	SMPercent float64
-	// CPUCores is the CPU use below which the container is idle.
-	CPUCores      float64
-	Window, Grace time.Duration
-}
-
-// StalledRule finds containers that hold GPU memory and compute nothing
-// while their CPU is busy.
-type StalledRule struct {
-	Enabled       bool
-	Window, Grace time.Duration
-}
-
-// OverAllocatedRule finds containers that use fewer GPUs than they hold.
-type OverAllocatedRule struct {
-	Enabled       bool
-	Window, Grace time.Duration
-}
-
-// TooOldRule finds containers that run longer than MaxAge; 0 turns it off.
-type TooOldRule struct {
-	MaxAge, Grace time.Duration
-}
-
-// LowEfficiencyRule finds containers whose efficiency, used / held
-// GPU-hours, stays below Threshold.
-type LowEfficiencyRule struct {
-	Enabled   bool
-	Threshold float64
-	// MinGPUHours is the allocated GPU-hours a container must hold over
-	// the window to be judged at all.
-	MinGPUHours   float64
-	Window, Grace time.Duration
-}
-
-// OutsideRule finds GPU use outside containers.
-type OutsideRule struct {
-	Enabled bool
-	// UnaccountedMemory is the device memory no process accounts for
-	// above which a GPU is reported (live only).
-	UnaccountedMemory uint64
-	Window, Grace     time.Duration
-}
-
-// DefaultRules returns the rules as gpumeter ships them.
-func DefaultRules() Rules {
-	return Rules{
-		Idle:          IdleRule{Enabled: true, SMPercent: 5, CPUCores: 0.1, Window: time.Hour},
-		Stalled:       StalledRule{Enabled: true, Window: 30 * time.Minute},
-		OverAllocated: OverAllocatedRule{Enabled: true, Window: time.Hour},
-		LowEfficiency: LowEfficiencyRule{Enabled: true, Threshold: 0.3, MinGPUHours: 1, Window: 4 * time.Hour},
-		Outside:       OutsideRule{Enabled: true, UnaccountedMemory: 1 << 30},
-	}
-}
-
-// stalledSM is the SM utilisation below which a GPU counts as computing
-// nothing: NVML reports whole percents, so this is what reads as 0 %.
-const stalledSM = 0.5
-
-// Validate reports every setting that makes no sense, named as the
-// config's waste.* keys are: negative or non-finite thresholds, an SM
-// threshold above 100 %, a window rule without a window, and a grace
-// longer than its window.
-func (r Rules) Validate() error {
-	var errs []error
-	threshold := func(name string, v float64) {
-		switch {
-		case math.IsNaN(v) || math.IsInf(v, 0):
-			errs = append(errs, fmt.Errorf("%s: %v is not a number", name, v))
-		case v < 0:
-			errs = append(errs, fmt.Errorf("%s: %v is negative", name, v))
-		}
-	}
-	window := func(rule string, w, g time.Duration, needWindow bool) {
-		if w < 0 {
-			errs = append(errs, fmt.Errorf("%s.window: %s is negative", rule, w))
-		}
-		if g < 0 {
-			errs = append(errs, fmt.Errorf("%s.grace: %s is negative", rule, g))
-		}
-		if needWindow && w <= 0 {
-			errs = append(errs, fmt.Errorf("%s.window: must be more than 0", rule))
-		}
-		if g > w && w >= 0 {
-			errs = append(errs, fmt.Errorf("%s.grace: %s is longer than the window, %s", rule, g, w))
-		}
-	}
-	threshold("idle.sm_percent", r.Idle.SMPercent)
-	if r.Idle.SMPercent > 100 {
-		errs = append(errs, fmt.Errorf("idle.sm_percent: %v is above 100", r.Idle.SMPercent))
-	}
-	threshold("idle.cpu_cores", r.Idle.CPUCores)
-	window("idle", r.Idle.Window, r.Idle.Grace, false)
-	window("stalled", r.Stalled.Window, r.Stalled.Grace, false)
-	window("over_allocated", r.OverAllocated.Window, r.OverAllocated.Grace, r.OverAllocated.Enabled)
-	if r.TooOld.MaxAge < 0 {
-		errs = append(errs, fmt.Errorf("too_old.max_age: %s is negative", r.TooOld.MaxAge))
-	}
-	if r.TooOld.Grace < 0 {
-		errs = append(errs, fmt.Errorf("too_old.grace: %s is negative", r.TooOld.Grace))
-	}
-	if r.TooOld.MaxAge > 0 && r.TooOld.Grace > r.TooOld.MaxAge {
-		errs = append(errs, fmt.Errorf("too_old.grace: %s is longer than max_age, %s", r.TooOld.Grace, r.TooOld.MaxAge))
-	}
-	threshold("low_efficiency.threshold", r.LowEfficiency.Threshold)
-	threshold("low_efficiency.min_gpu_hours", r.LowEfficiency.MinGPUHours)
-	window("low_efficiency", r.LowEfficiency.Window, r.LowEfficiency.Grace, r.LowEfficiency.Enabled)
-	window("outside", r.Outside.Window, r.Outside.Grace, false)
-	return errors.Join(errs...)
-}
 
 // shortestWindow is the shortest positive window of the enabled rules, 0
 // when none has one.
-func (r *Rules) shortestWindow() time.Duration {
+func shortestWindow(r *config.WasteRules) time.Duration {
 	var ws []time.Duration
 	if r.Idle.Enabled {
 		ws = append(ws, r.Idle.Window)
@@ -267,7 +137,7 @@ func (r *Rules) shortestWindow() time.Duration {
 }
 
 // longestWindow is the longest window plus grace of any rule.
-func (r *Rules) longestWindow() time.Duration {
+func longestWindow(r *config.WasteRules) time.Duration {
 	return max(r.Idle.Window+r.Idle.Grace, r.Stalled.Window+r.Stalled.Grace,
 		r.OverAllocated.Window+r.OverAllocated.Grace, r.LowEfficiency.Window+r.LowEfficiency.Grace,
 		r.Outside.Window+r.Outside.Grace, r.TooOld.Grace)
@@ -384,7 +254,7 @@ func newReport(from, to time.Time, currency string, fs []Finding) *Report {
 	})
 	r := &Report{From: from.UTC(), To: to.UTC(), Currency: currency, Findings: fs}
 	all := Total{Rule: TotalKey}
-	for _, name := range RuleNames() {
+	for _, name := range config.RuleNames() {
 		t := Total{Rule: name}
 		for _, f := range fs {
 			if f.Rule == name {
@@ -408,7 +278,7 @@ func newReport(from, to time.Time, currency string, fs []Finding) *Report {
 	return r
 }
 
-func ruleOrder(rule string) int { return slices.Index(RuleNames(), rule) }
+func ruleOrder(rule string) int { return slices.Index(config.RuleNames(), rule) }
 
 // findingID is the stable identity of a finding.
 func findingID(rule, node, ownerKind, owner string, gpus []GPURef) string {

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 var t0 = time.Date(2026, 11, 2, 18, 0, 0, 0, time.UTC)
@@ -180,13 +181,13 @@ func dump(r *Report) string {
 	return b.String()
 }
 
-var priced = report.CostModel{GPUHour: map[string]float64{"default": 2}}
+var priced = cost.Model{GPUHour: map[string]float64{"default": 2}}
 
 func TestRules(t *testing.T) {
 	busy := func(n int) []float64 { return slices.Repeat([]float64{90}, n) }
 	tests := []struct {
 		name  string
-		rules func(*Rules)
+		rules func(*config.WasteRules)
 		ctrs  []ctr
 		hosts []hostProc
 		want  []want
@@ -216,7 +217,7 @@ func TestRules(t *testing.T) {
 		// Window 1h + grace 30m: an idle run of 80 minutes is not enough,
 		// one of 100 is, and counts from its start.
 		name:  "idle with grace",
-		rules: func(r *Rules) { r.Idle.Grace = 30 * time.Minute },
+		rules: func(r *config.WasteRules) { r.Idle.Grace = 30 * time.Minute },
 		ctrs: []ctr{
 			{name: "short", gpus: []int{0}, from: 0, to: 80},
 			{name: "long", gpus: []int{1}, from: 0, to: 100},
@@ -226,7 +227,7 @@ func TestRules(t *testing.T) {
 		// 2 GPUs at 90 % for 1 h, 45 min with 30 GiB held, 0 % SM and 2
 		// cores, then 90 % again: stalled for 2 × 0.75 GPU-hours.
 		name: "stalled",
-		rules: func(r *Rules) {
+		rules: func(r *config.WasteRules) {
 			r.Stalled.Window = 30 * time.Minute
 		},
 		ctrs: []ctr{{name: "train", gpus: []int{2, 3}, from: 0, to: 165, cpu: 2, phases: []phase{
@@ -242,13 +243,13 @@ func TestRules(t *testing.T) {
 	}, {
 		// Grace delays the report, not what it counts.
 		name:  "over-allocated with grace",
-		rules: func(r *Rules) { r.OverAllocated.Grace = 30 * time.Minute },
+		rules: func(r *config.WasteRules) { r.OverAllocated.Grace = 30 * time.Minute },
 		ctrs:  []ctr{{name: "greedy", gpus: []int{0, 1}, from: 0, to: 120, cpu: 1, phases: []phase{{util: []float64{90}, mem: 40}}}},
 		want:  []want{{rule: RuleOverAllocated, who: "greedy", gpus: []int{1}, since: 0, until: 120, wasted: 2, active: true}},
 	}, {
 		// Max age 2 h, runs 5 h at 80 % on 2 GPUs: 2 × 3 GPU-hours.
 		name:  "too old",
-		rules: func(r *Rules) { r.TooOld.MaxAge = 2 * time.Hour },
+		rules: func(r *config.WasteRules) { r.TooOld.MaxAge = 2 * time.Hour },
 		ctrs:  []ctr{{name: "forever", gpus: []int{4, 5}, from: 0, to: 300, cpu: 1, phases: []phase{{util: []float64{80, 80}, mem: 10}}}},
 		want:  []want{{rule: RuleTooOld, who: "forever", gpus: []int{4, 5}, since: 120, until: 300, wasted: 6, active: true}},
 	}, {
@@ -294,12 +295,12 @@ func TestRules(t *testing.T) {
 		want:  []want{{rule: RuleOutside, who: "dave", gpus: []int{7}, since: 30, until: 150, wasted: 2}},
 	}, {
 		name:  "outside with a window",
-		rules: func(r *Rules) { r.Outside.Window = 30 * time.Minute },
+		rules: func(r *config.WasteRules) { r.Outside.Window = 30 * time.Minute },
 		hosts: []hostProc{{user: "dave", gpu: 1, from: 0, to: 20}, {user: "erin", gpu: 2, from: 0, to: 40}},
 		want:  []want{{rule: RuleOutside, who: "erin", gpus: []int{2}, since: 0, until: 40, wasted: 40.0 / 60, active: true}},
 	}, {
 		name: "rules off",
-		rules: func(r *Rules) {
+		rules: func(r *config.WasteRules) {
 			r.Idle.Enabled, r.OverAllocated.Enabled, r.Outside.Enabled = false, false, false
 		},
 		ctrs: []ctr{
@@ -313,7 +314,7 @@ func TestRules(t *testing.T) {
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rules := DefaultRules()
+			rules := config.DefaultWasteRules()
 			if tt.rules != nil {
 				tt.rules(&rules)
 			}
@@ -348,60 +349,13 @@ func TestSinceInsideAMinute(t *testing.T) {
 		ps = append(ps, ledger.UsagePoint{Start: min2t(m), Node: "n1", OwnerKind: ledger.KindContainer, OwnerID: "c", GPU: testGPUs[0],
 			Sums: ledger.Sums{AllocatedSeconds: alloc}, Container: meta})
 	}
-	got := evaluate(ps, nil, byMinute(t0, min2t(90)), Options{From: t0, To: min2t(90), Rules: DefaultRules(), Cost: priced})
+	got := evaluate(ps, nil, byMinute(t0, min2t(90)), Options{From: t0, To: min2t(90), Rules: config.DefaultWasteRules(), Cost: priced})
 	if len(got.Findings) != 1 {
 		t.Fatalf("got %d findings, want 1:\n%s", len(got.Findings), dump(got))
 	}
 	f := got.Findings[0]
 	if !f.Since.Equal(start) || math.Abs(f.WastedGPUHours-89.5/60) > 1e-9 || f.Evidence[EvDuration] != 89.5*60 {
 		t.Errorf("idle since %s, %v GPU-hours, %v s; want since %s, %v, %v", f.Since, f.WastedGPUHours, f.Evidence[EvDuration], start, 89.5/60, 89.5*60)
-	}
-}
-
-func TestRulesValidate(t *testing.T) {
-	tests := []struct {
-		name   string
-		change func(*Rules)
-		want   []string // substrings of the error; none for valid rules
-	}{
-		{"defaults", func(*Rules) {}, nil},
-		{"too old on", func(r *Rules) { r.TooOld = TooOldRule{MaxAge: 7 * 24 * time.Hour, Grace: time.Hour} }, nil},
-		{"grace equal to window", func(r *Rules) { r.Idle.Grace = time.Hour }, nil},
-		{"negative SM", func(r *Rules) { r.Idle.SMPercent = -1 }, []string{"idle.sm_percent: -1 is negative"}},
-		{"SM above 100", func(r *Rules) { r.Idle.SMPercent = 101 }, []string{"idle.sm_percent: 101 is above 100"}},
-		{"negative CPU", func(r *Rules) { r.Idle.CPUCores = -0.1 }, []string{"idle.cpu_cores: -0.1 is negative"}},
-		{"NaN threshold", func(r *Rules) { r.LowEfficiency.Threshold = math.NaN() }, []string{"low_efficiency.threshold: NaN is not a number"}},
-		{"negative min GPU-hours", func(r *Rules) { r.LowEfficiency.MinGPUHours = -2 }, []string{"low_efficiency.min_gpu_hours: -2 is negative"}},
-		{"grace over window", func(r *Rules) { r.Stalled.Grace = 31 * time.Minute }, []string{"stalled.grace: 31m0s is longer than the window, 30m0s"}},
-		{"grace over max age", func(r *Rules) { r.TooOld = TooOldRule{MaxAge: time.Hour, Grace: 2 * time.Hour} }, []string{"too_old.grace: 2h0m0s is longer than max_age, 1h0m0s"}},
-		{"grace with no window", func(r *Rules) { r.Outside.Grace = time.Minute }, []string{"outside.grace: 1m0s is longer than the window, 0s"}},
-		{"negative window", func(r *Rules) { r.Idle.Window = -time.Minute }, []string{"idle.window: -1m0s is negative"}},
-		{"no window", func(r *Rules) { r.LowEfficiency.Window = 0 }, []string{"low_efficiency.window: must be more than 0"}},
-		{"no window, rule off", func(r *Rules) { r.LowEfficiency.Window, r.LowEfficiency.Enabled = 0, false }, nil},
-		{"several", func(r *Rules) {
-			r.Idle.SMPercent, r.OverAllocated.Grace = -5, 2*time.Hour
-		}, []string{"idle.sm_percent: -5 is negative", "over_allocated.grace: 2h0m0s is longer than the window, 1h0m0s"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			r := DefaultRules()
-			tt.change(&r)
-			err := r.Validate()
-			if len(tt.want) == 0 {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil {
-				t.Fatalf("Validate() = nil, want %q", tt.want)
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("Validate() = %q, want it to contain %q", err, w)
-				}
-			}
-		})
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/meter"
@@ -139,7 +140,7 @@ func TestWindowLength(t *testing.T) {
 	}
 	start := sc.Start                                  // 00:20
 	stop := sc.Start.Add(2*time.Hour + 10*time.Minute) // 02:30
-	rules := DefaultRules()
+	rules := config.DefaultWasteRules()
 	rules.TooOld.MaxAge = time.Hour
 	const flush = 5 * time.Second // ledger.flush_interval's default
 

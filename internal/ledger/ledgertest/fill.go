@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 // FillVersion changes whenever Fill30Days writes something different;
@@ -263,10 +262,16 @@ func BenchWriteMinute(b *testing.B, s ledger.Store) {
 	b.ReportMetric(float64(len(batch.Usage)+len(batch.GPUUsage)+len(batch.ContainerUsage)), "rows/op")
 }
 
+// Report is the whole of `gpumeter report` grouped by by over [from, to)
+// on s: both ledger queries and the report. The backends' benchmarks pass
+// report.Run behind it, so that this package needs no report.
+type Report func(ctx context.Context, s ledger.Store, by string, from, to time.Time) error
+
 // BenchUsage measures Usage and GPUs over the month Fill30Days wrote: the
 // whole 30 days (hour rows only), and with both edges inside an hour
-// (minute rows at the edges); and Series and ContainerSeries at both steps.
-func BenchUsage(b *testing.B, s ledger.Store, m Month) {
+// (minute rows at the edges); report over the month; and Series and
+// ContainerSeries at both steps.
+func BenchUsage(b *testing.B, s ledger.Store, m Month, report Report) {
 	ctx := context.Background()
 	for _, w := range []struct {
 		name string
@@ -292,13 +297,8 @@ func BenchUsage(b *testing.B, s ledger.Store, m Month) {
 	// both ledger queries and the report itself.
 	for _, by := range []string{"user", "container"} {
 		b.Run("ReportMonthBy"+by, func(b *testing.B) {
-			req := report.Request{By: by, From: &m.From, To: &m.To}
-			if err := req.Validate(m.To); err != nil {
-				b.Fatal(err)
-			}
-			cost := report.CostModel{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01}
 			for b.Loop() {
-				if _, err := report.Run(ctx, s, req, cost); err != nil {
+				if err := report(ctx, s, by, m.From, m.To); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,11 +1,15 @@
 package postgres_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 // go test -run '^$' -bench BenchmarkWriteMinute ./internal/ledger/postgres/
@@ -21,5 +25,15 @@ func BenchmarkUsage30Days(b *testing.B) {
 	began := time.Now()
 	m := ledgertest.Fill30Days(b, s)
 	b.Logf("built the 30-day ledger in %v", time.Since(began).Round(time.Millisecond))
-	ledgertest.BenchUsage(b, s, m)
+	ledgertest.BenchUsage(b, s, m, runReport)
+}
+
+// runReport is the whole of `gpumeter report` for ledgertest.BenchUsage.
+func runReport(ctx context.Context, s ledger.Store, by string, from, to time.Time) error {
+	req := report.Request{By: by, From: &from, To: &to}
+	if err := req.Validate(to); err != nil {
+		return err
+	}
+	_, err := report.Run(ctx, s, req, cost.Model{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01})
+	return err
 }

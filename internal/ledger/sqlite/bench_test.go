@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/report"
 )
 
 // go test -run '^$' -bench BenchmarkWriteMinute ./internal/ledger/sqlite/
@@ -158,5 +160,15 @@ func monthLedger(b *testing.B) (string, ledgertest.Month) {
 // go test -run '^$' -bench BenchmarkUsage30Days ./internal/ledger/sqlite/
 func BenchmarkUsage30Days(b *testing.B) {
 	path, m := monthLedger(b)
-	ledgertest.BenchUsage(b, open(b, path), m)
+	ledgertest.BenchUsage(b, open(b, path), m, runReport)
+}
+
+// runReport is the whole of `gpumeter report` for ledgertest.BenchUsage.
+func runReport(ctx context.Context, s ledger.Store, by string, from, to time.Time) error {
+	req := report.Request{By: by, From: &from, To: &to}
+	if err := req.Validate(to); err != nil {
+		return err
+	}
+	_, err := report.Run(ctx, s, req, cost.Model{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01})
+	return err
 }
