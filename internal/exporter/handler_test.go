@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/meter"
@@ -221,7 +222,7 @@ var lintExceptions = []struct {
 // tick with every family present, the exporter's own metrics, and the
 // ledger writer's, the audit log's and the waste rules' collectors.
 func TestHandlerLint(t *testing.T) {
-	rules := waste.DefaultRules()
+	rules := config.DefaultWasteRules()
 	rules.Idle.Window = 10 * time.Second
 	live := waste.NewLive(waste.LiveConfig{Rules: rules})
 	s := playScenario(t, "../../testdata/shared.yaml", 61, live.Add)

@@ -111,10 +111,6 @@ const (
 	KeyHost         = "(host)"         // host processes, by image
 )
 
-// ErrInvalidCost is cost.ErrInvalidCost, which the errors of a price
-// list that does not fit the ledger are wrapped in.
-var ErrInvalidCost = cost.ErrInvalidCost
-
 // Options say what to report.
 type Options struct {
 	// By is one of Groupings.

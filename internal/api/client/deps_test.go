@@ -9,13 +9,14 @@ import (
 // serverSide are the packages of the agent that a client has no use for:
 // the API server, and what it serves from. A name ending in / stands for
 // the packages under it only: the ledger's record types are part of the
-// audit events and reports on the wire, its backends are not.
+// audit events and reports on the wire, its backends are not. The agent's
+// config is plain settings (it imports only units) and comes in with the
+// cost model of a report; it is not listed.
 var serverSide = []string{
 	"internal/agent",
 	"internal/api/server",
 	"internal/auth",
 	"internal/cgroup",
-	"internal/config",
 	"internal/docker",
 	"internal/exporter",
 	"internal/ledger/",

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -330,7 +331,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			return
 		}
 		rep, err := s.cfg.Reports.Report(r.Context(), req)
-		if errors.Is(err, report.ErrInvalidCost) {
+		if errors.Is(err, cost.ErrInvalidCost) {
 			writeError(w, http.StatusInternalServerError, "bad_config", "the agent's cost settings do not fit the GPUs in the ledger; the agent's log says which")
 			return
 		}

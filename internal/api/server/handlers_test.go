@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -279,7 +280,7 @@ func TestReportLimits(t *testing.T) {
 	if e := f.get(t, asAdmin, "/api/v1/usage").apiError(t, http.StatusInternalServerError, "ledger_error"); strings.Contains(e.Message, "usage_hour") {
 		t.Errorf("message %q shows the ledger's error", e.Message)
 	}
-	f.reports.answer(1, fmt.Errorf("price: %w", report.ErrInvalidCost))
+	f.reports.answer(1, fmt.Errorf("price: %w", cost.ErrInvalidCost))
 	f.get(t, asAdmin, "/api/v1/usage").apiError(t, http.StatusInternalServerError, "bad_config")
 
 	off := newFixture(t, func(c *Config) { c.Reports = nil })
