@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/retry"
 )
 
 const (
@@ -50,7 +51,7 @@ var followedEvents = []string{
 // on what happened meanwhile. Run returns nil once ctx ends, and only then.
 func (i *Inventory) Run(ctx context.Context) error {
 	defer i.client.Close()
-	backoff := minBackoff
+	backoff := retry.Backoff{Initial: minBackoff, Max: maxBackoff}
 	failures := 0
 	for {
 		upAt, err := i.session(ctx)
@@ -62,24 +63,20 @@ func (i *Inventory) Run(ctx context.Context) error {
 		if !upAt.IsZero() {
 			failures = 0
 			if time.Since(upAt) >= goodSession {
-				backoff = minBackoff
+				backoff.Reset()
 			}
 		}
 		failures++
+		wait := backoff.Next()
 		if failures == 1 {
-			i.log.Warn("docker daemon unreachable, retrying", "err", err, "in", backoff)
+			i.log.Warn("docker daemon unreachable, retrying", "err", err, "in", wait)
 		} else {
-			i.log.Debug("docker daemon still unreachable", "err", err, "attempt", failures, "in", backoff)
+			i.log.Debug("docker daemon still unreachable", "err", err, "attempt", failures, "in", wait)
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if retry.Sleep(ctx, wait) != nil {
 			i.setDisconnected(errors.New("inventory stopped"))
 			return nil
-		case <-t.C:
 		}
-		backoff = min(2*backoff, maxBackoff)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"time"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
+	"github.com/gpumeter/gpumeter/internal/retry"
 )
 
 //go:embed migrations/*.sql
@@ -191,19 +191,14 @@ const maxAttempts = 5
 // retry runs fn again after a deadlock or serialization failure, waiting a
 // little longer, with jitter, each time.
 func (s *Store) retry(ctx context.Context, fn func() error) error {
-	for attempt := 1; ; attempt++ {
+	_, err := retry.Do(ctx, maxAttempts, retry.Backoff{Initial: 10 * time.Millisecond, Linear: true, Jitter: true}, func() error {
 		err := fn()
-		if err == nil || attempt == maxAttempts || !retryable(err) {
-			return err
+		if err != nil && !retryable(err) {
+			return retry.Permanent(err)
 		}
-		wait := time.Duration(attempt) * 10 * time.Millisecond
-		wait += rand.N(wait)
-		select {
-		case <-time.After(wait):
-		case <-ctx.Done():
-			return errors.Join(err, ctx.Err())
-		}
-	}
+		return err
+	})
+	return err
 }
 
 func retryable(err error) bool {

@@ -28,6 +28,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
+	"github.com/gpumeter/gpumeter/internal/retry"
 )
 
 //go:embed migrations/*.sql
@@ -168,25 +169,23 @@ func (s *Store) init(ctx context.Context) error {
 // setWAL waits and tries again for up to busyTimeout.
 func (s *Store) setWAL(ctx context.Context) error {
 	deadline := time.Now().Add(busyTimeout)
-	for {
+	every := retry.Backoff{Initial: 10 * time.Millisecond, Max: 10 * time.Millisecond}
+	_, err := retry.Do(ctx, 0, every, func() error {
 		var mode string
 		err := s.wdb.QueryRowContext(ctx, "PRAGMA journal_mode=WAL").Scan(&mode)
 		if err == nil {
 			if !strings.EqualFold(mode, "wal") {
-				return fmt.Errorf("journal mode is %q", mode)
+				return retry.Permanent(fmt.Errorf("journal mode is %q", mode))
 			}
 			return nil
 		}
 		var se *sqlite.Error
 		if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
-			return err
+			return retry.Permanent(err)
 		}
-		select {
-		case <-time.After(10 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return err
+	})
+	return err
 }
 
 // check reads the schema without writing and fails if the file is not a
