@@ -40,6 +40,13 @@ import (
 // be loaded.
 var ErrNoDriver = errors.New("no NVIDIA driver found")
 
+// The agent wires the policy engine to Docker; the checks live here so
+// that neither side imports the other.
+var (
+	_ policy.Stopper    = (*docker.Inventory)(nil)
+	_ policy.Containers = (*docker.Inventory)(nil)
+)
+
 // Agent is a running `gpumeter serve`.
 type Agent struct {
 	cfg     config.Config

@@ -4,10 +4,15 @@
 package container
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"time"
 )
+
+// ErrNotFound is wrapped by the error of an action on a container that
+// its runtime does not know, or no longer knows.
+var ErrNotFound = errors.New("container not found")
 
 // Container is one container on the node.
 type Container struct {

@@ -252,7 +252,7 @@ func TestStop(t *testing.T) {
 	gone, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "vanished", CreateOnly: true})
 	dockertest.Remove(t, cli, gone)
 	err = inv.Stop(ctx, gone, time.Second)
-	if !errors.Is(err, ErrNotFound) {
-		t.Errorf("Stop on a removed container: err = %v, want ErrNotFound", err)
+	if !errors.Is(err, container.ErrNotFound) {
+		t.Errorf("Stop on a removed container: err = %v, want container.ErrNotFound", err)
 	}
 }

@@ -35,10 +35,6 @@ const (
 // daemon cannot be reached.
 var ErrUnreachable = errors.New("docker daemon unreachable")
 
-// ErrNotFound is wrapped by Stop's error when the daemon does not know the
-// container.
-var ErrNotFound = errors.New("container not found")
-
 // Config configures an Inventory.
 type Config struct {
 	// Host is the daemon address, e.g. unix:///var/run/docker.sock; empty
@@ -186,7 +182,7 @@ func (i *Inventory) Connected() bool {
 // SIGKILL once grace has passed. grace is rounded up to whole seconds; a
 // negative grace means the container's own stop timeout. Stop returns once
 // the container has stopped or ctx ends. An error for a container the
-// daemon does not know wraps ErrNotFound. Stopping a stopped container is
+// daemon does not know wraps container.ErrNotFound. Stopping a stopped container is
 // not an error.
 func (i *Inventory) Stop(ctx context.Context, id string, grace time.Duration) error {
 	var opts client.ContainerStopOptions
@@ -196,7 +192,7 @@ func (i *Inventory) Stop(ctx context.Context, id string, grace time.Duration) er
 	}
 	if _, err := i.client.ContainerStop(ctx, id, opts); err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("stop %s: %w: %w", id, ErrNotFound, err)
+			return fmt.Errorf("stop %s: %w: %w", id, container.ErrNotFound, err)
 		}
 		return fmt.Errorf("stop %s: %w", id, err)
 	}

@@ -11,25 +11,19 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
-// Stopper stops containers; *docker.Inventory is one. An error for a
-// container that no longer exists wraps docker.ErrNotFound.
+// Stopper stops containers. An error for a container that no longer
+// exists wraps container.ErrNotFound.
 type Stopper interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 }
 
-// Containers looks containers up by ID; *docker.Inventory is one.
+// Containers looks containers up by ID.
 type Containers interface {
 	Lookup(id string) (container.Container, bool)
 }
-
-var (
-	_ Stopper    = (*docker.Inventory)(nil)
-	_ Containers = (*docker.Inventory)(nil)
-)
 
 // EngineConfig wires an Engine.
 type EngineConfig struct {
@@ -264,7 +258,7 @@ func (e *Engine) stop(ctx context.Context, p Config, f waste.Finding) {
 	case err == nil:
 		ev.Outcome = OutcomeStopped
 		log.Warn("policy: stopped the container", "grace", p.Grace.String())
-	case errors.Is(err, docker.ErrNotFound):
+	case errors.Is(err, container.ErrNotFound):
 		ev.Outcome = OutcomeGone
 		log.Info("policy: the container disappeared before the stop")
 	default:

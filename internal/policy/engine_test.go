@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -162,7 +161,7 @@ func TestEngineWarnsThenStops(t *testing.T) {
 func TestEngineStopOfVanishedContainerIsAudited(t *testing.T) {
 	w := newWorld("idle")
 	w.findings = []waste.Finding{finding("f1", "idle", true)}
-	w.stopErr = fmt.Errorf("stop c-idle: %w", docker.ErrNotFound)
+	w.stopErr = fmt.Errorf("stop c-idle: %w", container.ErrNotFound)
 	a := &memAudit{}
 	p := stopPolicy("")
 	e := newTestEngine(w, p, a, nil)

@@ -15,7 +15,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
-	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -268,7 +267,7 @@ func (s *server) stop(w http.ResponseWriter, r *http.Request, c *call) {
 	took := time.Since(began)
 	if err != nil {
 		status, code, msg := http.StatusBadGateway, apitype.CodeInternal, "docker could not stop the container; the agent's log says why"
-		if errors.Is(err, docker.ErrNotFound) {
+		if errors.Is(err, container.ErrNotFound) {
 			status, code, msg = http.StatusNotFound, apitype.CodeNotFound, "container "+found.Name+" no longer exists"
 		}
 		s.cfg.Logger.Warn("stop container", "id", found.ID, "caller", c.id.Caller(), "err", err)

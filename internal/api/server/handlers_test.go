@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
-	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -314,7 +314,7 @@ func TestStop(t *testing.T) {
 		{name: "already stopped", caller: asAdmin, target: "alice-old", status: 409, code: apitype.CodeConflict, msg: "container alice-old is not running", outcome: apitype.OutcomeFailed},
 		{name: "alice's already stopped", caller: asAlice, target: "alice-old", status: 409, code: apitype.CodeConflict, msg: "container alice-old is not running", outcome: apitype.OutcomeFailed},
 		{name: "no docker", caller: asAdmin, target: "bob-train", noStopper: true, status: 503, code: apitype.CodeDockerOff, msg: "docker.enabled: false", outcome: apitype.OutcomeFailed},
-		{name: "gone meanwhile", caller: asAlice, target: "alice-train", stopErr: fmt.Errorf("stop %s: %w", aliceTrain, docker.ErrNotFound),
+		{name: "gone meanwhile", caller: asAlice, target: "alice-train", stopErr: fmt.Errorf("stop %s: %w", aliceTrain, container.ErrNotFound),
 			status: 404, code: apitype.CodeNotFound, msg: "container alice-train no longer exists", stopped: aliceTrain, outcome: apitype.OutcomeFailed},
 		{name: "docker fails", caller: asAlice, target: "alice-train", stopErr: errors.New("Post http://%2Fvar%2Frun%2Fdocker.sock/v1.47/containers/a1/stop: dial unix: permission denied"),
 			status: 502, code: apitype.CodeInternal, msg: "docker could not stop the container; the agent's log says why", stopped: aliceTrain, outcome: apitype.OutcomeFailed},

@@ -48,7 +48,7 @@ type Waste interface {
 }
 
 // Stopper stops a container; *docker.Inventory is one. An error for a
-// container that no longer exists wraps docker.ErrNotFound.
+// container that no longer exists wraps container.ErrNotFound.
 type Stopper interface {
 	Stop(ctx context.Context, id string, grace time.Duration) error
 }
