@@ -40,11 +40,12 @@ import (
 // be loaded.
 var ErrNoDriver = errors.New("no NVIDIA driver found")
 
-// The agent wires the policy engine to Docker; the checks live here so
-// that neither side imports the other.
+// The agent wires the policy engine to Docker and to the audit log; the
+// checks live here so that neither side imports the other.
 var (
 	_ policy.Stopper    = (*docker.Inventory)(nil)
 	_ policy.Containers = (*docker.Inventory)(nil)
+	_ policy.Auditor    = (*audit.Log)(nil)
 )
 
 // Agent is a running `gpumeter serve`.

@@ -97,11 +97,6 @@ func FromLedger(e ledger.AuditEvent) Event {
 	}
 }
 
-// Auditor records events.
-type Auditor interface {
-	Audit(ctx context.Context, e Event) error
-}
-
 // File appends events as JSON lines to a file, one write per event, so
 // that a crash loses at most the event being written.
 type File struct {
@@ -110,8 +105,6 @@ type File struct {
 	f      *os.File
 	secure func(*os.File, string) error // see Secure
 }
-
-var _ Auditor = (*File)(nil)
 
 // OpenFile opens the audit file at path for appending, creating it
 // readable by its owner only, since events name users. An existing file

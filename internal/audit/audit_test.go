@@ -86,6 +86,31 @@ func TestEventJSON(t *testing.T) {
 	}
 }
 
+// TestFileAppends: each event is one line, appended.
+func TestFileAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	f, err := audit.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []string{"sent", "stopped"} {
+		if err := f.Audit(context.Background(), audit.Event{Time: time.Unix(0, 0).UTC(), Kind: "stop", Rule: "idle", Container: "x", Outcome: o}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], `{"time":"1970-01-01T00:00:00Z","kind":"stop","rule":"idle"`) || !strings.Contains(lines[1], `"outcome":"stopped"`) {
+		t.Errorf("audit file:\n%s", b)
+	}
+}
+
 func TestOpenFileMode(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	f, err := audit.OpenFile(path)

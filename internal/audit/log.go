@@ -100,8 +100,6 @@ type Log struct {
 	reported [numKinds]uint64
 }
 
-var _ Auditor = (*Log)(nil)
-
 // Kinds of observation, as the metrics and the summary of dropped ones
 // name them.
 const (
@@ -198,9 +196,6 @@ func (l *Log) Act(ctx context.Context, e Event) error {
 	l.written.Add(1)
 	return nil
 }
-
-// Audit is Act, so that a Log can be the policy engine's Auditor.
-func (l *Log) Audit(ctx context.Context, e Event) error { return l.Act(ctx, e) }
 
 // Observe counts e, a refusal or a read, in its window. It never blocks
 // and holds no more than the window's caps allow, however many calls

@@ -139,14 +139,13 @@ func calls(events []audit.Event, match func(audit.Event) bool) int64 {
 
 // TestActWritesBeforeReturning: an action is in the file and the ledger
 // when Act returns, with no Run at all, and with the node and time filled
-// in; the policy engine's Auditor is the same path.
+// in, whether the policy engine or the API acted.
 func TestActWritesBeforeReturning(t *testing.T) {
 	f, s := openFile(t), openStore(t)
 	l := audit.NewLog(audit.LogConfig{File: f, Store: s, Node: "n1"})
 	policy := audit.Event{Time: t0, Node: "n0", Kind: "stop", Rule: "idle", FindingID: "idle-1", ContainerID: "abc", Owner: "carol",
 		Evidence: map[string]float64{"sm_percent": 0.5}, Outcome: "stopped", Caller: "policy"}
-	var auditor audit.Auditor = l // as the policy engine holds it
-	if err := auditor.Audit(context.Background(), policy); err != nil {
+	if err := l.Act(context.Background(), policy); err != nil {
 		t.Fatal(err)
 	}
 	before := time.Now()

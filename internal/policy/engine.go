@@ -175,7 +175,7 @@ func (e *Engine) step(ctx context.Context) {
 		if !st.warnedAt.IsZero() && !st.done {
 			f := st.finding
 			e.cfg.Logger.Info("policy: stop cancelled, the finding no longer holds", "rule", f.Rule, "container", f.Container, "finding", f.ID)
-			e.audit(ctx, Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeInactive, Error: "the finding no longer holds"}, f)
+			e.audit(ctx, Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeCancelled, Error: "the finding no longer holds"}, f)
 		}
 		delete(e.state, id)
 	}
@@ -216,7 +216,7 @@ func (e *Engine) notify(ctx context.Context, p Config, kind string, f waste.Find
 			log.Info("policy dry run: would notify", "webhook", p.Webhook.URL, "text", m.Text)
 		}
 	case p.Webhook.URL == "":
-		ev.Outcome = OutcomeNoHook
+		ev.Outcome = OutcomeLogged
 		log.Warn("policy: "+kind, "text", m.Text)
 	default:
 		n, err := post(ctx, e.cfg.Client, p.Webhook, e.cfg.Backoff, m)
@@ -269,9 +269,9 @@ func (e *Engine) stop(ctx context.Context, p Config, f waste.Finding) {
 }
 
 var recheckText = map[string]string{
-	OutcomeInactive: "the finding no longer holds",
-	OutcomeGone:     "the container is gone or no longer running",
-	OutcomeExempt:   "the container is exempt",
+	OutcomeCancelled: "the finding no longer holds",
+	OutcomeGone:      "the container is gone or no longer running",
+	OutcomeExempt:    "the container is exempt",
 }
 
 // recheck looks again, right before a stop, at the latest findings and
@@ -285,7 +285,7 @@ func (e *Engine) recheck(p Config, f waste.Finding) string {
 		}
 	}
 	if !still {
-		return OutcomeInactive
+		return OutcomeCancelled
 	}
 	if e.cfg.Containers != nil {
 		c, ok := e.cfg.Containers.Lookup(f.ContainerID)
@@ -306,7 +306,7 @@ func (e *Engine) audit(ctx context.Context, ev Event, f waste.Finding) {
 	if e.cfg.Audit == nil {
 		return
 	}
-	if err := e.cfg.Audit.Audit(ctx, ev); err != nil {
+	if err := e.cfg.Audit.Act(ctx, ev); err != nil {
 		e.cfg.Logger.Error("policy: audit", "err", err)
 	}
 }

@@ -5,12 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -61,7 +58,7 @@ func (w *world) Now() time.Time { return w.now }
 
 type memAudit struct{ events []Event }
 
-func (m *memAudit) Audit(_ context.Context, e Event) error {
+func (m *memAudit) Act(_ context.Context, e Event) error {
 	m.events = append(m.events, e)
 	return nil
 }
@@ -314,31 +311,5 @@ func TestEngineWebhookFailureIsAudited(t *testing.T) {
 	e.step(context.Background())
 	if len(a.events) != 1 || a.events[0].Outcome != OutcomeFailed || a.events[0].Attempts != 2 || a.events[0].Error == "" {
 		t.Errorf("audit = %+v, want one failed notify after 2 attempts", a.events)
-	}
-}
-
-func TestFileAudit(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	f, err := OpenFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range []string{OutcomeSent, OutcomeStopped} {
-		if err := f.Audit(context.Background(), Event{Time: time.Unix(0, 0).UTC(), Kind: EventStop, Rule: "idle", Container: "x", Outcome: o}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	b, _ := io.ReadAll(r)
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[1], `{"time":"1970-01-01T00:00:00Z","kind":"stop","rule":"idle"`) || !strings.Contains(lines[1], `"outcome":"stopped"`) {
-		t.Errorf("audit file:\n%s", b)
 	}
 }
