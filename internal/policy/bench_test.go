@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"context"
 	"fmt"
 	"testing"
 )
@@ -25,11 +24,10 @@ func BenchmarkEngineStep(b *testing.B) {
 	p := stopPolicy("")
 	p.DryRun = true
 	e := newTestEngine(w, p, &memAudit{}, nil)
-	ctx := context.Background()
-	e.step(ctx) // the warnings
+	look(e) // the warnings
 	b.ReportAllocs()
 	for b.Loop() {
-		e.step(ctx)
+		e.step()
 	}
 	if len(e.state) != len(names) {
 		b.Fatalf("%d tracked, want %d", len(e.state), len(names))

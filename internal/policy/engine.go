@@ -2,11 +2,9 @@ package policy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
-	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,14 +23,27 @@ type Containers interface {
 	Lookup(id string) (container.Container, bool)
 }
 
+// Defaults of an EngineConfig.
+const (
+	DefaultWorkers       = 4
+	DefaultActionTimeout = time.Minute
+	DefaultAuditTimeout  = 30 * time.Second
+)
+
+// drainTimeout is how long the audit writes of the actions still queued
+// or under way may take once Run's context has ended.
+const drainTimeout = 5 * time.Second
+
 // EngineConfig wires an Engine.
 type EngineConfig struct {
 	Policy Config
-	// Findings returns the latest live findings. It is called from the
-	// engine's goroutine only, and again right before a stop.
+	// Findings returns the latest live findings. The engine calls it on
+	// every step and, from a worker, again right before a stop: it must
+	// be safe for concurrent use.
 	Findings func() []waste.Finding
 	// Stopper and Containers are nil on a node without Docker: a stop
-	// then fails, and is audited so.
+	// then fails, and is audited so. Both must be safe for concurrent
+	// use.
 	Stopper    Stopper
 	Containers Containers
 	Audit      Auditor
@@ -43,17 +54,32 @@ type EngineConfig struct {
 	// 500ms; it doubles up to 10s).
 	Interval time.Duration
 	Backoff  time.Duration
-	Now      func() time.Time
+	// Workers is how many actions run at once (default DefaultWorkers).
+	Workers int
+	// ActionTimeout bounds one action (default DefaultActionTimeout): a
+	// notification with all its retries, or a stop beyond its grace
+	// period. AuditTimeout bounds the audit write that follows it
+	// (default DefaultAuditTimeout).
+	ActionTimeout time.Duration
+	AuditTimeout  time.Duration
+	Now           func() time.Time
 }
 
-// Engine applies the policy to the live findings on a goroutine of its
-// own (Run): it pulls the latest findings, so the sampler that produces
-// them never waits on a webhook or on Docker.
+// Engine applies the policy to the live findings. Its loop (Run) only
+// decides: it pulls the latest findings, so that the sampler producing
+// them never waits on it, and hands every action (a notification, a
+// warning, a stop, and the audit event of each) to a bounded pool of
+// workers, so that the loop itself never waits on a webhook, on Docker or
+// on the audit log. The actions of one finding run one at a time, in the
+// order they were decided.
 type Engine struct {
 	cfg    EngineConfig
 	policy atomic.Pointer[Config]
 	// state is touched by Run's goroutine only.
 	state map[string]*tracked
+	jobs  *queue
+	steps atomic.Uint64 // looks at the findings so far
+	drain time.Duration // drainTimeout; shorter in tests
 }
 
 // tracked is what the engine remembers of an active finding.
@@ -79,13 +105,22 @@ func NewEngine(cfg EngineConfig) *Engine {
 	if cfg.Backoff <= 0 {
 		cfg.Backoff = 500 * time.Millisecond
 	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultWorkers
+	}
+	if cfg.ActionTimeout <= 0 {
+		cfg.ActionTimeout = DefaultActionTimeout
+	}
+	if cfg.AuditTimeout <= 0 {
+		cfg.AuditTimeout = DefaultAuditTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Findings == nil {
 		cfg.Findings = func() []waste.Finding { return nil }
 	}
-	e := &Engine{cfg: cfg, state: map[string]*tracked{}}
+	e := &Engine{cfg: cfg, state: map[string]*tracked{}, jobs: newQueue(), drain: drainTimeout}
 	p := cfg.Policy
 	e.policy.Store(&p)
 	return e
@@ -99,24 +134,52 @@ func (e *Engine) SetPolicy(p Config) { e.policy.Store(&p) }
 // Policy returns the policy in force.
 func (e *Engine) Policy() Config { return *e.policy.Load() }
 
-// Run looks at the findings every Interval until ctx ends.
+// Run looks at the findings every Interval until ctx ends, while its
+// workers carry out the actions. Then it lets the workers finish what is
+// queued: what they can no longer do fails at once, since ctx has ended,
+// and every audit event is still written, the writes taking at most five
+// seconds more in all. Run returns nil.
 func (e *Engine) Run(ctx context.Context) error {
 	p := e.Policy()
 	e.cfg.Logger.Info("policy engine running", "dry_run", p.DryRun, "warning_wait", p.WarningWait.String())
+	auditCtx, cancelAudit := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAudit()
+	var wg sync.WaitGroup
+	for range e.cfg.Workers {
+		wg.Go(func() { e.work(ctx, auditCtx) })
+	}
 	t := time.NewTicker(e.cfg.Interval)
 	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
 		select {
 		case <-ctx.Done():
-			return nil
 		case <-t.C:
-			e.step(ctx)
+			e.step()
 		}
+	}
+	drain := time.AfterFunc(e.drain, cancelAudit)
+	defer drain.Stop()
+	e.jobs.close()
+	wg.Wait()
+	return nil
+}
+
+// work carries out queued jobs until the queue is closed and empty.
+func (e *Engine) work(ctx, auditCtx context.Context) {
+	for {
+		j, ok := e.jobs.take()
+		if !ok {
+			return
+		}
+		e.do(ctx, auditCtx, j)
+		e.jobs.done(j)
 	}
 }
 
-// step acts on one look at the findings.
-func (e *Engine) step(ctx context.Context) {
+// step acts on one look at the findings: it decides, and queues what it
+// decided for the workers.
+func (e *Engine) step() {
+	defer e.steps.Add(1)
 	p := e.Policy()
 	now := e.cfg.Now()
 	active := map[string]bool{}
@@ -145,7 +208,7 @@ func (e *Engine) step(ctx context.Context) {
 			if !st.warnedAt.IsZero() {
 				// Exempted after its warning (a selector added by a
 				// reload): the stop is off, and the audit says so.
-				e.audit(ctx, Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeExempt, Error: why}, f)
+				e.jobs.add(&job{policy: p, finding: f, event: Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeExempt, Error: why}})
 			}
 			st.exempt, st.warnedAt = why, time.Time{}
 			continue
@@ -155,16 +218,16 @@ func (e *Engine) step(ctx context.Context) {
 		case ActionNotify:
 			if !st.notified {
 				st.notified = true
-				e.notify(ctx, p, EventNotify, f, time.Time{})
+				e.jobs.add(&job{kind: EventNotify, policy: p, finding: f})
 			}
 		case ActionStop:
 			switch {
 			case st.warnedAt.IsZero():
 				st.warnedAt = now
-				e.notify(ctx, p, EventWarn, f, now.Add(p.WarningWait))
+				e.jobs.add(&job{kind: EventWarn, policy: p, finding: f, stopAt: now.Add(p.WarningWait)})
 			case !now.Before(st.warnedAt.Add(p.WarningWait)):
 				st.done = true
-				e.stop(ctx, p, f)
+				e.jobs.add(&job{kind: EventStop, policy: p, finding: f})
 			}
 		}
 	}
@@ -175,7 +238,7 @@ func (e *Engine) step(ctx context.Context) {
 		if !st.warnedAt.IsZero() && !st.done {
 			f := st.finding
 			e.cfg.Logger.Info("policy: stop cancelled, the finding no longer holds", "rule", f.Rule, "container", f.Container, "finding", f.ID)
-			e.audit(ctx, Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeCancelled, Error: "the finding no longer holds"}, f)
+			e.jobs.add(&job{policy: p, finding: f, event: Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeCancelled, Error: "the finding no longer holds"}})
 		}
 		delete(e.state, id)
 	}
@@ -196,138 +259,4 @@ func (e *Engine) exempt(p Config, f waste.Finding) string {
 		}
 	}
 	return exempt(p.Exempt, t)
-}
-
-// notify sends a notification (kind notify) or a warning (kind warn,
-// stopAt set) and audits it.
-func (e *Engine) notify(ctx context.Context, p Config, kind string, f waste.Finding, stopAt time.Time) {
-	m := Message{Kind: kind, DryRun: p.DryRun, Finding: f, Text: text(kind, f, stopAt)}
-	if !stopAt.IsZero() {
-		m.StopAt = &stopAt
-	}
-	ev := Event{Kind: kind, DryRun: p.DryRun}
-	log := e.cfg.Logger.With("rule", f.Rule, "container", f.Container, "container_id", f.ContainerID, "owner", f.Owner, "finding", f.ID)
-	switch {
-	case p.DryRun:
-		ev.Outcome = OutcomeDryRun
-		if kind == EventWarn {
-			log.Info("policy dry run: would warn, then stop the container", "webhook", p.Webhook.URL, "stop_at", stopAt.UTC().Format(time.RFC3339), "text", m.Text)
-		} else {
-			log.Info("policy dry run: would notify", "webhook", p.Webhook.URL, "text", m.Text)
-		}
-	case p.Webhook.URL == "":
-		ev.Outcome = OutcomeLogged
-		log.Warn("policy: "+kind, "text", m.Text)
-	default:
-		n, err := post(ctx, e.cfg.Client, p.Webhook, e.cfg.Backoff, m)
-		ev.Attempts = n
-		if err != nil {
-			ev.Outcome, ev.Error = OutcomeFailed, err.Error()
-			log.Warn("policy: webhook failed", "kind", kind, "attempts", n, "err", err)
-		} else {
-			ev.Outcome = OutcomeSent
-			log.Info("policy: "+kind+" sent", "attempts", n)
-		}
-	}
-	e.audit(ctx, ev, f)
-}
-
-// stop re-checks f and stops its container.
-func (e *Engine) stop(ctx context.Context, p Config, f waste.Finding) {
-	log := e.cfg.Logger.With("rule", f.Rule, "container", f.Container, "container_id", f.ContainerID, "owner", f.Owner, "finding", f.ID)
-	ev := Event{Kind: EventStop, DryRun: p.DryRun}
-	if why := e.recheck(p, f); why != "" {
-		ev.Outcome, ev.Error = why, recheckText[why]
-		log.Info("policy: stop cancelled", "why", recheckText[why])
-		e.audit(ctx, ev, f)
-		return
-	}
-	if p.DryRun {
-		ev.Outcome = OutcomeDryRun
-		log.Info("policy dry run: would stop the container", "grace", p.Grace.String())
-		e.audit(ctx, ev, f)
-		return
-	}
-	var err error
-	if e.cfg.Stopper == nil {
-		err = errors.New("no container runtime to stop it with")
-	} else {
-		err = e.cfg.Stopper.Stop(ctx, f.ContainerID, p.Grace)
-	}
-	switch {
-	case err == nil:
-		ev.Outcome = OutcomeStopped
-		log.Warn("policy: stopped the container", "grace", p.Grace.String())
-	case errors.Is(err, container.ErrNotFound):
-		ev.Outcome = OutcomeGone
-		log.Info("policy: the container disappeared before the stop")
-	default:
-		ev.Outcome, ev.Error = OutcomeFailed, err.Error()
-		log.Warn("policy: stop failed", "err", err)
-	}
-	e.audit(ctx, ev, f)
-}
-
-var recheckText = map[string]string{
-	OutcomeCancelled: "the finding no longer holds",
-	OutcomeGone:      "the container is gone or no longer running",
-	OutcomeExempt:    "the container is exempt",
-}
-
-// recheck looks again, right before a stop, at the latest findings and
-// the container: it returns the outcome that cancels the stop, or "".
-func (e *Engine) recheck(p Config, f waste.Finding) string {
-	still := false
-	for _, g := range e.cfg.Findings() {
-		if g.ID == f.ID {
-			still = g.Active
-			break
-		}
-	}
-	if !still {
-		return OutcomeCancelled
-	}
-	if e.cfg.Containers != nil {
-		c, ok := e.cfg.Containers.Lookup(f.ContainerID)
-		if !ok || !c.Running {
-			return OutcomeGone
-		}
-	}
-	if e.exempt(p, f) != "" {
-		return OutcomeExempt
-	}
-	return ""
-}
-
-func (e *Engine) audit(ctx context.Context, ev Event, f waste.Finding) {
-	ev.Time = e.cfg.Now().UTC()
-	ev.Rule, ev.FindingID, ev.Node = f.Rule, f.ID, f.Node
-	ev.ContainerID, ev.Container, ev.Owner, ev.Evidence = f.ContainerID, f.Container, f.Owner, f.Evidence
-	if e.cfg.Audit == nil {
-		return
-	}
-	if err := e.cfg.Audit.Act(ctx, ev); err != nil {
-		e.cfg.Logger.Error("policy: audit", "err", err)
-	}
-}
-
-// text is the human line of a message.
-func text(kind string, f waste.Finding, stopAt time.Time) string {
-	who := f.Container
-	if who == "" {
-		who = f.OwnerKind + " " + f.Owner
-	}
-	if f.Owner != "" && f.Container != "" {
-		who += " (" + f.Owner + ")"
-	}
-	var gpus []string
-	for _, g := range f.GPUs {
-		gpus = append(gpus, fmt.Sprint(g.Index))
-	}
-	s := fmt.Sprintf("gpumeter: %s is %s on GPU %s since %s (%.2f GPU-hours wasted)",
-		who, strings.ReplaceAll(f.Rule, "_", " "), strings.Join(gpus, ","), f.Since.UTC().Format(time.RFC3339), f.WastedGPUHours)
-	if kind == EventWarn {
-		s += fmt.Sprintf("; it will be stopped at %s unless it gets busy", stopAt.UTC().Format(time.RFC3339))
-	}
-	return s
 }

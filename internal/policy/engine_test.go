@@ -56,14 +56,21 @@ func (w *world) Stop(_ context.Context, id string, _ time.Duration) error {
 
 func (w *world) Now() time.Time { return w.now }
 
-type memAudit struct{ events []Event }
+type memAudit struct {
+	mu     sync.Mutex
+	events []Event
+}
 
 func (m *memAudit) Act(_ context.Context, e Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.events = append(m.events, e)
 	return nil
 }
 
 func (m *memAudit) outcomes() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var out []string
 	for _, e := range m.events {
 		out = append(out, e.Kind+":"+e.Container+":"+e.Outcome)
@@ -92,6 +99,16 @@ func newTestEngine(w *world, p Config, a Auditor, log *bytes.Buffer) *Engine {
 	}
 	return NewEngine(EngineConfig{Policy: p, Findings: w.Findings, Stopper: w, Containers: w, Audit: a,
 		Logger: logger, Now: w.Now, Backoff: time.Millisecond})
+}
+
+// look is one step of e and then, on the test's goroutine and in order,
+// every action the step decided on.
+func look(e *Engine) {
+	e.step()
+	for j := e.jobs.tryTake(); j != nil; j = e.jobs.tryTake() {
+		e.do(context.Background(), context.Background(), j)
+		e.jobs.done(j)
+	}
 }
 
 func stopPolicy(url string) Config {
@@ -125,17 +142,16 @@ func TestEngineWarnsThenStops(t *testing.T) {
 		finding("f3", "busy-later", true), finding("f4", "gone", true), finding("f5", "busy", false)}
 	a := &memAudit{}
 	e := newTestEngine(w, stopPolicy(srv.URL), a, nil)
-	ctx := context.Background()
 
-	e.step(ctx) // warnings
+	look(e) // warnings
 	w.now = w.now.Add(30 * time.Second)
 	w.findings[2].Active = false // busy-later got busy during the warning
 	delete(w.ctrs, "c-gone")     // and gone disappeared
-	e.step(ctx)
+	look(e)
 	w.now = w.now.Add(30 * time.Second)
-	e.step(ctx) // the stops
+	look(e) // the stops
 	w.now = w.now.Add(time.Minute)
-	e.step(ctx) // nothing more: the idle one is done
+	look(e) // nothing more: the idle one is done
 
 	want := []string{
 		"warn:idle:sent", "warn:busy-later:sent", "warn:gone:sent",
@@ -162,9 +178,9 @@ func TestEngineStopOfVanishedContainerIsAudited(t *testing.T) {
 	a := &memAudit{}
 	p := stopPolicy("")
 	e := newTestEngine(w, p, a, nil)
-	e.step(context.Background())
+	look(e)
 	w.now = w.now.Add(time.Minute)
-	e.step(context.Background())
+	look(e)
 	want := []string{"warn:idle:logged", "stop:idle:gone"}
 	if fmt.Sprint(a.outcomes()) != fmt.Sprint(want) {
 		t.Errorf("audit = %v, want %v", a.outcomes(), want)
@@ -182,9 +198,9 @@ func TestEngineDryRunLogsWhatItWouldDo(t *testing.T) {
 	a := &memAudit{}
 	var log bytes.Buffer
 	e := newTestEngine(w, p, a, &log)
-	e.step(context.Background())
+	look(e)
 	w.now = w.now.Add(time.Minute)
-	e.step(context.Background())
+	look(e)
 	if hits != 0 || len(w.stopped) != 0 {
 		t.Errorf("dry run posted %d times and stopped %v", hits, w.stopped)
 	}
@@ -218,7 +234,7 @@ func TestEngineActions(t *testing.T) {
 	a := &memAudit{}
 	e := newTestEngine(w, p, a, nil)
 	for range 3 {
-		e.step(context.Background())
+		look(e)
 		w.now = w.now.Add(time.Hour)
 	}
 	// idle reports (nothing to do); the others notify once each.
@@ -229,7 +245,7 @@ func TestEngineActions(t *testing.T) {
 	// A reload that turns idle to stop takes effect on the next step.
 	p.Actions.Idle = ActionStop
 	e.SetPolicy(p)
-	e.step(context.Background())
+	look(e)
 	if n := len(a.events); n != 3 || a.events[2].Kind != EventWarn {
 		t.Errorf("after the reload: audit = %v, want a warning", a.outcomes())
 	}
@@ -237,7 +253,7 @@ func TestEngineActions(t *testing.T) {
 	p.Exempt.Owners = []string{"bob"}
 	e.SetPolicy(p)
 	w.now = w.now.Add(time.Hour)
-	e.step(context.Background())
+	look(e)
 	if n := len(a.events); n != 4 || a.events[3].Outcome != OutcomeExempt || a.events[3].Error != "owner bob" {
 		t.Errorf("after exempting bob: audit = %v, want the stop off", a.outcomes())
 	}
@@ -265,32 +281,97 @@ func TestWebhookRetries(t *testing.T) {
 		w.WriteHeader(http.StatusInternalServerError)
 	}))
 	defer broken.Close()
+	var notFoundCalls int
+	notFound := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		notFoundCalls++
+		http.NotFound(w, nil)
+	}))
+	defer notFound.Close()
+	var limitedCalls int
+	limited := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		limitedCalls++
+		if limitedCalls == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+	}))
+	defer limited.Close()
+	later := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer later.Close()
+	bare429 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	defer bare429.Close()
+	gone := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	gone.Close()
 
 	tests := []struct {
 		name     string
 		url      string
 		attempts int
 		err      string
+		// took and within bound how long post may take.
+		took, within time.Duration
 	}{
-		{"500 then 200", flaky.URL, 3, ""},
-		{"times out", slow.URL, 3, "deadline exceeded"},
-		{"always 500", broken.URL, 3, "500 Internal Server Error"},
+		{"500 then 200", flaky.URL, 3, "", 0, 2 * time.Second},
+		{"times out", slow.URL, 3, "deadline exceeded", 0, 2 * time.Second},
+		{"always 500", broken.URL, 3, "500 Internal Server Error", 0, 2 * time.Second},
+		{"unreachable", gone.URL, 3, "connection refused", 0, 2 * time.Second},
+		// A 4xx cannot succeed later: it is not tried again.
+		{"404", notFound.URL, 1, "404 Not Found", 0, 2 * time.Second},
+		// A 429 is, after the Retry-After it names,
+		{"429 then 200", limited.URL, 2, "", time.Second, 3 * time.Second},
+		// or after the backoff when it names none,
+		{"429 without Retry-After", bare429.URL, 3, "429 Too Many Requests", 0, 2 * time.Second},
+		// but not when the Retry-After is past the action's deadline.
+		{"429 retry after an hour", later.URL, 1, "429 Too Many Requests (Retry-After 1h0m0s)", 0, time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			w := Webhook{URL: tt.url, Timeout: 100 * time.Millisecond, Retries: 2}
 			start := time.Now()
-			n, err := post(context.Background(), http.DefaultClient, w, time.Millisecond, Message{Text: "hi"})
+			n, err := post(ctx, http.DefaultClient, w, time.Millisecond, Message{Text: "hi"})
 			if n != tt.attempts {
 				t.Errorf("attempts = %d, want %d", n, tt.attempts)
 			}
 			if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
 				t.Errorf("err = %v, want %q", err, tt.err)
 			}
-			if d := time.Since(start); d > 2*time.Second {
-				t.Errorf("took %s", d)
+			if d := time.Since(start); d < tt.took || d > tt.within {
+				t.Errorf("took %s, want %s to %s", d, tt.took, tt.within)
 			}
 		})
+	}
+	if notFoundCalls != 1 {
+		t.Errorf("the 404 webhook was called %d times, want once", notFoundCalls)
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"0", 0, true},
+		{"120", 2 * time.Minute, true},
+		{"Thu, 01 Jan 2026 00:00:30 GMT", 30 * time.Second, true},
+		{"Wed, 31 Dec 2025 23:00:00 GMT", 0, true}, // passed: at once
+		{"-5", 0, false},
+		{"soon", 0, false},
+	}
+	for _, tt := range tests {
+		got, ok := retryAfter(tt.in, now)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("retryAfter(%q) = %v, %v; want %v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
 	}
 }
 
@@ -308,7 +389,7 @@ func TestEngineWebhookFailureIsAudited(t *testing.T) {
 	p.Actions.Idle = ActionNotify
 	a := &memAudit{}
 	e := newTestEngine(w, p, a, nil)
-	e.step(context.Background())
+	look(e)
 	if len(a.events) != 1 || a.events[0].Outcome != OutcomeFailed || a.events[0].Attempts != 2 || a.events[0].Error == "" {
 		t.Errorf("audit = %+v, want one failed notify after 2 attempts", a.events)
 	}

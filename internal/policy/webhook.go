@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/retry"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -25,36 +27,28 @@ type Message struct {
 // maxBackoff bounds the wait between two attempts.
 const maxBackoff = 10 * time.Second
 
-// post sends m to the webhook, trying again with a doubling backoff after
-// a failure, at most 1+w.Retries times. It returns the attempts made.
+// post sends m to the webhook, at most 1+w.Retries times, until ctx ends.
+// Only what can succeed later is tried again: a network error or timeout,
+// a 5xx, or a 429, after its Retry-After when that is longer than the
+// backoff (which starts at backoff and doubles); another status (a 4xx)
+// is final. It returns the attempts made.
 func post(ctx context.Context, client *http.Client, w Webhook, backoff time.Duration, m Message) (int, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return 0, err
 	}
-	var last error
-	for attempt := 1; ; attempt++ {
-		last = postOnce(ctx, client, w, body)
-		if last == nil || attempt > w.Retries || ctx.Err() != nil {
-			return attempt, last
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return attempt, fmt.Errorf("%w (then %w)", last, ctx.Err())
-		case <-t.C:
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
+	return retry.Do(ctx, 1+w.Retries, retry.Backoff{Initial: backoff, Max: maxBackoff}, func() error {
+		return postOnce(ctx, client, w, body)
+	})
 }
 
+// postOnce makes one attempt, and marks its error for retry.Do.
 func postOnce(ctx context.Context, client *http.Client, w Webhook, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))
 	if err != nil {
-		return fmt.Errorf("webhook: %w", err)
+		return retry.Permanent(fmt.Errorf("webhook: %w", err))
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "gpumeter")
@@ -64,8 +58,32 @@ func postOnce(ctx context.Context, client *http.Client, w Webhook, body []byte) 
 	}
 	defer resp.Body.Close()
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode/100 != 2 {
+	switch code := resp.StatusCode; {
+	case code/100 == 2:
+		return nil
+	case code == http.StatusTooManyRequests:
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return retry.After(fmt.Errorf("webhook: %s (Retry-After %s)", resp.Status, d), d)
+		}
 		return fmt.Errorf("webhook: %s", resp.Status)
+	case code/100 == 5:
+		return fmt.Errorf("webhook: %s", resp.Status)
+	default:
+		return retry.Permanent(fmt.Errorf("webhook: %s", resp.Status))
 	}
-	return nil
+}
+
+// retryAfter reads a Retry-After header: a number of seconds, or an HTTP
+// date, which now has passed or not.
+func retryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 32); err == nil {
+		return time.Duration(secs) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0).Round(time.Second), true
+	}
+	return 0, false
 }
