@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -66,25 +64,11 @@ then flags, each overriding the one before.`,
 				return err
 			}
 			printServing(cmd.ErrOrStderr(), a, addr)
-			ctx, stop := context.WithCancel(cmd.Context())
-			defer stop()
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			defer stop()
-			wg.Go(func() {
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-hup:
-						reload(cmd, a, logger, configPath, demo, simFile)
-					}
-				}
-			})
-			return a.Run(ctx)
+			a.ReloadOn(hup, func() (config.Config, error) { return reload(cmd, configPath, demo, simFile) })
+			return a.Run(cmd.Context())
 		},
 	}
 	f := cmd.Flags()
@@ -107,9 +91,10 @@ then flags, each overriding the one before.`,
 	return cmd
 }
 
-// reload reads the settings again, as serve did at the start, and hands
-// them to the agent, which keeps its old ones when they do not validate.
-func reload(cmd *cobra.Command, a *agent.Agent, logger *slog.Logger, configPath string, demo bool, simFile string) {
+// reload reads the settings again, as serve did at the start, for the
+// agent to put in force on a SIGHUP; it keeps its old ones when they do
+// not validate.
+func reload(cmd *cobra.Command, configPath string, demo bool, simFile string) (config.Config, error) {
 	cfg, err := loadConfig(cmd, configPath)
 	if err == nil {
 		switch {
@@ -118,13 +103,8 @@ func reload(cmd *cobra.Command, a *agent.Agent, logger *slog.Logger, configPath 
 		case simFile != "":
 			cfg.Source, cfg.SimFile = "sim", simFile
 		}
-		err = a.Reload(cfg)
-	} else {
-		a.AuditReload(err)
 	}
-	if err != nil {
-		logger.Error("config reload rejected, the old config stays in force", "err", err)
-	}
+	return cfg, err
 }
 
 // printServing says where the agent answers, and how to get in.

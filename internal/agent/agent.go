@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
@@ -73,6 +74,14 @@ type Agent struct {
 	// noDataDir is set when the data directory cannot be written and
 	// nothing needs it: no audit log file, no socket in it.
 	noDataDir bool
+
+	// reloadMu (above) orders a reload, which reopens the audit file, and
+	// Close, which closes it; Close sets closed under it.
+	closed bool
+	// reloads and load are what ReloadOn set: Run reloads the config
+	// load reads on each value from reloads.
+	reloads <-chan os.Signal
+	load    func() (config.Config, error)
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -390,8 +399,16 @@ func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, e
 
 // Close releases what New opened: the ledger, the GPU source and the
 // demo's own ledger. Run does it when it returns; Close is for an agent
-// that never gets to Run, one whose Listen failed, say.
+// that never gets to Run, one whose Listen failed, say. It waits for a
+// reload under way, and refuses those that come after it; closing again
+// does nothing.
 func (a *Agent) Close() {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	if a.closed {
+		return
+	}
+	a.closed = true
 	if a.store != nil {
 		release, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		if err := record.Release(release, a.store, a.lease); err != nil {
@@ -414,7 +431,18 @@ func (a *Agent) close() {
 	a.closers = nil
 }
 
-// Run serves until ctx ends, then shuts every part down and returns.
+// ReloadOn has Run reload the config on each value from signals (serve
+// passes its SIGHUPs): load reads the config anew, as it was read at the
+// start, and Run puts it in force as Reload does. A config that cannot be
+// read or does not pass is audited and logged, and the old one stays.
+// Call it before Run.
+func (a *Agent) ReloadOn(signals <-chan os.Signal, load func() (config.Config, error)) {
+	a.reloads, a.load = signals, load
+}
+
+// Run serves until ctx ends, then shuts every part down and returns. The
+// parts run side by side; the first to fail stops them all, and Run
+// returns its error.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.listener == nil {
 		if _, err := a.Listen(); err != nil {
@@ -422,8 +450,6 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	srv := &http.Server{
 		Handler:           a.Handler(),
 		ReadHeaderTimeout: a.cfg.API.ReadHeaderTimeout,
@@ -434,14 +460,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		ConnContext:       auth.ConnContext,
 		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 4)
+	g, ctx := errgroup.WithContext(ctx)
 	if a.docker != nil {
-		wg.Go(func() {
+		g.Go(func() error {
 			if err := a.docker.Run(ctx); err != nil {
-				errs <- fmt.Errorf("docker inventory: %w", err)
-				cancel()
+				return fmt.Errorf("docker inventory: %w", err)
 			}
+			return nil
 		})
 	}
 	// The recorder stops only after the sampler has, so that its final
@@ -449,18 +474,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	recCtx, stopRecorder := context.WithCancel(context.Background())
 	defer stopRecorder()
 	if a.recorder != nil {
-		wg.Go(func() {
+		g.Go(func() error {
 			err := a.recorder.Run(recCtx)
 			var fenced *record.FencedError
 			switch {
 			case errors.As(err, &fenced):
 				// Another agent writes this node now: stop, and exit
 				// non-zero, rather than meter what nobody will book.
-				errs <- fmt.Errorf("ledger: %w", err)
-				cancel()
+				return fmt.Errorf("ledger: %w", err)
 			case err != nil:
 				a.log.Error("final ledger write", "err", err)
 			}
+			return nil
 		})
 	}
 	// The audit log, too, stops after the server has, so that it keeps
@@ -468,31 +493,47 @@ func (a *Agent) Run(ctx context.Context) error {
 	auditCtx, stopAudit := context.WithCancel(context.Background())
 	defer stopAudit()
 	if a.audit != nil {
-		wg.Go(func() { _ = a.audit.Run(auditCtx) })
+		g.Go(func() error {
+			_ = a.audit.Run(auditCtx)
+			return nil
+		})
 	}
 	if a.policy != nil {
-		wg.Go(func() {
+		g.Go(func() error {
 			if err := a.policy.Run(ctx); err != nil {
 				a.log.Error("policy", "err", err)
 			}
+			return nil
 		})
 	}
-	wg.Go(func() {
+	if a.reloads != nil {
+		g.Go(func() error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-a.reloads:
+					a.reloadFrom(a.load)
+				}
+			}
+		})
+	}
+	g.Go(func() error {
 		defer stopRecorder()
 		if err := a.sampler.Run(ctx); err != nil {
-			errs <- fmt.Errorf("sampler: %w", err)
-			cancel()
+			return fmt.Errorf("sampler: %w", err)
 		}
+		return nil
 	})
 	for _, ln := range []net.Listener{a.listener, a.socket} {
 		if ln == nil {
 			continue
 		}
-		wg.Go(func() {
+		g.Go(func() error {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errs <- fmt.Errorf("http on %s: %w", ln.Addr(), err)
-				cancel()
+				return fmt.Errorf("http on %s: %w", ln.Addr(), err)
 			}
+			return nil
 		})
 	}
 	a.log.Info("serving", "listen", a.listener.Addr().String(), "interval", a.cfg.Interval.String())
@@ -506,18 +547,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		_ = srv.Close()
 	}
 	stopAudit()
-	wg.Wait()
+	err := g.Wait()
 	a.Close()
-	close(errs)
-	return errors.Join(collect(errs)...)
-}
-
-func collect(ch <-chan error) []error {
-	var out []error
-	for err := range ch {
-		out = append(out, err)
-	}
-	return out
+	return err
 }
 
 // hostProcs adapts the host's /proc and cgroups to what the sampler and

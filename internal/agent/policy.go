@@ -61,7 +61,7 @@ func (w *liveWaste) setRules(cfg waste.LiveConfig) bool {
 
 // newPolicy builds the policy engine over the live findings. Its events
 // are actions: the audit log writes each to the file and the ledger before
-// the engine goes on.
+// the worker that carried out the action goes on.
 func (a *Agent) newPolicy(cfg config.Config) {
 	ec := policy.EngineConfig{
 		Policy:   cfg.Policy,
@@ -75,21 +75,48 @@ func (a *Agent) newPolicy(cfg config.Config) {
 	a.policy = policy.NewEngine(ec)
 }
 
+// errClosed is Reload's error once the agent is closed.
+var errClosed = errors.New("the agent has shut down")
+
 // Reload applies the tokens, certificates, rate limit, web config, waste
 // thresholds and policy of a new config, and reopens the audit log, together, once the whole config has passed
 // validation; other settings need a restart and are left as they are. A
 // config that does not pass, or whose certificate does not load, leaves
-// everything as it was.
+// everything as it was. Once the agent is closed, Reload does nothing and
+// returns an error.
 func (a *Agent) Reload(cfg config.Config) error {
+	a.reloadMu.Lock()
+	defer a.reloadMu.Unlock()
+	if a.closed {
+		return errClosed
+	}
 	err := a.reload(cfg)
-	a.AuditReload(err)
+	a.auditReload(err)
 	return err
 }
 
-// AuditReload records a reload of the config, or its refusal (err), in
+// reloadFrom reloads the config load reads, as a SIGHUP asks; what keeps
+// it from being read or put in force is audited and logged.
+func (a *Agent) reloadFrom(load func() (config.Config, error)) {
+	cfg, err := load()
+	if err == nil {
+		err = a.Reload(cfg)
+	} else {
+		a.reloadMu.Lock()
+		if !a.closed {
+			a.auditReload(err)
+		}
+		a.reloadMu.Unlock()
+	}
+	if err != nil {
+		a.log.Error("config reload rejected, the old config stays in force", "err", err)
+	}
+}
+
+// auditReload records a reload of the config, or its refusal (err), in
 // the audit log as an action: what is in force changed, or was meant to.
-// A caller that could not even read the config calls it with that error.
-func (a *Agent) AuditReload(err error) {
+// The caller holds reloadMu.
+func (a *Agent) auditReload(err error) {
 	if a.audit == nil {
 		return
 	}
@@ -103,6 +130,7 @@ func (a *Agent) AuditReload(err error) {
 	_ = a.audit.Act(ctx, e)
 }
 
+// reload puts cfg in force; the caller holds reloadMu.
 func (a *Agent) reload(cfg config.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid config:\n%w", err)
@@ -110,8 +138,6 @@ func (a *Agent) reload(cfg config.Config) error {
 	if a.waste == nil && cfg.WasteEnabled {
 		return errors.New("waste.enabled: turning the waste rules on needs a restart")
 	}
-	a.reloadMu.Lock()
-	defer a.reloadMu.Unlock()
 	if err := a.sec.reload(&cfg); err != nil {
 		return err
 	}
