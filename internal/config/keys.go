@@ -76,7 +76,7 @@ func Keys() []Key {
 		actionKey("outside", func(c *Config) *string { return &c.Policy.Actions.Outside }),
 		stringKey("policy.webhook.url", "URL notifications and warnings are POSTed to as JSON (with a Slack-compatible text field)", func(c *Config) *string { return &c.Policy.Webhook.URL }),
 		durationKey("policy.webhook.timeout", "how long one webhook attempt may take", func(c *Config) *time.Duration { return &c.Policy.Webhook.Timeout }),
-		intKey("policy.webhook.retries", "how many more times a failed webhook call is tried, with a doubling backoff", func(c *Config) *int { return &c.Policy.Webhook.Retries }),
+		intKey("policy.webhook.retries", "how many more times a webhook call that may succeed later (network error, 5xx, 429) is tried, with a doubling backoff", func(c *Config) *int { return &c.Policy.Webhook.Retries }),
 		durationKey("policy.stop.warning_wait", "time between the warning and the stop", func(c *Config) *time.Duration { return &c.Policy.WarningWait }),
 		durationKey("policy.stop.grace", "how long docker stop waits before it kills the container", func(c *Config) *time.Duration { return &c.Policy.Grace }),
 		listKey("policy.exempt.labels", "containers with any of these labels (key=value, or key for any value) are left alone; gpumeter.exempt=true always is", func(c *Config) *[]string { return &c.Policy.Exempt.Labels }),

@@ -63,7 +63,8 @@ func (a PolicyActions) For(rule string) string {
 type Webhook struct {
 	URL string
 	// Timeout bounds one attempt; Retries is how many more attempts a
-	// failed one gets.
+	// failed one gets when it may succeed later (a network error, a 5xx
+	// or a 429).
 	Timeout time.Duration
 	Retries int
 }
