@@ -174,12 +174,7 @@ func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger
 	last := s.Latest()
 	var g meter.GPUSums
 	for _, gt := range last.GPUs {
-		g.Seconds += gt.Total.Seconds
-		g.AllocatedSeconds += gt.Total.AllocatedSeconds
-		g.IdleSeconds += gt.Total.IdleSeconds
-		g.UsedSeconds += gt.Total.UsedSeconds
-		g.EnergyJoules += gt.Total.EnergyJoules
-		g.IdleEnergyJoules += gt.Total.IdleEnergyJoules
+		g.Add(gt.Total)
 	}
 	fmt.Fprintf(out, "simulated %s on node %s: %d GPUs, %d containers, %d host processes\n", sc.Duration, sc.Node, len(sc.GPUs), len(sc.Containers), len(sc.HostProcesses))
 	fmt.Fprintf(out, "window      %s .. %s\n", sc.Start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339))
