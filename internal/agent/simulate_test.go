@@ -56,14 +56,7 @@ containers:
 	if want := 90 * time.Minute.Seconds(); got.GPU.AllocatedSeconds != want {
 		t.Errorf("Simulate allocated %v GPU-seconds, want %v", got.GPU.AllocatedSeconds, want)
 	}
-	gpus, err := store.GPUs(ctx, ledger.Filter{Node: sc.Node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inLedger ledger.GPUSums
-	for _, g := range gpus {
-		inLedger.Add(g.GPUSums)
-	}
+	inLedger := gpuTotals(t, store, sc.Node)
 	// The ledger keeps seconds to the microsecond and energy to the
 	// millijoule in each row.
 	if math.Abs(inLedger.Seconds-got.GPU.Seconds) > 1e-3 || math.Abs(inLedger.EnergyJoules-got.GPU.EnergyJoules) > 1 {
@@ -73,17 +66,23 @@ containers:
 	if _, err := Simulate(ctx, sc, store, "l.db"); err == nil || !strings.Contains(err.Error(), "l.db already holds usage of node n1") {
 		t.Errorf("a second Simulate = %v, want it refused", err)
 	}
-	again, err := store.GPUs(ctx, ledger.Filter{Node: sc.Node})
+	if after := gpuTotals(t, store, sc.Node); after != inLedger {
+		t.Errorf("the refused Simulate changed the ledger: %+v, was %+v", after, inLedger)
+	}
+}
+
+// gpuTotals sums what store holds of every GPU of node.
+func gpuTotals(t *testing.T, store ledger.Store, node string) ledger.GPUSums {
+	t.Helper()
+	gpus, err := store.GPUs(context.Background(), ledger.Filter{Node: node})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var after ledger.GPUSums
-	for _, g := range again {
-		after.Add(g.GPUSums)
+	var sum ledger.GPUSums
+	for _, g := range gpus {
+		sum.Add(g.GPUSums)
 	}
-	if after != inLedger {
-		t.Errorf("the refused Simulate changed the ledger: %+v, was %+v", after, inLedger)
-	}
+	return sum
 }
 
 func TestCanSimulate(t *testing.T) {
