@@ -119,10 +119,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 				return nil, err
 			}
 		}
-		src := sim.NewSource(sc, true)
-		gpus, gpuName = src, "sim"
-		inventories = append(inventories, sampler.Named{Name: "sim-containers", Inventory: src})
-		resolvers = append(resolvers, src)
+		wired := sim.NewSource(sc, true).SamplerConfig(sampler.Config{})
+		gpus, gpuName, inventories, resolvers = wired.GPUs, wired.GPUName, wired.Inventories, wired.Resolvers
 		idle = sc.IdleWatts()
 		if node == "" {
 			node = sc.Node

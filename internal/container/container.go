@@ -41,11 +41,15 @@ type Container struct {
 }
 
 // ShortID is the 12-character form of the ID that docker ps shows.
-func (c *Container) ShortID() string {
-	if len(c.ID) > 12 {
-		return c.ID[:12]
+func (c *Container) ShortID() string { return ShortID(c.ID) }
+
+// ShortID is the 12-character form of a container ID that docker ps
+// shows; an ID that short or shorter is returned as it is.
+func ShortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
 	}
-	return c.ID
+	return id
 }
 
 // GPURequest is the set of GPUs a container was given: all of them, or a

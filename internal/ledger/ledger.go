@@ -82,6 +82,18 @@ type Sums struct {
 	PeakUtil          float64 // maximum SM utilisation, percent
 }
 
+// Add adds o to s: the sums add up, the peaks take the larger of the two.
+func (s *Sums) Add(o Sums) {
+	s.AllocatedSeconds += o.AllocatedSeconds
+	s.HeldSeconds += o.HeldSeconds
+	s.PresentSeconds += o.PresentSeconds
+	s.UsedSeconds += o.UsedSeconds
+	s.MemoryByteSeconds += o.MemoryByteSeconds
+	s.EnergyJoules += o.EnergyJoules
+	s.PeakMemoryBytes = max(s.PeakMemoryBytes, o.PeakMemoryBytes)
+	s.PeakUtil = max(s.PeakUtil, o.PeakUtil)
+}
+
 // Usage is one owner's use of one GPU in one minute (or hour).
 type Usage struct {
 	Node      string
@@ -118,6 +130,18 @@ type GPUSums struct {
 	EnergyJoules        float64
 	IdleEnergyJoules    float64
 	PeakUtil            float64 // maximum, percent
+}
+
+// Add adds o to s: the sums add up, PeakUtil takes the larger of the two.
+func (s *GPUSums) Add(o GPUSums) {
+	s.Seconds += o.Seconds
+	s.AllocatedSeconds += o.AllocatedSeconds
+	s.IdleSeconds += o.IdleSeconds
+	s.UsedSeconds += o.UsedSeconds
+	s.UnattributedSeconds += o.UnattributedSeconds
+	s.EnergyJoules += o.EnergyJoules
+	s.IdleEnergyJoules += o.IdleEnergyJoules
+	s.PeakUtil = max(s.PeakUtil, o.PeakUtil)
 }
 
 // GPUUsage is one GPU's totals in one minute (or hour).

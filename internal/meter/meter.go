@@ -63,7 +63,9 @@ type Sums struct {
 	PeakMemoryBytes   uint64
 }
 
-func (s *Sums) add(d Sums) {
+// Add adds d to s: the sums add up, PeakMemoryBytes takes the larger of
+// the two.
+func (s *Sums) Add(d Sums) {
 	s.AllocatedSeconds += d.AllocatedSeconds
 	s.HeldSeconds += d.HeldSeconds
 	s.PresentSeconds += d.PresentSeconds
@@ -85,7 +87,8 @@ type GPUSums struct {
 	EnergyResets        int     // times the energy counter went backwards
 }
 
-func (s *GPUSums) add(d GPUSums) {
+// Add adds d to s.
+func (s *GPUSums) Add(d GPUSums) {
 	s.Seconds += d.Seconds
 	s.AllocatedSeconds += d.AllocatedSeconds
 	s.IdleSeconds += d.IdleSeconds
@@ -137,6 +140,13 @@ type ContainerSums struct {
 	CPUSeconds     float64
 	RAMByteSeconds float64
 	Seconds        float64 // the time these sums cover
+}
+
+// Add adds d to s.
+func (s *ContainerSums) Add(d ContainerSums) {
+	s.CPUSeconds += d.CPUSeconds
+	s.RAMByteSeconds += d.RAMByteSeconds
+	s.Seconds += d.Seconds
 }
 
 // Container is one container's share of a tick.
@@ -287,7 +297,7 @@ func (m *Meter) Step(in Input) *Tick {
 		g.IdleWatts = m.idleWatts(d, gs)
 		if gs.primed {
 			g.Delta = m.book(gs, cur.t, d, g.IdleWatts)
-			gs.total.add(g.Delta)
+			gs.total.Add(g.Delta)
 		}
 		gs.spare = gs.prev.owners
 		gs.prev, gs.primed = cur, true
@@ -478,7 +488,7 @@ func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, idleW float64) 
 		if r.deltaStep != m.step {
 			r.delta, r.deltaStep = Sums{}, m.step
 		}
-		r.delta.add(s)
+		r.delta.Add(s)
 	}
 	g.IdleEnergyJoules = energy - booked
 	return g
@@ -515,7 +525,7 @@ func (m *Meter) usageRows(now time.Time) []Usage {
 		out = append(out, Usage{Row: r.id, Owner: r.key.owner, UUID: uuidOf(r.key.uuid), GPU: r.gpu.index})
 		u := &out[len(out)-1]
 		if booked {
-			r.total.add(r.delta)
+			r.total.Add(r.delta)
 			u.Delta = r.delta
 		}
 		u.Total = r.total
@@ -584,9 +594,7 @@ func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Conta
 				st.ram = 0
 			}
 		}
-		st.total.CPUSeconds += d.CPUSeconds
-		st.total.RAMByteSeconds += d.RAMByteSeconds
-		st.total.Seconds += d.Seconds
+		st.total.Add(d)
 		out = append(out, Container{Container: *c, Delta: d, Total: st.total})
 	}
 	// When every container known is listed now, none can have expired.

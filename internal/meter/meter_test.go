@@ -946,7 +946,7 @@ func TestStepConservation(t *testing.T) {
 		tick := m.Step(in)
 		checkConservation(t, tick)
 		for g := range nGPU {
-			deltaSum[g].add(tick.GPUs[g].Delta)
+			deltaSum[g].Add(tick.GPUs[g].Delta)
 			if got := tick.GPUs[g].Total.EnergyJoules; !near(got, wantE[g]) {
 				t.Errorf("step %d GPU %d: total energy %v, want %v from the counters", step, g, got, wantE[g])
 			}
@@ -961,7 +961,7 @@ func TestStepConservation(t *testing.T) {
 	// The run must have met what it is meant to exercise.
 	var all GPUSums
 	for g := range nGPU {
-		all.add(deltaSum[g])
+		all.Add(deltaSum[g])
 	}
 	if all.EnergyResets == 0 || all.AllocatedSeconds == 0 || all.IdleSeconds == 0 || all.UnattributedSeconds == 0 || all.IdleEnergyJoules == 0 {
 		t.Errorf("the run missed a case: %+v", all)

@@ -241,14 +241,7 @@ func (r *Recorder) Add(t *sampler.Tick) {
 				s = &ledger.GPUSums{}
 				p.gpus[k] = s
 			}
-			s.Seconds += g.Delta.Seconds * f
-			s.AllocatedSeconds += g.Delta.AllocatedSeconds * f
-			s.IdleSeconds += g.Delta.IdleSeconds * f
-			s.UsedSeconds += g.Delta.UsedSeconds * f
-			s.UnattributedSeconds += g.Delta.UnattributedSeconds * f
-			s.EnergyJoules += g.Delta.EnergyJoules * f
-			s.IdleEnergyJoules += g.Delta.IdleEnergyJoules * f
-			s.PeakUtil = math.Max(s.PeakUtil, util)
+			s.Add(gpuPart(&g.Delta, f, util))
 		}
 	}
 	for i := range t.Usage {
@@ -275,16 +268,7 @@ func (r *Recorder) Add(t *sampler.Tick) {
 				}
 				h.minute, h.sums = minute, s
 			}
-			s.AllocatedSeconds += u.Delta.AllocatedSeconds * f
-			s.HeldSeconds += u.Delta.HeldSeconds * f
-			s.PresentSeconds += u.Delta.PresentSeconds * f
-			s.UsedSeconds += u.Delta.UsedSeconds * f
-			s.MemoryByteSeconds += u.Delta.MemoryByteSeconds * f
-			s.EnergyJoules += u.Delta.EnergyJoules * f
-			s.PeakMemoryBytes = max(s.PeakMemoryBytes, u.Delta.PeakMemoryBytes)
-			if u.Delta.PresentSeconds > 0 {
-				s.PeakUtil = math.Max(s.PeakUtil, u.Delta.UsedSeconds/u.Delta.PresentSeconds*100)
-			}
+			s.Add(usagePart(&u.Delta, f))
 		}
 	}
 	for i := range t.Containers {
@@ -399,15 +383,39 @@ func ledgerContainer(node string, c *container.Container, now time.Time, prev le
 	return lc
 }
 
-func addSums(dst, s *ledger.Sums) {
-	dst.AllocatedSeconds += s.AllocatedSeconds
-	dst.HeldSeconds += s.HeldSeconds
-	dst.PresentSeconds += s.PresentSeconds
-	dst.UsedSeconds += s.UsedSeconds
-	dst.MemoryByteSeconds += s.MemoryByteSeconds
-	dst.EnergyJoules += s.EnergyJoules
-	dst.PeakMemoryBytes = max(dst.PeakMemoryBytes, s.PeakMemoryBytes)
-	dst.PeakUtil = math.Max(dst.PeakUtil, s.PeakUtil)
+// gpuPart is the part f of a GPU's delta, as the ledger sums it, with
+// util as its peak utilisation.
+func gpuPart(d *meter.GPUSums, f, util float64) ledger.GPUSums {
+	return ledger.GPUSums{
+		Seconds:             d.Seconds * f,
+		AllocatedSeconds:    d.AllocatedSeconds * f,
+		IdleSeconds:         d.IdleSeconds * f,
+		UsedSeconds:         d.UsedSeconds * f,
+		UnattributedSeconds: d.UnattributedSeconds * f,
+		EnergyJoules:        d.EnergyJoules * f,
+		IdleEnergyJoules:    d.IdleEnergyJoules * f,
+		PeakUtil:            util,
+	}
+}
+
+// usagePart is the part f of an owner's delta on a GPU, as the ledger
+// sums it. Its peak utilisation is that of the time the owner was on the
+// GPU; none when it was not.
+func usagePart(d *meter.Sums, f float64) ledger.Sums {
+	var peak float64
+	if d.PresentSeconds > 0 {
+		peak = d.UsedSeconds / d.PresentSeconds * 100
+	}
+	return ledger.Sums{
+		AllocatedSeconds:  d.AllocatedSeconds * f,
+		HeldSeconds:       d.HeldSeconds * f,
+		PresentSeconds:    d.PresentSeconds * f,
+		UsedSeconds:       d.UsedSeconds * f,
+		MemoryByteSeconds: d.MemoryByteSeconds * f,
+		EnergyJoules:      d.EnergyJoules * f,
+		PeakMemoryBytes:   d.PeakMemoryBytes,
+		PeakUtil:          peak,
+	}
 }
 
 // bound drops the oldest minutes while more rows wait than allowed.
@@ -641,7 +649,7 @@ func (r *Recorder) batch(p *pending) ledger.Batch {
 		info := p.rowInfo[k.row]
 		fk := fullKey{k.minute, info}
 		if u := merged[fk]; u != nil {
-			addSums(&u.Sums, s)
+			u.Sums.Add(*s)
 			continue
 		}
 		kind := ledger.KindNone

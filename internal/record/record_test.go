@@ -421,11 +421,7 @@ host_processes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node: node, GPUs: src, Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
-		Resolvers: []sampler.ProcessResolver{src}, Meter: meter.New(meter.Config{}),
-	})
+	s := sim.NewSampler(sc, sampler.Config{Node: node})
 	store := &flakyStore{Store: openStore(t), fail: 3}
 	rec := record.New(record.Config{Store: store, Node: node})
 	// Samples 700 ms apart, the first 250 ms after the start, so that
@@ -795,14 +791,7 @@ func BenchmarkAdd(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			src := sim.NewSource(sc, false)
-			s := sampler.New(sampler.Config{
-				Node:        sc.Node,
-				GPUs:        src,
-				Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
-				Resolvers:   []sampler.ProcessResolver{src},
-				Meter:       meter.New(meter.Config{}),
-			})
+			s := sim.NewSampler(sc, sampler.Config{})
 			rec := record.New(record.Config{Store: discard{}, Node: sc.Node, MaxRows: 1 << 30})
 			ctx := context.Background()
 			now := sc.Start

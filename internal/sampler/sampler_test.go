@@ -10,8 +10,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
-	"github.com/gpumeter/gpumeter/internal/meter"
-	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
 // fakeGPUs is a hand-written GPU source: it returns whatever the test put
@@ -216,33 +214,5 @@ func TestRunStopsWithContext(t *testing.T) {
 	}
 	if ticks < 3 || s.Latest() == nil {
 		t.Errorf("%d ticks in 200ms at 10ms, want several", ticks)
-	}
-}
-
-// BenchmarkTick measures one whole tick on the load scenario: 8 GPUs, 64
-// containers, 256 GPU processes, read from the simulator, resolved and
-// metered, with warm state.
-func BenchmarkTick(b *testing.B) {
-	sc, err := sim.Load("../../testdata/bench-8gpu-64ctr.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	src := sim.NewSource(sc, false)
-	s := New(Config{
-		GPUs:        src,
-		Inventories: []Named{{Name: "sim", Inventory: src}},
-		Resolvers:   []ProcessResolver{src},
-		Meter:       meter.New(meter.Config{}),
-	})
-	ctx := context.Background()
-	now := sc.Start
-	s.Step(ctx, now)
-	b.ReportAllocs()
-	for b.Loop() {
-		now = now.Add(time.Second)
-		s.Step(ctx, now)
-	}
-	if n := len(s.Latest().Usage); n != 256 {
-		b.Fatalf("%d usage rows, want 256", n)
 	}
 }

@@ -414,14 +414,7 @@ func bruteUsage(batches []ledger.Batch, from, to time.Time) []ledger.UsageTotal 
 				}
 				sums[k] = r
 			}
-			r.AllocatedSeconds += u.AllocatedSeconds
-			r.HeldSeconds += u.HeldSeconds
-			r.PresentSeconds += u.PresentSeconds
-			r.UsedSeconds += u.UsedSeconds
-			r.MemoryByteSeconds += u.MemoryByteSeconds
-			r.EnergyJoules += u.EnergyJoules
-			r.PeakMemoryBytes = max(r.PeakMemoryBytes, u.PeakMemoryBytes)
-			r.PeakUtil = max(r.PeakUtil, u.PeakUtil)
+			r.Sums.Add(u.Sums)
 		}
 		for _, c := range b.ContainerUsage {
 			if in(c.Start) {
@@ -469,14 +462,7 @@ func bruteGPUs(batches []ledger.Batch, from, to time.Time) []ledger.GPUTotal {
 				r = &ledger.GPUTotal{GPU: map[string]ledger.GPU{gpuA: gpuMetaA, gpuB: gpuMetaB}[g.GPU]}
 				totals[g.GPU] = r
 			}
-			r.Seconds += g.Seconds
-			r.AllocatedSeconds += g.AllocatedSeconds
-			r.IdleSeconds += g.IdleSeconds
-			r.UsedSeconds += g.UsedSeconds
-			r.UnattributedSeconds += g.UnattributedSeconds
-			r.EnergyJoules += g.EnergyJoules
-			r.IdleEnergyJoules += g.IdleEnergyJoules
-			r.PeakUtil = max(r.PeakUtil, g.PeakUtil)
+			r.GPUSums.Add(g.GPUSums)
 		}
 	}
 	var out []ledger.GPUTotal

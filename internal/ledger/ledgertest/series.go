@@ -100,14 +100,7 @@ func bruteSeries(batches []ledger.Batch, from, to time.Time, step time.Duration,
 				}
 				points[k] = p
 			}
-			p.AllocatedSeconds += u.AllocatedSeconds
-			p.HeldSeconds += u.HeldSeconds
-			p.PresentSeconds += u.PresentSeconds
-			p.UsedSeconds += u.UsedSeconds
-			p.MemoryByteSeconds += u.MemoryByteSeconds
-			p.EnergyJoules += u.EnergyJoules
-			p.PeakMemoryBytes = max(p.PeakMemoryBytes, u.PeakMemoryBytes)
-			p.PeakUtil = max(p.PeakUtil, u.PeakUtil)
+			p.Sums.Add(u.Sums)
 		}
 	}
 	var out []ledger.UsagePoint
@@ -220,14 +213,7 @@ func testSeriesRoundTrip(t *testing.T, s ledger.Store) {
 		for _, p := range readSeries(t, s, f, step) {
 			k := key{p.OwnerKind, p.OwnerID, p.GPU.UUID}
 			sum := sums[k]
-			sum.AllocatedSeconds += p.AllocatedSeconds
-			sum.HeldSeconds += p.HeldSeconds
-			sum.PresentSeconds += p.PresentSeconds
-			sum.UsedSeconds += p.UsedSeconds
-			sum.MemoryByteSeconds += p.MemoryByteSeconds
-			sum.EnergyJoules += p.EnergyJoules
-			sum.PeakMemoryBytes = max(sum.PeakMemoryBytes, p.PeakMemoryBytes)
-			sum.PeakUtil = max(sum.PeakUtil, p.PeakUtil)
+			sum.Add(p.Sums)
 			sums[k] = sum
 		}
 		totals := readUsage(t, s, f)
