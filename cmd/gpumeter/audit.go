@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -176,7 +177,7 @@ func writeAudit(w io.Writer, events []audit.Event) error {
 			if target == "" {
 				target = e.Container
 				if target == "" {
-					target = short(e.ContainerID)
+					target = container.ShortID(e.ContainerID)
 				}
 				if e.Owner != "" {
 					target += " of " + e.Owner

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/container"
 )
 
 func newPs() *cobra.Command {
@@ -78,7 +79,7 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 	for _, c := range r.Containers {
 		if len(c.GPUs) == 0 {
 			if all || (c.Running && c.GPURequest != "") {
-				row(short(c.ID), c.Name, c.User, c.Team, nil)
+				row(container.ShortID(c.ID), c.Name, c.User, c.Team, nil)
 			}
 			continue
 		}
@@ -86,7 +87,7 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 			continue
 		}
 		for i := range c.GPUs {
-			row(short(c.ID), c.Name, c.User, c.Team, &c.GPUs[i])
+			row(container.ShortID(c.ID), c.Name, c.User, c.Team, &c.GPUs[i])
 		}
 	}
 	for _, h := range r.HostUsers {
@@ -98,13 +99,6 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 		row("-", "(unknown)", "", "", &r.Unresolved[i])
 	}
 	return tw.Flush()
-}
-
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
 
 func dash(s string) string {

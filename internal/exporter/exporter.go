@@ -287,10 +287,7 @@ func Render(b []byte, t *sampler.Tick) []byte {
 // gpu is set. A container the inventory does not know (Docker unreachable,
 // say) shows its short ID as its name and "unresolved" as its user.
 func containerLabels(w *writer, c *container.Container, id, node, gpuIdx, uuid string) []byte {
-	name, short, image, user, team, project := "", id, "", "unresolved", "", ""
-	if len(short) > 12 {
-		short = short[:12]
-	}
+	name, short, image, user, team, project := "", container.ShortID(id), "", "unresolved", "", ""
 	if c == nil {
 		name = short
 	} else {

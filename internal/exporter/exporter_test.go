@@ -32,15 +32,7 @@ func playScenario(t testing.TB, path string, samples int, sinks ...func(*sampler
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node:        sc.Node,
-		GPUs:        src,
-		GPUName:     "sim",
-		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
-		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
-	})
+	s := sim.NewSampler(sc, sampler.Config{})
 	for i := 0; i < samples; i++ {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 		for _, sink := range sinks {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -79,7 +80,7 @@ func containerKeyer(usage []ledger.UsageTotal) func(*ledger.UsageTotal) string {
 		return n
 	}
 	name := func(c ctr) string { return names[c] }
-	withID := func(c ctr) string { return names[c] + " (" + shortID(c.id) + ")" }
+	withID := func(c ctr) string { return names[c] + " (" + container.ShortID(c.id) + ")" }
 	byName, byID := count(name), count(withID)
 	keys := make(map[ctr]string, len(ctrs))
 	for _, c := range ctrs {
@@ -118,13 +119,5 @@ func containerName(u *ledger.UsageTotal) string {
 	if u.Container != nil && u.Container.Name != "" {
 		return strings.TrimPrefix(u.Container.Name, "/")
 	}
-	return shortID(u.OwnerID)
-}
-
-// shortID is a container ID as docker ps shows it.
-func shortID(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
+	return container.ShortID(u.OwnerID)
 }

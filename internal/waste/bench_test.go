@@ -12,7 +12,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
-	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
@@ -24,13 +23,7 @@ func loadSampler(b *testing.B) (*sampler.Sampler, time.Time) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		GPUs:        src,
-		Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
-		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{}),
-	})
+	s := sim.NewSampler(sc, sampler.Config{})
 	return s, sc.Start
 }
 

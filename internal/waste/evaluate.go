@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
@@ -262,7 +263,7 @@ func newLedgerSubject(p *ledger.UsagePoint) *ledgerSubject {
 	switch p.OwnerKind {
 	case ledger.KindContainer:
 		s.kind, s.ownerKind, s.id = kindContainer, OwnerContainer, p.OwnerID
-		s.name = shortID(p.OwnerID)
+		s.name = container.ShortID(p.OwnerID)
 		if c := p.Container; c != nil {
 			s.name, s.image, s.owner, s.team, s.project = c.Name, c.Image, c.User, c.Team, c.Project
 			s.started = c.StartedAt

@@ -287,7 +287,7 @@ func (l *Live) lookup(t *sampler.Tick, u *meter.Usage) rowRef {
 	case container.OwnerContainer:
 		ls = l.ctrs[u.Owner.ID]
 		if ls == nil {
-			ls = l.newSubject(subject{kind: kindContainer, ownerKind: OwnerContainer, id: u.Owner.ID, name: shortID(u.Owner.ID)})
+			ls = l.newSubject(subject{kind: kindContainer, ownerKind: OwnerContainer, id: u.Owner.ID, name: container.ShortID(u.Owner.ID)})
 			l.ctrs[u.Owner.ID] = ls
 		}
 	default:
@@ -445,16 +445,9 @@ func (s *subject) export(f *finding) Finding {
 	case kindContainer:
 		out.ContainerID, out.Container, out.Image = s.id, s.name, s.image
 		if out.Container == "" {
-			out.Container = shortID(s.id)
+			out.Container = container.ShortID(s.id)
 		}
 	}
 	out.ID = findingID(f.rule, s.node, s.ownerKind, owner, out.GPUs)
 	return out
-}
-
-func shortID(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }

@@ -105,10 +105,7 @@ func play(t testing.TB, text string, sinks ...func(*sampler.Tick)) *sim.Scenario
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node: sc.Node, GPUs: src, Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
-		Resolvers: []sampler.ProcessResolver{src}, Meter: meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
+	s := sim.NewSampler(sc, sampler.Config{
 		OnTick: func(tk *sampler.Tick) {
 			for _, f := range sinks {
 				f(tk)

@@ -12,7 +12,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
-	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
@@ -88,10 +87,7 @@ func playUntil(t testing.TB, text string, stop time.Duration, sinks ...func(*sam
 	if stop >= sc.Duration {
 		t.Fatalf("stop %s is not before the scenario's end, %s: its containers would end", stop, sc.Duration)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node: sc.Node, GPUs: src, Inventories: []sampler.Named{{Name: "sim", Inventory: src}},
-		Resolvers: []sampler.ProcessResolver{src}, Meter: meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
+	s := sim.NewSampler(sc, sampler.Config{
 		OnTick: func(tk *sampler.Tick) {
 			for _, f := range sinks {
 				f(tk)

@@ -13,7 +13,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/gpu"
-	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
@@ -104,13 +103,7 @@ func TestContainersHeldSeconds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node: sc.Node, GPUs: src, GPUName: "sim",
-		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
-		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
-	})
+	s := sim.NewSampler(sc, sampler.Config{})
 	for i := range 61 {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}

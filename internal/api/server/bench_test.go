@@ -8,7 +8,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
@@ -22,15 +21,7 @@ func benchSampler(b *testing.B) *sampler.Sampler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := sim.NewSource(sc, false)
-	s := sampler.New(sampler.Config{
-		Node:        sc.Node,
-		GPUs:        src,
-		GPUName:     "sim",
-		Inventories: []sampler.Named{{Name: "sim-containers", Inventory: src}},
-		Resolvers:   []sampler.ProcessResolver{src},
-		Meter:       meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
-	})
+	s := sim.NewSampler(sc, sampler.Config{})
 	for i := range 3 {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}

@@ -125,7 +125,7 @@ func ContainersFromTick(t *sampler.Tick) apitype.ContainersResponse {
 			if !ok {
 				j = len(out.Containers)
 				index[u.Owner.ID] = j
-				out.Containers = append(out.Containers, apitype.Container{ID: u.Owner.ID, Name: shortID(u.Owner.ID), User: "unresolved", Labels: map[string]string{}, Running: true, GPUs: []apitype.GPUShare{}})
+				out.Containers = append(out.Containers, apitype.Container{ID: u.Owner.ID, Name: container.ShortID(u.Owner.ID), User: "unresolved", Labels: map[string]string{}, Running: true, GPUs: []apitype.GPUShare{}})
 			}
 			out.Containers[j].GPUs = append(out.Containers[j].GPUs, s)
 		case container.OwnerHost:
@@ -141,11 +141,4 @@ func ContainersFromTick(t *sampler.Tick) apitype.ContainersResponse {
 		}
 	}
 	return out
-}
-
-func shortID(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
 }
