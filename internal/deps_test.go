@@ -17,8 +17,9 @@ const module = "github.com/gpumeter/gpumeter/"
 // sink, the agent or cmd, which import these and never the other way.
 var lowerOf = map[string][]string{
 	"internal/units":  {},
-	"internal/config": {"internal/units"},
-	"internal/cost":   {"internal/config", "internal/units"},
+	"internal/yamlx":  {},
+	"internal/config": {"internal/units", "internal/yamlx"},
+	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
 	"internal/ledger": {"internal/units"},
 }

@@ -1,14 +1,14 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpumeter/gpumeter/internal/yamlx"
 )
 
 // Set parses value into the setting named name, as a flag or environment
@@ -54,21 +54,19 @@ func (c *Config) LoadFile(path string) error {
 
 // Parse reads YAML config data over c; name is used in errors.
 func (c *Config) Parse(name string, data []byte) error {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil // an empty file changes nothing
-		}
-		line, msg := syntaxError(err, data)
-		return fmt.Errorf("%s:%d: %s", name, line, msg)
+	root, err := yamlx.Document(data)
+	var syntax *yamlx.SyntaxError
+	var second *yamlx.SecondDocumentError
+	switch {
+	case errors.As(err, &syntax):
+		return fmt.Errorf("%s:%d: %s", name, syntax.Line(), syntax.Msg)
+	case errors.As(err, &second):
+		return fmt.Errorf("%s:%d: a second YAML document; the file holds one", name, second.Line)
+	case err != nil:
+		return fmt.Errorf("%s: %w", name, err)
 	}
-	if len(doc.Content) == 0 {
-		return nil
-	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-		return nil
+	if root == nil || yamlx.IsNull(root) {
+		return nil // an empty file changes nothing
 	}
 	return c.walk(name, "", root)
 }
@@ -79,7 +77,7 @@ func (c *Config) walk(file, prefix string, n *yaml.Node) error {
 		if where == "" {
 			where = "top level"
 		}
-		return fmt.Errorf("%s:%d: %s: want a mapping of keys, got %s", file, n.Line, where, kindName(n))
+		return fmt.Errorf("%s:%d: %s: want a mapping of keys, got %s", file, n.Line, where, yamlx.Kind(n))
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -112,7 +110,7 @@ func (c *Config) walk(file, prefix string, n *yaml.Node) error {
 func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 	if k.isMap {
 		if vn.Kind != yaml.MappingNode {
-			return fmt.Errorf("%s:%d: %s: want a mapping of name: value, got %s", file, vn.Line, k.Name, kindName(vn))
+			return fmt.Errorf("%s:%d: %s: want a mapping of name: value, got %s", file, vn.Line, k.Name, yamlx.Kind(vn))
 		}
 		// A mapping node keeps both of two equal keys, and setting them
 		// in turn would let the last win unseen: a second token or price
@@ -125,7 +123,7 @@ func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 			}
 			seen[sk.Value] = true
 			if sv.Kind != yaml.ScalarNode {
-				return fmt.Errorf("%s:%d: %s.%s: want a single value, got %s", file, sv.Line, k.Name, sk.Value, kindName(sv))
+				return fmt.Errorf("%s:%d: %s.%s: want a single value, got %s", file, sv.Line, k.Name, sk.Value, yamlx.Kind(sv))
 			}
 			if err := k.set(c, sk.Value, sv.Value); err != nil {
 				return fmt.Errorf("%s:%d: %s.%s: %w", file, sv.Line, k.Name, sk.Value, err)
@@ -135,26 +133,13 @@ func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 		return nil
 	}
 	if vn.Kind != yaml.ScalarNode {
-		return fmt.Errorf("%s:%d: %s: want a single value, got %s", file, vn.Line, k.Name, kindName(vn))
+		return fmt.Errorf("%s:%d: %s: want a single value, got %s", file, vn.Line, k.Name, yamlx.Kind(vn))
 	}
 	if err := k.set(c, "", vn.Value); err != nil {
 		return fmt.Errorf("%s:%d: %s: %w", file, vn.Line, k.Name, err)
 	}
 	c.setOrigin(k.Name, fmt.Sprintf("%s:%d", file, vn.Line))
 	return nil
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	default:
-		return fmt.Sprintf("%q", n.Value)
-	}
 }
 
 func isSection(name string) bool {

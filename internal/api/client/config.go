@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/yamlx"
 )
 
 // Flags are the settings a command line gave for the agent. There is no
@@ -243,27 +243,18 @@ func loadFileConfig(path string, mustExist bool) (fileConfig, error) {
 // silently sends a request without credentials.
 func parseFileConfig(name string, data []byte) (fileConfig, error) {
 	c := fileConfig{lines: map[string]int{}}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return c, nil
-		}
-		return c, fmt.Errorf("%s: %w", name, err)
-	}
-	var more yaml.Node
-	switch err := dec.Decode(&more); {
-	case errors.Is(err, io.EOF):
+	root, err := yamlx.Document(data)
+	var syntax *yamlx.SyntaxError
+	var second *yamlx.SecondDocumentError
+	switch {
+	case errors.As(err, &second):
+		return c, fmt.Errorf("%s:%d: a second YAML document; the file holds one", name, second.Line)
+	case errors.As(err, &syntax):
+		return c, fmt.Errorf("%s: %w", name, syntax.Err)
 	case err != nil:
 		return c, fmt.Errorf("%s: %w", name, err)
-	default:
-		return c, fmt.Errorf("%s:%d: a second YAML document; the file holds one", name, more.Line)
 	}
-	if len(doc.Content) == 0 {
-		return c, nil
-	}
-	root := doc.Content[0]
-	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+	if root == nil || yamlx.IsNull(root) {
 		return c, nil
 	}
 	if root.Kind != yaml.MappingNode {
@@ -296,17 +287,11 @@ func parseFileConfig(name string, data []byte) (fileConfig, error) {
 	return c, nil
 }
 
+// yamlKind is yamlx.Kind with the type of a scalar that is not a string,
+// which is what a value that wants quotes is told.
 func yamlKind(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	if t := n.ShortTag(); t != "!!str" {
+	if t := n.ShortTag(); n.Kind == yaml.ScalarNode && t != "!!str" {
 		return fmt.Sprintf("%s %q", strings.TrimPrefix(t, "!!"), n.Value)
 	}
-	return fmt.Sprintf("%q", n.Value)
+	return yamlx.Kind(n)
 }
