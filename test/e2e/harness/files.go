@@ -23,6 +23,19 @@ func WriteText(t *testing.T, path, text string) string {
 	return path
 }
 
+// WriteFile writes text to path with exactly mode, whatever the umask,
+// and returns path.
+func WriteFile(t *testing.T, path, text string, mode os.FileMode) string {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // LockedBuffer is a bytes.Buffer that a process's output copier and the
 // test may use at once.
 type LockedBuffer struct {
