@@ -88,6 +88,12 @@ func (m Metrics) Has(name string) bool {
 	return false
 }
 
+// LastTick is when the latest sample the scrape shows was taken, by the
+// agent's clock.
+func (m Metrics) LastTick() time.Time {
+	return time.Unix(0, int64(m.Sum("gpumeter_last_tick_timestamp_seconds")*1e9))
+}
+
 // Scrape reads the agent's /metrics.
 func (a *Agent) Scrape(t *testing.T) Metrics {
 	t.Helper()

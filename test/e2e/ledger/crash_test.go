@@ -224,8 +224,7 @@ func TestServeKilledWhileWriting(t *testing.T) {
 	// A last run ends with SIGTERM, whose final flush loses nothing.
 	a := harness.Launch(t, data, args...)
 	a.NextFlush(t)
-	time.Sleep(time.Second)
-	run := a.Scrape(t).Sum(metered)
+	run := a.NextTicks(t, int(time.Second/harness.SampleInterval)).Sum(metered) // a second of samples after the flush
 	a.Stop(t)
 	truth += run
 	checkLedgerFile(t, db)
@@ -280,8 +279,7 @@ func TestServeLedgerLocked(t *testing.T) {
 	// Rows are per minute: what one minute of this scenario holds.
 	perMinute := math.Inf(1)
 	for range 5 {
-		time.Sleep(harness.SampleInterval)
-		if n := a.Scrape(t).Sum("gpumeter_ledger_pending_rows"); n > 0 {
+		if n := a.NextTicks(t, 1).Sum("gpumeter_ledger_pending_rows"); n > 0 {
 			perMinute = min(perMinute, n)
 		}
 	}
@@ -308,8 +306,7 @@ func TestServeLedgerLocked(t *testing.T) {
 	t.Logf("the first write failed %s after the lock was taken", time.Since(locked).Round(time.Millisecond))
 	// The recorder retries at once, and that write waits on the lock in
 	// turn; let samples arrive behind it.
-	time.Sleep(2 * harness.SampleInterval)
-	down := a.Scrape(t)
+	down := a.NextTicks(t, 2)
 	if got := down.Sum("gpumeter_ledger_up"); got != 0 {
 		t.Errorf("gpumeter_ledger_up = %g while the ledger is locked, want 0", got)
 	}
@@ -355,8 +352,7 @@ func TestServeLedgerLocked(t *testing.T) {
 		t.Errorf("no flush succeeded after the lock was released")
 	}
 
-	time.Sleep(harness.FlushInterval)
-	truth := a.Scrape(t).Sum("gpumeter_gpu_metered_seconds_total")
+	truth := a.NextFlush(t).Sum("gpumeter_gpu_metered_seconds_total")
 	a.Stop(t)
 	log := a.Stderr.String()
 	for _, want := range []string{"ledger write failed; keeping rows in memory and sending them again", "database is locked", "ledger write recovered"} {

@@ -130,7 +130,19 @@ func TestServeFencedAfterPartition(t *testing.T) {
 	first.NextFlush(t)
 
 	proxy.Partition()
-	time.Sleep(4 * time.Second) // longer than the takeover
+	// The first agent's lease falls silent for longer than the takeover,
+	// by the clock the takeover is judged by: the server's.
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	harness.WaitFor(t, 20*time.Second, "the first agent's lease to be silent for more than 3 s", func() bool {
+		var silent float64
+		err := conn.QueryRow(ctx, `SELECT extract(epoch FROM clock_timestamp()) - heartbeat_us / 1e6 FROM node_leases WHERE node = 'gpu1'`).Scan(&silent)
+		return err == nil && silent > 3
+	})
 	second := harness.Launch(t, filepath.Join(dir, "b"), append(common, "--ledger-dsn", dsn)...)
 	second.NextFlush(t)
 	proxy.Heal()
@@ -154,12 +166,6 @@ func TestServeFencedAfterPartition(t *testing.T) {
 
 	// One GPU: a minute holds at most 60 GPU-seconds, unless the first
 	// agent's rows of the partition went in beside the second's.
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var most float64
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(seconds_us), 0) / 1e6 FROM gpu_minute").Scan(&most); err != nil {
 		t.Fatal(err)

@@ -82,11 +82,9 @@ func TestServeSimScrapeGolden(t *testing.T) {
 	}
 	key = fmt.Sprintf(key, uuid)
 	before := harness.Series(first)[key]
-	time.Sleep(300 * time.Millisecond)
-	after := harness.Series(harness.Get(t, a.URL+"/metrics"))[key]
-	if after <= before {
-		t.Errorf("%s went from %g to %g, want it to grow", key, before, after)
-	}
+	harness.WaitFor(t, 10*time.Second, key+" to grow", func() bool {
+		return harness.Series(harness.Get(t, a.URL+"/metrics"))[key] > before
+	})
 }
 
 func TestServeSimAPIAndPs(t *testing.T) {

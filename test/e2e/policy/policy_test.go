@@ -1,6 +1,6 @@
 package policy
 
-// The policy against the real Docker engine: real harness.Sleeper containers play
+// The policy against the real Docker engine: real sleeper containers play
 // idle and busy GPU jobs of a scenario, and serve warns through a real
 // webhook, stops the idle one and audits all of it.
 
@@ -237,15 +237,15 @@ containers:
 }
 
 // logServe runs serve with its log in a file, which the test can read
-// while serve writes it.
-func logServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
+// while serve writes it, and returns the address it serves on.
+func logServe(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, logPath, url string) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "serve.log")
+	logPath = filepath.Join(t.TempDir(), "serve.log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(harness.Binary(), append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd = exec.Command(harness.Binary(), append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), harness.AdminEnv()), env...)
 	cmd.Stderr = f
 	if err := cmd.Start(); err != nil {
@@ -270,8 +270,8 @@ func logServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
 			t.Logf("serve log:\n%s", b)
 		}
 	})
-	waitLog(t, logPath, regexp.MustCompile(`serving on http://`))
-	return cmd, logPath
+	serving := waitLog(t, logPath, regexp.MustCompile(`serving on http://\S+`))
+	return cmd, logPath, strings.TrimPrefix(serving, "serving on ")
 }
 
 func waitLog(t *testing.T, path string, re *regexp.Regexp) string {
@@ -297,7 +297,7 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	}
 	// Idle after an hour: nothing is found in the test's time.
 	write("waste:\n  idle:\n    window: 1h\npolicy:\n  rules:\n    idle:\n      action: stop\n")
-	cmd, logPath := logServe(t, nil, "--config", cfgPath, "--sim", harness.Testdata("waste/live.yaml"), "--interval", "100ms")
+	cmd, logPath, url := logServe(t, nil, "--config", cfgPath, "--sim", harness.Testdata("waste/live.yaml"), "--interval", "100ms")
 
 	write("waste:\n  idle:\n    window: 2s\npolicy:\n  webhook:\n    retries: 99\n")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -307,7 +307,12 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	if !strings.Contains(line, "policy.webhook.retries: 99 is outside 0..10") {
 		t.Errorf("reload log line %q does not say what is wrong", line)
 	}
-	time.Sleep(3 * time.Second) // longer than the rejected window: nothing may be found
+	// The agent samples on for longer than the rejected window, and the
+	// policy engine's step of a second besides: nothing may be found.
+	since := harness.Series(harness.Get(t, url+"/metrics")).LastTick()
+	harness.WaitFor(t, 30*time.Second, "3 s of samples after the rejected reload", func() bool {
+		return harness.Series(harness.Get(t, url+"/metrics")).LastTick().Sub(since) >= 3*time.Second
+	})
 	if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "would warn") {
 		t.Errorf("the rejected config took effect:\n%s", b)
 	}
