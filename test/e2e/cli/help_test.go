@@ -169,7 +169,7 @@ func TestServeReloadNamesRestartOnly(t *testing.T) {
 		}
 	}
 	write("listen: " + free() + "\ninterval: 200ms\nwaste:\n  idle:\n    window: 1h\n")
-	cmd := exec.Command(harness.Binary(), "serve", "--config", cfgPath, "--sim", harness.Testdata("waste/live.yaml"))
+	cmd := exec.Command(harness.Binary(t), "serve", "--config", cfgPath, "--sim", harness.Testdata("waste/live.yaml"))
 	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), harness.AdminEnv())
 	var log harness.LockedBuffer
 	pr, pw := io.Pipe()
@@ -260,7 +260,7 @@ func TestServeDataDirNotWritable(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", harness.Binary(), "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", filepath.Join(dir, "data"), "--ledger-enabled=false")
+	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", harness.Binary(t), "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", filepath.Join(dir, "data"), "--ledger-enabled=false")
 	cmd.Dir = "/"
 	var log harness.LockedBuffer
 	pr, pw := io.Pipe()

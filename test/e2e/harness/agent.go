@@ -64,7 +64,7 @@ type ServeOptions struct {
 func ServeWith(t *testing.T, o ServeOptions) *Agent {
 	t.Helper()
 	args := append([]string{"serve", "--listen", "127.0.0.1:0"}, o.Args...)
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(Binary(t), args...)
 	// Each agent keeps its ledger in the test's own directory unless the
 	// test says otherwise.
 	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir())
@@ -102,7 +102,7 @@ func ServeWith(t *testing.T, o ServeOptions) *Agent {
 func Launch(t *testing.T, dataDir string, args ...string) *Agent {
 	t.Helper()
 	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
-	cmd := exec.Command(binary, args...)
+	cmd := exec.Command(Binary(t), args...)
 	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+dataDir, AdminEnv())
 	a := &Agent{Token: adminToken, Cmd: cmd, Stderr: &LockedBuffer{}}
 	pr := a.start(t)

@@ -18,7 +18,7 @@ func RunCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	return runCmd(t, cmd)
 }
@@ -42,7 +42,7 @@ func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr str
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", binary}, args...)...)
+	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", Binary(t)}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = "/"
 	return runCmd(t, cmd)

@@ -245,7 +245,7 @@ func logServe(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, logPat
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd = exec.Command(harness.Binary(), append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd = exec.Command(harness.Binary(t), append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), harness.AdminEnv()), env...)
 	cmd.Stderr = f
 	if err := cmd.Start(); err != nil {

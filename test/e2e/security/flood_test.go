@@ -293,7 +293,7 @@ func TestSecurityStopLongGrace(t *testing.T) {
 	// runCLI's 30 s are too short for this one.
 	ctx, cancel := context.WithTimeout(context.Background(), grace+time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, harness.Binary(), "stop", "--timeout", grace.String(), "--reason", "ignores SIGTERM", stubborn.Name)
+	cmd := exec.CommandContext(ctx, harness.Binary(t), "stop", "--timeout", grace.String(), "--reason", "ignores SIGTERM", stubborn.Name)
 	cmd.Env = append(os.Environ(), "GPUMETER_URL="+a.URL, "GPUMETER_TOKEN="+harness.AdminToken(), "GPUMETER_CA_FILE="+a.pki.caFile, "GPUMETER_CLIENT_CONFIG=", "XDG_CONFIG_HOME="+t.TempDir())
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
