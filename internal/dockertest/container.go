@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -31,7 +32,6 @@ const (
 	// recorded exit code is never a default zero.
 	SleeperExitCode = 3
 
-	sleeperImage = "gpumeter-test-sleeper:1"
 	// opTimeout bounds one Docker call; an engine on a busy machine can
 	// take seconds to create or start a container.
 	opTimeout = time.Minute
@@ -137,8 +137,20 @@ var built struct {
 	err  error
 }
 
-// SleeperImage builds the sleeper image once per test binary and returns
-// its tag: FROM scratch with a static Go binary, so no registry is needed.
+// sleeperDockerfile is the sleeper image's Dockerfile.
+const sleeperDockerfile = "FROM scratch\nCOPY sleeper /sleeper\nENTRYPOINT [\"/sleeper\"]\n"
+
+// sleeperImage is the sleeper image's tag. It names the source the image
+// is built from, so that a test binary finds the image another built
+// from the same source, and builds none.
+var sleeperImage = func() string {
+	sum := sha256.Sum256([]byte(sleeperSource + sleeperDockerfile + runtime.GOARCH))
+	return "gpumeter-test-sleeper:" + hex.EncodeToString(sum[:6])
+}()
+
+// SleeperImage builds the sleeper image once per test binary, unless the
+// engine has it from the same source, and returns its tag: FROM scratch
+// with a static Go binary, so no registry is needed.
 func SleeperImage(t testing.TB, cli *client.Client) string {
 	t.Helper()
 	built.once.Do(func() { built.err = buildSleeper(cli) })
@@ -149,6 +161,9 @@ func SleeperImage(t testing.TB, cli *client.Client) string {
 }
 
 func buildSleeper(cli *client.Client) error {
+	if have, err := hasSleeper(cli); err != nil || have {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "gpumeter-sleeper")
 	if err != nil {
 		return err
@@ -185,7 +200,7 @@ func buildSleeper(cli *client.Client) error {
 		mode int64
 		body []byte
 	}{
-		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY sleeper /sleeper\nENTRYPOINT [\"/sleeper\"]\n")},
+		{"Dockerfile", 0o644, []byte(sleeperDockerfile)},
 		{"sleeper", 0o755, bin},
 	} {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body))}); err != nil {
@@ -226,4 +241,19 @@ func buildSleeper(cli *client.Client) error {
 			return errors.New(msg.Error)
 		}
 	}
+}
+
+// hasSleeper says whether the engine has the sleeper image built from this
+// source.
+func hasSleeper(cli *client.Client) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_, err := cli.ImageInspect(ctx, sleeperImage)
+	if cerrdefs.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("inspect %s: %w", sleeperImage, err)
+	}
+	return true, nil
 }

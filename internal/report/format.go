@@ -14,7 +14,7 @@ import (
 )
 
 // WriteJSON writes the report as one indented JSON object (the contract in
-// DESIGN.md) and a newline.
+// docs/design.md) and a newline.
 func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -67,7 +67,7 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestJSONContract checks the fields DESIGN.md promises other tools, so
+// TestJSONContract checks the fields docs/design.md promises other tools, so
 // that rewriting the golden files cannot drop one unnoticed.
 func TestJSONContract(t *testing.T) {
 	var b bytes.Buffer

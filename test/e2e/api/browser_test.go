@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"context"
@@ -7,24 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestLivePageInBrowser loads the agent's page in a real headless
 // Chromium, signed in with the token in the address as the demo prints
 // it, and checks what its script rendered from the API.
 func TestLivePageInBrowser(t *testing.T) {
-	browser := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			browser = p
-			break
-		}
-	}
-	if browser == "" {
-		dockertest.SkipUnlessCI(t, "no Chromium installed (apt-get install chromium)")
-	}
-	a := startServe(t, nil, "--demo", "--interval", "200ms")
+	browser := harness.Chromium(t)
+	a := harness.Serve(t, nil, "--demo", "--interval", "200ms")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -1,11 +1,10 @@
-package main
+package policy
 
 import (
 	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/waste"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestWasteClassic simulates the classic patterns of GPU waste into a
@@ -21,11 +21,11 @@ import (
 // testdata/waste/classic.yaml.
 func TestWasteClassic(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "classic.db")
-	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", "testdata/waste/classic.yaml", "--db", db); code != 0 {
+	if _, stderr, code := harness.RunCLI(t, nil, "simulate", "--scenario", harness.Testdata("waste/classic.yaml"), "--db", db); code != 0 {
 		t.Fatalf("simulate exited %d: %s", code, stderr)
 	}
-	args := []string{"waste", "--config", "testdata/waste/gpumeter.yaml", "--db", db, "--from", "2026-11-02T16:00:00Z", "--to", "2026-11-03T08:00:00Z"}
-	out, stderr, code := runCLI(t, nil, append(args, "--format", "json")...)
+	args := []string{"waste", "--config", harness.Testdata("waste/gpumeter.yaml"), "--db", db, "--from", "2026-11-02T16:00:00Z", "--to", "2026-11-03T08:00:00Z"}
+	out, stderr, code := harness.RunCLI(t, nil, append(args, "--format", "json")...)
 	if code != 0 {
 		t.Fatalf("waste exited %d: %s", code, stderr)
 	}
@@ -93,7 +93,7 @@ func TestWasteClassic(t *testing.T) {
 	}
 
 	// The other formats say the same.
-	table, stderr, code := runCLI(t, nil, args...)
+	table, stderr, code := harness.RunCLI(t, nil, args...)
 	if code != 0 {
 		t.Fatalf("waste (table) exited %d: %s", code, stderr)
 	}
@@ -102,7 +102,7 @@ func TestWasteClassic(t *testing.T) {
 			t.Errorf("table does not contain %q:\n%s", want, table)
 		}
 	}
-	csv, stderr, code := runCLI(t, nil, append(args, "--format", "csv")...)
+	csv, stderr, code := harness.RunCLI(t, nil, append(args, "--format", "csv")...)
 	if code != 0 {
 		t.Fatalf("waste --format csv exited %d: %s", code, stderr)
 	}
@@ -112,7 +112,7 @@ func TestWasteClassic(t *testing.T) {
 
 	// A stricter rule on the command line finds more: the evening and
 	// morning of the notebook (40 % SM) count as idle under 50 %.
-	out, stderr, code = runCLI(t, nil, append(args, "--format", "json", "--waste-idle-sm-percent", "50")...)
+	out, stderr, code = harness.RunCLI(t, nil, append(args, "--format", "json", "--waste-idle-sm-percent", "50")...)
 	if code != 0 {
 		t.Fatalf("waste --waste-idle-sm-percent 50 exited %d: %s", code, stderr)
 	}
@@ -126,37 +126,6 @@ func TestWasteClassic(t *testing.T) {
 	}
 }
 
-// TestWasteBadInput: rules that make no sense are config errors, named
-// by their keys, wherever they come from.
-func TestWasteBadInput(t *testing.T) {
-	dir := t.TempDir()
-	db := filepath.Join(dir, "ledger.db")
-	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", "testdata/accuracy/exclusive.yaml", "--db", db); code != 0 {
-		t.Fatalf("simulate exited %d: %s", code, stderr)
-	}
-	badConfig := filepath.Join(dir, "bad.yaml")
-	if err := os.WriteFile(badConfig, []byte("waste:\n  idle:\n    window: 1h\n    grace: 2h\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	wasteDB := func(args ...string) []string { return append([]string{"waste", "--db", db, "--since", "7d"}, args...) }
-	runFailing(t, []cliCase{
-		{name: "negative threshold", args: wasteDB("--waste-idle-sm-percent", "-1"), want: []string{"waste.idle.sm_percent: -1 is negative"}},
-		{name: "negative efficiency", args: wasteDB("--waste-low-efficiency-threshold", "-0.5"), want: []string{"waste.low_efficiency.threshold: -0.5 is negative"}},
-		{name: "grace over window", args: wasteDB("--waste-stalled-grace", "1h"), want: []string{"waste.stalled.grace: 1h0m0s is longer than the window, 30m0s"}},
-		{name: "grace over window in a file", args: wasteDB("--config", badConfig), want: []string{"waste.idle.grace: 2h0m0s is longer than the window, 1h0m0s"}},
-		{name: "negative window", args: wasteDB("--waste-idle-window", "-1h"), want: []string{"--waste-idle-window", "negative"}},
-		{name: "not a number", args: wasteDB("--waste-idle-cpu-cores", "lots"), want: []string{`"lots" is not a number`}},
-		{name: "bad format", args: wasteDB("--format", "focus"), want: []string{`--format: "focus" is not one of table, csv, json`}},
-		{name: "since and from", args: wasteDB("--from", "2026-11-01"), want: []string{"since and from exclude each other"}},
-		{name: "missing ledger", args: []string{"waste", "--db", filepath.Join(dir, "nope.db")}, want: []string{"nope.db"}},
-	})
-	// serve refuses the same.
-	_, stderr, code := runCLI(t, []string{"GPUMETER_WASTE_OUTSIDE_GRACE=1m"}, "serve", "--demo", "--listen", "127.0.0.1:0")
-	if code == 0 || !strings.Contains(stderr, "waste.outside.grace: 1m0s is longer than the window, 0s") {
-		t.Errorf("serve with a grace over its window: status %d, stderr:\n%s", code, stderr)
-	}
-}
-
 // TestServeWasteLive plays the patterns with windows of two seconds:
 // /api/v1/waste lists them as `gpumeter waste --format json` would, and
 // /metrics counts them.
@@ -165,14 +134,14 @@ func TestServeWasteLive(t *testing.T) {
 		"GPUMETER_WASTE_IDLE_WINDOW=2s", "GPUMETER_WASTE_STALLED_WINDOW=2s", "GPUMETER_WASTE_OVER_ALLOCATED_WINDOW=2s",
 		"GPUMETER_WASTE_LOW_EFFICIENCY_WINDOW=4s", "GPUMETER_WASTE_LOW_EFFICIENCY_MIN_GPU_HOURS=0",
 	}
-	a := startServe(t, env, "--sim", "testdata/waste/live.yaml", "--interval", "100ms")
+	a := harness.Serve(t, env, "--sim", harness.Testdata("waste/live.yaml"), "--interval", "100ms")
 	want := map[string]string{ // rule -> who
 		waste.RuleIdle: "notebook", waste.RuleStalled: "dataloader", waste.RuleOverAllocated: "greedy-llm", waste.RuleOutside: "frank",
 	}
 	var rep waste.Report
-	waitFor(t, 15*time.Second, "the live findings", func() bool {
+	harness.WaitFor(t, 15*time.Second, "the live findings", func() bool {
 		rep = waste.Report{}
-		if err := json.Unmarshal([]byte(get(t, a.URL+"/api/v1/waste")), &rep); err != nil {
+		if err := json.Unmarshal([]byte(harness.Get(t, a.URL+"/api/v1/waste")), &rep); err != nil {
 			t.Fatal(err)
 		}
 		active := 0
@@ -198,7 +167,7 @@ func TestServeWasteLive(t *testing.T) {
 			t.Errorf("%s %s: active %v, node %q, since %s, first seen %s", f.Rule, who, f.Active, f.Node, f.Since, f.FirstSeen)
 		}
 	}
-	metrics := series(get(t, a.URL+"/metrics"))
+	metrics := harness.Series(harness.Get(t, a.URL+"/metrics"))
 	for rule, who := range want {
 		owner := map[string]string{"notebook": "carol", "dataloader": "bob", "greedy-llm": "alice", "frank": "frank"}[who]
 		key := fmt.Sprintf(`gpumeter_waste_findings{Hostname="gpu-07",owner=%q,rule=%q}`, owner, rule)
@@ -237,11 +206,11 @@ func TestWasteWindowLength(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	started := time.Now()
-	a := launch(t, data, "--sim", "testdata/waste/live.yaml", "--interval", "100ms", "--ledger-flush-interval", "1s")
+	a := harness.Launch(t, data, "--sim", harness.Testdata("waste/live.yaml"), "--interval", "100ms", "--ledger-flush-interval", "1s")
 	for range 4 {
-		nextFlush(t, a)
+		a.NextFlush(t)
 	}
-	a.stop(t)
+	a.Stop(t)
 	stopped := time.Now()
 	db := filepath.Join(data, "ledger.db")
 
@@ -253,7 +222,7 @@ func TestWasteWindowLength(t *testing.T) {
 		if !to.IsZero() {
 			args = append(args, "--to", to.UTC().Format(time.RFC3339))
 		}
-		out, stderr, code := runCLI(t, nil, args...)
+		out, stderr, code := harness.RunCLI(t, nil, args...)
 		if code != 0 {
 			t.Fatalf("%s exited %d: %s", strings.Join(args, " "), code, stderr)
 		}

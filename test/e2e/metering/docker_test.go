@@ -1,4 +1,4 @@
-package main
+package metering
 
 // The agent against the real Docker engine: real containers play the GPU
 // processes of a scenario through their host PIDs, so that serve finds
@@ -24,31 +24,12 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	apiclient "github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 const gib = 1 << 30
 
-// settleE2E bounds how long a change takes to show on /metrics: an event
-// or a reconnect with backoff, on a machine that may be busy.
-const settleE2E = 20 * time.Second
-
-// sleeper is a running test container.
-type sleeper struct {
-	id, name string
-	pid      int
-}
-
-func startSleeper(t *testing.T, cli *client.Client, s dockertest.Spec) sleeper {
-	t.Helper()
-	id, name := dockertest.Container(t, cli, s)
-	pid := dockertest.Inspect(t, cli, id).State.Pid
-	if pid <= 0 {
-		t.Fatalf("%s: host PID %d", name, pid)
-	}
-	return sleeper{id: id, name: name, pid: pid}
-}
-
-// seriesKey renders a series the way series() keys it: the exposition
+// seriesKey renders a series the way harness.Series keys it: the exposition
 // writes labels sorted by name.
 func seriesKey(name string, labels map[string]string) string {
 	var b strings.Builder
@@ -101,24 +82,24 @@ func TestServeAgainstDocker(t *testing.T) {
 	begin := time.Now()
 	step := func(what string) { t.Logf("%5.1fs %s", time.Since(begin).Seconds(), what) }
 
-	alice := startSleeper(t, cli, dockertest.Spec{
+	alice := harness.StartSleeper(t, cli, dockertest.Spec{
 		Name:   "alice",
 		Labels: map[string]string{"gpumeter.user": "alice", "gpumeter.team": "nlp", "gpumeter.project": "llm"},
 		Env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
 	})
-	bob := startSleeper(t, cli, dockertest.Spec{
+	bob := harness.StartSleeper(t, cli, dockertest.Spec{
 		Name:   "bob",
 		Labels: map[string]string{"gpumeter.user": "bob", "gpumeter.team": "vision"},
 		Env:    []string{"NVIDIA_VISIBLE_DEVICES=0"},
 	})
 	// The agent finds a container's processes in this machine's /proc,
 	// which an engine in a VM or another PID namespace hides.
-	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", alice.pid)); err != nil || !strings.Contains(string(cg), alice.id) {
-		dockertest.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", alice.pid, cg, err)
+	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", alice.PID)); err != nil || !strings.Contains(string(cg), alice.ID) {
+		dockertest.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", alice.PID, cg, err)
 	}
 	// No owner label: the owner is Config.User's uid, named by the
 	// password file the agent is given.
-	carol := startSleeper(t, cli, dockertest.Spec{Name: "carol", User: "4242", Env: []string{"NVIDIA_VISIBLE_DEVICES=1"}})
+	carol := harness.StartSleeper(t, cli, dockertest.Spec{Name: "carol", User: "4242", Env: []string{"NVIDIA_VISIBLE_DEVICES=1"}})
 
 	dir := t.TempDir()
 	passwd := filepath.Join(dir, "passwd")
@@ -148,14 +129,14 @@ containers:
     pid: %d
     gpus: [1]
     phases: [{at: 0s, util: 0, memory: 1GiB}]
-`, node, alice.pid, bob.pid, carol.pid), 0o644)
+`, node, alice.PID, bob.PID, carol.PID), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	step("containers started")
 	proxy := dockertest.NewSocketProxy(t, engine)
-	a := startServe(t, nil, "--sim", scenario, "--interval", "200ms",
+	a := harness.Serve(t, nil, "--sim", scenario, "--interval", "200ms",
 		"--docker-host", "unix://"+proxy.Path(), "--host-passwd-file", passwd)
 	agent := apiclient.Client{URL: a.URL, Token: a.Token}
 	ctx := context.Background()
@@ -171,9 +152,9 @@ containers:
 
 	// labels are a container's series labels; with a GPU, those of its
 	// series for that GPU.
-	labels := func(c sleeper, user, team, project string, gpu ...int) map[string]string {
+	labels := func(c harness.Sleeper, user, team, project string, gpu ...int) map[string]string {
 		l := map[string]string{
-			"Hostname": node, "container": c.name, "container_id": c.id[:12], "image": image,
+			"Hostname": node, "container": c.Name, "container_id": c.ID[:12], "image": image,
 			"user": user, "team": team, "project": project,
 		}
 		for _, g := range gpu {
@@ -201,7 +182,7 @@ containers:
 	never := map[string]float64{aliceOn0(mem): 10 * gib, aliceOn0(util): 0.6}
 	scrape := func() map[string]float64 {
 		t.Helper()
-		m := series(get(t, a.URL+"/metrics"))
+		m := harness.Series(harness.Get(t, a.URL+"/metrics"))
 		for k, want := range never {
 			if got, ok := m[k]; ok && got != want {
 				t.Errorf("%s = %g, want %g at every scrape", k, got, want)
@@ -213,7 +194,7 @@ containers:
 	waitSeries := func(what string, want map[string]float64) map[string]float64 {
 		t.Helper()
 		var m map[string]float64
-		dockertest.WaitFor(t, settleE2E, what, func() (bool, string) {
+		dockertest.WaitFor(t, harness.Settle, what, func() (bool, string) {
 			m = scrape()
 			d := mismatches(m, want)
 			return d == "", d
@@ -248,12 +229,12 @@ containers:
 
 	step("shares on /metrics")
 	psWant := []*regexp.Regexp{
-		regexp.MustCompile(`(?m)^` + alice.id[:12] + `\s+` + regexp.QuoteMeta(alice.name) + `\s+alice\s+nlp\s+0\s+0\.50\s+60%\s+10\.0 GiB\s`),
-		regexp.MustCompile(`(?m)^` + bob.id[:12] + `\s+` + regexp.QuoteMeta(bob.name) + `\s+bob\s+vision\s+0\s+0\.50\s+20%\s+4\.0 GiB\s`),
-		regexp.MustCompile(`(?m)^` + carol.id[:12] + `\s+` + regexp.QuoteMeta(carol.name) + `\s+carol\s+-\s+1\s+1\.00\s+0%\s+1\.0 GiB\s`),
+		regexp.MustCompile(`(?m)^` + alice.ID[:12] + `\s+` + regexp.QuoteMeta(alice.Name) + `\s+alice\s+nlp\s+0\s+0\.50\s+60%\s+10\.0 GiB\s`),
+		regexp.MustCompile(`(?m)^` + bob.ID[:12] + `\s+` + regexp.QuoteMeta(bob.Name) + `\s+bob\s+vision\s+0\s+0\.50\s+20%\s+4\.0 GiB\s`),
+		regexp.MustCompile(`(?m)^` + carol.ID[:12] + `\s+` + regexp.QuoteMeta(carol.Name) + `\s+carol\s+-\s+1\s+1\.00\s+0%\s+1\.0 GiB\s`),
 	}
-	dockertest.WaitFor(t, settleE2E, "gpumeter ps to show the three containers", func() (bool, string) {
-		out, stderr, code := runCLI(t, a.cliEnv(), "ps", "--url", a.URL)
+	dockertest.WaitFor(t, harness.Settle, "gpumeter ps to show the three containers", func() (bool, string) {
+		out, stderr, code := harness.RunCLI(t, a.CLIEnv(), "ps", "--url", a.URL)
 		if code != 0 {
 			return false, fmt.Sprintf("exit %d: %s", code, stderr)
 		}
@@ -285,20 +266,20 @@ containers:
 	}
 	listed := containers()
 	for _, w := range []struct {
-		c    sleeper
+		c    harness.Sleeper
 		want ctrView
 	}{
-		{alice, ctrView{alice.name, image, "alice", "nlp", "llm", "0", true, true, []shareView{{0, 0.5, 60, 10 * gib, 1}}}},
-		{bob, ctrView{bob.name, image, "bob", "vision", "", "0", true, true, []shareView{{0, 0.5, 20, 4 * gib, 1}}}},
-		{carol, ctrView{carol.name, image, "carol", "", "", "1", true, true, []shareView{{1, 1, 0, 1 * gib, 1}}}},
+		{alice, ctrView{alice.Name, image, "alice", "nlp", "llm", "0", true, true, []shareView{{0, 0.5, 60, 10 * gib, 1}}}},
+		{bob, ctrView{bob.Name, image, "bob", "vision", "", "0", true, true, []shareView{{0, 0.5, 20, 4 * gib, 1}}}},
+		{carol, ctrView{carol.Name, image, "carol", "", "", "1", true, true, []shareView{{1, 1, 0, 1 * gib, 1}}}},
 	} {
-		c, ok := listed[w.c.id]
+		c, ok := listed[w.c.ID]
 		if !ok {
-			t.Errorf("/api/v1/containers does not list %s", w.c.name)
+			t.Errorf("/api/v1/containers does not list %s", w.c.Name)
 			continue
 		}
 		if diff := cmp.Diff(w.want, view(c)); diff != "" {
-			t.Errorf("/api/v1/containers entry of %s (-want +got):\n%s", w.c.name, diff)
+			t.Errorf("/api/v1/containers entry of %s (-want +got):\n%s", w.c.Name, diff)
 		}
 	}
 
@@ -307,7 +288,7 @@ containers:
 	// GPU 0: it is nobody's, never alice's, and alice holds GPU 0 alone.
 	stopCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	grace := 10
-	_, err = cli.ContainerStop(stopCtx, bob.id, client.ContainerStopOptions{Timeout: &grace})
+	_, err = cli.ContainerStop(stopCtx, bob.ID, client.ContainerStopOptions{Timeout: &grace})
 	cancel()
 	if err != nil {
 		t.Fatalf("stop bob: %v", err)
@@ -328,7 +309,7 @@ containers:
 	if bob1 <= 0 {
 		t.Errorf("%s = %g after bob ran, want > 0", bobOn0(alloc), bob1)
 	}
-	dockertest.WaitFor(t, settleE2E, "five more ticks", func() (bool, string) {
+	dockertest.WaitFor(t, harness.Settle, "five more ticks", func() (bool, string) {
 		m = scrape()
 		return m[ticks] >= ticks1+5, fmt.Sprintf("%g ticks, from %g", m[ticks], ticks1)
 	})
@@ -349,7 +330,7 @@ containers:
 	if diff := cmp.Diff([]shareView{{0, 0, 20, 4 * gib, 1}}, unresolved); diff != "" {
 		t.Errorf("/api/v1/containers unresolved (-want +got):\n%s", diff)
 	}
-	i := slices.IndexFunc(resp.Containers, func(c apitype.Container) bool { return c.ID == bob.id })
+	i := slices.IndexFunc(resp.Containers, func(c apitype.Container) bool { return c.ID == bob.ID })
 	if i < 0 {
 		t.Errorf("/api/v1/containers does not list bob after he stopped")
 	} else if c := resp.Containers[i]; c.Running || !c.Resolved || c.ExitCode == nil || *c.ExitCode != dockertest.SleeperExitCode {
@@ -362,7 +343,7 @@ containers:
 	for _, p := range gpus.GPUs[0].Processes {
 		owners[p.PID] = p.OwnerKind + ":" + p.Owner
 	}
-	if want := map[uint32]string{uint32(alice.pid): "container:" + alice.id, uint32(bob.pid): "none:"}; !maps.Equal(owners, want) {
+	if want := map[uint32]string{uint32(alice.PID): "container:" + alice.ID, uint32(bob.PID): "none:"}; !maps.Equal(owners, want) {
 		t.Errorf("GPU 0 process owners = %v, want %v", owners, want)
 	}
 
@@ -379,7 +360,7 @@ containers:
 		t.Fatal(err)
 	}
 	ticks1, time1 := m[ticks], gpus.Time
-	dockertest.WaitFor(t, settleE2E, "sampling to go on while cut", func() (bool, string) {
+	dockertest.WaitFor(t, harness.Settle, "sampling to go on while cut", func() (bool, string) {
 		m = scrape()
 		g, err := agent.GPUs(ctx)
 		if err != nil {
@@ -390,8 +371,8 @@ containers:
 
 	step("sampling goes on")
 	// A container started meanwhile is found once the engine is back.
-	dave := startSleeper(t, cli, dockertest.Spec{Name: "dave", Env: []string{"NVIDIA_VISIBLE_DEVICES=1"}})
-	if _, ok := containers()[dave.id]; ok {
+	dave := harness.StartSleeper(t, cli, dockertest.Spec{Name: "dave", Env: []string{"NVIDIA_VISIBLE_DEVICES=1"}})
+	if _, ok := containers()[dave.ID]; ok {
 		t.Errorf("dave listed while the engine is cut off")
 	}
 	step("dave started")
@@ -405,7 +386,7 @@ containers:
 		perGPU("gpumeter_gpu_holders", 1):                 2,
 	})
 	step("reconnected")
-	if diff := cmp.Diff(ctrView{dave.name, image, "root", "", "", "1", true, true, []shareView{{1, 0.5, 0, 0, 0}}}, view(containers()[dave.id])); diff != "" {
+	if diff := cmp.Diff(ctrView{dave.Name, image, "root", "", "", "1", true, true, []shareView{{1, 0.5, 0, 0, 0}}}, view(containers()[dave.ID])); diff != "" {
 		t.Errorf("/api/v1/containers entry of dave (-want +got):\n%s", diff)
 	}
 }

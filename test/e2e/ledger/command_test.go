@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestLedgerBackupWhileServing backs the ledger up while the agent writes
@@ -15,25 +16,25 @@ import (
 // had committed by then, and a second backup to the same file is refused.
 func TestLedgerBackupWhileServing(t *testing.T) {
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	data := filepath.Join(dir, "data")
 	db := filepath.Join(data, "ledger.db")
-	a := launch(t, data, "--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String())
-	nextFlush(t, a)
-	nextFlush(t, a)
+	a := harness.Launch(t, data, "--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String())
+	a.NextFlush(t)
+	a.NextFlush(t)
 
 	backup := filepath.Join(dir, "backup.db")
-	out, stderr, code := runCLI(t, nil, "ledger", "backup", backup, "--db", db)
+	out, stderr, code := harness.RunCLI(t, nil, "ledger", "backup", backup, "--db", db)
 	if code != 0 || !strings.Contains(out, "backed up "+db+" to "+backup) {
 		t.Fatalf("ledger backup: exit %d, out %q, stderr %s", code, out, stderr)
 	}
 	if fi, err := os.Stat(backup); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("backup file: %v, mode %v; want mode 0600", err, fi.Mode().Perm())
 	}
-	nextFlush(t, a) // the agent goes on writing the original
-	a.stop(t)
+	a.NextFlush(t) // the agent goes on writing the original
+	a.Stop(t)
 
-	out, stderr, code = runCLI(t, nil, "ledger", "check", "--db", backup)
+	out, stderr, code = harness.RunCLI(t, nil, "ledger", "check", "--db", backup)
 	for _, want := range []string{"integrity  ok", "schema     version", "as this gpumeter writes", "nodes      crash-1: seen ", "minutes    ", "lease      crash-1: held by pid"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("ledger check of the backup: exit %d, stderr %s; output does not say %q:\n%s", code, stderr, want, out)
@@ -44,10 +45,10 @@ func TestLedgerBackupWhileServing(t *testing.T) {
 	if copied.Totals.GPUHoursAllocated <= 0 || copied.Totals.GPUHoursAllocated >= live.Totals.GPUHoursAllocated {
 		t.Errorf("the backup holds %.6f GPU-hours, the ledger %.6f after more flushes; want some, and less", copied.Totals.GPUHoursAllocated, live.Totals.GPUHoursAllocated)
 	}
-	if _, stderr, code := runCLI(t, nil, "ledger", "backup", backup, "--db", db); code == 0 || !strings.Contains(stderr, "it exists") {
+	if _, stderr, code := harness.RunCLI(t, nil, "ledger", "backup", backup, "--db", db); code == 0 || !strings.Contains(stderr, "it exists") {
 		t.Errorf("a backup onto an existing file: exit %d, stderr %s; want a refusal", code, stderr)
 	}
-	if _, stderr, code := runCLI(t, nil, "ledger", "backup"); code == 0 || !strings.Contains(stderr, "ledger backup needs the file to write") {
+	if _, stderr, code := harness.RunCLI(t, nil, "ledger", "backup"); code == 0 || !strings.Contains(stderr, "ledger backup needs the file to write") {
 		t.Errorf("ledger backup with no file: exit %d, stderr %s", code, stderr)
 	}
 }
@@ -57,7 +58,7 @@ func TestLedgerBackupWhileServing(t *testing.T) {
 // is, not migrated.
 func TestLedgerCheckFindsDamage(t *testing.T) {
 	dir := t.TempDir()
-	b, err := os.ReadFile("../../internal/ledger/testdata/v3/ledger.db")
+	b, err := os.ReadFile(harness.RepoFile("internal/ledger/testdata/v3/ledger.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +66,7 @@ func TestLedgerCheckFindsDamage(t *testing.T) {
 	if err := os.WriteFile(old, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, code := runCLI(t, nil, "ledger", "check", "--db", old)
+	out, stderr, code := harness.RunCLI(t, nil, "ledger", "check", "--db", old)
 	if code != 0 || !strings.Contains(out, "version 3; this gpumeter writes") || !strings.Contains(out, "nodes      old-1") {
 		t.Errorf("check of a version 3 ledger: exit %d, stderr %s, out:\n%s", code, stderr, out)
 	}
@@ -87,7 +88,7 @@ func TestLedgerCheckFindsDamage(t *testing.T) {
 		if err := os.WriteFile(damaged, bad, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		out, stderr, code = runCLI(t, nil, "ledger", "check", "--db", damaged)
+		out, stderr, code = harness.RunCLI(t, nil, "ledger", "check", "--db", damaged)
 		if code != 1 || !strings.Contains(stderr, tc.says) || !strings.Contains(stderr, "restore the last backup") {
 			t.Errorf("check of a ledger with page %d damaged: exit %d, stderr %s, out:\n%s; want exit 1 saying %q", tc.page, code, stderr, out, tc.says)
 		}
@@ -99,17 +100,17 @@ func TestLedgerCheckFindsDamage(t *testing.T) {
 func TestLedgerCheckPostgres(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "short.yaml"), strings.Replace(soloScenario, "duration: 24h", "duration: 10m", 1))
-	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", scenario, "--dsn", dsn); code != 0 {
+	scenario := harness.WriteText(t, filepath.Join(dir, "short.yaml"), strings.Replace(harness.SoloScenario, "duration: 24h", "duration: 10m", 1))
+	if _, stderr, code := harness.RunCLI(t, nil, "simulate", "--scenario", scenario, "--dsn", dsn); code != 0 {
 		t.Fatalf("simulate: %s", stderr)
 	}
-	out, stderr, code := runCLI(t, nil, "ledger", "check", "--dsn", dsn)
+	out, stderr, code := harness.RunCLI(t, nil, "ledger", "check", "--dsn", dsn)
 	for _, want := range []string{"(PostgreSQL, ", "integrity  not checked here", "nodes      crash-1: seen ", "lease      crash-1: released by pid"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("ledger check --dsn: exit %d, stderr %s; output does not say %q:\n%s", code, stderr, want, out)
 		}
 	}
-	if _, stderr, code := runCLI(t, nil, "ledger", "backup", filepath.Join(dir, "x"), "--dsn", dsn); code == 0 || !strings.Contains(stderr, "pg_dump") {
+	if _, stderr, code := harness.RunCLI(t, nil, "ledger", "backup", filepath.Join(dir, "x"), "--dsn", dsn); code == 0 || !strings.Contains(stderr, "pg_dump") {
 		t.Errorf("ledger backup --dsn: exit %d, stderr %s; want it to point to pg_dump", code, stderr)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package policy
 
 // The policy against the real Docker engine: real sleeper containers play
 // idle and busy GPU jobs of a scenario, and serve warns through a real
@@ -27,6 +27,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // readAudit reads the audit log's events; a missing file has none.
@@ -84,12 +85,12 @@ func (h *hook) messages() []policy.Message {
 func TestPolicyAgainstDocker(t *testing.T) {
 	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t)
-	start := func(name string, gpu int, labels map[string]string) sleeper {
-		return startSleeper(t, cli, dockertest.Spec{Name: name, Labels: labels, Env: []string{fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%d", gpu)}})
+	start := func(name string, gpu int, labels map[string]string) harness.Sleeper {
+		return harness.StartSleeper(t, cli, dockertest.Spec{Name: name, Labels: labels, Env: []string{fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%d", gpu)}})
 	}
 	idle := start("pol-idle", 0, map[string]string{"gpumeter.user": "alice"})
-	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", idle.pid)); err != nil || !strings.Contains(string(cg), idle.id) {
-		dockertest.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", idle.pid, cg, err)
+	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", idle.PID)); err != nil || !strings.Contains(string(cg), idle.ID) {
+		dockertest.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", idle.PID, cg, err)
 	}
 	exempt := start("pol-exempt", 1, map[string]string{"gpumeter.user": "bob", "gpumeter.exempt": "true"})
 	busy := start("pol-busy", 2, map[string]string{"gpumeter.user": "carol"})
@@ -116,7 +117,7 @@ containers:
   - {name: pol-busy, pid: %d, gpus: [2], phases: [{at: 0s, util: 80, memory: 1GiB}]}
   - {name: pol-later, pid: %d, gpus: [3], phases: [{at: 0s, util: 0, memory: 1GiB}, {at: 5s, util: 80, memory: 1GiB}]}
   - {name: pol-vanish, pid: %d, gpus: [4], phases: [{at: 0s, util: 0, memory: 1GiB}]}
-`, idle.pid, exempt.pid, busy.pid, later.pid, vanish.pid), 0o644)
+`, idle.PID, exempt.PID, busy.PID, later.PID, vanish.PID), 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,28 +149,28 @@ containers:
 		"GPUMETER_POLICY_STOP_GRACE=1s",
 	}
 	begin := time.Now()
-	startServe(t, env, "--sim", scenario, "--interval", "100ms", "--docker-host", cli.DaemonHost())
+	harness.Serve(t, env, "--sim", scenario, "--interval", "100ms", "--docker-host", cli.DaemonHost())
 	auditPath := filepath.Join(dir, "audit.jsonl")
 
-	byID := func(evs []policy.Event, s sleeper) []string {
+	byID := func(evs []policy.Event, s harness.Sleeper) []string {
 		var out []string
 		for _, e := range evs {
-			if e.ContainerID != "" && strings.HasPrefix(s.id, e.ContainerID) {
+			if e.ContainerID != "" && strings.HasPrefix(s.ID, e.ContainerID) {
 				out = append(out, e.Kind+":"+e.Outcome)
 			}
 		}
 		return out
 	}
 	// pol-vanish disappears between its warning and its stop.
-	waitFor(t, 20*time.Second, "the warning of pol-vanish", func() bool {
+	harness.WaitFor(t, 20*time.Second, "the warning of pol-vanish", func() bool {
 		return len(byID(readAudit(t, auditPath), vanish)) > 0
 	})
-	dockertest.Remove(t, cli, vanish.id)
+	dockertest.Remove(t, cli, vanish.ID)
 	var evs []policy.Event
-	waitFor(t, 30*time.Second, "the stops", func() bool {
+	harness.WaitFor(t, 30*time.Second, "the stops", func() bool {
 		evs = readAudit(t, auditPath)
 		done := 0
-		for _, s := range []sleeper{idle, later, vanish} {
+		for _, s := range []harness.Sleeper{idle, later, vanish} {
 			if got := byID(evs, s); len(got) >= 2 {
 				done++
 			}
@@ -177,11 +178,11 @@ containers:
 		return done == 3
 	})
 	t.Logf("stops done after %.1fs", time.Since(begin).Seconds())
-	check := func(s sleeper, want ...string) {
+	check := func(s harness.Sleeper, want ...string) {
 		t.Helper()
 		got := byID(evs, s)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: audit %v, want %v", s.name, got, want)
+			t.Errorf("%s: audit %v, want %v", s.Name, got, want)
 		}
 	}
 	check(idle, "warn:sent", "stop:stopped")
@@ -196,12 +197,12 @@ containers:
 			t.Errorf("audit event lacks fields: %+v", e)
 		}
 	}
-	if st := dockertest.Inspect(t, cli, idle.id).State; st.Running || st.ExitCode != dockertest.SleeperExitCode {
+	if st := dockertest.Inspect(t, cli, idle.ID).State; st.Running || st.ExitCode != dockertest.SleeperExitCode {
 		t.Errorf("pol-idle: running %v, exit code %d; want stopped by SIGTERM (%d)", st.Running, st.ExitCode, dockertest.SleeperExitCode)
 	}
-	for _, s := range []sleeper{exempt, busy, later} {
-		if !dockertest.Inspect(t, cli, s.id).State.Running {
-			t.Errorf("%s was stopped", s.name)
+	for _, s := range []harness.Sleeper{exempt, busy, later} {
+		if !dockertest.Inspect(t, cli, s.ID).State.Running {
+			t.Errorf("%s was stopped", s.Name)
 		}
 	}
 	// The ledger has the same events.
@@ -230,22 +231,22 @@ containers:
 		}
 		warned[m.Finding.Container] = true
 	}
-	if len(msgs) != 3 || !warned[idle.name] || !warned[later.name] || !warned[vanish.name] {
-		t.Errorf("webhook got warnings for %v, want %s, %s and %s", warned, idle.name, later.name, vanish.name)
+	if len(msgs) != 3 || !warned[idle.Name] || !warned[later.Name] || !warned[vanish.Name] {
+		t.Errorf("webhook got warnings for %v, want %s, %s and %s", warned, idle.Name, later.Name, vanish.Name)
 	}
 }
 
 // logServe runs serve with its log in a file, which the test can read
-// while serve writes it.
-func logServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
+// while serve writes it, and returns the address it serves on.
+func logServe(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, logPath, url string) {
 	t.Helper()
-	logPath := filepath.Join(t.TempDir(), "serve.log")
+	logPath = filepath.Join(t.TempDir(), "serve.log")
 	f, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), adminEnv()), env...)
+	cmd = exec.Command(harness.Binary(t), append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), harness.AdminEnv()), env...)
 	cmd.Stderr = f
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -269,14 +270,14 @@ func logServe(t *testing.T, env []string, args ...string) (*exec.Cmd, string) {
 			t.Logf("serve log:\n%s", b)
 		}
 	})
-	waitLog(t, logPath, regexp.MustCompile(`serving on http://`))
-	return cmd, logPath
+	serving := waitLog(t, logPath, regexp.MustCompile(`serving on http://\S+`))
+	return cmd, logPath, strings.TrimPrefix(serving, "serving on ")
 }
 
 func waitLog(t *testing.T, path string, re *regexp.Regexp) string {
 	t.Helper()
 	var line string
-	waitFor(t, 20*time.Second, "a log line matching "+re.String(), func() bool {
+	harness.WaitFor(t, 20*time.Second, "a log line matching "+re.String(), func() bool {
 		b, _ := os.ReadFile(path)
 		line = re.FindString(string(b))
 		return line != ""
@@ -296,7 +297,7 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	}
 	// Idle after an hour: nothing is found in the test's time.
 	write("waste:\n  idle:\n    window: 1h\npolicy:\n  rules:\n    idle:\n      action: stop\n")
-	cmd, logPath := logServe(t, nil, "--config", cfgPath, "--sim", "testdata/waste/live.yaml", "--interval", "100ms")
+	cmd, logPath, url := logServe(t, nil, "--config", cfgPath, "--sim", harness.Testdata("waste/live.yaml"), "--interval", "100ms")
 
 	write("waste:\n  idle:\n    window: 2s\npolicy:\n  webhook:\n    retries: 99\n")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -306,7 +307,12 @@ func TestServeReloadOnSIGHUP(t *testing.T) {
 	if !strings.Contains(line, "policy.webhook.retries: 99 is outside 0..10") {
 		t.Errorf("reload log line %q does not say what is wrong", line)
 	}
-	time.Sleep(3 * time.Second) // longer than the rejected window: nothing may be found
+	// The agent samples on for longer than the rejected window, and the
+	// policy engine's step of a second besides: nothing may be found.
+	since := harness.Series(harness.Get(t, url+"/metrics")).LastTick()
+	harness.WaitFor(t, 30*time.Second, "3 s of samples after the rejected reload", func() bool {
+		return harness.Series(harness.Get(t, url+"/metrics")).LastTick().Sub(since) >= 3*time.Second
+	})
 	if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "would warn") {
 		t.Errorf("the rejected config took effect:\n%s", b)
 	}

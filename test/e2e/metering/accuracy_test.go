@@ -1,8 +1,8 @@
-package main
+package metering
 
-// Accuracy tests: each scenario in testdata/accuracy is simulated into a
-// fresh ledger by the real binary, reported on as JSON, and compared with
-// figures worked out by hand below.
+// Accuracy tests: each scenario in test/e2e/testdata/accuracy is
+// simulated into a fresh ledger by the real binary, reported on as JSON,
+// and compared with figures worked out by hand below.
 //
 // Every scenario's GPUs draw P = idle + (max − idle)·U/100, U the sum of
 // the utilisations of the processes on the GPU (at most 100). Over each
@@ -20,6 +20,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 const accGiB = 1 << 30
@@ -29,7 +31,7 @@ const accGiB = 1 << 30
 func accH(seconds float64) float64  { return seconds / 3600 }
 func accKWh(joules float64) float64 { return joules / 3.6e6 }
 
-// accReport is the JSON report contract of DESIGN.md, decoded as any other
+// accReport is the JSON report contract of docs/design.md, decoded as any other
 // tool would decode it.
 type accReport struct {
 	From     time.Time `json:"from"`
@@ -403,11 +405,11 @@ func TestAccuracyCost(t *testing.T) {
 func TestSimulateTwice(t *testing.T) {
 	db := accSimulate(t, "exclusive.yaml", filepath.Join(t.TempDir(), "x.db"))
 	from, to := "2026-11-02T00:00:00Z", "2026-11-02T00:10:00Z"
-	before, stderr, code := runCLI(t, nil, "report", "--db", db, "--from", from, "--to", to, "--format", "json")
+	before, stderr, code := harness.RunCLI(t, nil, "report", "--db", db, "--from", from, "--to", to, "--format", "json")
 	if code != 0 {
 		t.Fatalf("report exited %d: %s", code, stderr)
 	}
-	_, stderr, code = runCLI(t, nil, "simulate", "--scenario", "testdata/accuracy/exclusive.yaml", "--db", db)
+	_, stderr, code = harness.RunCLI(t, nil, "simulate", "--scenario", harness.Testdata("accuracy/exclusive.yaml"), "--db", db)
 	if code == 0 {
 		t.Fatal("a second simulate into the same ledger succeeded")
 	}
@@ -416,9 +418,9 @@ func TestSimulateTwice(t *testing.T) {
 			t.Errorf("stderr does not say %q:\n%s", want, stderr)
 		}
 	}
-	after, _, _ := runCLI(t, nil, "report", "--db", db, "--from", from, "--to", to, "--format", "json")
+	after, _, _ := harness.RunCLI(t, nil, "report", "--db", db, "--from", from, "--to", to, "--format", "json")
 	if after != before {
-		t.Errorf("the refused simulate changed the ledger:\n%s", diffLines(before, after))
+		t.Errorf("the refused simulate changed the ledger:\n%s", harness.DiffLines(before, after))
 	}
 }
 
@@ -432,13 +434,13 @@ func TestSimulateReproducible(t *testing.T) {
 	for _, format := range []string{"json", "csv", "table", "focus"} {
 		for _, by := range []string{"user", "container", "gpu"} {
 			args := []string{"report", "--config", cfg, "--from", "2026-11-02T00:00:00Z", "--to", "2026-11-02T00:40:00Z", "--by", by, "--format", format}
-			outA, errA, codeA := runCLI(t, nil, append(args, "--db", a)...)
-			outB, errB, codeB := runCLI(t, nil, append(args, "--db", b)...)
+			outA, errA, codeA := harness.RunCLI(t, nil, append(args, "--db", a)...)
+			outB, errB, codeB := harness.RunCLI(t, nil, append(args, "--db", b)...)
 			if codeA != 0 || codeB != 0 {
 				t.Fatalf("report --format %s exited %d and %d: %s%s", format, codeA, codeB, errA, errB)
 			}
 			if outA == "" || outA != outB {
-				t.Errorf("--format %s --by %s differs between two ledgers of one scenario:\n%s", format, by, diffLines(outA, outB))
+				t.Errorf("--format %s --by %s differs between two ledgers of one scenario:\n%s", format, by, harness.DiffLines(outA, outB))
 			}
 		}
 	}
@@ -446,7 +448,7 @@ func TestSimulateReproducible(t *testing.T) {
 
 func accSimulate(t *testing.T, scenario, db string) string {
 	t.Helper()
-	out, stderr, code := runCLI(t, nil, "simulate", "--scenario", filepath.Join("testdata", "accuracy", scenario), "--db", db)
+	out, stderr, code := harness.RunCLI(t, nil, "simulate", "--scenario", harness.Testdata("accuracy/"+scenario), "--db", db)
 	if code != 0 {
 		t.Fatalf("simulate %s exited %d: %s%s", scenario, code, out, stderr)
 	}
@@ -464,7 +466,7 @@ func accWrite(t *testing.T, path, text string) string {
 func accReportOf(t *testing.T, db, from, to, by string, args ...string) accReport {
 	t.Helper()
 	args = append([]string{"report", "--db", db, "--from", from, "--to", to, "--by", by, "--format", "json"}, args...)
-	out, stderr, code := runCLI(t, nil, args...)
+	out, stderr, code := harness.RunCLI(t, nil, args...)
 	if code != 0 {
 		t.Fatalf("%s exited %d: %s", strings.Join(args, " "), code, stderr)
 	}

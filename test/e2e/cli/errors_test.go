@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // unreachableDSN names a PostgreSQL server that refuses connections.
@@ -30,7 +31,7 @@ func runFailing(t *testing.T, tests []cliCase) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			begin := time.Now()
-			stdout, stderr, code := runCLI(t, nil, tt.args...)
+			stdout, stderr, code := harness.RunCLI(t, nil, tt.args...)
 			took := time.Since(begin)
 			if code == 0 {
 				t.Fatalf("gpumeter %s: exit status 0, want failure; stdout:\n%s", strings.Join(tt.args, " "), stdout)
@@ -60,7 +61,7 @@ func runFailing(t *testing.T, tests []cliCase) {
 // foreignSQLite makes an SQLite database with someone else's table in it.
 func foreignSQLite(t *testing.T, path string) {
 	t.Helper()
-	db := openSQLite(t, path)
+	db := harness.OpenSQLite(t, path)
 	for _, q := range []string{
 		"CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT NOT NULL)",
 		"INSERT INTO customers (name) VALUES ('acme')",
@@ -89,7 +90,7 @@ func unchangedText(path, want string) func(t *testing.T) {
 // was: its one table and row, no ledger tables, its journal mode.
 func unchangedForeign(path string) func(t *testing.T) {
 	return func(t *testing.T) {
-		db := openSQLite(t, path)
+		db := harness.OpenSQLite(t, path)
 		var tables []string
 		rows, err := db.Query("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
 		if err != nil {
@@ -124,19 +125,19 @@ const textNotLedger = "these are my notes, not a ledger\n"
 // ledger.
 func TestReportBadInput(t *testing.T) {
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), strings.Replace(soloScenario, "duration: 24h", "duration: 10m", 1))
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), strings.Replace(harness.SoloScenario, "duration: 24h", "duration: 10m", 1))
 	db := filepath.Join(dir, "solo.db")
-	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", scenario, "--db", db); code != 0 {
+	if _, stderr, code := harness.RunCLI(t, nil, "simulate", "--scenario", scenario, "--db", db); code != 0 {
 		t.Fatalf("simulate exited %d: %s", code, stderr)
 	}
-	text := writeText(t, filepath.Join(dir, "notes.db"), textNotLedger)
+	text := harness.WriteText(t, filepath.Join(dir, "notes.db"), textNotLedger)
 	foreign := filepath.Join(dir, "crm.db")
 	foreignSQLite(t, foreign)
-	wrongPrice := writeText(t, filepath.Join(dir, "wrong-price.yaml"),
+	wrongPrice := harness.WriteText(t, filepath.Join(dir, "wrong-price.yaml"),
 		"cost:\n  gpu_hour:\n    default: 1\n    NVIDIA H100 80GB HBM3: 3\n    NVIDIA H100 80GB: 2.5\n")
-	rightPrice := writeText(t, filepath.Join(dir, "price.yaml"),
+	rightPrice := harness.WriteText(t, filepath.Join(dir, "price.yaml"),
 		"cost:\n  gpu_hour:\n    default: 1\n    NVIDIA H100 80GB HBM3: 3\n")
-	badPrice := writeText(t, filepath.Join(dir, "bad-price.yaml"), "cost:\n  gpu_hour:\n    default: -1\n")
+	badPrice := harness.WriteText(t, filepath.Join(dir, "bad-price.yaml"), "cost:\n  gpu_hour:\n    default: -1\n")
 	window := []string{"--from", "2026-01-01", "--to", "2026-01-02"}
 	reportDB := func(args ...string) []string { return append([]string{"report", "--db", db}, args...) }
 
@@ -186,7 +187,7 @@ func TestReportBadInput(t *testing.T) {
 
 	// The same ledger with prices for the models it knows reports, and
 	// charges them.
-	out, stderr, code := runCLI(t, nil, reportDB(append(window, "--config", rightPrice, "--by", "container", "--format", "json")...)...)
+	out, stderr, code := harness.RunCLI(t, nil, reportDB(append(window, "--config", rightPrice, "--by", "container", "--format", "json")...)...)
 	if code != 0 {
 		t.Fatalf("report with a price for every known model exited %d: %s", code, stderr)
 	}
@@ -194,7 +195,7 @@ func TestReportBadInput(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(rep.Rows) != 1 || !closeTo(rep.Rows[0].GPUHoursAllocated, 10.0/60, 1e-6) || !closeTo(rep.Rows[0].Cost, 3*10.0/60, 1e-6) {
+	if len(rep.Rows) != 1 || !harness.CloseTo(rep.Rows[0].GPUHoursAllocated, 10.0/60, 1e-6) || !harness.CloseTo(rep.Rows[0].Cost, 3*10.0/60, 1e-6) {
 		t.Errorf("report rows %+v, want solo with 1/6 GPU-hour at 3 USD", rep.Rows)
 	}
 }
@@ -203,8 +204,8 @@ func TestReportBadInput(t *testing.T) {
 // play and ledgers it cannot or must not write.
 func TestSimulateBadInput(t *testing.T) {
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), strings.Replace(soloScenario, "duration: 24h", "duration: 10m", 1))
-	withPID := writeText(t, filepath.Join(dir, "pid.yaml"), `version: 1
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), strings.Replace(harness.SoloScenario, "duration: 24h", "duration: 10m", 1))
+	withPID := harness.WriteText(t, filepath.Join(dir, "pid.yaml"), `version: 1
 duration: 10m
 gpus:
   - model: NVIDIA H100 80GB HBM3
@@ -216,7 +217,7 @@ containers:
     pid: 1
     gpus: [0]
 `)
-	text := writeText(t, filepath.Join(dir, "notes.db"), textNotLedger)
+	text := harness.WriteText(t, filepath.Join(dir, "notes.db"), textNotLedger)
 	foreign := filepath.Join(dir, "crm.db")
 	foreignSQLite(t, foreign)
 	pidDB := filepath.Join(dir, "pid.db")
@@ -259,10 +260,41 @@ func TestCommandArgs(t *testing.T) {
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			// An agent that cannot be reached: only the arguments can fail.
-			_, stderr, code := runCLI(t, []string{"GPUMETER_URL=http://127.0.0.1:1"}, tt.args...)
+			_, stderr, code := harness.RunCLI(t, []string{"GPUMETER_URL=http://127.0.0.1:1"}, tt.args...)
 			if code != 1 || stderr != tt.want {
 				t.Errorf("exit status %d, stderr %q; want 1, %q", code, stderr, tt.want)
 			}
 		})
+	}
+}
+
+// TestWasteBadInput: rules that make no sense are config errors, named
+// by their keys, wherever they come from.
+func TestWasteBadInput(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	if _, stderr, code := harness.RunCLI(t, nil, "simulate", "--scenario", harness.Testdata("accuracy/exclusive.yaml"), "--db", db); code != 0 {
+		t.Fatalf("simulate exited %d: %s", code, stderr)
+	}
+	badConfig := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(badConfig, []byte("waste:\n  idle:\n    window: 1h\n    grace: 2h\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wasteDB := func(args ...string) []string { return append([]string{"waste", "--db", db, "--since", "7d"}, args...) }
+	runFailing(t, []cliCase{
+		{name: "negative threshold", args: wasteDB("--waste-idle-sm-percent", "-1"), want: []string{"waste.idle.sm_percent: -1 is negative"}},
+		{name: "negative efficiency", args: wasteDB("--waste-low-efficiency-threshold", "-0.5"), want: []string{"waste.low_efficiency.threshold: -0.5 is negative"}},
+		{name: "grace over window", args: wasteDB("--waste-stalled-grace", "1h"), want: []string{"waste.stalled.grace: 1h0m0s is longer than the window, 30m0s"}},
+		{name: "grace over window in a file", args: wasteDB("--config", badConfig), want: []string{"waste.idle.grace: 2h0m0s is longer than the window, 1h0m0s"}},
+		{name: "negative window", args: wasteDB("--waste-idle-window", "-1h"), want: []string{"--waste-idle-window", "negative"}},
+		{name: "not a number", args: wasteDB("--waste-idle-cpu-cores", "lots"), want: []string{`"lots" is not a number`}},
+		{name: "bad format", args: wasteDB("--format", "focus"), want: []string{`--format: "focus" is not one of table, csv, json`}},
+		{name: "since and from", args: wasteDB("--from", "2026-11-01"), want: []string{"since and from exclude each other"}},
+		{name: "missing ledger", args: []string{"waste", "--db", filepath.Join(dir, "nope.db")}, want: []string{"nope.db"}},
+	})
+	// serve refuses the same.
+	_, stderr, code := harness.RunCLI(t, []string{"GPUMETER_WASTE_OUTSIDE_GRACE=1m"}, "serve", "--demo", "--listen", "127.0.0.1:0")
+	if code == 0 || !strings.Contains(stderr, "waste.outside.grace: 1m0s is longer than the window, 0s") {
+		t.Errorf("serve with a grace over its window: status %d, stderr:\n%s", code, stderr)
 	}
 }

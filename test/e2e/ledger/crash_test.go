@@ -1,178 +1,22 @@
-package main
+package ledger
 
 // End-to-end tests of the ledger under the real binary: killed while it
 // writes, and held off by another process that locks the SQLite file.
 
 import (
-	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
-	"io"
 	"math"
 	"net/http"
-	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	_ "modernc.org/sqlite"
-
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
-
-// soloScenario is one container alone on GPU 0 at 50 % for a day: every
-// metered GPU-second is allocated to it, half of it used.
-const soloScenario = `version: 1
-node: crash-1
-duration: 24h
-gpus:
-  - count: 1
-    model: NVIDIA H100 80GB HBM3
-    memory: 80GiB
-    idle_power: 100W
-    max_power: 500W
-containers:
-  - name: solo
-    image: pytorch/pytorch:2.4.0-cuda12.1
-    labels: {gpumeter.user: alice, gpumeter.team: nlp}
-    gpus: [0]
-    phases:
-      - at: 0s
-        util: 50
-        memory: 10GiB
-`
-
-func writeText(t *testing.T, path, text string) string {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// lockedBuffer is a bytes.Buffer that the process's output copier and
-// the test may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// agentRun is a `gpumeter serve` that the test ends itself, by SIGKILL or
-// SIGTERM, and that keeps its ledger in a directory the test chooses.
-type agentRun struct {
-	URL    string
-	cmd    *exec.Cmd
-	stderr *lockedBuffer
-	done   chan struct{}
-	err    error // valid once done is closed
-}
-
-// launch runs `gpumeter serve args...` with GPUMETER_DATA_DIR=dataDir on a
-// free loopback port and waits for its first sample. A run the test did
-// not end is killed when the test ends.
-func launch(t *testing.T, dataDir string, args ...string) *agentRun {
-	t.Helper()
-	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
-	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+dataDir, adminEnv())
-	pr, pw := io.Pipe()
-	a := &agentRun{cmd: cmd, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = io.MultiWriter(pw, a.stderr)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		a.err = cmd.Wait()
-		pw.Close()
-		close(a.done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-a.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-a.done
-		}
-		if t.Failed() {
-			t.Logf("serve %s stderr:\n%s", strings.Join(args, " "), a.stderr)
-		}
-	})
-	a.URL = awaitServing(t, pr, a.done, a.stderr)
-	return a
-}
-
-// kill ends the agent with SIGKILL: no final flush, no cleanup.
-func (a *agentRun) kill(t *testing.T) {
-	t.Helper()
-	if err := a.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	<-a.done
-}
-
-// stop ends the agent with SIGTERM and wants a clean exit.
-func (a *agentRun) stop(t *testing.T) {
-	t.Helper()
-	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-a.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("serve did not stop within 15s of SIGTERM; stderr:\n%s", a.stderr)
-	}
-	if a.err != nil {
-		t.Fatalf("serve exited with %v after SIGTERM; stderr:\n%s", a.err, a.stderr)
-	}
-}
-
-// scrape reads the agent's /metrics.
-func (a *agentRun) scrape(t *testing.T) metrics {
-	t.Helper()
-	return metrics(series(get(t, a.URL+"/metrics")))
-}
-
-// metrics is a parsed scrape: name{labels} -> value.
-type metrics map[string]float64
-
-// sum adds up every series of the metric name, whatever its labels.
-func (m metrics) sum(name string) float64 {
-	var s float64
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			s += v
-		}
-	}
-	return s
-}
-
-// has reports whether the scrape holds a series of the metric name.
-func (m metrics) has(name string) bool {
-	for k := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			return true
-		}
-	}
-	return false
-}
 
 // reportJSON runs `gpumeter report --format json` over the last hour.
 func reportJSON(t *testing.T, db, by string) report.Report {
@@ -184,7 +28,7 @@ func reportJSON(t *testing.T, db, by string) report.Report {
 // ledger that where names (--db FILE or --dsn DSN).
 func reportOf(t *testing.T, by string, where ...string) report.Report {
 	t.Helper()
-	out, stderr, code := runCLI(t, nil, append([]string{"report", "--since", "1h", "--by", by, "--format", "json"}, where...)...)
+	out, stderr, code := harness.RunCLI(t, nil, append([]string{"report", "--since", "1h", "--by", by, "--format", "json"}, where...)...)
 	if code != 0 {
 		t.Fatalf("report exited %d: %s", code, stderr)
 	}
@@ -195,17 +39,6 @@ func reportOf(t *testing.T, by string, where ...string) report.Report {
 	return rep
 }
 
-// openSQLite opens a SQLite file for the test's own queries.
-func openSQLite(t *testing.T, path string) *sql.DB {
-	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=busy_timeout(5000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
 // checkLedgerFile checks the SQLite file itself: SQLite finds it sound,
 // and every batch left it whole. A batch writes a minute's GPU totals, its
 // owners' usage and both hour rollups in one transaction, so a torn batch
@@ -213,7 +46,7 @@ func openSQLite(t *testing.T, path string) *sql.DB {
 // minute counted twice shows as more than 60 GPU-seconds in it.
 func checkLedgerFile(t *testing.T, path string) {
 	t.Helper()
-	db := openSQLite(t, path)
+	db := harness.OpenSQLite(t, path)
 	var ok string
 	if err := db.QueryRow("PRAGMA integrity_check").Scan(&ok); err != nil {
 		t.Fatal(err)
@@ -264,7 +97,7 @@ func checkLedgerFile(t *testing.T, path string) {
 func lockLedger(t *testing.T, path string) (unlock func()) {
 	t.Helper()
 	ctx := context.Background()
-	conn, err := openSQLite(t, path).Conn(ctx)
+	conn, err := harness.OpenSQLite(t, path).Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,50 +116,32 @@ func lockLedger(t *testing.T, path string) (unlock func()) {
 	}
 }
 
-const (
-	flushInterval  = time.Second
-	sampleInterval = 100 * time.Millisecond
-)
-
 // maxCrashLoss is the most a SIGKILL may cost the ledger: the rows of one
 // flush interval, plus the samples on either side of it.
-var maxCrashLoss = (flushInterval + 2*sampleInterval).Seconds()
+var maxCrashLoss = (harness.FlushInterval + 2*harness.SampleInterval).Seconds()
 
 // overBooked is how far the ledger may run ahead of the last scrape before
 // the agent ended: the samples taken between that scrape and the signal.
 // Counting a flush twice would put it a whole flush interval ahead.
-var overBooked = (2*sampleInterval + 50*time.Millisecond).Seconds()
-
-// nextFlush waits for the agent to finish a flush and returns the scrape
-// that shows it; the next flush starts one interval after this one began.
-func nextFlush(t *testing.T, a *agentRun) metrics {
-	t.Helper()
-	before := a.scrape(t).sum("gpumeter_ledger_flushes_total")
-	var m metrics
-	waitFor(t, 5*time.Second, "a ledger flush", func() bool {
-		m = a.scrape(t)
-		return m.sum("gpumeter_ledger_flushes_total") > before
-	})
-	return m
-}
+var overBooked = (2*harness.SampleInterval + 50*time.Millisecond).Seconds()
 
 // killScrape scrapes the agent and kills it at once. It returns the scrape
 // and how long after due the kill came: a flush due then that has not
 // committed by the kill (a slow write, or one waiting for a lock) loses
 // that much more.
-func killScrape(t *testing.T, a *agentRun, due time.Time) (metrics, time.Duration) {
+func killScrape(t *testing.T, a *harness.Agent, due time.Time) (harness.Metrics, time.Duration) {
 	t.Helper()
-	m := a.scrape(t)
+	m := a.Scrape(t)
 	late := max(0, time.Since(due))
-	a.kill(t)
+	a.Kill(t)
 	return m, late
 }
 
 // nextFlushStart estimates when the flush after the one m shows begins.
-func nextFlushStart(m metrics) time.Time {
-	ended := m.sum("gpumeter_ledger_last_flush_timestamp_seconds")
-	took := m.sum("gpumeter_ledger_write_duration_seconds")
-	return time.Unix(0, int64((ended-took)*1e9)).Add(flushInterval)
+func nextFlushStart(m harness.Metrics) time.Time {
+	ended := m.Sum("gpumeter_ledger_last_flush_timestamp_seconds")
+	took := m.Sum("gpumeter_ledger_write_duration_seconds")
+	return time.Unix(0, int64((ended-took)*1e9)).Add(harness.FlushInterval)
 }
 
 // TestServeKilledWhileWriting kills the real agent with SIGKILL at
@@ -336,47 +151,47 @@ func nextFlushStart(m metrics) time.Time {
 // twice, and stayed a sound SQLite file whose minutes and hours agree.
 func TestServeKilledWhileWriting(t *testing.T) {
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	data := filepath.Join(dir, "data")
 	db := filepath.Join(data, "ledger.db")
-	args := []string{"--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String()}
+	args := []string{"--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String()}
 	metered := "gpumeter_gpu_metered_seconds_total"
 
 	// Each kill returns what killScrape does.
 	kills := []struct {
 		name string
-		kill func(t *testing.T, a *agentRun) (metrics, time.Duration)
+		kill func(t *testing.T, a *harness.Agent) (harness.Metrics, time.Duration)
 	}{
-		{"right after a flush committed", func(t *testing.T, a *agentRun) (metrics, time.Duration) {
-			nextFlush(t, a)
-			m := nextFlush(t, a)
-			a.kill(t)
+		{"right after a flush committed", func(t *testing.T, a *harness.Agent) (harness.Metrics, time.Duration) {
+			a.NextFlush(t)
+			m := a.NextFlush(t)
+			a.Kill(t)
 			return m, 0
 		}},
-		{"just before a flush is due", func(t *testing.T, a *agentRun) (metrics, time.Duration) {
-			nextFlush(t, a)
-			due := nextFlushStart(nextFlush(t, a))
-			time.Sleep(time.Until(due.Add(-3 * sampleInterval / 4)))
+		{"just before a flush is due", func(t *testing.T, a *harness.Agent) (harness.Metrics, time.Duration) {
+			a.NextFlush(t)
+			due := nextFlushStart(a.NextFlush(t))
+			time.Sleep(time.Until(due.Add(-3 * harness.SampleInterval / 4)))
 			return killScrape(t, a, due)
 		}},
-		{"when a flush is due, aimed at its write", func(t *testing.T, a *agentRun) (metrics, time.Duration) {
-			nextFlush(t, a)
-			m := nextFlush(t, a)
+		{"when a flush is due, aimed at its write", func(t *testing.T, a *harness.Agent) (harness.Metrics, time.Duration) {
+			a.NextFlush(t)
+			m := a.NextFlush(t)
 			due := nextFlushStart(m)
-			took := time.Duration(m.sum("gpumeter_ledger_write_duration_seconds") * 1e9)
+			took := time.Duration(m.Sum("gpumeter_ledger_write_duration_seconds") * 1e9)
 			begin := time.Now()
-			a.scrape(t)
+			a.Scrape(t)
 			scrape := time.Since(begin)
 			time.Sleep(time.Until(due.Add(took/2 - scrape)))
 			return killScrape(t, a, due)
 		}},
-		{"while a flush waits for the write lock", func(t *testing.T, a *agentRun) (metrics, time.Duration) {
-			nextFlush(t, a)
-			due := nextFlushStart(nextFlush(t, a))
-			time.Sleep(time.Until(due.Add(-sampleInterval)))
+		{"while a flush waits for the write lock", func(t *testing.T, a *harness.Agent) (harness.Metrics, time.Duration) {
+			a.NextFlush(t)
+			due := nextFlushStart(a.NextFlush(t))
+			time.Sleep(time.Until(due.Add(-harness.SampleInterval)))
 			unlock := lockLedger(t, db)
 			defer unlock()
-			time.Sleep(time.Until(due.Add(sampleInterval)))
+			time.Sleep(time.Until(due.Add(harness.SampleInterval)))
 			return killScrape(t, a, due)
 		}},
 	}
@@ -384,9 +199,9 @@ func TestServeKilledWhileWriting(t *testing.T) {
 	var truth, booked float64 // seconds the agent metered and the ledger holds
 	var allowed float64       // seconds the ledger may have lost
 	for _, k := range kills {
-		a := launch(t, data, args...)
+		a := harness.Launch(t, data, args...)
 		m, late := k.kill(t, a)
-		run := m.sum(metered)
+		run := m.Sum(metered)
 		rep := reportJSON(t, db, report.ByContainer)
 		got := rep.Totals.GPUHoursAllocated * 3600
 		lost := run - (got - booked)
@@ -407,11 +222,10 @@ func TestServeKilledWhileWriting(t *testing.T) {
 	}
 
 	// A last run ends with SIGTERM, whose final flush loses nothing.
-	a := launch(t, data, args...)
-	nextFlush(t, a)
-	time.Sleep(time.Second)
-	run := a.scrape(t).sum(metered)
-	a.stop(t)
+	a := harness.Launch(t, data, args...)
+	a.NextFlush(t)
+	run := a.NextTicks(t, int(time.Second/harness.SampleInterval)).Sum(metered) // a second of samples after the flush
+	a.Stop(t)
 	truth += run
 	checkLedgerFile(t, db)
 
@@ -434,21 +248,15 @@ func TestServeKilledWhileWriting(t *testing.T) {
 		t.Fatalf("report rows = %+v, want one row for container solo", rep.Rows)
 	}
 	row := rep.Rows[0]
-	if !closeTo(row.GPUHoursUsed, row.GPUHoursAllocated/2, 1e-3) {
+	if !harness.CloseTo(row.GPUHoursUsed, row.GPUHoursAllocated/2, 1e-3) {
 		t.Errorf("solo used %.9f GPU-hours of %.9f allocated, want half", row.GPUHoursUsed, row.GPUHoursAllocated)
 	}
-	if rep.Host.GPUs != 1 || !closeTo(rep.Host.GPUHours, rep.Totals.GPUHoursAllocated+rep.Idle.GPUHours, 1e-9) {
+	if rep.Host.GPUs != 1 || !harness.CloseTo(rep.Host.GPUHours, rep.Totals.GPUHoursAllocated+rep.Idle.GPUHours, 1e-9) {
 		t.Errorf("host %d GPUs, %.9f GPU-hours; want 1 GPU and allocated %.9f + idle %.9f", rep.Host.GPUs, rep.Host.GPUHours, rep.Totals.GPUHoursAllocated, rep.Idle.GPUHours)
 	}
 	if rep.Idle.GPUHours*3600 > 0.001 {
 		t.Errorf("idle pool %.6f GPU-hours, want none: solo holds the only GPU", rep.Idle.GPUHours)
 	}
-}
-
-// closeTo reports whether got is within rel (relative) or 1e-9 of want.
-func closeTo(got, want, rel float64) bool {
-	d := math.Abs(got - want)
-	return d <= 1e-9 || d <= rel*math.Abs(want)
 }
 
 // TestServeLedgerLocked takes SQLite's write lock on the agent's ledger
@@ -459,20 +267,19 @@ func closeTo(got, want, rel float64) bool {
 // once the lock is gone.
 func TestServeLedgerLocked(t *testing.T) {
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	data := filepath.Join(dir, "data")
 	path := filepath.Join(data, "ledger.db")
-	a := launch(t, data, "--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String())
+	a := harness.Launch(t, data, "--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String())
 
-	m := nextFlush(t, a)
-	if m.sum("gpumeter_ledger_up") != 1 || m.sum("gpumeter_ledger_flush_errors_total") != 0 {
-		t.Fatalf("before the lock: ledger_up %g, flush errors %g; want 1 and 0", m.sum("gpumeter_ledger_up"), m.sum("gpumeter_ledger_flush_errors_total"))
+	m := a.NextFlush(t)
+	if m.Sum("gpumeter_ledger_up") != 1 || m.Sum("gpumeter_ledger_flush_errors_total") != 0 {
+		t.Fatalf("before the lock: ledger_up %g, flush errors %g; want 1 and 0", m.Sum("gpumeter_ledger_up"), m.Sum("gpumeter_ledger_flush_errors_total"))
 	}
 	// Rows are per minute: what one minute of this scenario holds.
 	perMinute := math.Inf(1)
 	for range 5 {
-		time.Sleep(sampleInterval)
-		if n := a.scrape(t).sum("gpumeter_ledger_pending_rows"); n > 0 {
+		if n := a.NextTicks(t, 1).Sum("gpumeter_ledger_pending_rows"); n > 0 {
 			perMinute = min(perMinute, n)
 		}
 	}
@@ -484,46 +291,45 @@ func TestServeLedgerLocked(t *testing.T) {
 	locked := time.Now()
 	defer release()
 
-	before := a.scrape(t)
+	before := a.Scrape(t)
 	// A flush waits out the ledger's busy timeout (10 s) before it fails.
 	var scraped time.Time
-	waitFor(t, 20*time.Second, "a failed ledger write", func() bool {
+	harness.WaitFor(t, 20*time.Second, "a failed ledger write", func() bool {
 		begin := time.Now()
 		scraped = begin
-		m = a.scrape(t)
+		m = a.Scrape(t)
 		if took := time.Since(begin); took > time.Second {
 			t.Errorf("a scrape took %s while the ledger was locked; scrapes must not wait on the ledger", took)
 		}
-		return m.sum("gpumeter_ledger_flush_errors_total") > 0
+		return m.Sum("gpumeter_ledger_flush_errors_total") > 0
 	})
 	t.Logf("the first write failed %s after the lock was taken", time.Since(locked).Round(time.Millisecond))
 	// The recorder retries at once, and that write waits on the lock in
 	// turn; let samples arrive behind it.
-	time.Sleep(2 * sampleInterval)
-	down := a.scrape(t)
-	if got := down.sum("gpumeter_ledger_up"); got != 0 {
+	down := a.NextTicks(t, 2)
+	if got := down.Sum("gpumeter_ledger_up"); got != 0 {
 		t.Errorf("gpumeter_ledger_up = %g while the ledger is locked, want 0", got)
 	}
-	if was, got := before.sum("gpumeter_ticks_total"), down.sum("gpumeter_ticks_total"); got <= was+float64(5*time.Second/sampleInterval) {
+	if was, got := before.Sum("gpumeter_ticks_total"), down.Sum("gpumeter_ticks_total"); got <= was+float64(5*time.Second/harness.SampleInterval) {
 		t.Errorf("gpumeter_ticks_total went from %g to %g while a write waited on the lock; sampling must go on", was, got)
 	}
-	if was, got := before.sum("gpumeter_gpu_metered_seconds_total"), down.sum("gpumeter_gpu_metered_seconds_total"); !down.has("DCGM_FI_DEV_GPU_UTIL") || got < was+5 {
-		t.Errorf("while the ledger is locked the scrape shows DCGM_FI_DEV_GPU_UTIL %v and metered seconds going from %g to %g; want the GPU series and metering to go on", down.has("DCGM_FI_DEV_GPU_UTIL"), was, got)
+	if was, got := before.Sum("gpumeter_gpu_metered_seconds_total"), down.Sum("gpumeter_gpu_metered_seconds_total"); !down.Has("DCGM_FI_DEV_GPU_UTIL") || got < was+5 {
+		t.Errorf("while the ledger is locked the scrape shows DCGM_FI_DEV_GPU_UTIL %v and metered seconds going from %g to %g; want the GPU series and metering to go on", down.Has("DCGM_FI_DEV_GPU_UTIL"), was, got)
 	}
 	// Nothing is written, so everything since the last good write is
 	// pending: the batch being retried, with every minute since the lock
 	// that a sample before the failure fell in, and the current minute's
 	// rows that arrived behind it.
-	last := scraped.Add(-2 * sampleInterval)
+	last := scraped.Add(-2 * harness.SampleInterval)
 	minutes := float64(last.Truncate(time.Minute).Sub(locked.Truncate(time.Minute))/time.Minute + 1)
-	if got, want := down.sum("gpumeter_ledger_pending_rows"), perMinute*(minutes+1); got < want {
+	if got, want := down.Sum("gpumeter_ledger_pending_rows"), perMinute*(minutes+1); got < want {
 		t.Errorf("gpumeter_ledger_pending_rows = %g while the ledger is locked, want at least %g (%g rows a minute, %g minutes and the rows behind the retry)", got, want, perMinute, minutes)
 	}
-	if got := down.sum("gpumeter_ledger_dropped_rows_total"); got != 0 {
+	if got := down.Sum("gpumeter_ledger_dropped_rows_total"); got != 0 {
 		t.Errorf("gpumeter_ledger_dropped_rows_total = %g, want 0", got)
 	}
 	// Reports read the ledger as it was: readers do not wait on the lock.
-	resp, err := getAs(a.URL+"/api/v1/usage?since=1h", adminToken)
+	resp, err := harness.GetAs(a.URL+"/api/v1/usage?since=1h", harness.AdminToken())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,23 +339,22 @@ func TestServeLedgerLocked(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, 5*time.Second, "the ledger to come back", func() bool {
-		m = a.scrape(t)
-		return m.sum("gpumeter_ledger_up") == 1
+	harness.WaitFor(t, 5*time.Second, "the ledger to come back", func() bool {
+		m = a.Scrape(t)
+		return m.Sum("gpumeter_ledger_up") == 1
 	})
 	// What is pending now arrived since the write that succeeded: a
 	// minute's rows, two where a minute began meanwhile.
-	if got, was := m.sum("gpumeter_ledger_pending_rows"), down.sum("gpumeter_ledger_pending_rows"); got > 2*perMinute {
+	if got, was := m.Sum("gpumeter_ledger_pending_rows"), down.Sum("gpumeter_ledger_pending_rows"); got > 2*perMinute {
 		t.Errorf("gpumeter_ledger_pending_rows = %g after the ledger came back (was %g, %g a minute), want the backlog written", got, was, perMinute)
 	}
-	if m.sum("gpumeter_ledger_flushes_total") <= down.sum("gpumeter_ledger_flushes_total") {
+	if m.Sum("gpumeter_ledger_flushes_total") <= down.Sum("gpumeter_ledger_flushes_total") {
 		t.Errorf("no flush succeeded after the lock was released")
 	}
 
-	time.Sleep(flushInterval)
-	truth := a.scrape(t).sum("gpumeter_gpu_metered_seconds_total")
-	a.stop(t)
-	log := a.stderr.String()
+	truth := a.NextFlush(t).Sum("gpumeter_gpu_metered_seconds_total")
+	a.Stop(t)
+	log := a.Stderr.String()
 	for _, want := range []string{"ledger write failed; keeping rows in memory and sending them again", "database is locked", "ledger write recovered"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the agent's log does not say %q:\n%s", want, log)

@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestReportOldLedger reports on a copy of the ledger file that the
@@ -18,7 +19,7 @@ import (
 func TestReportOldLedger(t *testing.T) {
 	dir := t.TempDir()
 	db := filepath.Join(dir, "ledger.db")
-	old, err := os.ReadFile("../../internal/ledger/testdata/v3/ledger.db")
+	old, err := os.ReadFile(harness.RepoFile("internal/ledger/testdata/v3/ledger.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,7 @@ func TestReportOldLedger(t *testing.T) {
 	}
 	reportOf := func(from, to string, format string) string {
 		t.Helper()
-		out, stderr, code := runCLI(t, nil, "report", "--db", db, "--by", "user", "--from", from, "--to", to, "--format", format)
+		out, stderr, code := harness.RunCLI(t, nil, "report", "--db", db, "--by", "user", "--from", from, "--to", to, "--format", format)
 		if code != 0 {
 			t.Fatalf("report %s..%s exited %d: %s", from, to, code, stderr)
 		}
@@ -72,7 +73,7 @@ func TestReportOldLedger(t *testing.T) {
 	}
 
 	// The same scenario from 02:00 into the same file.
-	sc, err := os.ReadFile("../../internal/ledger/testdata/v3/scenario.yaml")
+	sc, err := os.ReadFile(harness.RepoFile("internal/ledger/testdata/v3/scenario.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestReportOldLedger(t *testing.T) {
 	if err := os.WriteFile(scenario, []byte(later), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, stderr, code := runCLI(t, nil, "simulate", "--scenario", scenario, "--db", db); code != 0 {
+	if _, stderr, code := harness.RunCLI(t, nil, "simulate", "--scenario", scenario, "--db", db); code != 0 {
 		t.Fatalf("simulate into the old ledger exited %d: %s", code, stderr)
 	}
 
@@ -102,7 +103,7 @@ func TestReportOldLedger(t *testing.T) {
 			t.Errorf("unexpected row %s", r.Key)
 			continue
 		}
-		if r.GPUHoursHeld == nil || !closeTo(*r.GPUHoursHeld, w[0], 1e-3) || !closeTo(r.Efficiency, w[1], 1e-3) {
+		if r.GPUHoursHeld == nil || !harness.CloseTo(*r.GPUHoursHeld, w[0], 1e-3) || !harness.CloseTo(r.Efficiency, w[1], 1e-3) {
 			t.Errorf("row %s: held %v, efficiency %v; want %v and %v", r.Key, r.GPUHoursHeld, r.Efficiency, w[0], w[1])
 		}
 	}

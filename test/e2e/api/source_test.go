@@ -1,4 +1,4 @@
-package main
+package api
 
 // End-to-end tests of where report, waste and audit read: a real agent on
 // its socket, the ledger it writes, the line each command prints about
@@ -6,20 +6,20 @@ package main
 // root (run with setpriv) turned away with what to do.
 
 import (
-	"context"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // localAgent is an agent whose data directory, and so whose socket and
 // ledger, the test knows.
 type localAgent struct {
-	*agentProc
+	*harness.Agent
 	data, socket, ledger string
 	// env is what a CLI on this host needs to find the agent as an
 	// operator's would: its data directory, and no client settings.
@@ -35,13 +35,13 @@ func startLocalAgent(t *testing.T, node string) *localAgent {
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
 	a := &localAgent{data: data, socket: filepath.Join(data, "api.sock"), ledger: filepath.Join(data, "ledger.db")}
-	a.agentProc = startServe(t, []string{"GPUMETER_DATA_DIR=" + data},
-		"--sim", "../../testdata/shared.yaml", "--interval", "100ms", "--ledger-flush-interval", "200ms", "--hostname", node)
+	a.Agent = harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + data},
+		"--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "100ms", "--ledger-flush-interval", "200ms", "--hostname", node)
 	a.env = []string{"GPUMETER_DATA_DIR=" + data, "GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CA_FILE=",
 		"GPUMETER_CLIENT_CONFIG=", "GPUMETER_CONFIG=", "XDG_CONFIG_HOME=/nonexistent"}
 	// The ledger has the agent's rows once it has flushed.
-	waitFor(t, 10*time.Second, "the first rows in the ledger", func() bool {
-		_, stderr, code := runCLI(t, a.env, "report", "--db", a.ledger, "--since", "1h")
+	harness.WaitFor(t, 10*time.Second, "the first rows in the ledger", func() bool {
+		_, stderr, code := harness.RunCLI(t, a.env, "report", "--db", a.ledger, "--since", "1h")
 		return code == 0 && strings.Contains(stderr, "(nodes: "+node+")")
 	})
 	return a
@@ -63,7 +63,7 @@ func TestReportWasteAuditReadTheLocalAgent(t *testing.T) {
 	fromLedger := "reading the ledger " + a.ledger + " (nodes: gpu-e2e)"
 
 	// A refused call leaves an audit event, in the ledger too.
-	resp, err := getAs(a.URL+"/api/v1/whoami", "gpm_"+strings.Repeat("x", 43))
+	resp, err := harness.GetAs(a.URL+"/api/v1/whoami", "gpm_"+strings.Repeat("x", 43))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,9 +89,9 @@ func TestReportWasteAuditReadTheLocalAgent(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, stderr string
-			waitFor(t, 10*time.Second, "the answer", func() bool {
+			harness.WaitFor(t, 10*time.Second, "the answer", func() bool {
 				var code int
-				out, stderr, code = runCLI(t, a.env, tt.args...)
+				out, stderr, code = harness.RunCLI(t, a.env, tt.args...)
 				return code == 0 && strings.Contains(out, tt.out)
 			})
 			if got := firstLine(stderr); got != tt.first {
@@ -103,11 +103,11 @@ func TestReportWasteAuditReadTheLocalAgent(t *testing.T) {
 	// An agent named by the user is asked even with the socket there, and
 	// a flag it cannot serve is refused, not quietly sent to a ledger.
 	named := append(a.env, "GPUMETER_URL="+a.URL, "GPUMETER_TOKEN="+a.Token)
-	out, stderr, code := runCLI(t, named, "report", "--since", "1h")
+	out, stderr, code := harness.RunCLI(t, named, "report", "--since", "1h")
 	if code != 0 || firstLine(stderr) != "reading the agent at "+a.URL+" (node gpu-e2e)" || !strings.Contains(out, "alice") {
 		t.Errorf("report with GPUMETER_URL: exit %d, stderr %q, stdout:\n%s", code, stderr, out)
 	}
-	_, stderr, code = runCLI(t, named, "waste", "--since", "1h")
+	_, stderr, code = harness.RunCLI(t, named, "waste", "--since", "1h")
 	if code != 1 || !strings.Contains(stderr, "--since: the agent's live findings have no window; --db or --dsn reads the ledger over one") {
 		t.Errorf("waste --since with GPUMETER_URL: exit %d, stderr %q; want the window refused", code, stderr)
 	}
@@ -124,7 +124,7 @@ func TestSocketStaleTokenAsRoot(t *testing.T) {
 	env := append(a.env, "GPUMETER_TOKEN=gpm_"+strings.Repeat("x", 43))
 	warning := "gpumeter: warning: the token was ignored (the token is not accepted: it is wrong or has been removed): uid 0 on the agent's socket is admin by its kernel identity; the token came from GPUMETER_TOKEN"
 	for _, args := range [][]string{{"whoami"}, {"ps"}, {"report", "--since", "1h"}} {
-		out, stderr, code := runCLI(t, env, args...)
+		out, stderr, code := harness.RunCLI(t, env, args...)
 		if code != 0 {
 			t.Errorf("%s with a stale token: exit %d: %s", args[0], code, stderr)
 			continue
@@ -137,48 +137,23 @@ func TestSocketStaleTokenAsRoot(t *testing.T) {
 		}
 	}
 	// Over TCP the kernel vouches for nobody: the token decides.
-	_, stderr, code := runCLI(t, append(env, "GPUMETER_URL="+a.URL), "whoami")
+	_, stderr, code := harness.RunCLI(t, append(env, "GPUMETER_URL="+a.URL), "whoami")
 	if code != 1 || !strings.Contains(stderr, "401 Unauthorized") {
 		t.Errorf("whoami over TCP with a stale token: exit %d, stderr %q; want 401", code, stderr)
 	}
-}
-
-// runAsNobody runs the binary as the user nobody, with no supplementary
-// groups.
-func runAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", binary}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Dir = "/"
-	var out, errb strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), code
 }
 
 // TestSocketAndLedgerDeniedToOthers: a user who may not open the agent's
 // socket, or read its ledger, is told so and what to do, and is not sent
 // to http://localhost:9400.
 func TestSocketAndLedgerDeniedToOthers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run the CLI as another user")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("needs setpriv (util-linux)")
-	}
+	harness.NeedNobody(t)
 	a := startLocalAgent(t, "gpu-denied")
 	socketDenied := "gpumeter: the agent's socket " + a.socket + ": permission denied: only root and the agent's own user may use it; run this with sudo, or use a token over the agent's listen address: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)\n"
 	ledgerDenied := "gpumeter: the ledger " + a.ledger + ": permission denied: only root and the agent's own user may read it (and members of the agent's data_group, when it sets one); run this with sudo, join data_group, or ask the agent with a token: GPUMETER_TOKEN=gpm_… and --url http(s)://HOST:PORT (an admin makes a token with `gpumeter token create`)\n"
 	check := func(t *testing.T, args []string, want string) {
 		t.Helper()
-		out, stderr, code := runAsNobody(t, a.env, args...)
+		out, stderr, code := harness.RunAsNobody(t, a.env, args...)
 		if code != 1 || stderr != want {
 			t.Errorf("%s as nobody: exit %d, stderr %q; want 1, %q; stdout:\n%s", strings.Join(args, " "), code, stderr, want, out)
 		}
@@ -219,7 +194,7 @@ func TestSocketAndLedgerDeniedToOthers(t *testing.T) {
 	}
 
 	// Root is let in all along.
-	if _, stderr, code := runCLI(t, a.env, "report", "--since", "1h"); code != 0 || !strings.HasPrefix(stderr, "reading the agent at unix://"+a.socket) {
+	if _, stderr, code := harness.RunCLI(t, a.env, "report", "--since", "1h"); code != 0 || !strings.HasPrefix(stderr, "reading the agent at unix://"+a.socket) {
 		t.Errorf("report as root: exit %d, stderr %q", code, stderr)
 	}
 }
@@ -234,20 +209,20 @@ func TestReportReadsTheDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
-	startServe(t, []string{"GPUMETER_DATA_DIR=" + data}, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms")
+	harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + data}, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms")
 	env := []string{"GPUMETER_DATA_DIR=" + data, "GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CLIENT_CONFIG=", "GPUMETER_CONFIG=", "XDG_CONFIG_HOME=/nonexistent"}
 	socket := filepath.Join(data, "api.sock")
 
 	var out, stderr string
-	waitFor(t, 10*time.Second, "the demo's first rows", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the demo's first rows", func() bool {
 		var code int
-		out, stderr, code = runCLI(t, env, "report", "--since", "7d", "--by", "team")
+		out, stderr, code = harness.RunCLI(t, env, "report", "--since", "7d", "--by", "team")
 		return code == 0 && strings.Contains(out, "nlp")
 	})
 	if want := "reading the agent at unix://" + socket + " (node demo)\n"; stderr != want {
 		t.Errorf("report during the demo: stderr %q, want %q", stderr, want)
 	}
-	_, stderr, code := runCLI(t, env, "waste", "--since", "7d")
+	_, stderr, code := harness.RunCLI(t, env, "waste", "--since", "7d")
 	for _, w := range []string{"ledger " + filepath.Join(data, "ledger.db"), "no such file", "--since reads a ledger, not the agent running at unix://" + socket + ": leave it out to ask the agent"} {
 		if code != 1 || !strings.Contains(stderr, w) {
 			t.Errorf("waste --since during the demo: exit %d, stderr %q; want it to say %q", code, stderr, w)

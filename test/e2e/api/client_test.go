@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"encoding/json"
@@ -6,33 +6,39 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestCLIAuthEndToEnd: a token made by `token create` and pasted into the
 // agent's config lets the CLI in over HTTP, from the environment or the
 // client config; the socket lets the agent's own user in without one.
 func TestCLIAuthEndToEnd(t *testing.T) {
-	out, stderr, code := runCLI(t, nil, "token", "create", "--user", "alice", "--role", "user", "--name", "alice-1", "--format", "json")
+	out, stderr, code := harness.RunCLI(t, nil, "token", "create", "--user", "alice", "--role", "user", "--name", "alice-1", "--format", "json")
 	if code != 0 {
 		t.Fatalf("token create exited %d: %s", code, stderr)
 	}
-	var tok tokenCreated
+	// What token create prints as JSON, as a script would read it.
+	var tok struct {
+		Token      string `json:"token"`
+		ConfigLine string `json:"config_line"`
+	}
 	if err := json.Unmarshal([]byte(out), &tok); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	dir := t.TempDir()
-	cfg := writeFile(t, dir, "gpumeter.yaml", "auth:\n  tokens:\n    "+tok.ConfigLine+"\n", 0o600)
+	cfg := harness.WriteFile(t, filepath.Join(dir, "gpumeter.yaml"), "auth:\n  tokens:\n    "+tok.ConfigLine+"\n", 0o600)
 	// The socket's path must stay short.
 	data, err := os.MkdirTemp("", "gpm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
-	a := startServe(t, []string{"GPUMETER_DATA_DIR=" + data}, "--config", cfg, "--sim", "../../testdata/shared.yaml", "--interval", "100ms")
+	a := harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + data}, "--config", cfg, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "100ms")
 
 	// No client settings but those each case gives.
 	clean := []string{"GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CA_FILE=", "GPUMETER_CLIENT_CONFIG=", "XDG_CONFIG_HOME=" + t.TempDir()}
-	client := writeFile(t, dir, "client.yaml", "url: "+a.URL+"\ntoken: "+tok.Token+"\n", 0o600)
+	client := harness.WriteFile(t, filepath.Join(dir, "client.yaml"), "url: "+a.URL+"\ntoken: "+tok.Token+"\n", 0o600)
 	tests := []struct {
 		name string
 		env  []string
@@ -59,7 +65,7 @@ func TestCLIAuthEndToEnd(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, stderr, code := runCLI(t, append(clean, tt.env...), tt.args...)
+			out, stderr, code := harness.RunCLI(t, append(clean, tt.env...), tt.args...)
 			if code != tt.code {
 				t.Fatalf("exit status %d, want %d; stdout:\n%s\nstderr:\n%s", code, tt.code, out, stderr)
 			}
@@ -77,7 +83,7 @@ func TestCLIAuthEndToEnd(t *testing.T) {
 	if err := os.Chmod(client, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, stderr, code = runCLI(t, append(clean, "GPUMETER_CLIENT_CONFIG="+client), "whoami")
+	_, stderr, code = harness.RunCLI(t, append(clean, "GPUMETER_CLIENT_CONFIG="+client), "whoami")
 	if code == 0 || !strings.Contains(stderr, "chmod 600 "+client) {
 		t.Errorf("a client config others may read: exit %d, stderr %s", code, stderr)
 	}

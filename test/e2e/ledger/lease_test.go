@@ -1,4 +1,4 @@
-package main
+package ledger
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestServeSecondAgentOnOneDataDir starts a second agent on the data
@@ -21,36 +22,36 @@ import (
 // naming the first; the first goes on writing.
 func TestServeSecondAgentOnOneDataDir(t *testing.T) {
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	data := filepath.Join(dir, "data")
-	args := []string{"--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String(), "--api-socket", "none"}
-	first := launch(t, data, args...)
-	nextFlush(t, first)
+	args := []string{"--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String(), "--api-socket", "none"}
+	first := harness.Launch(t, data, args...)
+	first.NextFlush(t)
 
-	_, stderr, code := runCLI(t, []string{"GPUMETER_DATA_DIR=" + data},
+	_, stderr, code := harness.RunCLI(t, []string{"GPUMETER_DATA_DIR=" + data},
 		append([]string{"serve", "--listen", "127.0.0.1:0", "--hostname", "other-node"}, args...)...)
 	if code == 0 || strings.Contains(stderr, "serving on") {
 		t.Fatalf("second agent exited %d, stderr:\n%s\nwant a refusal before it serves", code, stderr)
 	}
-	want := fmt.Sprintf(`is written by another agent (node "crash-1", pid %d on `, first.cmd.Process.Pid)
+	want := fmt.Sprintf(`is written by another agent (node "crash-1", pid %d on `, first.Cmd.Process.Pid)
 	if !strings.Contains(stderr, want) || !strings.Contains(stderr, "stop it") {
 		t.Errorf("second agent says:\n%s\nwant it to name the first (%q) and what to do", stderr, want)
 	}
 	// Readers take no lock: they read while the agent writes.
 	db := filepath.Join(data, "ledger.db")
 	for _, args := range [][]string{{"report", "--db", db, "--since", "1h"}, {"waste", "--db", db, "--since", "1h"}} {
-		if out, stderr, code := runCLI(t, nil, args...); code != 0 || out == "" {
+		if out, stderr, code := harness.RunCLI(t, nil, args...); code != 0 || out == "" {
 			t.Errorf("%s while the agent writes: exit %d, stderr %s", strings.Join(args, " "), code, stderr)
 		}
 	}
-	before := nextFlush(t, first).sum("gpumeter_ledger_flushes_total")
-	m := nextFlush(t, first)
-	if m.sum("gpumeter_ledger_flushes_total") <= before || m.sum("gpumeter_ledger_up") != 1 {
+	before := first.NextFlush(t).Sum("gpumeter_ledger_flushes_total")
+	m := first.NextFlush(t)
+	if m.Sum("gpumeter_ledger_flushes_total") <= before || m.Sum("gpumeter_ledger_up") != 1 {
 		t.Errorf("the first agent stopped writing after the refusal")
 	}
-	first.stop(t)
+	first.Stop(t)
 	// With the first gone, the next one starts at once.
-	launch(t, data, args...).stop(t)
+	harness.Launch(t, data, args...).Stop(t)
 }
 
 // TestServeSameNodeOnePostgres starts two agents with one node name on one
@@ -59,20 +60,20 @@ func TestServeSecondAgentOnOneDataDir(t *testing.T) {
 func TestServeSameNodeOnePostgres(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
-	args := []string{"--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String(),
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
+	args := []string{"--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String(),
 		"--ledger-dsn", dsn, "--hostname", "gpu1"}
-	first := launch(t, filepath.Join(dir, "a"), args...)
-	nextFlush(t, first)
+	first := harness.Launch(t, filepath.Join(dir, "a"), args...)
+	first.NextFlush(t)
 
-	_, stderr, code := runCLI(t, []string{"GPUMETER_DATA_DIR=" + filepath.Join(dir, "b")},
+	_, stderr, code := harness.RunCLI(t, []string{"GPUMETER_DATA_DIR=" + filepath.Join(dir, "b")},
 		append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)...)
-	want := fmt.Sprintf(`node "gpu1" is written by another agent (pid %d on `, first.cmd.Process.Pid)
+	want := fmt.Sprintf(`node "gpu1" is written by another agent (pid %d on `, first.Cmd.Process.Pid)
 	if code == 0 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "give this one another --hostname") {
 		t.Fatalf("second agent exited %d, stderr:\n%s\nwant a refusal naming the first (%q)", code, stderr, want)
 	}
-	first.stop(t)
-	launch(t, filepath.Join(dir, "b"), args...).stop(t)
+	first.Stop(t)
+	harness.Launch(t, filepath.Join(dir, "b"), args...).Stop(t)
 }
 
 // TestServeLostCommitReply puts a TCP proxy between the agent and a real
@@ -83,23 +84,23 @@ func TestServeLostCommitReply(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	proxy, via := pgtest.NewProxy(t, dsn)
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
-	a := launch(t, filepath.Join(dir, "data"), "--sim", scenario, "--interval", sampleInterval.String(),
-		"--ledger-flush-interval", flushInterval.String(), "--ledger-dsn", via)
-	nextFlush(t, a)
-	nextFlush(t, a)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
+	a := harness.Launch(t, filepath.Join(dir, "data"), "--sim", scenario, "--interval", harness.SampleInterval.String(),
+		"--ledger-flush-interval", harness.FlushInterval.String(), "--ledger-dsn", via)
+	a.NextFlush(t)
+	a.NextFlush(t)
 	commits, _ := proxy.Counts()
 	proxy.DropNextCommits(1)
-	waitFor(t, 10*time.Second, "a flush whose COMMIT reply was cut", func() bool {
-		return a.scrape(t).sum("gpumeter_ledger_flush_errors_total") >= 1
+	harness.WaitFor(t, 10*time.Second, "a flush whose COMMIT reply was cut", func() bool {
+		return a.Scrape(t).Sum("gpumeter_ledger_flush_errors_total") >= 1
 	})
 	if after, dropped := proxy.Counts(); dropped != 1 || after <= commits {
 		t.Fatalf("proxy forwarded %d COMMITs and cut %d replies; want one cut", after-commits, dropped)
 	}
-	nextFlush(t, a)
-	nextFlush(t, a)
-	metered := a.scrape(t).sum("gpumeter_gpu_metered_seconds_total")
-	a.stop(t)
+	a.NextFlush(t)
+	a.NextFlush(t)
+	metered := a.Scrape(t).Sum("gpumeter_gpu_metered_seconds_total")
+	a.Stop(t)
 
 	rep := reportOf(t, report.ByContainer, "--dsn", dsn)
 	got := rep.Totals.GPUHoursAllocated * 3600
@@ -121,44 +122,50 @@ func TestServeFencedAfterPartition(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	proxy, via := pgtest.NewProxy(t, dsn)
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
-	common := []string{"--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String(),
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
+	common := []string{"--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String(),
 		"--ledger-lease-takeover", "3s", "--hostname", "gpu1"}
-	first := launch(t, filepath.Join(dir, "a"), append(common, "--ledger-dsn", via)...)
-	nextFlush(t, first)
-	nextFlush(t, first)
+	first := harness.Launch(t, filepath.Join(dir, "a"), append(common, "--ledger-dsn", via)...)
+	first.NextFlush(t)
+	first.NextFlush(t)
 
 	proxy.Partition()
-	time.Sleep(4 * time.Second) // longer than the takeover
-	second := launch(t, filepath.Join(dir, "b"), append(common, "--ledger-dsn", dsn)...)
-	nextFlush(t, second)
-	proxy.Heal()
-
-	select {
-	case <-first.done:
-	case <-time.After(20 * time.Second):
-		t.Fatalf("the first agent still runs 20 s after the partition healed; stderr:\n%s", first.stderr)
-	}
-	log := first.stderr.String()
-	if first.err == nil {
-		t.Errorf("the fenced agent exited 0; stderr:\n%s", log)
-	}
-	for _, want := range []string{"no longer holds the node's lease", `node "gpu1" is held by pid ` + strconv.Itoa(second.cmd.Process.Pid), "not written: "} {
-		if !strings.Contains(log, want) {
-			t.Errorf("the fenced agent's log does not say %q:\n%s", want, log)
-		}
-	}
-	nextFlush(t, second)
-	second.stop(t)
-
-	// One GPU: a minute holds at most 60 GPU-seconds, unless the first
-	// agent's rows of the partition went in beside the second's.
+	// The first agent's lease falls silent for longer than the takeover,
+	// by the clock the takeover is judged by: the server's.
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
+	harness.WaitFor(t, 20*time.Second, "the first agent's lease to be silent for more than 3 s", func() bool {
+		var silent float64
+		err := conn.QueryRow(ctx, `SELECT extract(epoch FROM clock_timestamp()) - heartbeat_us / 1e6 FROM node_leases WHERE node = 'gpu1'`).Scan(&silent)
+		return err == nil && silent > 3
+	})
+	second := harness.Launch(t, filepath.Join(dir, "b"), append(common, "--ledger-dsn", dsn)...)
+	second.NextFlush(t)
+	proxy.Heal()
+
+	select {
+	case <-first.Exited:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the first agent still runs 20 s after the partition healed; stderr:\n%s", first.Stderr)
+	}
+	log := first.Stderr.String()
+	if first.Err() == nil {
+		t.Errorf("the fenced agent exited 0; stderr:\n%s", log)
+	}
+	for _, want := range []string{"no longer holds the node's lease", `node "gpu1" is held by pid ` + strconv.Itoa(second.Cmd.Process.Pid), "not written: "} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the fenced agent's log does not say %q:\n%s", want, log)
+		}
+	}
+	second.NextFlush(t)
+	second.Stop(t)
+
+	// One GPU: a minute holds at most 60 GPU-seconds, unless the first
+	// agent's rows of the partition went in beside the second's.
 	var most float64
 	if err := conn.QueryRow(ctx, "SELECT coalesce(max(seconds_us), 0) / 1e6 FROM gpu_minute").Scan(&most); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package metering
 
 import (
 	"context"
@@ -15,18 +15,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestPrometheusScrapes runs a real Prometheus server against the agent
 // and asks it the questions a Grafana dashboard asks: dcgm-exporter's
 // per-GPU series, and gpumeter's per-user split through PromQL.
 func TestPrometheusScrapes(t *testing.T) {
-	promBin, err := exec.LookPath("prometheus")
-	if err != nil {
-		dockertest.SkipUnlessCI(t, "prometheus is not installed (apt-get install prometheus): %v", err)
-	}
-	a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "200ms")
+	promBin := harness.Prometheus(t)
+	a := harness.Serve(t, nil, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "200ms")
 
 	dir := t.TempDir()
 	target := strings.TrimPrefix(a.URL, "http://")

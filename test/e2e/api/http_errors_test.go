@@ -1,4 +1,4 @@
-package main
+package api
 
 import (
 	"bufio"
@@ -11,17 +11,18 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestServeOversizedRequestsAnswerJSON: a 40 KiB URL or header is refused
 // with the API's JSON 431, not net/http's text; a request line net/http
 // cannot parse at all still gets its plain 400, as README says.
 func TestServeOversizedRequestsAnswerJSON(t *testing.T) {
-	a := startServe(t, nil, "--demo", "--interval", "100ms")
+	a := harness.Serve(t, nil, "--demo", "--interval", "100ms")
 	big := strings.Repeat("x", 40<<10)
 	check := func(name string, req *http.Request) {
 		t.Helper()
-		req.Header.Set("Authorization", "Bearer "+adminToken)
+		req.Header.Set("Authorization", "Bearer "+harness.AdminToken())
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -44,7 +45,7 @@ func TestServeOversizedRequestsAnswerJSON(t *testing.T) {
 	check("40 KiB header on /metrics", req)
 
 	// Within the limit, all is as before.
-	if status, _, body := fetch(t, a.URL+"/api/v1/containers"); status != http.StatusOK {
+	if status, _, body := harness.Fetch(t, a.URL+"/api/v1/containers"); status != http.StatusOK {
 		t.Errorf("a normal request: %d %s", status, body)
 	}
 

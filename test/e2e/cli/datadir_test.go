@@ -1,10 +1,12 @@
-package main
+package cli
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // needRoot skips a test of what a root agent does to its files.
@@ -45,10 +47,10 @@ func mode(t *testing.T, path string) os.FileMode {
 func TestServeFileModes(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	data := filepath.Join(dir, "data")
-	a := launch(t, data, "--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String())
-	nextFlush(t, a)
+	a := harness.Launch(t, data, "--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String())
+	a.NextFlush(t)
 	if m := mode(t, data); m != 0o700 {
 		t.Errorf("data_dir mode %v, want 0700", m)
 	}
@@ -57,14 +59,14 @@ func TestServeFileModes(t *testing.T) {
 			t.Errorf("%s mode %v, want 0600", f, m)
 		}
 	}
-	a.stop(t)
+	a.Stop(t)
 
 	for _, f := range []string{"ledger.db", "audit.jsonl"} {
 		if err := os.Chmod(filepath.Join(data, f), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	launch(t, data, "--sim", scenario, "--interval", sampleInterval.String()).stop(t)
+	harness.Launch(t, data, "--sim", scenario, "--interval", harness.SampleInterval.String()).Stop(t)
 	for _, f := range []string{"ledger.db", "audit.jsonl"} {
 		if m := mode(t, filepath.Join(data, f)); m != 0o600 {
 			t.Errorf("%s left 0644 by an older release is %v after a start, want 0600", f, m)
@@ -79,10 +81,10 @@ func TestServeFileModes(t *testing.T) {
 func TestServeRefusesUnsafeDataDir(t *testing.T) {
 	needRoot(t)
 	dir := t.TempDir()
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	serve := func(data string) (string, int) {
-		_, stderr, code := runCLI(t, []string{"GPUMETER_DATA_DIR=" + data}, "serve", "--listen", "127.0.0.1:0", "--sim", scenario,
-			"--interval", sampleInterval.String(), "--api-socket", "none")
+		_, stderr, code := harness.RunCLI(t, []string{"GPUMETER_DATA_DIR=" + data}, "serve", "--listen", "127.0.0.1:0", "--sim", scenario,
+			"--interval", harness.SampleInterval.String(), "--api-socket", "none")
 		return stderr, code
 	}
 
@@ -131,10 +133,10 @@ func TestServeRefusesUnsafeDataDir(t *testing.T) {
 	if err := os.Mkdir(readable, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	a := launch(t, readable, "--sim", scenario, "--interval", sampleInterval.String())
-	a.stop(t)
-	if !strings.Contains(a.stderr.String(), "data_dir is readable by others") {
-		t.Errorf("data_dir 0755: no warning in the log:\n%s", a.stderr)
+	a := harness.Launch(t, readable, "--sim", scenario, "--interval", harness.SampleInterval.String())
+	a.Stop(t)
+	if !strings.Contains(a.Stderr.String(), "data_dir is readable by others") {
+		t.Errorf("data_dir 0755: no warning in the log:\n%s", a.Stderr)
 	}
 }
 
@@ -142,11 +144,12 @@ func TestServeRefusesUnsafeDataDir(t *testing.T) {
 // and a member who is not root reads the ledger while the agent writes.
 func TestServeDataGroup(t *testing.T) {
 	needRoot(t)
+	harness.NeedNobody(t) // a member of the group reads the ledger
 	dir := openDir(t)
-	scenario := writeText(t, filepath.Join(dir, "solo.yaml"), soloScenario)
+	scenario := harness.WriteText(t, filepath.Join(dir, "solo.yaml"), harness.SoloScenario)
 	data := filepath.Join(dir, "data")
-	a := launch(t, data, "--sim", scenario, "--interval", sampleInterval.String(), "--ledger-flush-interval", flushInterval.String(), "--data-group", "nogroup")
-	nextFlush(t, a)
+	a := harness.Launch(t, data, "--sim", scenario, "--interval", harness.SampleInterval.String(), "--ledger-flush-interval", harness.FlushInterval.String(), "--data-group", "nogroup")
+	a.NextFlush(t)
 	if m := mode(t, data); m != 0o750 {
 		t.Errorf("data_dir mode %v, want 0750", m)
 	}
@@ -155,9 +158,9 @@ func TestServeDataGroup(t *testing.T) {
 			t.Errorf("%s mode %v, want 0640", f, m)
 		}
 	}
-	out, stderr, code := runAsNobody(t, []string{"XDG_CONFIG_HOME=/nonexistent"}, "report", "--db", filepath.Join(data, "ledger.db"), "--since", "1h", "--by", "user")
+	out, stderr, code := harness.RunAsNobody(t, []string{"XDG_CONFIG_HOME=/nonexistent"}, "report", "--db", filepath.Join(data, "ledger.db"), "--since", "1h", "--by", "user")
 	if code != 0 || !strings.Contains(out, "alice") {
 		t.Errorf("report as a member of data_group: exit %d, stderr %s, out:\n%s", code, stderr, out)
 	}
-	a.stop(t)
+	a.Stop(t)
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 // End-to-end tests of what serve tells a person: its help, the messages
 // about a bad config, a data directory it cannot write, and a reload that
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestServeHelp: serve --help groups its flags by section, gives each one
@@ -24,7 +25,7 @@ import (
 // booleans, offers only the values a flag takes, and its examples are
 // accepted by the flags they are the examples of.
 func TestServeHelp(t *testing.T) {
-	help, stderr, code := runCLI(t, nil, "serve", "--help")
+	help, stderr, code := harness.RunCLI(t, nil, "serve", "--help")
 	if code != 0 {
 		t.Fatalf("serve --help: exit status %d; stderr:\n%s", code, stderr)
 	}
@@ -100,7 +101,7 @@ func TestServeHelp(t *testing.T) {
 			continue
 		}
 		examples++
-		_, stderr, code := runCLI(t, nil, "serve", "--demo", "--listen", "nowhere", "--"+name, m[1])
+		_, stderr, code := harness.RunCLI(t, nil, "serve", "--demo", "--listen", "nowhere", "--"+name, m[1])
 		if code == 0 || !strings.Contains(stderr, `listen: "nowhere" is not host:port`) || strings.Contains(stderr, "--"+name) {
 			t.Errorf("serve --%s %q: exit %d, stderr:\n%s", name, m[1], code, stderr)
 		}
@@ -141,7 +142,7 @@ func TestServeConfigMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, stderr, code := runCLI(t, tt.env, append([]string{"serve", "--demo"}, tt.args...)...)
+			_, stderr, code := harness.RunCLI(t, tt.env, append([]string{"serve", "--demo"}, tt.args...)...)
 			if code == 0 || !strings.Contains(stderr, tt.want) {
 				t.Errorf("exit status %d, stderr:\n%s\nwant %q", code, stderr, tt.want)
 			}
@@ -168,9 +169,9 @@ func TestServeReloadNamesRestartOnly(t *testing.T) {
 		}
 	}
 	write("listen: " + free() + "\ninterval: 200ms\nwaste:\n  idle:\n    window: 1h\n")
-	cmd := exec.Command(binary, "serve", "--config", cfgPath, "--sim", "testdata/waste/live.yaml")
-	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), adminEnv())
-	var log lockedBuffer
+	cmd := exec.Command(harness.Binary(t), "serve", "--config", cfgPath, "--sim", harness.Testdata("waste/live.yaml"))
+	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir(), harness.AdminEnv())
+	var log harness.LockedBuffer
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(pw, &log)
 	if err := cmd.Start(); err != nil {
@@ -190,14 +191,14 @@ func TestServeReloadNamesRestartOnly(t *testing.T) {
 			t.Logf("serve log:\n%s", log.String())
 		}
 	})
-	awaitServing(t, pr, exited, &log)
+	harness.AwaitServing(t, pr, exited, &log)
 
 	write("listen: " + free() + "\ninterval: 500ms\nwaste:\n  idle:\n    window: 2h\n")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the reload", func() bool { return strings.Contains(log.String(), `msg="config reloaded"`) })
-	waitFor(t, 5*time.Second, "the restart notes", func() bool {
+	harness.WaitFor(t, 10*time.Second, "the reload", func() bool { return strings.Contains(log.String(), `msg="config reloaded"`) })
+	harness.WaitFor(t, 5*time.Second, "the restart notes", func() bool {
 		return strings.Contains(log.String(), `msg="interval changed; it takes effect after a restart"`)
 	})
 	got := log.String()
@@ -219,12 +220,7 @@ func TestServeReloadNamesRestartOnly(t *testing.T) {
 // cannot be run as another user.
 func nobodyDir(t *testing.T) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run the binary as another user")
-	}
-	if _, err := exec.LookPath("setpriv"); err != nil {
-		t.Skip("needs setpriv (util-linux)")
-	}
+	harness.NeedNobody(t)
 	dir, err := os.MkdirTemp("", "gpumeter-nobody")
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +229,7 @@ func nobodyDir(t *testing.T) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	scenario, err := os.ReadFile("testdata/waste/live.yaml")
+	scenario, err := os.ReadFile(harness.Testdata("waste/live.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +246,7 @@ func TestServeDataDirNotWritable(t *testing.T) {
 	dir := nobodyDir(t)
 	scenario := filepath.Join(dir, "live.yaml")
 	for _, dataDir := range []string{dir, filepath.Join(dir, "data")} {
-		_, stderr, code := runAsNobody(t, nil, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", dataDir)
+		_, stderr, code := harness.RunAsNobody(t, nil, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", dataDir)
 		if code == 0 {
 			t.Fatalf("serve with data_dir %s that nobody cannot write started", dataDir)
 		}
@@ -264,9 +260,9 @@ func TestServeDataDirNotWritable(t *testing.T) {
 		}
 	}
 
-	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", binary, "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", filepath.Join(dir, "data"), "--ledger-enabled=false")
+	cmd := exec.Command("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", harness.Binary(t), "serve", "--listen", "127.0.0.1:0", "--sim", scenario, "--data-dir", filepath.Join(dir, "data"), "--ledger-enabled=false")
 	cmd.Dir = "/"
-	var log lockedBuffer
+	var log harness.LockedBuffer
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(pw, &log)
 	if err := cmd.Start(); err != nil {
@@ -291,8 +287,8 @@ func TestServeDataDirNotWritable(t *testing.T) {
 			t.Logf("serve log:\n%s", log.String())
 		}
 	}()
-	url := awaitServing(t, pr, exited, &log)
-	get(t, url+"/metrics")
+	url := harness.AwaitServing(t, pr, exited, &log)
+	harness.Get(t, url+"/metrics")
 	if got := log.String(); !strings.Contains(got, `msg="running without an audit log file and the local socket"`) || !strings.Contains(got, "permission denied") {
 		t.Errorf("the log does not say why there is no audit file:\n%s", got)
 	}

@@ -1,9 +1,8 @@
-package main
+package api
 
 import (
 	"encoding/csv"
 	"encoding/json"
-	"io"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -15,29 +14,14 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
-
-// fetch GETs url as the test admin and returns the status, content type
-// and body.
-func fetch(t *testing.T, url string) (int, string, []byte) {
-	t.Helper()
-	resp, err := getAs(url, adminToken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), body
-}
 
 // apiError checks that a response is the API's JSON error with the status
 // and code given, and returns its message.
 func apiError(t *testing.T, url string, status int, code string) string {
 	t.Helper()
-	got, ctype, body := fetch(t, url)
+	got, ctype, body := harness.Fetch(t, url)
 	if got != status || ctype != "application/json" {
 		t.Errorf("GET %s: %d %s, want %d application/json; body %s", url, got, ctype, status, body)
 	}
@@ -54,19 +38,19 @@ func apiError(t *testing.T, url string, status int, code string) string {
 }
 
 // TestServeUsageAPI reads /api/v1/usage and /api/v1/usage.csv of a live
-// agent once its ledger has rows: the JSON contract of DESIGN.md, totals
+// agent once its ledger has rows: the JSON contract of docs/design.md, totals
 // that add up, the CSV form, and a 400 naming the problem for each kind of
 // bad query.
 func TestServeUsageAPI(t *testing.T) {
-	a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "100ms", "--ledger-flush-interval", "1s")
+	a := harness.Serve(t, nil, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "100ms", "--ledger-flush-interval", "1s")
 	usage := a.URL + "/api/v1/usage?by=user&since=1h"
 
 	var rep report.Report
 	var body []byte
-	waitFor(t, 10*time.Second, "usage rows in the ledger", func() bool {
+	harness.WaitFor(t, 10*time.Second, "usage rows in the ledger", func() bool {
 		var status int
 		var ctype string
-		status, ctype, body = fetch(t, usage)
+		status, ctype, body = harness.Fetch(t, usage)
 		if status != http.StatusOK || ctype != "application/json" {
 			t.Fatalf("GET %s: %d %s: %s", usage, status, ctype, body)
 		}
@@ -150,7 +134,7 @@ func TestServeUsageAPI(t *testing.T) {
 		{"bob's used GPU-hours (20 % of his present time)", bob.GPUHoursUsed, 0.2 * bob.GPUHoursPresent},
 		{"dave's used GPU-hours (50 % of his present time)", dave.GPUHoursUsed, 0.5 * dave.GPUHoursPresent},
 	} {
-		if !closeTo(c.got, c.want, 1e-3) {
+		if !harness.CloseTo(c.got, c.want, 1e-3) {
 			t.Errorf("%s = %.9f, want %.9f", c.what, c.got, c.want)
 		}
 	}
@@ -177,7 +161,7 @@ func TestServeUsageAPI(t *testing.T) {
 		{"carol's efficiency", carol.Efficiency, 0},
 		{"the total efficiency (alice's and bob's use over all held time)", rep.Totals.Efficiency, (alice.GPUHoursUsed + bob.GPUHoursUsed) / held(rep.Totals)},
 	} {
-		if !closeTo(c.got, c.want, 1e-3) {
+		if !harness.CloseTo(c.got, c.want, 1e-3) {
 			t.Errorf("%s = %.9f, want %.9f", c.what, c.got, c.want)
 		}
 	}
@@ -201,19 +185,19 @@ func TestServeUsageAPI(t *testing.T) {
 		kwh += r.EnergyKWh
 		containers += r.Containers
 	}
-	if !closeTo(rep.Totals.GPUHoursAllocated, alloc, 1e-9) || !closeTo(rep.Totals.GPUHoursUsed, used, 1e-9) ||
-		!closeTo(rep.Totals.EnergyKWh, kwh, 1e-9) || rep.Totals.Containers != containers {
+	if !harness.CloseTo(rep.Totals.GPUHoursAllocated, alloc, 1e-9) || !harness.CloseTo(rep.Totals.GPUHoursUsed, used, 1e-9) ||
+		!harness.CloseTo(rep.Totals.EnergyKWh, kwh, 1e-9) || rep.Totals.Containers != containers {
 		t.Errorf("totals %+v do not add up the rows: allocated %g, used %g, kWh %g, %d containers", rep.Totals, alloc, used, kwh, containers)
 	}
-	if !closeTo(rep.Host.GPUHours, rep.Totals.GPUHoursAllocated+rep.Idle.GPUHours, 1e-9) ||
-		!closeTo(rep.Host.EnergyKWh, rep.Totals.EnergyKWh+rep.Idle.EnergyKWh, 1e-9) || rep.Host.GPUs != 2 {
+	if !harness.CloseTo(rep.Host.GPUHours, rep.Totals.GPUHoursAllocated+rep.Idle.GPUHours, 1e-9) ||
+		!harness.CloseTo(rep.Host.EnergyKWh, rep.Totals.EnergyKWh+rep.Idle.EnergyKWh, 1e-9) || rep.Host.GPUs != 2 {
 		t.Errorf("host %+v, want 2 GPUs and allocated %g + idle %g GPU-hours, %g + %g kWh",
 			rep.Host, rep.Totals.GPUHoursAllocated, rep.Idle.GPUHours, rep.Totals.EnergyKWh, rep.Idle.EnergyKWh)
 	}
 
 	// The CSV: a header, one line per user, then the total and the idle
 	// pool.
-	status, ctype, csvBody := fetch(t, a.URL+"/api/v1/usage.csv?by=user&since=1h")
+	status, ctype, csvBody := harness.Fetch(t, a.URL+"/api/v1/usage.csv?by=user&since=1h")
 	if status != http.StatusOK || !strings.HasPrefix(ctype, "text/csv") {
 		t.Fatalf("GET /api/v1/usage.csv: %d %s: %s", status, ctype, csvBody)
 	}
@@ -267,7 +251,7 @@ func TestServeUsageAPI(t *testing.T) {
 // configuration error, not a report with the default price.
 func TestServeUsageAPIUnavailable(t *testing.T) {
 	t.Run("ledger off", func(t *testing.T) {
-		a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "100ms", "--ledger-enabled=false")
+		a := harness.Serve(t, nil, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "100ms", "--ledger-enabled=false")
 		for _, path := range []string{"/api/v1/usage?since=1h", "/api/v1/usage.csv"} {
 			msg := apiError(t, a.URL+path, http.StatusServiceUnavailable, "ledger_off")
 			if !strings.Contains(msg, "ledger.enabled") {
@@ -276,17 +260,17 @@ func TestServeUsageAPIUnavailable(t *testing.T) {
 		}
 	})
 	t.Run("price for an unknown model", func(t *testing.T) {
-		cfg := writeText(t, filepath.Join(t.TempDir(), "gpumeter.yaml"),
+		cfg := harness.WriteText(t, filepath.Join(t.TempDir(), "gpumeter.yaml"),
 			"cost:\n  gpu_hour:\n    NVIDIA H100 80GB HBM3: 3\n    NVIDIA A100 80GB: 2\n")
-		a := startServe(t, nil, "--config", cfg, "--sim", "../../testdata/shared.yaml", "--interval", "100ms")
+		a := harness.Serve(t, nil, "--config", cfg, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "100ms")
 		msg := apiError(t, a.URL+"/api/v1/usage?since=1h", http.StatusInternalServerError, "bad_config")
 		// Callers learn that the price list is wrong; which models it
 		// names is for the operator, in the agent's log.
 		if !strings.Contains(msg, "the agent's log says which") {
 			t.Errorf("message %q does not point to the agent's log", msg)
 		}
-		waitFor(t, 5*time.Second, "the agent's log to name the models", func() bool {
-			log := a.stderr.String()
+		harness.WaitFor(t, 5*time.Second, "the agent's log to name the models", func() bool {
+			log := a.Stderr.String()
 			return strings.Contains(log, `\"NVIDIA A100 80GB\"`) && strings.Contains(log, "NVIDIA H100 80GB HBM3")
 		})
 	})
@@ -297,12 +281,12 @@ func TestServeUsageAPIUnavailable(t *testing.T) {
 // rows plus idle pool must equal the host's GPU-hours and energy, which
 // holds only when the rows and the GPU totals come from one snapshot.
 func TestServeUsageAddsUpWhileFlushing(t *testing.T) {
-	a := startServe(t, nil, "--sim", "../../testdata/shared.yaml", "--interval", "20ms", "--ledger-flush-interval", "100ms")
+	a := harness.Serve(t, nil, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "20ms", "--ledger-flush-interval", "100ms")
 	usage := a.URL + "/api/v1/usage?by=container&since=1h"
 	reads := 0
 	deadline := time.Now().Add(4 * time.Second)
 	for ; time.Now().Before(deadline); time.Sleep(30 * time.Millisecond) { // under the API's rate limit
-		status, _, body := fetch(t, usage)
+		status, _, body := harness.Fetch(t, usage)
 		if status != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", usage, status, body)
 		}

@@ -1,0 +1,87 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/dockertest"
+)
+
+// RunCLI runs the binary to completion, for at most 30 s, and returns its
+// output and status.
+func RunCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	return runCmd(t, cmd)
+}
+
+// NeedNobody skips the test unless it can run the binary as the user
+// nobody: as root, with setpriv (util-linux). A missing setpriv fails the
+// test when CI is set.
+func NeedNobody(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the binary as another user")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		dockertest.SkipUnlessCI(t, "setpriv is not installed (apt-get install util-linux), which runs the binary as another user: %v", err)
+	}
+}
+
+// RunAsNobody runs the binary as the user nobody, with no supplementary
+// groups, in /; see NeedNobody.
+func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", Binary(t)}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Dir = "/"
+	return runCmd(t, cmd)
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
+}
+
+// Prometheus is the path of the prometheus server binary; without one the
+// test is skipped, or fails when CI is set.
+func Prometheus(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("prometheus")
+	if err != nil {
+		dockertest.SkipUnlessCI(t, "prometheus is not installed (apt-get install prometheus): %v", err)
+	}
+	return p
+}
+
+// Chromium is the path of a Chromium or Chrome binary; without one the
+// test is skipped, or fails when CI is set.
+func Chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	dockertest.SkipUnlessCI(t, "no Chromium installed (apt-get install chromium)")
+	return ""
+}
