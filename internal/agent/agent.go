@@ -8,30 +8,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/errgroup"
-
-	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
-	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/record"
-	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -268,23 +258,6 @@ func hasPIDs(sc *sim.Scenario) bool {
 // Sampler gives access to the live ticks.
 func (a *Agent) Sampler() *sampler.Sampler { return a.sampler }
 
-// Listen opens the listeners, so that a caller learns a bad address
-// before Run and can read the chosen port (":0" in tests).
-func (a *Agent) Listen() (net.Addr, error) {
-	if err := a.listen(); err != nil {
-		return nil, err
-	}
-	return a.listener.Addr(), nil
-}
-
-// Socket is the Unix socket the agent serves on, or "".
-func (a *Agent) Socket() string {
-	if a.socket == nil {
-		return ""
-	}
-	return a.socket.Addr().String()
-}
-
 // openAudit opens the audit log the policy and the API write to: a JSON
 // lines file under the data directory, and the ledger when there is one.
 func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
@@ -323,267 +296,4 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 	}
 	a.audit, a.auditFile = audit.NewLog(lc), lc.File
 	return lc.File, nil
-}
-
-// Handler is the agent's HTTP surface: /metrics, the API and the page.
-func (a *Agent) Handler() http.Handler {
-	mux := http.NewServeMux()
-	var extra []prometheus.Collector
-	var reports server.Reports
-	if a.recorder != nil {
-		extra = append(extra, a.recorder)
-		reports = a
-	}
-	var findings server.Waste
-	if a.waste != nil {
-		extra = append(extra, a.waste)
-		findings = a.waste
-	}
-	ac := server.Config{
-		Ticks:   a.sampler,
-		Reports: reports,
-		Waste:   findings,
-		Auth:    a.sec.auth.Load,
-		Limiter: a.sec.limiter.Load,
-		Limits: server.Limits{
-			MaxBodyBytes:    int64(a.cfg.API.MaxBodyBytes),
-			MaxReportWindow: a.cfg.API.MaxReportWindow,
-			MaxReportRows:   a.cfg.API.MaxReportRows,
-		},
-		Logger: a.log.With("part", "api"),
-		Node:   a.node,
-	}
-	if a.docker != nil {
-		ac.Stopper = a.docker
-	}
-	if a.audit != nil {
-		extra = append(extra, a.audit)
-		ac.Audit = a.audit
-	}
-	apiHandler := server.New(ac)
-	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, a.log.With("part", "exporter"), extra...)))
-	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
-	mux.Handle("/", apiHandler)
-	return server.LimitHeaders(mux)
-}
-
-// Report reads the ledger for the API. Rows still in memory are not in
-// it: a report is at most one flush interval behind the live view. A price
-// for a GPU model that neither the ledger nor this node's GPUs know gives
-// an error wrapping cost.ErrInvalidCost.
-func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, error) {
-	prices := cost.Model(a.cfg.Cost)
-	models, err := report.Models(ctx, a.store)
-	if err == nil {
-		var live []string
-		if t := a.sampler.Latest(); t != nil {
-			for _, d := range t.Sample.Devices {
-				live = append(live, d.Model)
-			}
-		}
-		if verr := prices.Check(models, live); verr != nil {
-			err = fmt.Errorf("%w: cost: %w", cost.ErrInvalidCost, verr)
-		}
-	}
-	var rep *report.Report
-	if err == nil {
-		rep, err = report.Run(ctx, a.store, r, prices)
-	}
-	if err != nil {
-		a.log.Warn("usage report", "err", err)
-	}
-	return rep, err
-}
-
-// Close releases what New opened: the ledger, the GPU source and the
-// demo's own ledger. Run does it when it returns; Close is for an agent
-// that never gets to Run, one whose Listen failed, say. It waits for a
-// reload under way, and refuses those that come after it; closing again
-// does nothing.
-func (a *Agent) Close() {
-	a.reloadMu.Lock()
-	defer a.reloadMu.Unlock()
-	if a.closed {
-		return
-	}
-	a.closed = true
-	if a.store != nil {
-		release, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if err := record.Release(release, a.store, a.lease); err != nil {
-			a.log.Warn("release the node's lease", "err", err)
-		}
-		cancel()
-		if err := a.store.Close(); err != nil {
-			a.log.Warn("close the ledger", "err", err)
-		}
-	}
-	a.close()
-}
-
-func (a *Agent) close() {
-	for _, c := range a.closers {
-		if err := c(); err != nil {
-			a.log.Warn("close", "err", err)
-		}
-	}
-	a.closers = nil
-}
-
-// ReloadOn has Run reload the config on each value from signals (serve
-// passes its SIGHUPs): load reads the config anew, as it was read at the
-// start, and Run puts it in force as Reload does. A config that cannot be
-// read or does not pass is audited and logged, and the old one stays.
-// Call it before Run.
-func (a *Agent) ReloadOn(signals <-chan os.Signal, load func() (config.Config, error)) {
-	a.reloads, a.load = signals, load
-}
-
-// Run serves until ctx ends, then shuts every part down and returns. The
-// parts run side by side; the first to fail stops them all, and Run
-// returns its error.
-func (a *Agent) Run(ctx context.Context) error {
-	if a.listener == nil {
-		if _, err := a.Listen(); err != nil {
-			a.Close()
-			return err
-		}
-	}
-	srv := &http.Server{
-		Handler:           a.Handler(),
-		ReadHeaderTimeout: a.cfg.API.ReadHeaderTimeout,
-		ReadTimeout:       a.cfg.API.ReadTimeout,
-		WriteTimeout:      a.cfg.API.ReadTimeout + time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    server.ServerMaxHeaderBytes, // server.LimitHeaders enforces the limit, in JSON
-		ConnContext:       auth.ConnContext,
-		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	if a.docker != nil {
-		g.Go(func() error {
-			if err := a.docker.Run(ctx); err != nil {
-				return fmt.Errorf("docker inventory: %w", err)
-			}
-			return nil
-		})
-	}
-	// The recorder stops only after the sampler has, so that its final
-	// flush holds the last tick too.
-	recCtx, stopRecorder := context.WithCancel(context.Background())
-	defer stopRecorder()
-	if a.recorder != nil {
-		g.Go(func() error {
-			err := a.recorder.Run(recCtx)
-			var fenced *record.FencedError
-			switch {
-			case errors.As(err, &fenced):
-				// Another agent writes this node now: stop, and exit
-				// non-zero, rather than meter what nobody will book.
-				return fmt.Errorf("ledger: %w", err)
-			case err != nil:
-				a.log.Error("final ledger write", "err", err)
-			}
-			return nil
-		})
-	}
-	// The audit log, too, stops after the server has, so that it keeps
-	// the last calls.
-	auditCtx, stopAudit := context.WithCancel(context.Background())
-	defer stopAudit()
-	if a.audit != nil {
-		g.Go(func() error {
-			_ = a.audit.Run(auditCtx)
-			return nil
-		})
-	}
-	if a.policy != nil {
-		g.Go(func() error {
-			if err := a.policy.Run(ctx); err != nil {
-				a.log.Error("policy", "err", err)
-			}
-			return nil
-		})
-	}
-	if a.reloads != nil {
-		g.Go(func() error {
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-a.reloads:
-					a.reloadFrom(a.load)
-				}
-			}
-		})
-	}
-	g.Go(func() error {
-		defer stopRecorder()
-		if err := a.sampler.Run(ctx); err != nil {
-			return fmt.Errorf("sampler: %w", err)
-		}
-		return nil
-	})
-	for _, ln := range []net.Listener{a.listener, a.socket} {
-		if ln == nil {
-			continue
-		}
-		g.Go(func() error {
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("http on %s: %w", ln.Addr(), err)
-			}
-			return nil
-		})
-	}
-	a.log.Info("serving", "listen", a.listener.Addr().String(), "interval", a.cfg.Interval.String())
-	<-ctx.Done()
-	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
-	defer stop()
-	if err := srv.Shutdown(shutdown); err != nil {
-		// Requests still running (a report on a ledger that does not
-		// answer, say) are cut off: closing their connections ends their
-		// contexts, so that they let go of the ledger before it closes.
-		_ = srv.Close()
-	}
-	stopAudit()
-	err := g.Wait()
-	a.Close()
-	return err
-}
-
-// hostProcs adapts the host's /proc and cgroups to what the sampler and
-// the Docker inventory need.
-type hostProcs struct {
-	resolver   *cgroup.Resolver
-	users      *cgroup.Users
-	procRoot   string
-	cgroupRoot string
-}
-
-// Resolve attributes a real host process to its container or Unix user.
-func (h *hostProcs) Resolve(pid uint32) (container.Owner, bool, error) {
-	p, err := h.resolver.Resolve(pid)
-	if err != nil {
-		return container.Owner{}, false, err
-	}
-	if p.Ref.ContainerID != "" {
-		return container.Owner{Kind: container.OwnerContainer, ID: p.Ref.ContainerID}, true, nil
-	}
-	return container.Owner{Kind: container.OwnerHost, ID: p.User}, true, nil
-}
-
-func (h *hostProcs) Prune(keep func(uint32) bool) { h.resolver.Prune(keep) }
-
-func (h *hostProcs) ProcessUser(pid int) (string, error) {
-	p, err := h.resolver.Resolve(uint32(pid))
-	if err != nil {
-		return "", err
-	}
-	return p.User, nil
-}
-
-func (h *hostProcs) UserName(uid int) string { return h.users.Name(uid) }
-
-func (h *hostProcs) Stats(pid int) (float64, uint64, error) {
-	st, err := cgroup.ReadStats(h.procRoot, h.cgroupRoot, pid)
-	return st.CPUSeconds, st.MemoryBytes, err
 }

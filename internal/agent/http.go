@@ -1,0 +1,105 @@
+// The agent's HTTP surface: its listeners, the handler that serves
+// /metrics and the API, and the reports the API reads from the ledger.
+
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/cost"
+	"github.com/gpumeter/gpumeter/internal/exporter"
+	"github.com/gpumeter/gpumeter/internal/report"
+)
+
+// Listen opens the listeners, so that a caller learns a bad address
+// before Run and can read the chosen port (":0" in tests).
+func (a *Agent) Listen() (net.Addr, error) {
+	if err := a.listen(); err != nil {
+		return nil, err
+	}
+	return a.listener.Addr(), nil
+}
+
+// Socket is the Unix socket the agent serves on, or "".
+func (a *Agent) Socket() string {
+	if a.socket == nil {
+		return ""
+	}
+	return a.socket.Addr().String()
+}
+
+// Handler is the agent's HTTP surface: /metrics, the API and the page.
+func (a *Agent) Handler() http.Handler {
+	mux := http.NewServeMux()
+	var extra []prometheus.Collector
+	var reports server.Reports
+	if a.recorder != nil {
+		extra = append(extra, a.recorder)
+		reports = a
+	}
+	var findings server.Waste
+	if a.waste != nil {
+		extra = append(extra, a.waste)
+		findings = a.waste
+	}
+	ac := server.Config{
+		Ticks:   a.sampler,
+		Reports: reports,
+		Waste:   findings,
+		Auth:    a.sec.auth.Load,
+		Limiter: a.sec.limiter.Load,
+		Limits: server.Limits{
+			MaxBodyBytes:    int64(a.cfg.API.MaxBodyBytes),
+			MaxReportWindow: a.cfg.API.MaxReportWindow,
+			MaxReportRows:   a.cfg.API.MaxReportRows,
+		},
+		Logger: a.log.With("part", "api"),
+		Node:   a.node,
+	}
+	if a.docker != nil {
+		ac.Stopper = a.docker
+	}
+	if a.audit != nil {
+		extra = append(extra, a.audit)
+		ac.Audit = a.audit
+	}
+	apiHandler := server.New(ac)
+	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, a.log.With("part", "exporter"), extra...)))
+	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
+	mux.Handle("/", apiHandler)
+	return server.LimitHeaders(mux)
+}
+
+// Report reads the ledger for the API. Rows still in memory are not in
+// it: a report is at most one flush interval behind the live view. A price
+// for a GPU model that neither the ledger nor this node's GPUs know gives
+// an error wrapping cost.ErrInvalidCost.
+func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, error) {
+	prices := cost.Model(a.cfg.Cost)
+	models, err := report.Models(ctx, a.store)
+	if err == nil {
+		var live []string
+		if t := a.sampler.Latest(); t != nil {
+			for _, d := range t.Sample.Devices {
+				live = append(live, d.Model)
+			}
+		}
+		if verr := prices.Check(models, live); verr != nil {
+			err = fmt.Errorf("%w: cost: %w", cost.ErrInvalidCost, verr)
+		}
+	}
+	var rep *report.Report
+	if err == nil {
+		rep, err = report.Run(ctx, a.store, r, prices)
+	}
+	if err != nil {
+		a.log.Warn("usage report", "err", err)
+	}
+	return rep, err
+}
