@@ -16,9 +16,10 @@ import (
 // output and status.
 func RunCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	bin := Binary(t) // before the clock starts: the first call may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	return runCmd(t, cmd)
 }
@@ -40,9 +41,10 @@ func NeedNobody(t *testing.T) {
 // groups, in /; see NeedNobody.
 func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	bin := Binary(t) // before the clock starts: the first call may wait for the build
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", Binary(t)}, args...)...)
+	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", bin}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = "/"
 	return runCmd(t, cmd)
