@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 var ignoreStats = cmpopts.IgnoreFields(container.Container{}, "CPUSeconds", "MemoryBytes", "StatsErr")
@@ -179,7 +180,7 @@ func TestInventoryReconnects(t *testing.T) {
 	cli := dockertest.Client(t)
 	target := dockertest.EngineSocket(cli)
 	if target == "" {
-		dockertest.SkipUnlessCI(t, "engine at %s is not a Unix socket; the proxy needs one", cli.DaemonHost())
+		testenv.SkipUnlessCI(t, "engine at %s is not a Unix socket; the proxy needs one", cli.DaemonHost())
 	}
 	before, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "before-cut"})
 	proxy := dockertest.NewSocketProxy(t, target)

@@ -9,16 +9,14 @@ package dockertest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/moby/moby/client"
 )
 
@@ -38,23 +36,10 @@ func Client(t testing.TB) *client.Client {
 		_, err = cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true})
 	}
 	if err != nil {
-		SkipUnlessCI(t, "no Docker engine is reachable (%v)", err)
+		testenv.SkipUnlessCI(t, "no Docker engine is reachable (%v)", err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
-}
-
-// SkipUnlessCI skips the test because what it needs is missing, or fails
-// it when CI is set to anything but an explicit false: CI must not pass by
-// skipping.
-func SkipUnlessCI(t testing.TB, format string, args ...any) {
-	t.Helper()
-	why := fmt.Sprintf(format, args...)
-	v := os.Getenv("CI")
-	if b, err := strconv.ParseBool(v); b || (err != nil && v != "") {
-		t.Fatalf("CI is set, so this test must run, but %s", why)
-	}
-	t.Skipf("skipping: %s; with CI=true this fails instead", why)
 }
 
 // EngineSocket returns the path of the engine's Unix socket, or "" when

@@ -15,7 +15,7 @@
 //     temporary directory is given to that user.
 //
 // Without either, tests that ask for a database are skipped, or fail when
-// $CI is "true".
+// CI is set (see internal/testenv).
 package pgtest
 
 import (
@@ -38,6 +38,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -75,7 +76,7 @@ func DSN(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { srv, srvErr = start() })
 	if srvErr != nil {
-		if errors.Is(srvErr, errMissing) && os.Getenv("CI") != "true" {
+		if errors.Is(srvErr, errMissing) && !testenv.InCI() {
 			t.Skipf("skipping: %v", srvErr)
 		}
 		t.Fatalf("PostgreSQL test server: %v", srvErr)

@@ -93,6 +93,18 @@ func build(goTool, moduleRoot string) (bin string, lock *os.File, err error) {
 	if err != nil {
 		return "", nil, err
 	}
+	// Shared first: every test binary holds its entry shared while it
+	// runs, and an exclusive lock would wait for all of them to end, so
+	// that the packages ran one after another. Only a missing binary needs
+	// the exclusive lock, and then nobody holds the entry.
+	if err := flock(lock, syscall.LOCK_SH); err != nil {
+		lock.Close()
+		return "", nil, err
+	}
+	if bin, ok := built(cache, key); ok {
+		prune(cache)
+		return bin, lock, nil
+	}
 	if err := flock(lock, syscall.LOCK_EX); err != nil {
 		lock.Close()
 		return "", nil, err
@@ -109,16 +121,28 @@ func build(goTool, moduleRoot string) (bin string, lock *os.File, err error) {
 	return bin, lock, nil
 }
 
+// built returns the binary of entry key of cache if it is there, marking
+// the entry used last, so that it is the last to be pruned.
+func built(cache, key string) (string, bool) {
+	dir := filepath.Join(cache, key)
+	bin := filepath.Join(dir, "gpumeter")
+	fi, err := os.Stat(bin)
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", false
+	}
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now)
+	return bin, true
+}
+
 // buildOnce returns the binary of entry key of cache, building it there
 // when it has none.
 func buildOnce(goTool, moduleRoot, cache, key string, flags []string) (string, error) {
+	if bin, ok := built(cache, key); ok {
+		return bin, nil // another test binary built it while this one waited
+	}
 	dir := filepath.Join(cache, key)
 	bin := filepath.Join(dir, "gpumeter")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		now := time.Now()
-		_ = os.Chtimes(dir, now, now) // used last: the last to be pruned
-		return bin, nil
-	}
 	tmp, err := os.MkdirTemp(cache, key+".build-")
 	if err != nil {
 		return "", err

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 // RunCLI runs the binary to completion, for at most 30 s, and returns its
@@ -33,7 +33,7 @@ func NeedNobody(t *testing.T) {
 		t.Skip("needs root, to run the binary as another user")
 	}
 	if _, err := exec.LookPath("setpriv"); err != nil {
-		dockertest.SkipUnlessCI(t, "setpriv is not installed (apt-get install util-linux), which runs the binary as another user: %v", err)
+		testenv.SkipUnlessCI(t, "setpriv is not installed (apt-get install util-linux), which runs the binary as another user: %v", err)
 	}
 }
 
@@ -70,7 +70,7 @@ func Prometheus(t *testing.T) string {
 	t.Helper()
 	p, err := exec.LookPath("prometheus")
 	if err != nil {
-		dockertest.SkipUnlessCI(t, "prometheus is not installed (apt-get install prometheus): %v", err)
+		testenv.SkipUnlessCI(t, "prometheus is not installed (apt-get install prometheus): %v", err)
 	}
 	return p
 }
@@ -84,6 +84,6 @@ func Chromium(t *testing.T) string {
 			return p
 		}
 	}
-	dockertest.SkipUnlessCI(t, "no Chromium installed (apt-get install chromium)")
+	testenv.SkipUnlessCI(t, "no Chromium installed (apt-get install chromium)")
 	return ""
 }

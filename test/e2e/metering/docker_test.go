@@ -24,6 +24,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	apiclient "github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
@@ -72,7 +73,7 @@ func TestServeAgainstDocker(t *testing.T) {
 	cli := dockertest.Client(t)
 	engine := dockertest.EngineSocket(cli)
 	if engine == "" {
-		dockertest.SkipUnlessCI(t, "the engine at %s is not a Unix socket, which the proxy needs", cli.DaemonHost())
+		testenv.SkipUnlessCI(t, "the engine at %s is not a Unix socket, which the proxy needs", cli.DaemonHost())
 	}
 	// The agent counts every container on the engine that requests a GPU;
 	// no other test's may run meanwhile.
@@ -95,7 +96,7 @@ func TestServeAgainstDocker(t *testing.T) {
 	// The agent finds a container's processes in this machine's /proc,
 	// which an engine in a VM or another PID namespace hides.
 	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", alice.PID)); err != nil || !strings.Contains(string(cg), alice.ID) {
-		dockertest.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", alice.PID, cg, err)
+		testenv.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", alice.PID, cg, err)
 	}
 	// No owner label: the owner is Config.User's uid, named by the
 	// password file the agent is given.

@@ -27,6 +27,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
@@ -90,7 +91,7 @@ func TestPolicyAgainstDocker(t *testing.T) {
 	}
 	idle := start("pol-idle", 0, map[string]string{"gpumeter.user": "alice"})
 	if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", idle.PID)); err != nil || !strings.Contains(string(cg), idle.ID) {
-		dockertest.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", idle.PID, cg, err)
+		testenv.SkipUnlessCI(t, "container processes are not visible in /proc (/proc/%d/cgroup: %q, %v)", idle.PID, cg, err)
 	}
 	exempt := start("pol-exempt", 1, map[string]string{"gpumeter.user": "bob", "gpumeter.exempt": "true"})
 	busy := start("pol-busy", 2, map[string]string{"gpumeter.user": "carol"})
