@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -219,6 +220,18 @@ containers:
 	if len(inLedger) < len(evs) {
 		t.Errorf("the ledger has %d audit events, the file %d", len(inLedger), len(evs))
 	}
+	// The actions of different findings run on their own workers, so
+	// their lines may reach the file in another order than their times;
+	// the ledger reads back by time. Both are put in one order to compare.
+	order := func(t time.Time, container, kind string) string {
+		return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano) + " " + container + " " + kind
+	}
+	slices.SortStableFunc(evs, func(a, b policy.Event) int {
+		return strings.Compare(order(a.Time, a.ContainerID, a.Kind), order(b.Time, b.ContainerID, b.Kind))
+	})
+	slices.SortStableFunc(inLedger, func(a, b ledger.AuditEvent) int {
+		return strings.Compare(order(a.Time, a.ContainerID, a.Kind), order(b.Time, b.ContainerID, b.Kind))
+	})
 	for i := range min(len(evs), len(inLedger)) {
 		if g, w := inLedger[i], evs[i]; g.Kind != w.Kind || g.Outcome != w.Outcome || g.ContainerID != w.ContainerID || !g.Time.Equal(w.Time.Truncate(time.Microsecond)) {
 			t.Errorf("ledger audit event %d = %+v, the file's %+v", i, g, w)
