@@ -105,7 +105,16 @@ func TestRunWithoutDaemon(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- inv.Run(ctx) }()
 
-	time.Sleep(300 * time.Millisecond) // let a connection attempt fail
+	// Wait for a connection attempt to fail: Containers says so.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := inv.Containers(context.Background(), time.Now()); errors.Is(err, ErrUnreachable) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no connection attempt failed within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	start := time.Now()
 	got, err := inv.Containers(context.Background(), time.Now())
 	if d := time.Since(start); d > 50*time.Millisecond {
