@@ -10,11 +10,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -207,16 +207,4 @@ func writeAudit(w io.Writer, events []audit.Event) error {
 
 // cell is s for a table cell: "-" when empty, and cleaned, so that a tab
 // in a target cannot shift the columns.
-func cell(s string) string { return dash(strings.TrimSpace(clean(s))) }
-
-// clean replaces control and format characters with spaces: what the
-// agent answers can hold what callers sent it (a container name in a
-// URL, say), which must not move the terminal's cursor or reorder text.
-func clean(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, "\uFFFD"))
-}
+func cell(s string) string { return dash(strings.TrimSpace(client.Clean(s))) }

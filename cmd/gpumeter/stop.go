@@ -66,10 +66,10 @@ the call, with --reason, in its audit log.`,
 func stopped(r apitype.StopResponse) string {
 	if r.Grace == "" {
 		// An agent from before the answer said more.
-		return fmt.Sprintf("stopped %s (%s)", clean(r.Name), container.ShortID(r.ID))
+		return fmt.Sprintf("stopped %s (%s)", client.Clean(r.Name), container.ShortID(r.ID))
 	}
 	took := time.Duration(r.Seconds * float64(time.Second)).Round(100 * time.Millisecond)
-	s := fmt.Sprintf("stopped %s (%s) in %s", clean(r.Name), container.ShortID(r.ID), took)
+	s := fmt.Sprintf("stopped %s (%s) in %s", client.Clean(r.Name), container.ShortID(r.ID), took)
 	if r.Killed() {
 		s += fmt.Sprintf(": it was still running when the %s timeout ended, so Docker killed it", r.Grace)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
 )
 
 func newWhoami() *cobra.Command {
@@ -37,9 +38,9 @@ func newWhoami() *cobra.Command {
 				return enc.Encode(me)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 1, ' ', 0)
-			fmt.Fprintf(tw, "user:\t%s\n", clean(me.User))
-			fmt.Fprintf(tw, "role:\t%s\n", clean(me.Role))
-			fmt.Fprintf(tw, "authenticated by:\t%s\n", clean(authMethod(me)))
+			fmt.Fprintf(tw, "user:\t%s\n", client.Clean(me.User))
+			fmt.Fprintf(tw, "role:\t%s\n", client.Clean(me.Role))
+			fmt.Fprintf(tw, "authenticated by:\t%s\n", client.Clean(authMethod(me)))
 			fmt.Fprintf(tw, "agent:\t%s\n", c.settings.URL)
 			return tw.Flush()
 		},

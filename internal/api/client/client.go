@@ -292,9 +292,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 	}
 	defer resp.Body.Close()
 	if c.Answered != nil {
-		a := Answer{Status: resp.StatusCode, Node: clean(resp.Header.Get(apitype.NodeHeader))}
+		a := Answer{Status: resp.StatusCode, Node: Clean(resp.Header.Get(apitype.NodeHeader))}
 		for _, w := range resp.Header.Values(apitype.WarningHeader) {
-			a.Warnings = append(a.Warnings, clean(w))
+			a.Warnings = append(a.Warnings, Clean(w))
 		}
 		c.Answered(a)
 	}
@@ -383,7 +383,7 @@ func statusError(status int, contentType string, body []byte) *StatusError {
 	se := &StatusError{Status: status}
 	var e apitype.Error
 	if isJSON(contentType) && json.Unmarshal(body, &e) == nil && (e.Code != "" || e.Message != "") {
-		se.Code, se.Message = e.Code, clean(e.Message)
+		se.Code, se.Message = e.Code, Clean(e.Message)
 		return se
 	}
 	se.Body = snippet(body)
@@ -419,17 +419,18 @@ func snippet(body []byte) string {
 			body = body[:len(body)-1]
 		}
 	}
-	s := strings.Join(strings.Fields(clean(string(body))), " ")
+	s := strings.Join(strings.Fields(Clean(string(body))), " ")
 	if cut {
 		s += "…"
 	}
 	return s
 }
 
-// clean replaces control and format characters, which could move a
+// Clean replaces control and format characters, which could move a
 // terminal's cursor or reorder text, with spaces; invalid UTF-8 becomes
-// U+FFFD.
-func clean(s string) string {
+// U+FFFD. What the agent answers can hold what other callers sent it (a
+// container name in a URL, say): a client prints it through Clean.
+func Clean(s string) string {
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
 			return ' '
