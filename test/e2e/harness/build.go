@@ -76,7 +76,7 @@ func build(goTool, moduleRoot string) (bin string, lock *os.File, err error) {
 		return "", nil, fmt.Errorf("go env %s: %q: want %d lines", strings.Join(goEnv, " "), out, len(goEnv))
 	}
 	flags := []string{"-buildvcs=false"} // the revision is no input the hash knows
-	if raceEnabled {
+	if Race {
 		// The agent's goroutines are the ones worth racing.
 		flags = append(flags, "-race")
 	}

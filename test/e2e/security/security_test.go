@@ -537,6 +537,23 @@ func (a *secureAgent) wantSampling(t *testing.T, what string, before sampling, n
 	return after
 }
 
+// wantNoMissed wants no tick missed between before and after, a load
+// described by what. Under the race detector, which slows the agent
+// several times over, a missed tick is logged instead: the plain run
+// holds the figure.
+func wantNoMissed(t *testing.T, what string, before, after sampling) {
+	t.Helper()
+	if after.missed == before.missed {
+		return
+	}
+	msg := fmt.Sprintf("gpumeter_ticks_missed_total went from %g to %g during %s, want no missed ticks", before.missed, after.missed, what)
+	if harness.Race {
+		t.Log(msg + " (not asserted under the race detector)")
+		return
+	}
+	t.Error(msg)
+}
+
 // TestSecurityAPI: tokens, roles and client certificates decide who gets
 // what; each refusal names its cause at once and is audited.
 func TestSecurityAPI(t *testing.T) {
@@ -953,9 +970,7 @@ func TestSecuritySlowloris(t *testing.T) {
 	}
 	elapsed := time.Since(begin)
 	after := a.wantSampling(t, "the slow clients", before, 1)
-	if after.missed != before.missed {
-		t.Errorf("gpumeter_ticks_missed_total went from %g to %g during the slow clients, want no missed ticks", before.missed, after.missed)
-	}
+	wantNoMissed(t, "the slow clients", before, after)
 	t.Logf("%d polls answered in %s; %g ticks taken", polls, elapsed, after.taken-before.taken)
 }
 
@@ -1230,9 +1245,7 @@ func TestSecurityFlood(t *testing.T) {
 	floodTook := time.Since(begin)
 	// A few more ticks come: the sampler has not stalled.
 	after := a.wantSampling(t, fmt.Sprintf("a flood of %d bad requests", total), before, 5)
-	if after.missed != before.missed {
-		t.Errorf("gpumeter_ticks_missed_total went from %g to %g during the flood, want no missed ticks", before.missed, after.missed)
-	}
+	wantNoMissed(t, "the flood", before, after)
 	send(t, a.client, "GET", a.URL+"/healthz", "", nil).want(t, "GET /healthz after the flood", http.StatusOK, "")
 
 	// Every refusal is in the audit log, on its own or in the count of a
