@@ -21,6 +21,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/waste"
+
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 // seen is one request the fake agent answered.
@@ -77,7 +79,7 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 		io.WriteString(w, "team,gpu_hours\nnlp,3.5\n")
 	})
-	ln, path := listenUnix(t)
+	ln, path := testenv.ListenUnix(t)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		fa.requests <- seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization"), string(body)}
@@ -226,14 +228,14 @@ func TestCommandsAgentErrors(t *testing.T) {
 // answers on its socket and the flags ask nothing of the ledger, else the
 // config's ledger.
 func TestChooseSource(t *testing.T) {
-	ln, running := listenUnix(t)
+	ln, running := testenv.ListenUnix(t)
 	_ = ln
-	stale, path := listenUnix(t)
+	stale, path := testenv.ListenUnix(t)
 	stale.(*net.UnixListener).SetUnlinkOnClose(false)
 	stale.Close()
 	noSocket := filepath.Join(t.TempDir(), "api.sock")
 	home := t.TempDir()
-	clientConfig := writeFile(t, home, "client.yaml", "url: http://file:1\n", 0o600)
+	clientConfig := testenv.WriteFile(t, home, "client.yaml", "url: http://file:1\n", 0o600)
 
 	tests := []struct {
 		name   string

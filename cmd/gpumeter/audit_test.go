@@ -14,6 +14,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 // auditEvents are an API call refused, one let through and a policy stop,
@@ -38,7 +40,7 @@ func writeAuditFile(t *testing.T, events []audit.Event) string {
 		b.Write(line)
 		b.WriteByte('\n')
 	}
-	return writeFile(t, t.TempDir(), "audit.jsonl", b.String(), 0o600)
+	return testenv.WriteFile(t, t.TempDir(), "audit.jsonl", b.String(), 0o600)
 }
 
 func TestAuditFile(t *testing.T) {
@@ -96,7 +98,7 @@ func TestAuditFile(t *testing.T) {
 }
 
 func TestAuditErrors(t *testing.T) {
-	bad := writeFile(t, t.TempDir(), "audit.jsonl", `{"time":"2026-11-02T00:00:00Z","kind":"api"}`+"\nnot json\n", 0o600)
+	bad := testenv.WriteFile(t, t.TempDir(), "audit.jsonl", `{"time":"2026-11-02T00:00:00Z","kind":"api"}`+"\nnot json\n", 0o600)
 	tests := []struct {
 		args []string
 		want string

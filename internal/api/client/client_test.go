@@ -27,6 +27,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
+
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 // request is what a test server saw of one request.
@@ -71,18 +73,7 @@ func answerJSON(v any) func(w http.ResponseWriter, r *http.Request) {
 // socketServer serves h on a Unix socket in a fresh directory.
 func socketServer(t *testing.T, h http.Handler) (*httptest.Server, string) {
 	t.Helper()
-	// Socket paths are limited to about 100 bytes; t.TempDir's can be
-	// longer.
-	dir, err := os.MkdirTemp("", "gpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "api.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, path := testenv.ListenUnix(t)
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = ln
 	srv.Start()

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,38 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
-
-// writeFile writes text to dir/name with exactly mode, whatever the umask.
-func writeFile(t *testing.T, dir, name, text string, mode os.FileMode) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, []byte(text), mode); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(path, mode); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// listenUnix listens on a socket in a fresh directory short enough for a
-// socket path.
-func listenUnix(t *testing.T) (net.Listener, string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "gpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "api.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln, path
-}
 
 func mapEnv(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
@@ -53,9 +23,9 @@ func TestResolveClient(t *testing.T) {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	def := writeFile(t, dir, "client.yaml", "url: https://file:9400\ntoken: gpm_file\nca_file: ca.pem\ncert_file: /etc/me.pem\nkey_file: me-key.pem\n", 0o600)
-	other := writeFile(t, t.TempDir(), "other.yaml", "# only a token\n\ntoken: gpm_other\n", 0o640)
-	_, socket := listenUnix(t)
+	def := testenv.WriteFile(t, dir, "client.yaml", "url: https://file:9400\ntoken: gpm_file\nca_file: ca.pem\ncert_file: /etc/me.pem\nkey_file: me-key.pem\n", 0o600)
+	other := testenv.WriteFile(t, t.TempDir(), "other.yaml", "# only a token\n\ntoken: gpm_other\n", 0o640)
+	_, socket := testenv.ListenUnix(t)
 	noSocket := filepath.Join(t.TempDir(), "api.sock")
 
 	tests := []struct {
@@ -148,7 +118,7 @@ func TestResolveClientErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := ""
 			if tt.file != "" {
-				path = writeFile(t, t.TempDir(), "client.yaml", tt.file, tt.mode)
+				path = testenv.WriteFile(t, t.TempDir(), "client.yaml", tt.file, tt.mode)
 				tt.env = map[string]string{"GPUMETER_CLIENT_CONFIG": path}
 			}
 			_, err := Resolve(Flags{}, Env{Getenv: mapEnv(tt.env), ConfigDir: t.TempDir()})

@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +15,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 // socketFixture serves the fixture's API on a real Unix socket, with the
@@ -34,16 +34,7 @@ func socketFixture(t *testing.T, uids []int) (*fixture, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "gpm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	path := filepath.Join(dir, "api.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ln, path := testenv.ListenUnix(t)
 	srv := &http.Server{ConnContext: auth.ConnContext, Handler: New(Config{
 		Ticks: fixtureSampler(), Stopper: f.stopper, Audit: f.audit, Node: "n1",
 		Auth:    func() *auth.Authenticator { return authn },
