@@ -306,3 +306,8 @@ func TestChooseSource(t *testing.T) {
 		})
 	}
 }
+
+// mapEnv is a Getenv over m.
+func mapEnv(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
