@@ -1,0 +1,111 @@
+package queue
+
+// Reason is a code saying why a job waits or why it ended. Every queued
+// job has one, and so does every ended job; the codes are one fixed list
+// (see Reasons), like Slurm's job reason codes.
+type Reason string
+
+// Reasons a queued job waits.
+const (
+	// ReasonResources: not enough free GPUs for the job, or the job waits
+	// behind an earlier job that is itself waiting for GPUs.
+	ReasonResources Reason = "resources"
+	// ReasonOutsideUse: the job would start but for GPUs taken by use
+	// outside the queue: a container started by hand with GPUs, or
+	// processes holding more than the threshold of a GPU's memory.
+	ReasonOutsideUse Reason = "outside_use"
+	// ReasonUserGPULimit: starting the job would take its user past
+	// queue.max_gpus_per_user.
+	ReasonUserGPULimit Reason = "user_gpu_limit"
+	// ReasonHeld: the job is held by its owner or an admin; it keeps its
+	// place in the queue and starts only once released.
+	ReasonHeld Reason = "held"
+	// ReasonStartFailed: the last try to start the job failed (a Docker
+	// error, kept in the reason's sentence); the job is back in the queue
+	// and will be tried again.
+	ReasonStartFailed Reason = "start_failed"
+	// ReasonTooBig: the job asks for more GPUs than the host has; it
+	// cannot start here and does not hold up the jobs behind it.
+	ReasonTooBig Reason = "too_big"
+	// ReasonInvalidRequest: the job asks for no GPUs, which submit
+	// refuses; a queued job with it points at a damaged store.
+	ReasonInvalidRequest Reason = "invalid_request"
+	// ReasonLostRequeued: the job's container vanished with no exit code
+	// and the job went back to the queue (at most queue.max_requeue times).
+	ReasonLostRequeued Reason = "lost_requeued"
+)
+
+// Reasons a job ended.
+const (
+	// ReasonExitCode: the container exited on its own; the exit code says
+	// how (0 succeeded, anything else failed).
+	ReasonExitCode Reason = "exit_code"
+	// ReasonTimeLimit: the job reached its time limit and was stopped
+	// (state timeout; the exit code of the stop is kept).
+	ReasonTimeLimit Reason = "time_limit"
+	// ReasonCancelled: its owner or an admin cancelled the job.
+	ReasonCancelled Reason = "cancelled"
+	// ReasonStoppedByPolicy: the waste policy stopped the job (state
+	// failed).
+	ReasonStoppedByPolicy Reason = "stopped_by_policy"
+	// ReasonStartAttempts: the job failed to start queue.max_start_attempts
+	// times and was given up (state failed).
+	ReasonStartAttempts Reason = "start_attempts"
+	// ReasonRequeueLimit: the job was lost more than queue.max_requeue
+	// times and was given up (state failed).
+	ReasonRequeueLimit Reason = "requeue_limit"
+)
+
+// ReasonInfo describes one reason code.
+type ReasonInfo struct {
+	// Code is the reason code as stored and shown.
+	Code Reason
+	// Waiting is true for the reasons of a queued job, false for the
+	// reasons a job ended.
+	Waiting bool
+	// Meaning says in a sentence what the code means.
+	Meaning string
+}
+
+// reasons is the one list of reason codes and their meanings.
+var reasons = []ReasonInfo{
+	{ReasonResources, true, "not enough free GPUs for the job, or it waits behind an earlier job that waits for GPUs"},
+	{ReasonOutsideUse, true, "GPUs the job would take are used outside the queue (a container started by hand, or processes over the memory threshold)"},
+	{ReasonUserGPULimit, true, "starting the job would take its user past queue.max_gpus_per_user"},
+	{ReasonHeld, true, "held by its owner or an admin; it keeps its place and starts once released"},
+	{ReasonStartFailed, true, "the last try to start the job failed; it is back in the queue and will be tried again"},
+	{ReasonTooBig, true, "the job asks for more GPUs than the host has; it does not hold up the jobs behind it"},
+	{ReasonInvalidRequest, true, "the job asks for no GPUs, which submit refuses"},
+	{ReasonLostRequeued, true, "the job's container vanished with no exit code and the job went back to the queue"},
+	{ReasonExitCode, false, "the container exited on its own; the exit code says how"},
+	{ReasonTimeLimit, false, "the job reached its time limit and was stopped"},
+	{ReasonCancelled, false, "its owner or an admin cancelled the job"},
+	{ReasonStoppedByPolicy, false, "the waste policy stopped the job"},
+	{ReasonStartAttempts, false, "the job failed to start queue.max_start_attempts times"},
+	{ReasonRequeueLimit, false, "the job was lost more than queue.max_requeue times"},
+}
+
+// Reasons returns every reason code with its meaning, waiting reasons
+// first.
+func Reasons() []ReasonInfo { return append([]ReasonInfo(nil), reasons...) }
+
+// Valid reports whether r is one of the reason codes.
+func (r Reason) Valid() bool {
+	_, ok := r.info()
+	return ok
+}
+
+// Meaning returns the sentence that explains r, or "" for an unknown code.
+func (r Reason) Meaning() string {
+	info, _ := r.info()
+	return info.Meaning
+}
+
+func (r Reason) info() (ReasonInfo, bool) {
+	for _, info := range reasons {
+		if info.Code == r {
+			return info, true
+		}
+	}
+	return ReasonInfo{}, false
+}
