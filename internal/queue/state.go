@@ -87,8 +87,8 @@ func CanTransition(from, to State) bool {
 }
 
 // Transition returns nil when a job in state from may go to state to, and
-// otherwise an error naming both states and what from allows. The store
-// calls it on every write of a job's state.
+// otherwise an error naming both states and what from allows. The
+// job store checks every write of a state with it.
 func Transition(from, to State) error {
 	if !from.Valid() {
 		return fmt.Errorf("job state %q cannot go to %q: %q is not a job state", from, to, from)

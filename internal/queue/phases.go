@@ -1,0 +1,246 @@
+package queue
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The scheduler's phases, named as kube-scheduler's framework names them:
+// filter (which GPUs a job may take), score (which of those it prefers)
+// and bind (give them to it). Each is a small function over gpuState.
+
+// gpuState is one GPU as a pass sees it.
+type gpuState struct {
+	gpu GPU
+	// job is the job holding the GPU, nil if none.
+	job *RunningJob
+	// container is the first container outside the queue holding it.
+	container *OutsideContainer
+	// outsideMemory is the memory used by processes outside the queue,
+	// and overMemory whether it is over the threshold.
+	outsideMemory uint64
+	overMemory    bool
+	// bound is set when this pass gives the GPU to a job.
+	bound bool
+}
+
+// free reports whether a job may take the GPU.
+func (g *gpuState) free() bool {
+	return g.job == nil && !g.bound && g.container == nil && !g.overMemory
+}
+
+// outsideOnly reports whether only use outside the queue keeps the GPU
+// from being free.
+func (g *gpuState) outsideOnly() bool {
+	return g.job == nil && !g.bound && (g.container != nil || g.overMemory)
+}
+
+// filterGPUs is the filter phase: it returns the host's GPUs by index,
+// each marked with what keeps it from being free.
+func filterGPUs(in Input) []gpuState {
+	gs := make([]gpuState, len(in.GPUs))
+	for i, g := range in.GPUs {
+		gs[i].gpu = g
+	}
+	slices.SortFunc(gs, func(a, b gpuState) int {
+		if a.gpu.Index != b.gpu.Index {
+			return a.gpu.Index - b.gpu.Index
+		}
+		return strings.Compare(a.gpu.UUID, b.gpu.UUID)
+	})
+	byUUID := make(map[string]*gpuState, len(gs))
+	for i := range gs {
+		byUUID[gs[i].gpu.UUID] = &gs[i]
+	}
+	for i := range in.Running {
+		for _, u := range in.Running[i].GPUs {
+			if g := byUUID[u]; g != nil && g.job == nil {
+				g.job = &in.Running[i]
+			}
+		}
+	}
+	for i := range in.Outside.Containers {
+		for _, u := range in.Outside.Containers[i].GPUs {
+			if g := byUUID[u]; g != nil && g.container == nil {
+				g.container = &in.Outside.Containers[i]
+			}
+		}
+	}
+	threshold := in.Config.threshold()
+	for i := range gs {
+		g := &gs[i]
+		g.outsideMemory = in.Outside.MemoryUsed[g.gpu.UUID]
+		g.overMemory = float64(g.outsideMemory) > threshold*float64(g.gpu.MemoryTotal)
+	}
+	return gs
+}
+
+// scoreGPU is the score phase: how much a job prefers the free GPU at
+// position i of gs, higher first. Until topology is read from NVML, a
+// GPU's peers are its neighbours by index (on most boards, pairs of them
+// share a PCIe switch). Binpack scores a GPU by its busy peers, spread by
+// its free ones; ties go to the lower index.
+func scoreGPU(p Placement, gs []gpuState, i int) int {
+	busy := 0
+	for _, j := range []int{i - 1, i + 1} {
+		if j >= 0 && j < len(gs) && !gs[j].free() {
+			busy++
+		}
+	}
+	if p == Spread {
+		return -busy
+	}
+	return busy
+}
+
+// pickGPUs chooses n free GPUs for a job, one at a time by score, each
+// pick counted busy for the next; it returns their positions in gs in
+// index order, or
+// nil when fewer than n are free (all or nothing). gs is left as it was.
+func pickGPUs(p Placement, gs []gpuState, n int) []int {
+	freeN := 0
+	for i := range gs {
+		if gs[i].free() {
+			freeN++
+		}
+	}
+	if freeN < n {
+		return nil
+	}
+	picks := make([]int, 0, n)
+	for len(picks) < n {
+		best, bestScore := -1, 0
+		for i := range gs {
+			if !gs[i].free() {
+				continue
+			}
+			if s := scoreGPU(p, gs, i); best < 0 || s > bestScore {
+				best, bestScore = i, s
+			}
+		}
+		gs[best].bound = true
+		picks = append(picks, best)
+	}
+	for _, i := range picks {
+		gs[i].bound = false
+	}
+	slices.Sort(picks)
+	return picks
+}
+
+// bind is the bind phase: it gives the GPUs at picks to the job and
+// returns the start.
+func bind(gs []gpuState, picks []int, jobID string) Start {
+	s := Start{JobID: jobID, GPUs: make([]string, len(picks))}
+	for k, i := range picks {
+		gs[i].bound = true
+		s.GPUs[k] = gs[i].gpu.UUID
+	}
+	return s
+}
+
+// waitText says why a job asking for n GPUs cannot start: outside_use when
+// the GPUs taken only by use outside the queue would have let it start,
+// resources otherwise, with a sentence naming the free GPUs, the use
+// outside the queue, and the running job that reaches its time limit
+// first.
+func waitText(n int, gs []gpuState, running []RunningJob, now time.Time, threshold float64) (Reason, string) {
+	freeN, outsideN := 0, 0
+	var parts []string
+	parts = append(parts, "waiting for "+gpusText(n))
+	for i := range gs {
+		switch g := &gs[i]; {
+		case g.free():
+			freeN++
+		case g.outsideOnly():
+			outsideN++
+		}
+	}
+	switch freeN {
+	case 0:
+		parts = append(parts, "none is free")
+	case 1:
+		parts = append(parts, "1 is free")
+	default:
+		parts = append(parts, strconv.Itoa(freeN)+" are free")
+	}
+	for i := range gs {
+		g := &gs[i]
+		if g.job != nil || g.bound {
+			continue
+		}
+		if c := g.container; c != nil {
+			who := "container " + c.Name
+			if c.User != "" {
+				who = c.User + "'s container " + c.Name
+			}
+			parts = append(parts, fmt.Sprintf("GPU %d is held by %s (outside the queue)", g.gpu.Index, who))
+		}
+		if g.overMemory {
+			parts = append(parts, fmt.Sprintf("GPU %d has %s used by processes outside the queue (over %s of its memory)",
+				g.gpu.Index, bytesText(g.outsideMemory), percentText(threshold)))
+		}
+	}
+	if r := firstToEnd(running); r != nil {
+		left := r.StartedAt.Add(r.TimeLimit).Sub(now)
+		if left > 0 {
+			parts = append(parts, fmt.Sprintf("%s (%s) reaches its time limit in %s", r.ID, r.User, durationText(left)))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s (%s) is past its time limit and being stopped", r.ID, r.User))
+		}
+	}
+	reason := ReasonResources
+	if outsideN > 0 && freeN+outsideN >= n {
+		reason = ReasonOutsideUse
+	}
+	return reason, strings.Join(parts, "; ")
+}
+
+// firstToEnd returns the running job with a time limit that reaches it
+// first (ties by id), or nil when none has one.
+func firstToEnd(running []RunningJob) *RunningJob {
+	var first *RunningJob
+	var firstEnd time.Time
+	for i := range running {
+		r := &running[i]
+		if r.TimeLimit <= 0 || len(r.GPUs) == 0 {
+			continue
+		}
+		end := r.StartedAt.Add(r.TimeLimit)
+		if first == nil || end.Before(firstEnd) || end.Equal(firstEnd) && r.ID < first.ID {
+			first, firstEnd = r, end
+		}
+	}
+	return first
+}
+
+// durationText says d in whole minutes, rounded up: "38 min", "2 h 5 min".
+func durationText(d time.Duration) string {
+	m := int((d + time.Minute - 1) / time.Minute)
+	if m < 60 {
+		return fmt.Sprintf("%d min", m)
+	}
+	if m%60 == 0 {
+		return fmt.Sprintf("%d h", m/60)
+	}
+	return fmt.Sprintf("%d h %d min", m/60, m%60)
+}
+
+// bytesText says b in MiB under 1 GiB and in GiB with one decimal above.
+func bytesText(b uint64) string {
+	const mib, gib = 1 << 20, 1 << 30
+	if b < gib {
+		return fmt.Sprintf("%d MiB", (b+mib-1)/mib)
+	}
+	return fmt.Sprintf("%.1f GiB", float64(b)/gib)
+}
+
+// percentText says the fraction f as a percentage to two decimals: 0.05
+// is "5%", 0.07 is "7%" (not 7.000000000000001%).
+func percentText(f float64) string {
+	return strconv.FormatFloat(math.Round(f*10000)/100, 'f', -1, 64) + "%"
+}
