@@ -75,8 +75,17 @@ func parseMount(s string) (resolvedMount, error) {
 	if m.target == "/" {
 		return m, refuse(BadRequest, "mounts", "%q mounts over the container's /; give a directory such as /data", s)
 	}
+	for _, k := range kernelDirs {
+		if within(m.target, k) {
+			return m, refuse(BadRequest, "mounts", "%q mounts over the container's %s, which the runtime owns; give a directory such as /data", s, k)
+		}
+	}
 	return m, nil
 }
+
+// kernelDirs are the runtime's own file systems in the container; a bind
+// mount over them fails at start, so Check refuses it at submit.
+var kernelDirs = []string{"/proc", "/sys", "/dev"}
 
 // underRoots resolves src's symlinks and returns it if it lies in one of
 // the (resolved) mount roots.
@@ -84,14 +93,25 @@ func underRoots(src string, roots []string) (string, error) {
 	if len(roots) == 0 {
 		return "", refuse(MountNotAllowed, "mounts", "the queue allows no mounts: queue.mount_roots is empty; drop --mount or ask an admin to name the directories users may mount")
 	}
+	// The source must name a root before anything is resolved, so a
+	// request cannot probe the host's paths outside the roots.
+	lexical := false
+	for _, root := range roots {
+		r, err := filepath.EvalSymlinks(filepath.Clean(root))
+		lexical = lexical || within(src, filepath.Clean(root)) || err == nil && within(src, r)
+	}
+	if !lexical {
+		return "", refuse(MountNotAllowed, "mounts", "mount source %s is outside queue.mount_roots (%s); mount a path under one of them",
+			src, strings.Join(roots, ", "))
+	}
 	resolved, err := filepath.EvalSymlinks(src)
 	if err != nil {
 		return "", refuse(MountNotAllowed, "mounts", "mount source %s cannot be resolved on the host (%v); give an existing path under queue.mount_roots", src, unwrapPath(err))
 	}
 	for _, root := range roots {
 		r, err := filepath.EvalSymlinks(filepath.Clean(root))
-		if err != nil {
-			continue // a missing root allows nothing
+		if err != nil || r == "/" {
+			continue // a missing root allows nothing, nor one that is a link to /
 		}
 		if within(resolved, r) {
 			return resolved, nil

@@ -96,9 +96,14 @@ func (r Rules) teamLabel() string {
 // check meaningless: a host or container network, a mount root of /, a
 // malformed pattern. Check and Build call it first.
 func (r Rules) Validate() error {
-	for _, p := range append(slices.Clone(r.Images), r.RunAsRootImages...) {
+	for _, p := range r.Images {
 		if _, err := path.Match(p, ""); err != nil {
 			return fmt.Errorf("queue.images: pattern %q: %w", p, err)
+		}
+	}
+	for _, p := range r.RunAsRootImages {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("queue.run_as_root_images: pattern %q: %w", p, err)
 		}
 	}
 	for _, root := range r.MountRoots {
@@ -109,8 +114,13 @@ func (r Rules) Validate() error {
 			return fmt.Errorf("queue.mount_roots: / would allow every host path; name the directories users may mount")
 		}
 	}
-	if r.MaxGPUs < 0 || r.MaxCPUs < 0 || math.IsNaN(r.MaxCPUs) || r.MaxTimeLimit < 0 {
-		return fmt.Errorf("queue: a maximum is negative")
+	switch {
+	case r.MaxGPUs < 0 || r.MaxTimeLimit < 0:
+		return fmt.Errorf("queue: max_gpus and max_time_limit may not be negative")
+	case r.MaxCPUs < 0 || r.MaxCPUs > maxCPUs || math.IsNaN(r.MaxCPUs):
+		return fmt.Errorf("queue.max_cpus: %g is not between 0 and %d", r.MaxCPUs, maxCPUs)
+	case r.MaxMemory > math.MaxInt64 || r.MaxShmSize > math.MaxInt64:
+		return fmt.Errorf("queue: max_memory and max_shm_size must be below 8EiB")
 	}
 	for _, pr := range r.PublishPorts {
 		if pr.First == 0 || pr.First > pr.Last {

@@ -130,11 +130,19 @@ func TestCheckRefuses(t *testing.T) {
 		{"env twice", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"A=1", "A=2"} }, BadRequest, "env", "twice"},
 		{"relative workdir", func(r *Request, _ *Identity, _ *Rules) { r.Workdir = "src" }, BadRequest, "workdir", "absolute"},
 		{"mount of /", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{"/:/host"} }, MountNotAllowed, "mounts", "outside queue.mount_roots"},
+		{"root that is a link to /", func(r *Request, _ *Identity, u *Rules) {
+			r.Mounts, u.MountRoots = []string{in("slash") + "/etc:/etc:ro"}, []string{in("slash")}
+		}, MountNotAllowed, "mounts", "resolved to /etc"},
+		{"no probing outside the roots", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{"/nonexistent/x:/x:ro"} }, MountNotAllowed, "mounts", "outside queue.mount_roots"},
 		{"mount of /etc", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{"/etc:/etc:ro"} }, MountNotAllowed, "mounts", "mount a path under one of them"},
 		{"symlink out of the root", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("escape") + ":/data"} }, MountNotAllowed, "mounts", "resolved to " + h.out},
 		{"symlink to /", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("slash") + ":/data:ro"} }, MountNotAllowed, "mounts", "resolved to /)"},
-		{".. escape", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{h.root + "/shared/../../secret" + ":/data"} }, MountNotAllowed, "mounts", "holds .."},
-		{".. inside the root", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{h.root + "/private/../shared" + ":/data:ro"} }, MountNotAllowed, "mounts", "without .."},
+		{".. escape", func(r *Request, _ *Identity, _ *Rules) {
+			r.Mounts = []string{h.root + "/shared/../../secret" + ":/data"}
+		}, MountNotAllowed, "mounts", "holds .."},
+		{".. inside the root", func(r *Request, _ *Identity, _ *Rules) {
+			r.Mounts = []string{h.root + "/private/../shared" + ":/data:ro"}
+		}, MountNotAllowed, "mounts", "without .."},
 		{".. in the target", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("shared") + ":/data/../etc:ro"} }, MountNotAllowed, "mounts", "holds .."},
 		{"relative source", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{"data:/data"} }, BadRequest, "mounts", "absolute path"},
 		{"relative target", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("shared") + ":data"} }, BadRequest, "mounts", "absolute path"},
@@ -142,11 +150,15 @@ func TestCheckRefuses(t *testing.T) {
 		{"mount with a bad mode", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("shared") + ":/d:rshared"} }, BadRequest, "mounts", "SRC:DST:ro"},
 		{"mount with options smuggled", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("shared") + ":/d,readonly=false"} }, BadRequest, "mounts", "comma"},
 		{"mount over /", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("shared") + ":/:ro"} }, BadRequest, "mounts", "container's /"},
+		{"mount over /proc", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("scratch") + ":/proc/sys"} }, BadRequest, "mounts", "container's /proc"},
+		{"mount over /dev", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("scratch") + ":/dev"} }, BadRequest, "mounts", "runtime owns"},
 		{"two mounts on one target", func(r *Request, _ *Identity, _ *Rules) {
 			r.Mounts = []string{in("shared") + ":/d:ro", in("scratch") + ":/d"}
 		}, BadRequest, "mounts", "share the target"},
 		{"missing source", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("nothing") + ":/d"} }, MountNotAllowed, "mounts", "cannot be resolved"},
-		{"no mount roots", func(r *Request, _ *Identity, u *Rules) { r.Mounts, u.MountRoots = []string{in("shared") + ":/d:ro"}, nil }, MountNotAllowed, "mounts", "queue.mount_roots is empty"},
+		{"no mount roots", func(r *Request, _ *Identity, u *Rules) {
+			r.Mounts, u.MountRoots = []string{in("shared") + ":/d:ro"}, nil
+		}, MountNotAllowed, "mounts", "queue.mount_roots is empty"},
 		{"unreadable for the uid", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("private") + ":/d:ro"} }, MountNotAllowed, "mounts", "uid 4242 may not read"},
 		{"unreadable file for the uid", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("key") + ":/key:ro"} }, MountNotAllowed, "mounts", "mode -rw-------"},
 		{"read-write without write access", func(r *Request, _ *Identity, _ *Rules) { r.Mounts = []string{in("shared") + ":/d"} }, MountNotAllowed, "mounts", "or add :ro"},
@@ -239,6 +251,8 @@ func TestRulesValidate(t *testing.T) {
 		{"bad pattern", func(r *Rules) { r.Images = []string{"nvcr.io/["} }, "queue.images"},
 		{"empty port range", func(r *Rules) { r.PublishPorts = []PortRange{{9000, 8000}} }, "queue.publish_ports"},
 		{"publish address", func(r *Rules) { r.PublishAddress = "localhost" }, "queue.publish_address"},
+		{"infinite CPUs", func(r *Rules) { r.MaxCPUs = math.Inf(1) }, "queue.max_cpus"},
+		{"memory past int64", func(r *Rules) { r.MaxMemory = 1 << 63 }, "max_memory"},
 		{"capability ALL", func(r *Rules) { r.CapAdd = []string{"ALL"} }, "queue.cap_add"},
 	}
 	for _, tt := range tests {
