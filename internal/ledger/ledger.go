@@ -1,7 +1,10 @@
 // Package ledger defines the usage ledger: the records gpumeter keeps for
-// every node, GPU and container, and the per-minute and per-hour usage
-// sums that every report reads. Backends (ledger/sqlite, ledger/postgres)
-// implement Store and pass the shared suite in ledger/ledgertest.
+// every node, GPU and container, the per-minute and per-hour usage sums
+// that every report reads, the audit log, node leases, and the GPU
+// queue's jobs (JobStore), which live in the same database so that the
+// queue survives a restart. Backends (ledger/sqlite, ledger/postgres)
+// implement Store, AuditStore, LeaseTaker and JobStore and pass the shared
+// suite in ledger/ledgertest.
 package ledger
 
 import (

@@ -49,6 +49,14 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"SeriesCancelledContext", testSeriesCancelledContext},
 		{"Audit", testAudit},
 		{"AuditRetain", testAuditRetain},
+		{"JobSubmit", testJobSubmit},
+		{"JobSubmitAtomic", testJobSubmitAtomic},
+		{"JobCAS", testJobCAS},
+		{"JobHeld", testJobHeld},
+		{"JobFilters", testJobFilters},
+		{"JobEnvKeys", testJobEnvKeys},
+		{"JobConcurrentSubmits", testJobConcurrentSubmits},
+		{"JobConcurrentStarts", testJobConcurrentStarts},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -92,6 +92,7 @@ func UpgradeFromV3(t *testing.T, s ledger.Store) {
 		}
 	}
 	heldAfterV3(t, s, want["all"])
+	UpgradedJobs(t, s)
 }
 
 // checkUnheld checks that a sum read from version 3's rows has its held

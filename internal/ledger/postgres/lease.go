@@ -11,7 +11,10 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-var _ ledger.LeaseTaker = (*Store)(nil)
+var (
+	_ ledger.LeaseTaker = (*Store)(nil)
+	_ ledger.JobStore   = (*Store)(nil)
+)
 
 // nowUS is the server's clock in unix microseconds: every agent judges a
 // lease's silence by the one clock they share.

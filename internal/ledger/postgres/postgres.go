@@ -66,7 +66,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
 	s := &Store{where: where(cfg.ConnConfig)}
-	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: "postgres " + s.where, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit})
+	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: "postgres " + s.where, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit, WriteTx: s.jobTx})
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
 	}

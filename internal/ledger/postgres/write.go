@@ -315,3 +315,25 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	}
 	return out
 }
+
+// jobTx runs fn in a write transaction, for the job store, commits it
+// when fn returns nil, and runs it again after a deadlock or a
+// serialization failure.
+func (s *Store) jobTx(ctx context.Context, fn func(sqlledger.Tx) error) error {
+	return s.retry(ctx, func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			return fn(writeQuerier{querier{tx}})
+		})
+	})
+}
+
+// writeQuerier is a write transaction as sqlledger's job store uses it.
+type writeQuerier struct{ querier }
+
+func (q writeQuerier) Exec(ctx context.Context, sql string, args ...any) (int64, error) {
+	tag, err := q.tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}

@@ -13,7 +13,10 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-var _ ledger.LeaseTaker = (*Store)(nil)
+var (
+	_ ledger.LeaseTaker = (*Store)(nil)
+	_ ledger.JobStore   = (*Store)(nil)
+)
 
 // writerLock is the lock file beside the ledger: the process that holds
 // an exclusive flock on it is the ledger's one writer. The kernel lets go

@@ -83,7 +83,7 @@ func open(ctx context.Context, path string) (*Store, error) {
 	}
 	bt := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
 	s := &Store{path: path, wsem: make(chan struct{}, 1), ids: newIDs()}
-	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: path, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit})
+	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: path, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit, WriteTx: s.jobTx})
 	// BEGIN IMMEDIATE takes the write lock up front, so a transaction never
 	// fails to upgrade from reading to writing under another process.
 	s.wdb, err = sql.Open("sqlite", dsn(abs, "_txlock=immediate&_pragma=busy_timeout("+bt+")&_pragma=synchronous(FULL)"))

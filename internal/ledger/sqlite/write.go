@@ -348,3 +348,25 @@ func (w *writer) getOrInsert(ctx context.Context, get, insert *sql.Stmt, args ..
 	}
 	return id, err
 }
+
+// jobTx runs fn in a write transaction, for the job store, and commits it
+// when fn returns nil.
+func (s *Store) jobTx(ctx context.Context, fn func(sqlledger.Tx) error) error {
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		if err := fn(writeQuerier{querier{tx}}); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+// writeQuerier is a write transaction as sqlledger's job store uses it.
+type writeQuerier struct{ querier }
+
+func (q writeQuerier) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := q.tx.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

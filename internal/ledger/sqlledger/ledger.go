@@ -9,7 +9,8 @@ import (
 )
 
 // Backend is what each database does its own way: how it opens a read
-// snapshot and how it runs a batch's and the audit log's transactions.
+// snapshot and how it runs a batch's, the audit log's and the job store's
+// transactions.
 // Ledger builds the rest of the ledger's methods on it.
 type Backend struct {
 	// Name names the ledger in errors: its file, or "postgres
@@ -24,11 +25,14 @@ type Backend struct {
 	// InsertAudit runs InsertAudit once with each of args, in one
 	// transaction.
 	InsertAudit func(ctx context.Context, args [][]any) error
+	// WriteTx runs fn in one write transaction and commits it when fn
+	// returns nil (the job store's writes).
+	WriteTx func(ctx context.Context, fn func(Tx) error) error
 }
 
-// Ledger is the part of ledger.Store and ledger.AuditStore that the SQL
-// backends share: the reads, and the checks and roll-up before a write. A
-// backend's Store embeds it.
+// Ledger is the part of ledger.Store, ledger.AuditStore and
+// ledger.JobStore that the SQL backends share: the reads, the checks and
+// roll-up before a write, and the job store. A backend's Store embeds it.
 type Ledger struct {
 	b Backend
 }

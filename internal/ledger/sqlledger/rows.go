@@ -1,7 +1,8 @@
 // Package sqlledger holds what the SQL ledger backends (ledger/sqlite and
 // ledger/postgres) share: the fixed-point rows they store, the rollup of a
 // batch into minute and hour rows, the plan that says which rows answer a
-// query window, the report queries, and the schema migration rules.
+// query window, the report queries, the job store (its SQL and its
+// compare-and-set on a job's state), and the schema migration rules.
 package sqlledger
 
 import (

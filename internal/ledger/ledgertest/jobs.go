@@ -1,0 +1,376 @@
+package ledgertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// The job states as the queue names them; the store knows none of them.
+const (
+	jobQueued    = "queued"
+	jobStarting  = "starting"
+	jobRunning   = "running"
+	jobSucceeded = "succeeded"
+	jobCancelled = "cancelled"
+)
+
+var jobEnded = []string{jobSucceeded, "failed", "timeout", jobCancelled}
+
+func jobStore(t *testing.T, s ledger.Store) (ledger.JobStore, ledger.AuditStore) {
+	t.Helper()
+	js, ok := s.(ledger.JobStore)
+	if !ok {
+		t.Fatalf("%T does not keep jobs", s)
+	}
+	as, ok := s.(ledger.AuditStore)
+	if !ok {
+		t.Fatalf("%T does not keep audit events", s)
+	}
+	return js, as
+}
+
+func newJob(user string) ledger.Job {
+	return ledger.Job{
+		Node: nodeA, Name: "train", User: user, Team: "vision", State: jobQueued, Reason: "resources",
+		ReasonText: "waiting for 1 free GPU", GPUsRequested: 1, Image: "localhost/sleeper:1",
+		Command: []string{"/sleeper", "--for", "10s"}, EnvKeys: []string{"WANDB_API_KEY", "SEED"},
+		Request:   json.RawMessage(`{"gpus":1,"env_keys":["WANDB_API_KEY","SEED"]}`),
+		TimeLimit: 4 * time.Hour, SubmittedAt: t0,
+	}
+}
+
+func submitAudit(user string) ledger.AuditEvent {
+	return ledger.AuditEvent{Time: t0, Node: nodeA, Kind: "api", Outcome: "ok", Caller: user, Role: "user",
+		Source: "unix uid 1000", Action: "jobs.submit", Status: 201}
+}
+
+func submit(t *testing.T, js ledger.JobStore, j ledger.Job) ledger.Job {
+	t.Helper()
+	got, err := js.SubmitJob(context.Background(), j, submitAudit(j.User))
+	if err != nil {
+		t.Fatalf("SubmitJob: %v", err)
+	}
+	return got
+}
+
+func ids(jobs []ledger.Job) []string {
+	out := []string{}
+	for _, j := range jobs {
+		out = append(out, j.ID)
+	}
+	return out
+}
+
+// testJobSubmit checks that submits get increasing IDs, that a job reads
+// back as it was written and that its audit row names it.
+func testJobSubmit(t *testing.T, s ledger.Store) {
+	js, as := jobStore(t, s)
+	ctx := context.Background()
+	a := submit(t, js, newJob("alice"))
+	b := submit(t, js, newJob("bob"))
+	if a.ID != "j-000001" || b.ID != "j-000002" || a.Seq != 1 || b.Seq != 2 {
+		t.Errorf("IDs %s (%d), %s (%d); want j-000001 (1), j-000002 (2)", a.ID, a.Seq, b.ID, b.Seq)
+	}
+	if a.UpdatedAt.IsZero() || !a.SubmittedAt.Equal(t0) {
+		t.Errorf("submitted %v, updated %v; want %v and set", a.SubmittedAt, a.UpdatedAt, t0)
+	}
+	got, err := js.Job(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := gocmp.Diff(a, got); d != "" {
+		t.Errorf("Job(%s) differs from what SubmitJob returned (-submitted +read):\n%s", a.ID, d)
+	}
+	if _, err := js.Job(ctx, "j-999999"); !errors.Is(err, ledger.ErrJobNotFound) {
+		t.Errorf("Job of an unknown ID: %v, want ErrJobNotFound", err)
+	}
+	ev, err := as.AuditEvents(ctx, ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev) != 2 || ev[0].Target != a.ID || ev[1].Target != b.ID || ev[0].Action != "jobs.submit" {
+		t.Errorf("audit after two submits: %+v; want two jobs.submit rows targeting %s and %s", ev, a.ID, b.ID)
+	}
+}
+
+// testJobSubmitAtomic checks that a submit whose audit row cannot be
+// written leaves no job, and spends no ID.
+func testJobSubmitAtomic(t *testing.T, s ledger.Store) {
+	js, as := jobStore(t, s)
+	ctx := context.Background()
+	bad := submitAudit("alice")
+	bad.Evidence = map[string]float64{"x": math.NaN()} // cannot be encoded
+	if _, err := js.SubmitJob(ctx, newJob("alice"), bad); err == nil {
+		t.Fatal("SubmitJob with an audit row that cannot be written succeeded")
+	}
+	all, err := js.Jobs(ctx, ledger.JobFilter{IncludeEnded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 0 {
+		t.Errorf("jobs after a failed submit: %v, want none", ids(all))
+	}
+	if ev, _ := as.AuditEvents(ctx, ledger.Filter{}); len(ev) != 0 {
+		t.Errorf("audit rows after a failed submit: %+v", ev)
+	}
+	if j := submit(t, js, newJob("alice")); j.ID != "j-000001" {
+		t.Errorf("ID after a failed submit: %s, want j-000001", j.ID)
+	}
+}
+
+// testJobCAS checks that an update applies only while the state is the
+// one expected, and writes its audit row with it.
+func testJobCAS(t *testing.T, s ledger.Store) {
+	js, as := jobStore(t, s)
+	ctx := context.Background()
+	j := submit(t, js, newJob("alice"))
+	startedAt := t0.Add(time.Minute)
+	start := func(x *ledger.Job) {
+		x.State, x.Reason, x.ReasonText = jobStarting, "", ""
+		x.GPUs, x.StartedAt, x.Attempts = []string{gpuA}, startedAt, x.Attempts+1
+		x.User, x.Image = "mallory", "evil" // not the update's to change
+	}
+	audit := ledger.AuditEvent{Time: t0.Add(time.Minute), Node: nodeA, Kind: "api", Outcome: "ok", Action: "jobs.start"}
+	up, err := js.UpdateJob(ctx, j.ID, jobQueued, start, audit)
+	if err != nil {
+		t.Fatalf("UpdateJob queued → starting: %v", err)
+	}
+	if up.State != jobStarting || up.Attempts != 1 || up.User != "alice" || up.Image != j.Image || !up.StartedAt.Equal(startedAt) {
+		t.Errorf("after the start: %+v", up)
+	}
+	got, err := js.Job(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := gocmp.Diff(up, got); d != "" {
+		t.Errorf("Job after UpdateJob (-returned +read):\n%s", d)
+	}
+	// A second start from queued is stale: refused, nothing written.
+	_, err = js.UpdateJob(ctx, j.ID, jobQueued, start, audit)
+	var se *ledger.JobStateError
+	if !errors.As(err, &se) || se.Actual != jobStarting || se.Want != jobQueued || se.ID != j.ID {
+		t.Fatalf("UpdateJob from a stale state: %v, want a JobStateError naming %s", err, jobStarting)
+	}
+	if !strings.Contains(err.Error(), jobStarting) {
+		t.Errorf("error %q does not name the actual state", err)
+	}
+	if again, _ := js.Job(ctx, j.ID); again.Attempts != 1 {
+		t.Errorf("a refused update changed the job: attempts %d", again.Attempts)
+	}
+	code := 0
+	ended, err := js.UpdateJob(ctx, j.ID, jobStarting, func(x *ledger.Job) {
+		x.State, x.ExitCode, x.EndedAt, x.ContainerID = jobSucceeded, &code, t0.Add(time.Hour), ctr1
+	}, ledger.AuditEvent{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ended.ExitCode == nil || *ended.ExitCode != 0 || ended.ContainerID != ctr1 {
+		t.Errorf("ended: %+v", ended)
+	}
+	if _, err := js.UpdateJob(ctx, "j-999999", jobQueued, start, audit); !errors.Is(err, ledger.ErrJobNotFound) {
+		t.Errorf("UpdateJob of an unknown job: %v", err)
+	}
+	ev, err := as.AuditEvents(ctx, ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, e := range ev {
+		actions = append(actions, e.Action+" "+e.Target)
+	}
+	want := []string{"jobs.submit " + j.ID, "jobs.start " + j.ID}
+	if d := gocmp.Diff(want, actions); d != "" {
+		t.Errorf("audit rows (-want +got):\n%s", d)
+	}
+}
+
+// testJobHeld checks SetHeld, itself a compare-and-set on the state.
+func testJobHeld(t *testing.T, s ledger.Store) {
+	js, _ := jobStore(t, s)
+	ctx := context.Background()
+	j := submit(t, js, newJob("alice"))
+	h, err := js.SetHeld(ctx, j.ID, jobQueued, true, ledger.AuditEvent{Kind: "api", Action: "jobs.hold"})
+	if err != nil || !h.Held {
+		t.Fatalf("SetHeld: %+v, %v", h, err)
+	}
+	if got, _ := js.Job(ctx, j.ID); !got.Held || got.State != jobQueued {
+		t.Errorf("held job reads %+v", got)
+	}
+	var se *ledger.JobStateError
+	if _, err := js.SetHeld(ctx, j.ID, jobRunning, false, ledger.AuditEvent{}); !errors.As(err, &se) {
+		t.Errorf("SetHeld from a stale state: %v", err)
+	}
+	if h, err := js.SetHeld(ctx, j.ID, jobQueued, false, ledger.AuditEvent{}); err != nil || h.Held {
+		t.Errorf("release: %+v, %v", h, err)
+	}
+}
+
+// testJobFilters checks Jobs' filters, that ended jobs are listed only
+// when asked, and ActiveJobs.
+func testJobFilters(t *testing.T, s ledger.Store) {
+	js, _ := jobStore(t, s)
+	ctx := context.Background()
+	var all []ledger.Job
+	for _, u := range []string{"alice", "bob", "alice", "carol", "alice"} {
+		all = append(all, submit(t, js, newJob(u)))
+	}
+	move := func(j ledger.Job, states ...string) {
+		t.Helper()
+		for i := 1; i < len(states); i++ {
+			to := states[i]
+			if _, err := js.UpdateJob(ctx, j.ID, states[i-1], func(x *ledger.Job) { x.State = to }, ledger.AuditEvent{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	move(all[0], jobQueued, jobStarting, jobRunning)
+	move(all[1], jobQueued, jobStarting)
+	move(all[2], jobQueued, jobCancelled)
+	for _, tc := range []struct {
+		f    ledger.JobFilter
+		want []int
+	}{
+		{ledger.JobFilter{Ended: jobEnded}, []int{0, 1, 3, 4}},
+		{ledger.JobFilter{Ended: jobEnded, IncludeEnded: true}, []int{0, 1, 2, 3, 4}},
+		{ledger.JobFilter{User: "alice", Ended: jobEnded}, []int{0, 4}},
+		{ledger.JobFilter{User: "alice", Ended: jobEnded, IncludeEnded: true}, []int{0, 2, 4}},
+		{ledger.JobFilter{States: []string{jobQueued}}, []int{3, 4}},
+		{ledger.JobFilter{States: []string{jobCancelled}, Ended: jobEnded}, nil},
+		{ledger.JobFilter{States: []string{jobCancelled}, Ended: jobEnded, IncludeEnded: true}, []int{2}},
+		{ledger.JobFilter{Ended: jobEnded, Limit: 2}, []int{0, 1}},
+		{ledger.JobFilter{User: "dave"}, nil},
+	} {
+		got, err := js.Jobs(ctx, tc.f)
+		if err != nil {
+			t.Fatalf("Jobs(%+v): %v", tc.f, err)
+		}
+		want := []string{}
+		for _, i := range tc.want {
+			want = append(want, all[i].ID)
+		}
+		if d := gocmp.Diff(want, ids(got)); d != "" {
+			t.Errorf("Jobs(%+v) (-want +got):\n%s", tc.f, d)
+		}
+	}
+	active, err := js.ActiveJobs(ctx, jobStarting, jobRunning)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := gocmp.Diff([]string{all[0].ID, all[1].ID}, ids(active)); d != "" {
+		t.Errorf("ActiveJobs(starting, running) (-want +got):\n%s", d)
+	}
+}
+
+// testJobEnvKeys checks that a job keeps its environment's names and
+// nothing that holds a value.
+func testJobEnvKeys(t *testing.T, s ledger.Store) {
+	js, _ := jobStore(t, s)
+	ctx := context.Background()
+	j := submit(t, js, newJob("alice"))
+	got, err := js.Job(ctx, j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := gocmp.Diff([]string{"WANDB_API_KEY", "SEED"}, got.EnvKeys); d != "" {
+		t.Errorf("EnvKeys (-want +got):\n%s", d)
+	}
+	b, _ := json.Marshal(got)
+	if strings.Contains(string(b), "=") {
+		t.Errorf("the stored job holds a K=V pair: %s", b)
+	}
+}
+
+// testJobConcurrentSubmits checks that submits at once get distinct,
+// gap-free IDs.
+func testJobConcurrentSubmits(t *testing.T, s ledger.Store) {
+	js, _ := jobStore(t, s)
+	ctx := context.Background()
+	const n, each = 8, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, n*each)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if _, err := js.SubmitJob(ctx, newJob(fmt.Sprintf("user%d", w)), submitAudit("u")); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	all, err := js.Jobs(ctx, ledger.JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != n*each {
+		t.Fatalf("%d jobs after %d submits", len(all), n*each)
+	}
+	for i, j := range all {
+		if want := ledger.JobID(int64(i + 1)); j.ID != want {
+			t.Errorf("job %d: ID %s, want %s", i, j.ID, want)
+		}
+	}
+}
+
+// testJobConcurrentStarts checks that of many writers that start the
+// same queued job at once exactly one wins, and the others are told the
+// state it is in: a job never starts twice.
+func testJobConcurrentStarts(t *testing.T, s ledger.Store) {
+	js, _ := jobStore(t, s)
+	ctx := context.Background()
+	j := submit(t, js, newJob("alice"))
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[w] = js.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) {
+				x.State, x.Attempts = jobStarting, x.Attempts+1
+			}, ledger.AuditEvent{Kind: "api", Action: "jobs.start"})
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, err := range errs {
+		var se *ledger.JobStateError
+		switch {
+		case err == nil:
+			won++
+		case errors.As(err, &se) && se.Actual == jobStarting:
+		default:
+			t.Errorf("a losing start: %v, want a JobStateError naming %s", err, jobStarting)
+		}
+	}
+	if got, _ := js.Job(ctx, j.ID); won != 1 || got.Attempts != 1 {
+		t.Errorf("%d of %d starts won, attempts %d; want exactly one", won, n, got.Attempts)
+	}
+}
+
+// UpgradedJobs checks that a ledger migrated from an older release keeps
+// jobs: its first job is j-000001.
+func UpgradedJobs(t *testing.T, s ledger.Store) {
+	t.Helper()
+	js, _ := jobStore(t, s)
+	if j := submit(t, js, newJob("alice")); j.ID != "j-000001" {
+		t.Errorf("first job after the upgrade: %s, want j-000001", j.ID)
+	}
+}

@@ -1,0 +1,359 @@
+package sqlledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// Tx is a write transaction as the job store uses it.
+type Tx interface {
+	Querier
+	// Exec runs one statement and returns how many rows it changed.
+	Exec(ctx context.Context, sql string, args ...any) (int64, error)
+}
+
+const jobColumns = `seq, id, node, name, user_name, team, state, reason, reason_text, gpus_requested, gpus, image, command, env_keys,
+	request, time_limit_us, submitted_us, started_us, ended_us, exit_code, container_id, held, attempts, requeues, updated_us, rev`
+
+// SubmitJob adds job with the next ID and its audit event in one transaction.
+func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.AuditEvent) (ledger.Job, error) {
+	if l.b.WriteTx == nil {
+		return ledger.Job{}, fmt.Errorf("submit job to %s: the backend has no job store", l.b.Name)
+	}
+	if job.State == "" || job.User == "" || job.GPUsRequested < 0 {
+		return ledger.Job{}, fmt.Errorf("submit job to %s: a job needs a state, a user and a GPU count of 0 or more (got %q, %q, %d)",
+			l.b.Name, job.State, job.User, job.GPUsRequested)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if job.SubmittedAt.IsZero() {
+		job.SubmittedAt = now
+	}
+	job.UpdatedAt = now
+	var out ledger.Job
+	err := l.b.WriteTx(ctx, func(tx Tx) error {
+		j := job
+		var seq int64
+		if err := queryOne(ctx, tx, "UPDATE job_sequence SET last = last + 1 RETURNING last", nil, &seq); err != nil {
+			return fmt.Errorf("job sequence: %w", err)
+		}
+		j.Seq, j.ID = seq, ledger.JobID(seq)
+		args, err := jobArgs(j, 0)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO jobs ("+jobColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
+			$14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)`, args...); err != nil {
+			return err
+		}
+		if audit.Target == "" {
+			audit.Target = j.ID
+		}
+		if err := insertAudit(ctx, tx, audit); err != nil {
+			return err
+		}
+		out = j
+		return nil
+	})
+	if err != nil {
+		return ledger.Job{}, fmt.Errorf("submit job to %s: %w", l.b.Name, err)
+	}
+	return normalise(out), nil
+}
+
+// Job returns one job.
+func (l Ledger) Job(ctx context.Context, id string) (ledger.Job, error) {
+	js, err := read(ctx, l, "job "+id+" from", func(q Querier) ([]ledger.Job, error) {
+		rows, err := scanJobs(ctx, q, "SELECT "+jobColumns+" FROM jobs WHERE id = $1", id)
+		return jobsOf(rows), err
+	})
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	if len(js) == 0 {
+		return ledger.Job{}, fmt.Errorf("job %s: %w", id, ledger.ErrJobNotFound)
+	}
+	return js[0], nil
+}
+
+// Jobs returns the jobs f selects, oldest first.
+func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error) {
+	var qb query
+	var where []string
+	if f.User != "" {
+		where = append(where, "user_name = "+qb.arg(f.User))
+	}
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+qb.list(f.States)+")")
+	}
+	if !f.IncludeEnded && len(f.Ended) > 0 {
+		where = append(where, "state NOT IN ("+qb.list(f.Ended)+")")
+	}
+	sql := "SELECT " + jobColumns + " FROM jobs"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY seq"
+	if f.Limit > 0 {
+		sql += " LIMIT " + qb.arg(int64(f.Limit))
+	}
+	return read(ctx, l, "jobs from", func(q Querier) ([]ledger.Job, error) {
+		rows, err := scanJobs(ctx, q, sql, qb.args...)
+		return jobsOf(rows), err
+	})
+}
+
+// ActiveJobs returns the jobs in states, oldest first.
+func (l Ledger) ActiveJobs(ctx context.Context, states ...string) ([]ledger.Job, error) {
+	if len(states) == 0 {
+		return nil, nil
+	}
+	return l.Jobs(ctx, ledger.JobFilter{States: states})
+}
+
+// SetHeld sets a job's Held flag while its state is from.
+func (l Ledger) SetHeld(ctx context.Context, id, from string, held bool, audit ledger.AuditEvent) (ledger.Job, error) {
+	return l.UpdateJob(ctx, id, from, func(j *ledger.Job) { j.Held = held }, audit)
+}
+
+// UpdateJob changes a job while its state is still from.
+func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*ledger.Job), audit ledger.AuditEvent) (ledger.Job, error) {
+	if l.b.WriteTx == nil {
+		return ledger.Job{}, fmt.Errorf("update job in %s: the backend has no job store", l.b.Name)
+	}
+	var out ledger.Job
+	err := l.b.WriteTx(ctx, func(tx Tx) error {
+		js, err := scanJobs(ctx, tx, "SELECT "+jobColumns+" FROM jobs WHERE id = $1", id)
+		if err != nil {
+			return err
+		}
+		if len(js) == 0 {
+			return ledger.ErrJobNotFound
+		}
+		cur := js[0]
+		if cur.State != from {
+			return &ledger.JobStateError{ID: id, Want: from, Actual: cur.State}
+		}
+		rev := cur.rev
+		j := cur.Job
+		j.GPUs = append([]string(nil), j.GPUs...)
+		change(&j)
+		// What the store assigns is kept, whatever change did.
+		j.ID, j.Seq, j.Node, j.Name, j.User, j.Team = cur.ID, cur.Seq, cur.Node, cur.Name, cur.User, cur.Team
+		j.GPUsRequested, j.Image, j.Command, j.EnvKeys, j.Request = cur.GPUsRequested, cur.Image, cur.Command, cur.EnvKeys, cur.Request
+		j.TimeLimit, j.SubmittedAt = cur.TimeLimit, cur.SubmittedAt
+		j.UpdatedAt = time.Now().UTC().Truncate(time.Microsecond)
+		gpus, err := jsonList(j.GPUs)
+		if err != nil {
+			return err
+		}
+		var exit any
+		if j.ExitCode != nil {
+			exit = int64(*j.ExitCode)
+		}
+		n, err := tx.Exec(ctx, `UPDATE jobs SET state = $1, reason = $2, reason_text = $3, gpus = $4, started_us = $5, ended_us = $6,
+			exit_code = $7, container_id = $8, held = $9, attempts = $10, requeues = $11, updated_us = $12, rev = rev + 1
+			WHERE id = $13 AND state = $14 AND rev = $15`,
+			j.State, j.Reason, j.ReasonText, gpus, optTime(j.StartedAt), optTime(j.EndedAt),
+			exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(),
+			id, from, rev)
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			// Another transaction changed the row between the read and
+			// the update (PostgreSQL under READ COMMITTED).
+			var state string
+			if err := queryOne(ctx, tx, "SELECT state FROM jobs WHERE id = $1", []any{id}, &state); err != nil {
+				return err
+			}
+			if state != from {
+				return &ledger.JobStateError{ID: id, Want: from, Actual: state}
+			}
+			return fmt.Errorf("job %s changed while it was written; try again", id)
+		}
+		if audit.Kind != "" {
+			if audit.Target == "" {
+				audit.Target = id
+			}
+			if err := insertAudit(ctx, tx, audit); err != nil {
+				return err
+			}
+		}
+		out = j
+		return nil
+	})
+	var se *ledger.JobStateError
+	if errors.As(err, &se) {
+		return ledger.Job{}, err
+	}
+	if err != nil {
+		return ledger.Job{}, fmt.Errorf("update job %s in %s: %w", id, l.b.Name, err)
+	}
+	return normalise(out), nil
+}
+
+func insertAudit(ctx context.Context, tx Tx, e ledger.AuditEvent) error {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	args, err := AuditArgs(e)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, InsertAudit, args...); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
+
+func queryOne(ctx context.Context, q Querier, sql string, args []any, dest ...any) error {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return errors.New("no row")
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	for rows.Next() {
+	}
+	return rows.Err()
+}
+
+// list adds vs as arguments and returns their placeholders.
+func (q *query) list(vs []string) string {
+	ps := make([]string, len(vs))
+	for i, v := range vs {
+		ps[i] = q.arg(v)
+	}
+	return strings.Join(ps, ", ")
+}
+
+func jsonList(s []string) (string, error) {
+	if s == nil {
+		s = []string{}
+	}
+	b, err := json.Marshal(s)
+	return string(b), err
+}
+
+func optTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMicro()
+}
+
+func jobArgs(j ledger.Job, rev int64) ([]any, error) {
+	var lists [3]string
+	for i, l := range [][]string{j.GPUs, j.Command, j.EnvKeys} {
+		s, err := jsonList(l)
+		if err != nil {
+			return nil, err
+		}
+		lists[i] = s
+	}
+	req := string(j.Request)
+	if req == "" {
+		req = "null"
+	}
+	var exit any
+	if j.ExitCode != nil {
+		exit = int64(*j.ExitCode)
+	}
+	return []any{j.Seq, j.ID, j.Node, j.Name, j.User, j.Team, j.State, j.Reason, j.ReasonText, int64(j.GPUsRequested),
+		lists[0], j.Image, lists[1], lists[2], req, int64(j.TimeLimit / time.Microsecond), j.SubmittedAt.UnixMicro(),
+		optTime(j.StartedAt), optTime(j.EndedAt), exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues),
+		j.UpdatedAt.UnixMicro(), rev}, nil
+}
+
+func jobsOf(rows []jobRow) []ledger.Job {
+	out := make([]ledger.Job, len(rows))
+	for i, r := range rows {
+		out[i] = r.Job
+	}
+	return out
+}
+
+// normalise makes a job as written look as it reads back.
+func normalise(j ledger.Job) ledger.Job {
+	for _, l := range []*[]string{&j.GPUs, &j.Command, &j.EnvKeys} {
+		if *l == nil {
+			*l = []string{}
+		}
+	}
+	if string(j.Request) == "null" || len(j.Request) == 0 {
+		j.Request = nil
+	}
+	for _, t := range []*time.Time{&j.SubmittedAt, &j.StartedAt, &j.EndedAt, &j.UpdatedAt} {
+		if !t.IsZero() {
+			*t = t.UTC().Truncate(time.Microsecond)
+		}
+	}
+	return j
+}
+
+type jobRow struct {
+	ledger.Job
+	rev int64
+}
+
+func scanJobs(ctx context.Context, q Querier, sql string, args ...any) ([]jobRow, error) {
+	rows, err := q.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []jobRow
+	for rows.Next() {
+		var (
+			r                                  jobRow
+			gpusReq, limit, sub, att, req, upd int64
+			gpus, cmd, env, request            string
+			started, ended, exit               *int64
+		)
+		if err := rows.Scan(&r.Seq, &r.ID, &r.Node, &r.Name, &r.User, &r.Team, &r.State, &r.Reason, &r.ReasonText, &gpusReq,
+			&gpus, &r.Image, &cmd, &env, &request, &limit, &sub, &started, &ended, &exit, &r.ContainerID, &r.Held,
+			&att, &req, &upd, &r.rev); err != nil {
+			return nil, err
+		}
+		for _, l := range []struct {
+			s   string
+			dst *[]string
+		}{{gpus, &r.GPUs}, {cmd, &r.Command}, {env, &r.EnvKeys}} {
+			if err := json.Unmarshal([]byte(l.s), l.dst); err != nil {
+				return nil, fmt.Errorf("job %s: %w", r.ID, err)
+			}
+		}
+		if request != "null" {
+			r.Request = json.RawMessage(request)
+		}
+		r.GPUsRequested, r.TimeLimit = int(gpusReq), time.Duration(limit)*time.Microsecond
+		r.Attempts, r.Requeues = int(att), int(req)
+		r.SubmittedAt, r.UpdatedAt = time.UnixMicro(sub).UTC(), time.UnixMicro(upd).UTC()
+		if started != nil {
+			r.StartedAt = time.UnixMicro(*started).UTC()
+		}
+		if ended != nil {
+			r.EndedAt = time.UnixMicro(*ended).UTC()
+		}
+		if exit != nil {
+			c := int(*exit)
+			r.ExitCode = &c
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
