@@ -374,3 +374,22 @@ func UpgradedJobs(t *testing.T, s ledger.Store) {
 		t.Errorf("first job after the upgrade: %s, want j-000001", j.ID)
 	}
 }
+
+// BenchSubmitJob measures SubmitJob on s: one job and its audit row, one
+// transaction each, as the API will submit them; it reports jobs/s.
+func BenchSubmitJob(b *testing.B, s ledger.Store) {
+	js, ok := s.(ledger.JobStore)
+	if !ok {
+		b.Fatalf("%T does not keep jobs", s)
+	}
+	ctx := context.Background()
+	j := newJob("alice")
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		if _, err := js.SubmitJob(ctx, j, submitAudit(j.User)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+}

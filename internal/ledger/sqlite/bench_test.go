@@ -172,3 +172,8 @@ func runReport(ctx context.Context, s ledger.Store, by string, from, to time.Tim
 	_, err := report.Run(ctx, s, req, cost.Model{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01})
 	return err
 }
+
+// go test -run '^$' -bench BenchmarkSubmitJob ./internal/ledger/sqlite/
+func BenchmarkSubmitJob(b *testing.B) {
+	ledgertest.BenchSubmitJob(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
+}
