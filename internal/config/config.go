@@ -29,6 +29,9 @@ type Config struct {
 	ProcRoot   string
 	CgroupRoot string
 	PasswdFile string
+	// GroupFile is the host's group file, for a job's supplementary
+	// groups.
+	GroupFile string
 
 	DockerEnabled bool
 	DockerHost    string
@@ -65,6 +68,9 @@ type Config struct {
 
 	// Policy is what the agent does about live findings.
 	Policy Policy
+
+	// Queue is the GPU job queue.
+	Queue Queue
 
 	// Auth is who may call the API; API limits what one call may take;
 	// TLS secures the listener; WebConfigFile is an exporter-toolkit web
