@@ -1,0 +1,88 @@
+package agent
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/gpu"
+	"github.com/gpumeter/gpumeter/internal/meter"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+)
+
+// TestQueueView: a job's container and processes are the queue's own; a
+// container started by hand with GPUs and a host process are outside use,
+// whether the request names GPUs by index or by UUID.
+func TestQueueView(t *testing.T) {
+	job := container.Container{ID: "c-job", Name: "gpumeter-job-j-000001", Running: true,
+		Labels: map[string]string{spec.JobLabel: "j-000001"}, GPUs: container.GPURequest{IDs: []string{"GPU-a"}}}
+	notebook := container.Container{ID: "c-nb", Name: "notebook", User: "bob", Running: true,
+		GPUs: container.GPURequest{IDs: []string{"2"}}}
+	stopped := container.Container{ID: "c-old", Name: "old", Running: false, GPUs: container.GPURequest{All: true}}
+	plain := container.Container{ID: "c-cpu", Name: "web", Running: true}
+	tick := &sampler.Tick{
+		Tick: &meter.Tick{
+			Time: time.Unix(100, 0),
+			Sample: gpu.Sample{Devices: []gpu.Device{
+				{Index: 0, UUID: "GPU-a", MemoryTotal: 80 << 30, Processes: []gpu.Process{{PID: 10, MemoryUsed: 10 << 30}}},
+				{Index: 1, UUID: "GPU-b", MemoryTotal: 80 << 30, Processes: []gpu.Process{{PID: 11, MemoryUsed: 3 << 30}}},
+				{Index: 2, UUID: "GPU-c", MemoryTotal: 80 << 30},
+			}},
+			Containers: []meter.Container{{Container: job}, {Container: notebook}, {Container: stopped}, {Container: plain}},
+		},
+		Owners: [][]container.Owner{
+			{{Kind: container.OwnerContainer, ID: "c-job"}},
+			{{Kind: container.OwnerHost, ID: "1000"}},
+			{},
+		},
+	}
+	gpus, out := queueView(tick, spec.JobLabel)
+	wantGPUs := []queue.GPU{{UUID: "GPU-a", Index: 0, MemoryTotal: 80 << 30}, {UUID: "GPU-b", Index: 1, MemoryTotal: 80 << 30}, {UUID: "GPU-c", Index: 2, MemoryTotal: 80 << 30}}
+	if !reflect.DeepEqual(gpus, wantGPUs) {
+		t.Errorf("gpus = %+v, want %+v", gpus, wantGPUs)
+	}
+	wantOut := []queue.OutsideContainer{{Name: "notebook", User: "bob", GPUs: []string{"GPU-c"}}}
+	if !reflect.DeepEqual(out.Containers, wantOut) {
+		t.Errorf("outside containers = %+v, want %+v", out.Containers, wantOut)
+	}
+	if got := out.MemoryUsed; got["GPU-a"] != 0 || got["GPU-b"] != 3<<30 || got["GPU-c"] != 0 {
+		t.Errorf("outside memory = %v, want only GPU-b's 3 GiB", got)
+	}
+	if g, o := queueView(nil, spec.JobLabel); g != nil || len(o.Containers) != 0 {
+		t.Errorf("no tick: %v %v", g, o)
+	}
+}
+
+func TestQueueRules(t *testing.T) {
+	q := config.Default().Queue
+	q.Images = []string{"ghcr.io/lab/*"}
+	q.MountRoots = []string{"/data"}
+	q.PublishPorts = []string{"8000-8099", "8888"}
+	q.MaxGPUsPerUser = map[string]int{"default": 2, "alice": 8}
+	q.Placement = "spread"
+	rules, sched, err := queueRules(q, "gpumeter.user", "gpumeter.team")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []spec.PortRange{{First: 8000, Last: 8099}, {First: 8888, Last: 8888}}; !reflect.DeepEqual(rules.PublishPorts, want) {
+		t.Errorf("ports %v, want %v", rules.PublishPorts, want)
+	}
+	if sched.Placement != queue.Spread || sched.MaxGPUsPerUser != 2 || sched.UserMaxGPUs["alice"] != 8 {
+		t.Errorf("sched = %+v", sched)
+	}
+	for _, bad := range []string{"0", "9000-8000", "x", "70000"} {
+		q.PublishPorts = []string{bad}
+		if _, _, err := queueRules(q, "", ""); err == nil {
+			t.Errorf("port range %q accepted", bad)
+		}
+	}
+	q.PublishPorts = nil
+	q.Placement = "random"
+	if _, _, err := queueRules(q, "", ""); err == nil {
+		t.Error("placement random accepted")
+	}
+}
