@@ -296,6 +296,9 @@ func (c *Config) QueueErrors() []error {
 			errs = append(errs, errors.New("queue."+line))
 		}
 	}
+	if c.Queue.Enabled && !c.DockerEnabled {
+		errs = append(errs, errors.New("queue.enabled: the queue runs its jobs in Docker; set docker.enabled too"))
+	}
 	if c.Queue.Enabled {
 		for name, v := range map[string]string{"host.passwd_file": c.PasswdFile, "host.group_file": c.GroupFile} {
 			if v == "" {

@@ -124,6 +124,7 @@ func TestQueueValidate(t *testing.T) {
 		{"requeue", "queue:\n  max_requeue: -1\n", `cfg.yaml:2: queue.max_requeue: -1 is negative`},
 		{"start attempts", "queue:\n  max_start_attempts: 0\n", `cfg.yaml:2: queue.max_start_attempts: 0 is below 1`},
 		{"notify", "queue:\n  notify: [start, begin]\n", `cfg.yaml:2: queue.notify: "begin" is not start or end`},
+		{"queue without docker", "docker:\n  enabled: false\nqueue:\n  enabled: true\n", `cfg.yaml:4: queue.enabled: the queue runs its jobs in Docker; set docker.enabled too`},
 		{"group file", "host:\n  group_file: \"\"\nqueue:\n  enabled: true\n", `cfg.yaml:2: host.group_file: must not be empty while the queue is on`},
 	}
 	for _, tt := range tests {
