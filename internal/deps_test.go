@@ -23,6 +23,7 @@ var lowerOf = map[string][]string{
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
 	"internal/ledger": {"internal/units"},
 	"internal/queue":  {},
+	"internal/hostid": {},
 }
 
 // TestImportsFlowDown runs go list -deps on each low package and fails on

@@ -184,6 +184,7 @@ func Default() Config {
 		ProcRoot:      "/proc",
 		CgroupRoot:    "/sys/fs/cgroup",
 		PasswdFile:    "/etc/passwd",
+		GroupFile:     "/etc/group",
 		DockerEnabled: true,
 		DockerHost:    "unix:///var/run/docker.sock",
 		DockerKeep:    5 * time.Minute,
@@ -205,6 +206,8 @@ func Default() Config {
 		Waste:        DefaultWasteRules(),
 
 		Policy: DefaultPolicy(),
+
+		Queue: DefaultQueue(),
 
 		Auth: Auth{Tokens: map[string]Token{}, ClientCerts: map[string]CertUser{}, Anonymous: "none"},
 		API: APILimits{

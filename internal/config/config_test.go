@@ -19,7 +19,7 @@ func TestParseFull(t *testing.T) {
 	want := Config{
 		Listen: "127.0.0.1:9500", Interval: 2 * time.Second, Hostname: "gpu-node-7", LogLevel: "debug",
 		Source: "nvml", NVMLLibrary: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-		ProcRoot: "/host/proc", CgroupRoot: "/host/sys/fs/cgroup", PasswdFile: "/host/etc/passwd",
+		ProcRoot: "/host/proc", CgroupRoot: "/host/sys/fs/cgroup", PasswdFile: "/host/etc/passwd", GroupFile: "/host/etc/group",
 		DockerEnabled: true, DockerHost: "unix:///run/docker.sock", DockerKeep: 10 * time.Minute,
 		UserLabel: "lab.user", TeamLabel: "lab.team", ProjectLabel: "lab.project",
 		IdlePower: map[string]float64{"NVIDIA H100 80GB HBM3": 70, "GPU-1234": 55.5},
@@ -45,6 +45,7 @@ func TestParseFull(t *testing.T) {
 			Exempt: Selectors{Labels: []string{"keep=yes", "team=infra"}, Names: []string{"notebook-*"},
 				Images: []string{"registry.lab/serving/*"}, Owners: []string{"alice", "bob"}},
 		},
+		Queue: DefaultQueue(), // testdata/queue-lab.yaml sets the queue
 		Auth: Auth{
 			Tokens: map[string]Token{
 				"alice-laptop": {ID: "alice-laptop", User: "alice", Role: RoleUser, Hash: sha256.Sum256([]byte("hello")), Expires: time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC)},

@@ -30,7 +30,7 @@ func (k Key) DefaultText() string {
 func (k Key) Example() string { return k.example }
 
 // Sections are the headings help groups keys under, in order.
-var Sections = []string{"General", "GPU source", "Host", "Containers", "Ledger", "Cost", "Waste rules", "Policy", "API and security"}
+var Sections = []string{"General", "GPU source", "Host", "Containers", "Ledger", "Cost", "Waste rules", "Policy", "Queue", "API and security"}
 
 // Section is the heading of Sections the key belongs under.
 func (k Key) Section() string {
@@ -50,6 +50,8 @@ func (k Key) Section() string {
 		return "Waste rules"
 	case "policy":
 		return "Policy"
+	case "queue":
+		return "Queue"
 	case "auth", "api", "tls", "web":
 		return "API and security"
 	}

@@ -25,6 +25,9 @@ type Key struct {
 	isMap bool
 	// boolean marks true/false keys.
 	boolean bool
+	// list marks comma-separated lists, which a file may also write as
+	// a YAML sequence.
+	list bool
 	// kind is what the key takes, as help names it; see Kind.
 	kind string
 	// defaultText says what an empty default stands for, or how a
@@ -156,6 +159,31 @@ func mapKey(name, help, kind string, p func(*Config) *map[string]float64, parse 
 		}}
 }
 
+// intMapKey is a setting holding name: whole number pairs; Validate, not
+// the parser, says which numbers make no sense.
+func intMapKey(name, help, kind string, p func(*Config) *map[string]int) Key {
+	return Key{Name: name, Help: help, isMap: true, kind: kind,
+		set: func(c *Config, sub, v string) error {
+			if sub == "" {
+				return errors.New("want name=value")
+			}
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return fmt.Errorf("%q is not a whole number", v)
+			}
+			setEntry(p(c), sub, n)
+			return nil
+		},
+		get: func(c *Config) string {
+			m := *p(c)
+			var parts []string
+			for _, k := range slices.Sorted(maps.Keys(m)) {
+				parts = append(parts, k+"="+strconv.Itoa(m[k]))
+			}
+			return strings.Join(parts, ",")
+		}}
+}
+
 // thresholdKey is a setting holding any finite number: Validate, not the
 // parser, says which make no sense, so that every source of a value gets
 // the same words.
@@ -216,7 +244,7 @@ func actionKey(rule string, p func(*Config) *string) Key {
 
 // listKey is a setting holding a comma-separated list.
 func listKey(name, help string, p func(*Config) *[]string) Key {
-	return Key{Name: name, Help: help + " (comma-separated)", kind: "list",
+	return Key{Name: name, Help: help + " (comma-separated)", kind: "list", list: true,
 		set: func(c *Config, _, v string) error {
 			var out []string
 			for _, part := range strings.Split(v, ",") {

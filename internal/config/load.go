@@ -132,14 +132,42 @@ func (c *Config) setNode(file string, k Key, vn *yaml.Node) error {
 		}
 		return nil
 	}
-	if vn.Kind != yaml.ScalarNode {
+	value := vn.Value
+	switch {
+	case k.list && vn.Kind == yaml.SequenceNode:
+		v, err := sequence(file, k, vn)
+		if err != nil {
+			return err
+		}
+		value = v
+	case vn.Kind != yaml.ScalarNode:
 		return fmt.Errorf("%s:%d: %s: want a single value, got %s", file, vn.Line, k.Name, yamlx.Kind(vn))
 	}
-	if err := k.set(c, "", vn.Value); err != nil {
+	if err := k.set(c, "", value); err != nil {
 		return fmt.Errorf("%s:%d: %s: %w", file, vn.Line, k.Name, err)
 	}
 	c.setOrigin(k.Name, fmt.Sprintf("%s:%d", file, vn.Line))
 	return nil
+}
+
+// sequence is a YAML sequence of a list key as the comma-separated text
+// the key parses. An item holding a comma would come back as two, so it
+// is refused.
+func sequence(file string, k Key, vn *yaml.Node) (string, error) {
+	items := make([]string, 0, len(vn.Content))
+	for _, item := range vn.Content {
+		if item.Kind != yaml.ScalarNode {
+			return "", fmt.Errorf("%s:%d: %s: want a list of single values, got %s in it", file, item.Line, k.Name, yamlx.Kind(item))
+		}
+		if strings.Contains(item.Value, ",") {
+			return "", fmt.Errorf("%s:%d: %s: %q holds a comma; a list item may not", file, item.Line, k.Name, item.Value)
+		}
+		if strings.TrimSpace(item.Value) == "" {
+			return "", fmt.Errorf("%s:%d: %s: an empty item", file, item.Line, k.Name)
+		}
+		items = append(items, item.Value)
+	}
+	return strings.Join(items, ","), nil
 }
 
 func isSection(name string) bool {

@@ -1,6 +1,19 @@
 package config
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"net"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/units"
+)
 
 // Queue is the GPU job queue's settings (queue.*). The queue is off by
 // default; the agent turns these plain values into the allowlist
@@ -67,4 +80,231 @@ type Queue struct {
 	// Notify lists the job events (start, end) the policy's webhook is
 	// sent for every job; a job's --notify adds its own.
 	Notify []string
+}
+
+// Job events Queue.Notify and a job's --notify may name.
+const (
+	NotifyStart = "start"
+	NotifyEnd   = "end"
+)
+
+// DefaultUserCap is the MaxGPUsPerUser entry that caps every user not
+// named on their own.
+const DefaultUserCap = "default"
+
+// DefaultQueue is the queue as gpumeter ships it: off, and refusing every
+// job until queue.images allows some.
+func DefaultQueue() Queue {
+	return Queue{
+		Network:                "bridge",
+		PublishAddress:         "127.0.0.1",
+		MaxGPUs:                8,
+		MaxCPUs:                16,
+		MaxMemory:              64 << 30,
+		MaxShmSize:             16 << 30,
+		MaxTimeLimit:           7 * 24 * time.Hour,
+		Placement:              "binpack",
+		MaxGPUsPerUser:         map[string]int{DefaultUserCap: 4},
+		OutsideMemoryThreshold: 0.05,
+		GPUPassing:             "auto",
+		StopGrace:              30 * time.Second,
+		MaxRequeue:             3,
+		MaxStartAttempts:       3,
+		LogRetention:           7 * 24 * time.Hour,
+	}
+}
+
+// UserCap is the most GPUs the jobs of user may hold at once: their own
+// entry of MaxGPUsPerUser, else its "default" entry.
+func (q Queue) UserCap(user string) int {
+	if n, ok := q.MaxGPUsPerUser[user]; ok {
+		return n
+	}
+	return q.MaxGPUsPerUser[DefaultUserCap]
+}
+
+// Capabilities are CapAdd as Docker and the kernel name them, upper case
+// with the CAP_ prefix, whichever way the setting wrote them.
+func (q Queue) Capabilities() []string {
+	out := make([]string, len(q.CapAdd))
+	for i, c := range q.CapAdd {
+		out[i] = canonicalCap(c)
+	}
+	return out
+}
+
+func canonicalCap(c string) string {
+	c = strings.ToUpper(strings.TrimSpace(c))
+	if !strings.HasPrefix(c, "CAP_") {
+		c = "CAP_" + c
+	}
+	return c
+}
+
+// linuxCaps are the capability names of Linux 6.x (capabilities(7)), for
+// queue.cap_add; a name the kernel does not know would fail every start.
+var linuxCaps = []string{
+	"AUDIT_CONTROL", "AUDIT_READ", "AUDIT_WRITE", "BLOCK_SUSPEND", "BPF",
+	"CHECKPOINT_RESTORE", "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH",
+	"FOWNER", "FSETID", "IPC_LOCK", "IPC_OWNER", "KILL", "LEASE",
+	"LINUX_IMMUTABLE", "MAC_ADMIN", "MAC_OVERRIDE", "MKNOD", "NET_ADMIN",
+	"NET_BIND_SERVICE", "NET_BROADCAST", "NET_RAW", "PERFMON", "SETFCAP",
+	"SETGID", "SETPCAP", "SETUID", "SYS_ADMIN", "SYS_BOOT", "SYS_CHROOT",
+	"SYS_MODULE", "SYS_NICE", "SYS_PACCT", "SYS_PTRACE", "SYS_RAWIO",
+	"SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "SYSLOG", "WAKE_ALARM",
+}
+
+// Validate reports every queue setting that makes no sense, named as the
+// queue.* keys are (without the prefix), each with what to write instead.
+func (q Queue) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	for _, l := range []struct {
+		name     string
+		patterns []string
+	}{{"images", q.Images}, {"run_as_root_images", q.RunAsRootImages}} {
+		for _, p := range l.patterns {
+			if _, err := path.Match(p, ""); err != nil {
+				bad("%s: bad pattern %q: %v (patterns take *, ? and [a-z]; * does not cross a /)", l.name, p, err)
+			}
+		}
+	}
+	for _, r := range q.MountRoots {
+		switch {
+		case !path.IsAbs(r):
+			bad("mount_roots: %q is not an absolute path", r)
+		case path.Clean(r) == "/":
+			bad("mount_roots: %q would let a job mount every host path; name the directories jobs may mount", r)
+		case path.Clean(r) != r:
+			bad("mount_roots: %q is not a clean path; write %q", r, path.Clean(r))
+		}
+	}
+	for _, c := range q.CapAdd {
+		if !slices.Contains(linuxCaps, strings.TrimPrefix(canonicalCap(c), "CAP_")) {
+			bad("cap_add: %q is not a Linux capability; known: %s", c, strings.Join(linuxCaps, ", "))
+		}
+	}
+	switch n := q.Network; {
+	case n == "":
+		bad("network: must not be empty (bridge, none, or a network of your own)")
+	case n == "host" || strings.HasPrefix(n, "container:"):
+		bad("network: %q shares another network namespace with jobs; use bridge, none, or a network of your own", n)
+	}
+	for _, p := range q.PublishPorts {
+		if _, _, err := ParsePortRange(p); err != nil {
+			bad("publish_ports: %v", err)
+		}
+	}
+	if net.ParseIP(q.PublishAddress) == nil {
+		bad("publish_address: %q is not an IP address (127.0.0.1 keeps published ports to SSH tunnels)", q.PublishAddress)
+	}
+	if q.MaxGPUs < 1 {
+		bad("max_gpus: %d is below 1", q.MaxGPUs)
+	}
+	if !(q.MaxCPUs > 0) || math.IsInf(q.MaxCPUs, 0) {
+		bad("max_cpus: %v must be a number more than 0", q.MaxCPUs)
+	}
+	if q.MaxMemory == 0 {
+		bad("max_memory: must be more than 0")
+	}
+	if q.MaxShmSize == 0 {
+		bad("max_shm_size: must be more than 0")
+	}
+	if q.MaxTimeLimit <= 0 {
+		bad("max_time_limit: %s must be more than 0", units.FormatDuration(q.MaxTimeLimit))
+	}
+	if q.DefaultTimeLimit < 0 {
+		bad("default_time_limit: %s is negative; 0 makes --time-limit required", units.FormatDuration(q.DefaultTimeLimit))
+	}
+	if q.MaxTimeLimit > 0 && q.DefaultTimeLimit > q.MaxTimeLimit {
+		bad("default_time_limit: %s is longer than queue.max_time_limit %s", units.FormatDuration(q.DefaultTimeLimit), units.FormatDuration(q.MaxTimeLimit))
+	}
+	if !slices.Contains([]string{"binpack", "spread"}, q.Placement) {
+		bad("placement: %q is not one of binpack, spread", q.Placement)
+	}
+	if !slices.Contains([]string{"auto", "device_requests", "cdi", "env"}, q.GPUPassing) {
+		bad("gpu_passing: %q is not one of auto, device_requests, cdi, env", q.GPUPassing)
+	}
+	if _, ok := q.MaxGPUsPerUser[DefaultUserCap]; !ok {
+		bad("max_gpus_per_user: no %q entry for the users not named", DefaultUserCap)
+	}
+	for _, user := range slices.Sorted(maps.Keys(q.MaxGPUsPerUser)) {
+		if n := q.MaxGPUsPerUser[user]; n < 0 {
+			bad("max_gpus_per_user.%s: %d is negative", user, n)
+		}
+	}
+	if t := q.OutsideMemoryThreshold; !(t >= 0 && t < 1) {
+		bad("outside_memory_threshold: %v is outside 0..1 (a fraction of a GPU's memory, below 1)", t)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"stop_grace", q.StopGrace}, {"log_retention", q.LogRetention}} {
+		if d.v < 0 {
+			bad("%s: %s is negative", d.name, units.FormatDuration(d.v))
+		}
+	}
+	if q.MaxRequeue < 0 {
+		bad("max_requeue: %d is negative", q.MaxRequeue)
+	}
+	if q.MaxStartAttempts < 1 {
+		bad("max_start_attempts: %d is below 1", q.MaxStartAttempts)
+	}
+	for _, n := range q.Notify {
+		if n != NotifyStart && n != NotifyEnd {
+			bad("notify: %q is not start or end", n)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParsePortRange reads a queue.publish_ports entry: a port ("8888") or an
+// inclusive range ("8000-8099") within 1..65535.
+func ParsePortRange(s string) (lo, hi uint16, err error) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		b = a
+	}
+	port := func(p string) (uint16, error) {
+		n, err := strconv.ParseUint(strings.TrimSpace(p), 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%q is not a port or a range like 8000-8099", s)
+		}
+		if n < 1 || n > 65535 {
+			return 0, fmt.Errorf("%q: port %d is outside 1..65535", s, n)
+		}
+		return uint16(n), nil
+	}
+	if lo, err = port(a); err != nil {
+		return 0, 0, err
+	}
+	if hi, err = port(b); err != nil {
+		return 0, 0, err
+	}
+	if hi < lo {
+		return 0, 0, fmt.Errorf("%q ends before it starts; write %d-%d", s, hi, lo)
+	}
+	return lo, hi, nil
+}
+
+// QueueErrors are the errors of the queue settings, named by their keys,
+// and of the host files the queue reads while it is on.
+func (c *Config) QueueErrors() []error {
+	var errs []error
+	if err := c.Queue.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			errs = append(errs, errors.New("queue."+line))
+		}
+	}
+	if c.Queue.Enabled && !c.DockerEnabled {
+		errs = append(errs, errors.New("queue.enabled: the queue runs its jobs in Docker; set docker.enabled too"))
+	}
+	if c.Queue.Enabled {
+		for name, v := range map[string]string{"host.passwd_file": c.PasswdFile, "host.group_file": c.GroupFile} {
+			if v == "" {
+				errs = append(errs, fmt.Errorf("%s: must not be empty while the queue is on: jobs run as their submitter's uid and groups", name))
+			}
+		}
+	}
+	return errs
 }

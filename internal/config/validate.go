@@ -66,6 +66,7 @@ func (c *Config) Validate() error {
 	}
 	errs = append(errs, c.securityErrors()...)
 	errs = append(errs, c.WasteErrors()...)
+	errs = append(errs, c.QueueErrors()...)
 	if err := c.Policy.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			errs = append(errs, errors.New("policy."+line))
