@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"maps"
 	"path/filepath"
 	"strings"
@@ -261,5 +262,37 @@ func TestRunByJobSQLite(t *testing.T) {
 	req.By = ByUser
 	if _, err := Run(ctx, store, nil, req, prices()); err != nil {
 		t.Errorf("by user without a job store: %v", err)
+	}
+}
+
+// TestJobJSONContract checks the job fields docs/design.md promises.
+func TestJobJSONContract(t *testing.T) {
+	_, _, jobs := jobFixture()
+	var b bytes.Buffer
+	if err := buildJobs(t, jobs).WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{"user", "state", "gpus_requested", "submitted_at", "started_at", "ended_at", "waited_seconds", "ran_seconds"}
+	for _, r := range got.Rows {
+		job, has := r["job"]
+		if isJob := strings.HasPrefix(r["key"].(string), "j-"); isJob != has {
+			t.Errorf("row %v: has job %v, want %v", r["key"], has, isJob)
+			continue
+		}
+		if !has {
+			continue
+		}
+		m, _ := job.(map[string]any)
+		for _, k := range keys {
+			if _, ok := m[k]; !ok {
+				t.Errorf("row %v: job has no %q", r["key"], k)
+			}
+		}
 	}
 }
