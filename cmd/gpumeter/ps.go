@@ -57,11 +57,13 @@ and the GPU-hours and energy booked since the agent started.`,
 	return cmd
 }
 
-// writePs prints one row per owner and GPU.
+// writePs prints one row per owner and GPU. JOB is the queue job a
+// container runs (its gpumeter.job label), "-" for everything else; it
+// comes last so that the columns before it keep their place.
 func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CONTAINER ID\tNAME\tUSER\tTEAM\tGPU\tSHARE\tSM\tGPU MEMORY\tALLOC GPU-H\tUSED GPU-H\tENERGY kWh")
-	row := func(id, name, user, team string, s *apitype.GPUShare) {
+	fmt.Fprintln(tw, "CONTAINER ID\tNAME\tUSER\tTEAM\tGPU\tSHARE\tSM\tGPU MEMORY\tALLOC GPU-H\tUSED GPU-H\tENERGY kWh\tJOB")
+	row := func(id, name, user, team, job string, s *apitype.GPUShare) {
 		gpu, share, sm, mem, alloc, used, kwh := "-", "-", "-", "-", "-", "-", "-"
 		if s != nil {
 			gpu = strconv.Itoa(s.GPU)
@@ -74,12 +76,13 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 			used = strconv.FormatFloat(s.UsedSeconds/3600, 'f', 3, 64)
 			kwh = strconv.FormatFloat(s.EnergyJoules/3.6e6, 'f', 4, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, name, dash(user), dash(team), gpu, share, sm, mem, alloc, used, kwh)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, name, dash(user), dash(team), gpu, share, sm, mem, alloc, used, kwh, dash(job))
 	}
 	for _, c := range r.Containers {
+		job := c.Labels[container.JobLabel]
 		if len(c.GPUs) == 0 {
 			if all || (c.Running && c.GPURequest != "") {
-				row(container.ShortID(c.ID), c.Name, c.User, c.Team, nil)
+				row(container.ShortID(c.ID), c.Name, c.User, c.Team, job, nil)
 			}
 			continue
 		}
@@ -87,16 +90,16 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 			continue
 		}
 		for i := range c.GPUs {
-			row(container.ShortID(c.ID), c.Name, c.User, c.Team, &c.GPUs[i])
+			row(container.ShortID(c.ID), c.Name, c.User, c.Team, job, &c.GPUs[i])
 		}
 	}
 	for _, h := range r.HostUsers {
 		for i := range h.GPUs {
-			row("-", "(host)", h.User, "", &h.GPUs[i])
+			row("-", "(host)", h.User, "", "", &h.GPUs[i])
 		}
 	}
 	for i := range r.Unresolved {
-		row("-", "(unknown)", "", "", &r.Unresolved[i])
+		row("-", "(unknown)", "", "", "", &r.Unresolved[i])
 	}
 	return tw.Flush()
 }

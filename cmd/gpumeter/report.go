@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -19,7 +20,7 @@ func newReport() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "report",
-		Short: "Usage and cost by user, team, project, container, image, GPU or node",
+		Short: "Usage and cost by user, team, project, container, image, GPU, node or job",
 		Long: `Report GPU usage and cost over a window from the ledger: allocated, held,
 present and used GPU-hours, efficiency (used / held, within 0-100 % also on
 shared GPUs), peak GPU memory, energy, CPU and RAM, cost, the idle pool and
@@ -31,7 +32,13 @@ config names; with --config, the ledger that config names; the local agent
 over its socket, when one runs; else the agent's ledger (data_dir or
 ledger.dsn from the config). An agent makes the report from its ledger with
 its prices, and it is printed as the agent returns it; a ledger read here is
-priced by the config's cost section. One line on stderr says which was read.`,
+priced by the config's cost section. One line on stderr says which was read.
+
+--by job gives one row per queue job (the gpumeter.job label of its
+container): the user, the GPUs it asked for, its GPU-hours and efficiency,
+how long it waited and ran (its whole life, from the job store), and its
+cost. Containers outside the queue and host processes are one row, "(not a
+job)", so that the rows still add up to the host.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agent, err := chooseSource(cmd, &lf, &cf, hostEnv(), nil)
@@ -69,7 +76,7 @@ priced by the config's cost section. One line on stderr says which was read.`,
 				return err
 			}
 			defer store.Close()
-			rep, err := report.Run(cmd.Context(), store, req, cost)
+			rep, err := report.Run(cmd.Context(), store, jobStore(store), req, cost)
 			if err != nil {
 				return err
 			}
@@ -79,7 +86,7 @@ priced by the config's cost section. One line on stderr says which was read.`,
 	lf.register(cmd, "prices")
 	cf.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&req.By, "by", "user", "group by: user, team, project, container, image, gpu or node")
+	f.StringVar(&req.By, "by", "user", "group by: user, team, project, container, image, gpu, node or job")
 	f.StringVar(&req.User, "user", "", "only this user's usage")
 	f.StringVar(&req.Team, "team", "", "only this team's usage")
 	f.StringArrayVar(&labels, "label", nil, "only containers with this label, key=value (repeatable)")
@@ -123,4 +130,16 @@ func writeReport(cmd *cobra.Command, rep *report.Report, format string) error {
 	default:
 		return rep.WriteTable(w)
 	}
+}
+
+// jobStore is the queue's job store in the ledger store opened, nil when
+// it has none.
+func jobStore(s ledger.Store) report.JobReader {
+	if ls, ok := s.(*ledgerStore); ok {
+		s = ls.Store
+	}
+	if js, ok := s.(ledger.JobStore); ok {
+		return js
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/exporter"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -96,7 +97,8 @@ func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, e
 	}
 	var rep *report.Report
 	if err == nil {
-		rep, err = report.Run(ctx, a.store, r, prices)
+		jobs, _ := a.store.(ledger.JobStore)
+		rep, err = report.Run(ctx, a.store, jobs, r, prices)
 	}
 	if err != nil {
 		a.log.Warn("usage report", "err", err)

@@ -14,6 +14,15 @@ import (
 // its runtime does not know, or no longer knows.
 var ErrNotFound = errors.New("container not found")
 
+// JobLabel is the label that names the queue job a container runs
+// (j-000123). The queue sets it on every job container; the report, the
+// exporter and ps read it, so it is defined down here where all of them
+// can.
+const JobLabel = "gpumeter.job"
+
+// JobID is the queue job c runs, or "" when c is not a job's container.
+func (c *Container) JobID() string { return c.Labels[JobLabel] }
+
 // Container is one container on the node.
 type Container struct {
 	ID      string // full ID

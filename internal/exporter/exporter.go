@@ -286,6 +286,9 @@ func Render(b []byte, t *sampler.Tick) []byte {
 // containerLabels renders a container's label set, with gpu and UUID when
 // gpu is set. A container the inventory does not know (Docker unreachable,
 // say) shows its short ID as its name and "unresolved" as its user.
+// job_id is the queue job the container runs, "" for other containers
+// (job is Prometheus' own label): one value for a container's whole life,
+// so it adds no series.
 func containerLabels(w *writer, c *container.Container, id, node, gpuIdx, uuid string) []byte {
 	name, short, image, user, team, project := "", container.ShortID(id), "", "unresolved", "", ""
 	if c == nil {
@@ -293,10 +296,14 @@ func containerLabels(w *writer, c *container.Container, id, node, gpuIdx, uuid s
 	} else {
 		name, image, user, team, project = c.Name, c.Image, c.User, c.Team, c.Project
 	}
-	if gpuIdx == "" {
-		return w.labels(nil, "Hostname", node, "container", name, "container_id", short, "image", image, "project", project, "team", team, "user", user)
+	job := ""
+	if c != nil {
+		job = c.JobID()
 	}
-	return w.labels(nil, "Hostname", node, "UUID", uuid, "container", name, "container_id", short, "gpu", gpuIdx, "image", image, "project", project, "team", team, "user", user)
+	if gpuIdx == "" {
+		return w.labels(nil, "Hostname", node, "container", name, "container_id", short, "image", image, "job_id", job, "project", project, "team", team, "user", user)
+	}
+	return w.labels(nil, "Hostname", node, "UUID", uuid, "container", name, "container_id", short, "gpu", gpuIdx, "image", image, "job_id", job, "project", project, "team", team, "user", user)
 }
 
 // writer appends the text exposition format to b.

@@ -123,19 +123,19 @@ func TestCollectValues(t *testing.T) {
 	want := `
 # HELP gpumeter_container_gpu_allocated_seconds_total GPU time allocated to the container: its share of the GPU times seconds.
 # TYPE gpumeter_container_gpu_allocated_seconds_total counter
-gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 30
-gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 30
-gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 60
+gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",job_id="",project="llm",team="nlp",user="alice"} 30
+gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",job_id="",project="",team="vision",user="bob"} 30
+gpumeter_container_gpu_allocated_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",job_id="",project="",team="",user="carol"} 60
 # HELP gpumeter_container_gpu_held_seconds_total Time the container held the GPU, not split among the containers that share it: efficiency is used over held seconds.
 # TYPE gpumeter_container_gpu_held_seconds_total counter
-gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 60
-gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 60
-gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 60
+gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",job_id="",project="llm",team="nlp",user="alice"} 60
+gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",job_id="",project="",team="vision",user="bob"} 60
+gpumeter_container_gpu_held_seconds_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",job_id="",project="",team="",user="carol"} 60
 # HELP gpumeter_container_gpu_energy_joules_total GPU energy attributed to the container.
 # TYPE gpumeter_container_gpu_energy_joules_total counter
-gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",project="llm",team="nlp",user="alice"} 17400
-gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",project="",team="vision",user="bob"} 7800
-gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",project="",team="",user="carol"} 6000
+gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="alice-train",container_id="%[3]s",gpu="0",image="pytorch/pytorch:2.4.0-cuda12.1",job_id="",project="llm",team="nlp",user="alice"} 17400
+gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[1]s",container="bob-notebook",container_id="%[4]s",gpu="0",image="jupyter/base-notebook",job_id="",project="",team="vision",user="bob"} 7800
+gpumeter_container_gpu_energy_joules_total{Hostname="lab-1",UUID="%[2]s",container="carol-idle",container_id="%[5]s",gpu="1",image="nvcr.io/nvidia/pytorch:24.10-py3",job_id="",project="",team="",user="carol"} 6000
 # HELP gpumeter_host_gpu_energy_joules_total GPU energy attributed to a user's processes outside containers.
 # TYPE gpumeter_host_gpu_energy_joules_total counter
 gpumeter_host_gpu_energy_joules_total{Hostname="lab-1",UUID="%[2]s",gpu="1",user="dave"} 12000

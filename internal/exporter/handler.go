@@ -33,6 +33,26 @@ type TickSource interface {
 // work here too. The response is gzipped when the scraper accepts it, as
 // Prometheus does.
 func Handler(src TickSource, version string, log *slog.Logger, extra ...prometheus.Collector) http.Handler {
+	return NewHandler(src, Config{Version: version, Log: log, Extra: extra})
+}
+
+// Config is what the /metrics handler serves beside the tick.
+type Config struct {
+	Version string       // of gpumeter, for gpumeter_build_info
+	Log     *slog.Logger // nil logs nothing
+	Extra   []prometheus.Collector
+	// Queue gives the GPU queue's figures at each scrape; false (or a
+	// nil Queue) means the queue is off, and the scrape has no
+	// gpumeter_queue_* series. It is called on the scrape's goroutine and
+	// must not block.
+	Queue func() (QueueStats, bool)
+}
+
+// NewHandler is Handler with the GPU queue's series: see Config. They
+// follow the tick's series, labelled with its node, and like them are
+// left out before the first tick.
+func NewHandler(src TickSource, cfg Config) http.Handler {
+	log, version, extra := cfg.Log, cfg.Version, cfg.Extra
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -42,6 +62,7 @@ func Handler(src TickSource, version string, log *slog.Logger, extra ...promethe
 	}, []string{"cause"})
 	h := &handler{
 		src:        src,
+		queue:      cfg.Queue,
 		reg:        prometheus.NewRegistry(),
 		log:        log,
 		gatherErrs: errs.WithLabelValues("gathering"),
@@ -67,6 +88,7 @@ func Handler(src TickSource, version string, log *slog.Logger, extra ...promethe
 
 type handler struct {
 	src                    TickSource
+	queue                  func() (QueueStats, bool)
 	reg                    *prometheus.Registry
 	log                    *slog.Logger
 	gatherErrs, encodeErrs prometheus.Counter
@@ -78,7 +100,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	buf := h.bufs.Get().(*bytes.Buffer)
 	defer h.bufs.Put(buf)
 	buf.Reset()
-	buf.Write(Render(buf.AvailableBuffer(), h.src.Latest()))
+	t := h.src.Latest()
+	buf.Write(Render(buf.AvailableBuffer(), t))
+	if t != nil && t.Tick != nil && h.queue != nil {
+		if q, ok := h.queue(); ok {
+			buf.Write(RenderQueue(buf.AvailableBuffer(), t.Node, q))
+		}
+	}
 
 	// Gather returns every family it could gather along with the errors
 	// of those it could not.

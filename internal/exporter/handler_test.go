@@ -219,21 +219,22 @@ var lintExceptions = []struct {
 }
 
 // TestHandlerLint runs promlint over everything the agent serves: the
-// tick with every family present, the exporter's own metrics, and the
+// tick with every family present, the queue's, the exporter's own metrics, and the
 // ledger writer's, the audit log's and the waste rules' collectors.
 func TestHandlerLint(t *testing.T) {
 	rules := config.DefaultWasteRules()
 	rules.Idle.Window = 10 * time.Second
 	live := waste.NewLive(waste.LiveConfig{Rules: rules})
 	s := playScenario(t, "../../testdata/shared.yaml", 61, live.Add)
-	h := Handler(fixed{everyFamily(s)}, "test", nil, record.New(record.Config{}), audit.NewLog(audit.LogConfig{}), live)
+	h := NewHandler(fixed{everyFamily(s)}, Config{Version: "test", Queue: func() (QueueStats, bool) { return queueStats(), true },
+		Extra: []prometheus.Collector{record.New(record.Config{}), audit.NewLog(audit.LogConfig{}), live}})
 	_, body := get(t, h, "gzip")
 
 	// Every family the exporter declares is in the scrape, so that the
 	// lint below sees each of them.
 	fams := parse(t, body)
 	var declared []string
-	for _, line := range strings.Split(string(Render(nil, everyFamily(s))), "\n") {
+	for _, line := range strings.Split(string(RenderQueue(Render(nil, everyFamily(s)), "lab-1", queueStats())), "\n") {
 		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			declared = append(declared, strings.Fields(name)[0])
 		}

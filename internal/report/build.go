@@ -149,6 +149,16 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 	for g, idx := range groups {
 		rows[g] = sum(lines[idx[0]].key, lines, idx, seen, g+1)
 	}
+	if opt.By == ByJob {
+		jobs := make(map[string]*Job, len(opt.Jobs))
+		for i := range opt.Jobs {
+			jobs[opt.Jobs[i].ID] = &opt.Jobs[i]
+		}
+		now := cmp.Or(opt.Now, opt.To)
+		for g, idx := range groups {
+			rows[g].Job = jobInfo(rows[g].Key, lines[idx[0]].u, jobs, now)
+		}
+	}
 	order := make([]int, len(rows))
 	for i := range order {
 		order[i] = i

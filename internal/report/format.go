@@ -29,7 +29,13 @@ func (r *Report) WriteJSON(w io.Writer) error {
 // HELD GPU-H and EFF are "-" where the row has no held GPU-hours. Figures
 // are rounded for reading: GPU-hours, core-hours, GiB-hours and cost to 2
 // decimals, kWh to 3, memory in GiB.
+//
+// By job, the columns are those of a job's bill instead (see
+// writeJobTable).
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.By == ByJob {
+		return r.writeJobTable(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	shared := r.Idle.Shared
 	head := []string{strings.ToUpper(r.By), "ALLOC GPU-H", "HELD GPU-H", "PRESENT GPU-H", "USED GPU-H", "EFF", "ENERGY kWh",
@@ -84,6 +90,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	return r.writeNotes(w)
+}
+
+// writeNotes writes the report's notes under its table.
+func (r *Report) writeNotes(w io.Writer) error {
 	for _, n := range r.Notes {
 		if _, err := fmt.Fprintf(w, "\nnote: %s\n", n); err != nil {
 			return err
@@ -107,17 +118,26 @@ var csvHeader = []string{
 // when the basis is not allocated, "unbilled". Columns that do not apply
 // to a kind are empty, and so is gpu_hours_held where it is unknown (null
 // in JSON). Columns added later go at the end, so that the older ones
-// keep their place.
+// keep their place. By job, the job's columns (jobCSVHeader) follow, empty
+// on lines that are not a job.
 func (r *Report) WriteCSV(w io.Writer) error {
 	cw := csv.NewWriter(w)
-	cw.Write(csvHeader)
+	header := csvHeader
+	if r.By == ByJob {
+		header = append(slices.Clip(header), jobCSVHeader...)
+	}
+	cw.Write(header)
 	row := func(kind string, x *Row) {
-		cw.Write([]string{kind, x.Key,
+		f := []string{kind, x.Key,
 			num(x.GPUHoursAllocated), num(x.GPUHoursPresent), num(x.GPUHoursUsed), "", "",
 			num(x.Efficiency), num(x.EnergyKWh), strconv.FormatUint(x.PeakGPUMemoryBytes, 10), num(x.PeakUtilizationPercent),
 			num(x.CPUCoreHours), num(x.RAMGBHours), strconv.Itoa(x.Containers),
 			num(x.CostGPU), num(x.CostCPU), num(x.CostRAM), num(x.CostEnergy), num(x.CostIdleShare), num(x.Cost), r.Currency,
-			optNum(x.GPUHoursHeld)})
+			optNum(x.GPUHoursHeld)}
+		if r.By == ByJob {
+			f = append(f, jobCSV(x)...)
+		}
+		cw.Write(f)
 	}
 	for i := range r.Rows {
 		row("row", &r.Rows[i])
@@ -125,7 +145,7 @@ func (r *Report) WriteCSV(w io.Writer) error {
 	row("total", &r.Totals)
 	// other writes a line that is not a row, filling the named columns.
 	other := func(kind string, kv ...string) {
-		f := make([]string, len(csvHeader))
+		f := make([]string, len(header))
 		f[0], f[1], f[slices.Index(csvHeader, "currency")] = kind, "("+kind+")", r.Currency
 		for i := 0; i < len(kv); i += 2 {
 			f[slices.Index(csvHeader, kv[i])] = kv[i+1]

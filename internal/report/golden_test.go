@@ -21,13 +21,16 @@ func TestGolden(t *testing.T) {
 	used := prices()
 	used.Basis, used.Idle = cost.BasisUsed, cost.IdleWeighted
 	used.Weights = map[string]float64{cost.WeightCPU: 2}
+	_, _, jobs := jobFixture()
 	reports := []struct {
 		name  string
 		by    string
 		model cost.Model
+		build func(*testing.T) *Report // nil: build the fixture by, at model
 	}{
-		{"user", ByUser, prices()},
-		{"container-used-weighted", ByContainer, used},
+		{"user", ByUser, prices(), nil},
+		{"container-used-weighted", ByContainer, used, nil},
+		{"job", ByJob, prices(), func(t *testing.T) *Report { return buildJobs(t, jobs[:1]) }},
 	}
 	formats := []struct {
 		ext   string
@@ -39,7 +42,12 @@ func TestGolden(t *testing.T) {
 		{"focus.csv", func(r *Report, b *bytes.Buffer) error { return r.WriteFOCUS(b) }},
 	}
 	for _, rep := range reports {
-		r := build(t, rep.by, rep.model, nil)
+		var r *Report
+		if rep.build != nil {
+			r = rep.build(t)
+		} else {
+			r = build(t, rep.by, rep.model, nil)
+		}
 		for _, f := range formats {
 			t.Run(rep.name+"/"+f.ext, func(t *testing.T) {
 				var b bytes.Buffer

@@ -54,6 +54,8 @@ func keyer(by string, usage []ledger.UsageTotal) func(*ledger.UsageTotal) string
 		}
 	case ByNode:
 		return func(u *ledger.UsageTotal) string { return u.Node }
+	case ByJob:
+		return jobKey
 	}
 	return containerKeyer(usage)
 }

@@ -1,6 +1,6 @@
 // Package report turns ledger totals over a window into the usage and cost
-// report: one row per user, team, project, container, image, GPU or node,
-// the idle pool, and totals that reconcile with the host. It is pure
+// report: one row per user, team, project, container, image, GPU, node or
+// queue job, the idle pool, and totals that reconcile with the host. It is pure
 // arithmetic on what it is handed and writes only to the io.Writer it is
 // given, so every figure can be checked by hand in a test.
 //
@@ -96,11 +96,12 @@ const (
 	ByImage     = "image"
 	ByGPU       = "gpu"
 	ByNode      = "node"
+	ByJob       = "job"
 )
 
 // Groupings lists the valid Options.By values.
 func Groupings() []string {
-	return []string{ByUser, ByTeam, ByProject, ByContainer, ByImage, ByGPU, ByNode}
+	return []string{ByUser, ByTeam, ByProject, ByContainer, ByImage, ByGPU, ByNode, ByJob}
 }
 
 // Keys that stand for something other than a name.
@@ -109,6 +110,7 @@ const (
 	KeyUnattributed = "(unattributed)" // GPU use no process accounts for
 	KeyNoGPU        = "(no gpu)"       // a container's CPU and RAM when it used no GPU
 	KeyHost         = "(host)"         // host processes, by image
+	KeyNotJob       = "(not a job)"    // by job: containers outside the queue and host processes
 )
 
 // Options say what to report.
@@ -123,6 +125,13 @@ type Options struct {
 	// selects rows, it does not change them: idle shares, the idle pool,
 	// Unbilled and Host are the host's whatever the filter.
 	Filter func(*ledger.UsageTotal) bool
+	// Jobs are what the queue's job store knows of the jobs, for a report
+	// by job: they fill Row.Job. Rows of jobs not among them still have
+	// Row.Job, with the user from the container's labels and no times.
+	// Other groupings ignore them.
+	Jobs []Job
+	// Now is when a running job's run time is measured to; zero is To.
+	Now time.Time
 }
 
 // Report is the usage and cost report over a window. Its JSON form is a
@@ -196,6 +205,8 @@ type Row struct {
 	CostRAM                float64  `json:"cost_ram"`
 	CostEnergy             float64  `json:"cost_energy"`
 	CostIdleShare          float64  `json:"cost_idle_share"`
+	// Job is set on the job rows of a report by job, and only there.
+	Job *JobInfo `json:"job,omitempty"`
 }
 
 // Idle is the idle pool: GPU time nobody held and energy booked to

@@ -35,6 +35,7 @@ type Request struct {
 	Format string // table, csv, json or focus
 
 	span time.Duration // the window as asked, before rounding to minutes
+	now  time.Time     // what Validate resolved the window against
 }
 
 // Span is the length of the window as asked, before Validate rounded its
@@ -99,7 +100,7 @@ func (r *Request) Validate(now time.Time) error {
 	if from.Before(to.Add(-MaxWindow)) {
 		return &RequestError{"", fmt.Sprintf("the window of %s is longer than the %s a report may cover", days(from, to), units.FormatDuration(MaxWindow))}
 	}
-	r.span = to.Sub(from)
+	r.span, r.now = to.Sub(from), now
 	from, to = ledger.Minute(from), ledger.Minute(to.Add(time.Minute-1))
 	r.From, r.To = &from, &to
 	return nil
@@ -240,11 +241,22 @@ func Models(ctx context.Context, store Reader) ([]string, error) {
 }
 
 // Run reads the ledger for a validated request and builds the report.
-func Run(ctx context.Context, store Reader, r Request, m cost.Model) (*Report, error) {
+// A report by job also reads the queue's jobs from jobs, which other
+// groupings do not use (nil is fine for them); a running job's run time
+// is measured to the time the request was validated against.
+func Run(ctx context.Context, store Reader, jobs JobReader, r Request, m cost.Model) (*Report, error) {
 	f := ledger.Filter{From: *r.From, To: *r.To, Node: r.Node}
 	usage, gpus, err := store.Totals(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("read usage: %w", err)
 	}
-	return Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: m, Filter: r.Filter()})
+	// The jobs after the usage, so that every job with usage is among
+	// them.
+	var js []Job
+	if r.By == ByJob {
+		if js, err = readJobs(ctx, jobs); err != nil {
+			return nil, err
+		}
+	}
+	return Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: m, Filter: r.Filter(), Jobs: js, Now: r.now})
 }

@@ -1,0 +1,69 @@
+package exporter
+
+import (
+	"slices"
+	"strconv"
+)
+
+// QueueStats are the GPU queue's figures at a scrape.
+type QueueStats struct {
+	// Jobs counts the jobs in each state. Every state should be there,
+	// with 0 where no job is in it, so that a state's series does not
+	// vanish when its last job leaves it.
+	Jobs map[string]int
+	// GPUsHeld are held by queue jobs; GPUsFree could start one now;
+	// GPUsOutside are kept out of the queue by a container or process
+	// outside it.
+	GPUsHeld, GPUsFree, GPUsOutside int
+	// The wait histogram: from submission to start, of the jobs that
+	// started. WaitCounts[i] counts the waits of at most WaitBounds[i]
+	// seconds (cumulative, as Prometheus' buckets are); WaitCount counts
+	// all of them (the +Inf bucket) and WaitSum adds them up. Bounds
+	// increase; the two slices are as long as each other.
+	WaitBounds []float64
+	WaitCounts []uint64
+	WaitSum    float64
+	WaitCount  uint64
+}
+
+var (
+	famQueueJobs = family{"gpumeter_queue_jobs", "Jobs of the GPU queue in each state (queued, starting, running and the ended ones).", "gauge"}
+	famQueueWait = family{"gpumeter_queue_wait_seconds", "How long jobs of the GPU queue waited from submission to start.", "histogram"}
+	famQueueGPUs = family{"gpumeter_queue_gpus", "GPUs by what the queue may do with them: held by a job, free to start one, or kept out by use outside the queue.", "gauge"}
+)
+
+// RenderQueue appends the queue's metrics, labelled with the node, in the
+// text exposition format to b. States come out sorted, so the same
+// figures always render the same bytes.
+func RenderQueue(b []byte, node string, q QueueStats) []byte {
+	w := writer{b: b}
+	w.family(famQueueJobs)
+	states := make([]string, 0, len(q.Jobs))
+	for s := range q.Jobs {
+		states = append(states, s)
+	}
+	slices.Sort(states)
+	for _, s := range states {
+		w.sample(famQueueJobs.name, w.labels(nil, "Hostname", node, "state", s), float64(q.Jobs[s]))
+	}
+
+	w.family(famQueueWait)
+	bucket := famQueueWait.name + "_bucket"
+	for i := range min(len(q.WaitBounds), len(q.WaitCounts)) {
+		le := strconv.FormatFloat(q.WaitBounds[i], 'g', -1, 64)
+		w.sample(bucket, w.labels(nil, "Hostname", node, "le", le), float64(q.WaitCounts[i]))
+	}
+	nodeLabel := w.labels(nil, "Hostname", node)
+	w.sample(bucket, w.labels(nil, "Hostname", node, "le", "+Inf"), float64(q.WaitCount))
+	w.sample(famQueueWait.name+"_sum", nodeLabel, q.WaitSum)
+	w.sample(famQueueWait.name+"_count", nodeLabel, float64(q.WaitCount))
+
+	w.family(famQueueGPUs)
+	for _, g := range []struct {
+		state string
+		n     int
+	}{{"free", q.GPUsFree}, {"held", q.GPUsHeld}, {"outside", q.GPUsOutside}} {
+		w.sample(famQueueGPUs.name, w.labels(nil, "Hostname", node, "state", g.state), float64(g.n))
+	}
+	return w.b
+}

@@ -1,0 +1,235 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/cost"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// Job is what the queue's job store knows of one job, for a report by
+// job. Times are zero where unknown or not reached yet.
+type Job struct {
+	ID            string
+	User          string
+	State         string
+	GPUsRequested int
+	SubmittedAt   time.Time
+	StartedAt     time.Time
+	EndedAt       time.Time
+}
+
+// JobsOf turns the job store's jobs into what a report reads of them.
+func JobsOf(jobs []ledger.Job) []Job {
+	out := make([]Job, len(jobs))
+	for i, j := range jobs {
+		out[i] = Job{ID: j.ID, User: j.User, State: j.State, GPUsRequested: j.GPUsRequested,
+			SubmittedAt: j.SubmittedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
+	}
+	return out
+}
+
+// JobReader is the part of the queue's job store a report by job reads;
+// ledger.JobStore is one.
+type JobReader interface {
+	Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error)
+}
+
+// JobInfo is the job of a row in a report by job: its whole life as the
+// job store has it, not only the report's window. A job the store does not
+// know (its rows were written by another ledger, say) has the user of its
+// container's labels, state "" and no times.
+type JobInfo struct {
+	User          string     `json:"user"`
+	State         string     `json:"state"`
+	GPUsRequested int        `json:"gpus_requested"` // 0 when the store does not know the job
+	SubmittedAt   *time.Time `json:"submitted_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	EndedAt       *time.Time `json:"ended_at"`
+	// WaitedSeconds is from submission to start; RanSeconds from start to
+	// the end, or to Options.Now while it runs. Null when unknown.
+	WaitedSeconds *float64 `json:"waited_seconds"`
+	RanSeconds    *float64 `json:"ran_seconds"`
+}
+
+// jobKey keys a record by the job its container runs: the container's
+// gpumeter.job label, which is trusted as the user labels are. Everything
+// else is one row, "(not a job)", so that the rows still add up to the
+// host.
+func jobKey(u *ledger.UsageTotal) string {
+	if u.OwnerKind == ledger.KindNone {
+		return KeyUnattributed
+	}
+	if u.Container != nil {
+		if id := u.Container.Labels[container.JobLabel]; id != "" {
+			return id
+		}
+	}
+	return KeyNotJob
+}
+
+// jobInfo is the job of the row key whose first record is first.
+func jobInfo(key string, first *ledger.UsageTotal, jobs map[string]*Job, now time.Time) *JobInfo {
+	if key == KeyUnattributed || key == KeyNotJob {
+		return nil
+	}
+	j := jobs[key]
+	if j == nil {
+		info := &JobInfo{}
+		if first.Container != nil {
+			info.User = first.Container.User
+		}
+		return info
+	}
+	info := &JobInfo{User: j.User, State: j.State, GPUsRequested: j.GPUsRequested,
+		SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt), EndedAt: utcOrNil(j.EndedAt)}
+	if !j.StartedAt.IsZero() {
+		if !j.SubmittedAt.IsZero() {
+			info.WaitedSeconds = seconds(j.StartedAt.Sub(j.SubmittedAt))
+		}
+		switch end := j.EndedAt; {
+		case !end.IsZero():
+			info.RanSeconds = seconds(end.Sub(j.StartedAt))
+		case !now.IsZero():
+			info.RanSeconds = seconds(now.Sub(j.StartedAt))
+		}
+	}
+	return info
+}
+
+// seconds is d in seconds, nil when negative: times that contradict each
+// other are unknown, not a negative wait.
+func seconds(d time.Duration) *float64 {
+	if d < 0 {
+		return nil
+	}
+	s := round(d.Seconds())
+	return &s
+}
+
+func utcOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// readJobs reads the jobs of a report by job from the job store.
+func readJobs(ctx context.Context, jobs JobReader) ([]Job, error) {
+	if jobs == nil {
+		return nil, fmt.Errorf("a report by job reads the queue's jobs, and this ledger has no job store")
+	}
+	js, err := jobs.Jobs(ctx, ledger.JobFilter{IncludeEnded: true})
+	if err != nil {
+		return nil, fmt.Errorf("read jobs: %w", err)
+	}
+	return JobsOf(js), nil
+}
+
+// jobCSVHeader are the columns WriteCSV adds by job, after the others.
+var jobCSVHeader = []string{"user", "state", "gpus_requested", "waited_seconds", "ran_seconds"}
+
+// jobCSV is a row's job columns; empty where the row is not a job.
+func jobCSV(x *Row) []string {
+	j := x.Job
+	if j == nil {
+		return make([]string, len(jobCSVHeader))
+	}
+	return []string{j.User, j.State, strconv.Itoa(j.GPUsRequested), optNum(j.WaitedSeconds), optNum(j.RanSeconds)}
+}
+
+// writeJobTable is WriteTable by job: the columns that say what a job
+// cost and how well it used what it held. GPUS is the GPUs the job asked
+// for; WAITED and RAN are "-" where unknown.
+func (r *Report) writeJobTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	shared := r.Idle.Shared
+	head := []string{"JOB", "USER", "STATE", "GPUS", "ALLOC GPU-H", "HELD GPU-H", "USED GPU-H", "EFF", "WAITED", "RAN"}
+	if shared {
+		head = append(head, "IDLE SHARE")
+	}
+	head = append(head, "COST "+r.Currency)
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	row := func(x *Row) {
+		held, eff := "-", "-"
+		if x.GPUHoursHeld != nil {
+			held = fixed(*x.GPUHoursHeld, 2)
+			if *x.GPUHoursHeld > 0 {
+				eff = fixed(100*x.Efficiency, 1) + "%"
+			}
+		}
+		user, state, gpus, waited, ran := "-", "-", "-", "-", "-"
+		if j := x.Job; j != nil {
+			user, state, waited, ran = dashed(j.User), dashed(j.State), span(j.WaitedSeconds), span(j.RanSeconds)
+			if j.GPUsRequested > 0 {
+				gpus = strconv.Itoa(j.GPUsRequested)
+			}
+		}
+		f := []string{x.Key, user, state, gpus, fixed(x.GPUHoursAllocated, 2), held, fixed(x.GPUHoursUsed, 2), eff, waited, ran}
+		if shared {
+			f = append(f, fixed(x.CostIdleShare, 2))
+		}
+		f = append(f, fixed(x.Cost, 2))
+		fmt.Fprintln(tw, strings.Join(f, "\t"))
+	}
+	other := func(key string, hours float64, cost string) {
+		f := []string{key, "-", "-", "-", fixed(hours, 2), "-", "-", "-", "-", "-"}
+		if shared {
+			f = append(f, "-")
+		}
+		f = append(f, cost)
+		fmt.Fprintln(tw, strings.Join(f, "\t"))
+	}
+	for i := range r.Rows {
+		row(&r.Rows[i])
+	}
+	t := r.Totals
+	t.Key = "TOTAL"
+	row(&t)
+	idleCost := fixed(r.Idle.Cost, 2)
+	if shared {
+		idleCost = "(shared " + idleCost + ")"
+	}
+	other("(idle)", r.Idle.GPUHours, idleCost)
+	if r.Basis != cost.BasisAllocated {
+		other("(unbilled)", r.Unbilled.GPUHours, fixed(r.Unbilled.Cost, 2))
+	}
+	other("HOST", r.Host.GPUHours, fixed(r.Host.Cost, 2))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return r.writeNotes(w)
+}
+
+// span writes seconds for people: 45s, 38m, 2h05m, 3d04h; "-" when
+// unknown.
+func span(s *float64) string {
+	if s == nil {
+		return "-"
+	}
+	d := time.Duration(*s * float64(time.Second)).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(int(d/time.Second)) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	}
+	return fmt.Sprintf("%dd%02dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+}
+
+func dashed(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
