@@ -260,7 +260,7 @@ func TestPlayContainersEnergy(t *testing.T) {
 	}
 	energyOf(src, 10*time.Second)
 	l.set(realCtr("a", 501, ids("1"), UtilLabel, "50")) // 100W more
-	energyOf(src, 20*time.Second)                     // seen from here on
+	energyOf(src, 20*time.Second)                       // seen from here on
 	l.set()
 	for _, tt := range []struct {
 		at    time.Duration
