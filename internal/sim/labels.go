@@ -107,7 +107,7 @@ func (s *Source) playContainers(ctx context.Context, now time.Time, devs []gpu.D
 			continue
 		}
 		if err == nil && c.GPUs.Empty() {
-			err = fmt.Errorf("it has %s labels but was given no GPU", "gpumeter.sim.*")
+			err = errors.New("it has gpumeter.sim.* labels but was given no GPU")
 		}
 		held := 0
 		for g := range devs {
