@@ -169,7 +169,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 	f := ledger.JobFilter{User: c.id.User, States: states, IncludeEnded: all}
 	if allUsers {
 		if c.ownOnly {
-			s.forbid(w, r, c, "jobs all_users=1", fmt.Errorf("all_users: role %s sees only their own jobs; admins and viewers list everyone's", c.id.Role))
+			s.forbid(w, r, c, "jobs all_users=1", fmt.Errorf("all_users: %s, a %s, sees only their own jobs; admins and viewers list everyone's", c.id.User, c.id.Role))
 			return
 		}
 		f.User = ""
