@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -275,22 +273,6 @@ func TestJobSubmitErrors(t *testing.T) {
 	}
 }
 
-// TestJobAsUser: as_user is honoured only from root on the agent's
-// socket; a token, even an admin's, is refused with the rule.
-func TestJobAsUser(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	body := strings.Replace(goodJob, `"gpus":1,`, `"gpus":1,"as_user":"bob",`, 1)
-	for _, caller := range []string{asAlice, asAdmin} {
-		e := f.do(t, caller, http.MethodPost, "/api/v1/jobs", strings.NewReader(body), "").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
-		if !strings.Contains(e.Message, "root on the agent's socket") {
-			t.Errorf("as_user from %s's token: %q, want the rule named", caller, e.Message)
-		}
-	}
-	if got := listIDs(t, f.get(t, asAdmin, "/api/v1/jobs?all_users=1")); len(got) != 0 {
-		t.Errorf("as_user from a token queued %v", got)
-	}
-}
-
 // TestJobActionsAudited: hold, release and cancel change the job as
 // asked, an ended job cannot be cancelled again (409 with its state),
 // and each action, with the submit, is one audit row in the ledger,
@@ -381,42 +363,5 @@ func TestJobListParams(t *testing.T) {
 		if !strings.Contains(e.Message, says) {
 			t.Errorf("GET %s: %q, want it to say %q", path, e.Message, says)
 		}
-	}
-}
-
-// TestLogStreamOutlivesWriteTimeout: a followed log goes on past the
-// server's write timeout, each write given its own window, and each part
-// reaches the client as it is written, not when the stream ends.
-func TestLogStreamOutlivesWriteTimeout(t *testing.T) {
-	const timeout = 300 * time.Millisecond
-	next := make(chan struct{})
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// As the guard hands it over: wrapped, to be unwrapped.
-		ww := &statusWriter{ResponseWriter: w}
-		sw := &streamWriter{w: ww, rc: http.NewResponseController(ww), window: writeWindow(r)}
-		for i := range 4 {
-			if _, err := fmt.Fprintf(sw, "line %d\n", i); err != nil {
-				t.Errorf("write %d: %v", i, err)
-				return
-			}
-			<-next // the client has read the line
-			time.Sleep(timeout / 2)
-		}
-	}))
-	srv.Config.WriteTimeout = timeout
-	srv.Start()
-	defer srv.Close()
-	resp, err := http.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	rd := bufio.NewReader(resp.Body)
-	for i := range 4 {
-		line, err := rd.ReadString('\n')
-		if want := fmt.Sprintf("line %d\n", i); line != want || err != nil {
-			t.Fatalf("read %q (%v), want %q: the stream was cut or held back", line, err, want)
-		}
-		next <- struct{}{}
 	}
 }
