@@ -182,7 +182,11 @@ hold secrets.`,
 			if err != nil {
 				return err
 			}
-			return c.explain(c.Logs(cmd.Context(), args[0], follow, cmd.OutOrStdout()))
+			err = c.Logs(cmd.Context(), args[0], follow, cmd.OutOrStdout())
+			if err != nil && cmd.Context().Err() != nil {
+				return nil // interrupted while following, as docker logs -f is
+			}
+			return c.explain(err)
 		},
 	}
 	cf.register(cmd)

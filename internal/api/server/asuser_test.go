@@ -81,7 +81,7 @@ func TestJobAsUserOnSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != 1 || events[0].Caller != "uid:0 (socket uid 0)" || events[0].Error != "as_user bob" || events[0].Target != job.ID {
+	if len(events) != 1 || events[0].Caller != "uid:0 (socket uid 0)" || events[0].Owner != "bob" || events[0].Target != job.ID {
 		t.Errorf("audit %+v, want root's submit for bob of %s", events, job.ID)
 	}
 }

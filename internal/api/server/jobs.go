@@ -97,10 +97,8 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 		user = body.AsUser
 	}
 	ev := audit.ToLedger(s.event(r, c, "", http.StatusOK, ""))
-	ev.Target = "" // the job's id, once the store gives it one
-	if user != c.id.User {
-		ev.Error = "as_user " + user
-	}
+	ev.Target = ""  // the job's id, once the store gives it one
+	ev.Owner = user // the caller's, or as_user's
 	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, Audit: ev})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
@@ -244,6 +242,7 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 			return
 		}
 		ev := audit.ToLedger(s.event(r, c, job.ID, http.StatusOK, ""))
+		ev.Owner = job.User
 		// What is asked is done even if the caller hangs up; a cancel
 		// waits for the container to stop, past the write timeout.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), jobActionTimeout)

@@ -319,14 +319,16 @@ func TestJobActionsAudited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type row struct{ Kind, Caller, Role, Action, Target string }
+	type row struct{ Kind, Caller, Role, Action, Target, Owner string }
 	var got []row
 	for _, e := range events {
 		if e.Target == j.ID {
-			got = append(got, row{e.Kind, e.Caller, e.Role, e.Action, e.Target})
+			got = append(got, row{e.Kind, e.Caller, e.Role, e.Action, e.Target, e.Owner})
 		}
 	}
-	alice := func(action string) row { return row{"api", "alice (token alice-laptop)", "user", action, j.ID} }
+	alice := func(action string) row {
+		return row{"api", "alice (token alice-laptop)", "user", action, j.ID, "alice"}
+	}
 	want := []row{alice("jobs.submit"), alice("jobs.hold"), alice("jobs.hold"), alice("jobs.cancel")}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("audit rows of %s (-want +got):\n%s", j.ID, diff)
