@@ -1,10 +1,15 @@
 package container
 
 import (
+	"errors"
 	"time"
 
 	mcontainer "github.com/moby/moby/api/types/container"
 )
+
+// ErrExists is wrapped by the error of a create whose container name is
+// taken: a queue job's container was created before.
+var ErrExists = errors.New("container exists")
 
 // JobContainer is the container of a queue job as its runtime reports it,
 // in any state: created, running or exited.

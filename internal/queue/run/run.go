@@ -27,7 +27,7 @@ import (
 // Engine API.
 type Engine interface {
 	// Create creates the container of s, named s.Name; a name already
-	// taken is an error wrapping ErrExists.
+	// taken is an error wrapping container.ErrExists.
 	Create(ctx context.Context, s *spec.Spec) (id string, err error)
 	Start(ctx context.Context, id string) error
 	// Inspect returns the container; one that is gone is an error
@@ -50,7 +50,7 @@ type Engine interface {
 
 // ErrExists is wrapped by Engine.Create's error when the container's
 // name is taken: the job's container was created before.
-var ErrExists = errors.New("container exists")
+var ErrExists = container.ErrExists
 
 // KindQueue is the audit kind of what the queue does by itself: start,
 // time out, end or requeue a job.
