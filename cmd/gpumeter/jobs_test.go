@@ -122,6 +122,11 @@ func TestJobCommands(t *testing.T) {
 		t.Errorf("release: %q %v", out, err)
 	}
 
+	// A job that never ran has no logs yet; the error says what it is.
+	if out, _, err = runCmd(t, "logs", "j-000001"); out != "" || err == nil || !strings.Contains(err.Error(), "409") || !strings.Contains(err.Error(), "queued") {
+		t.Errorf("logs of a queued job: %q %v, want a 409 naming its state", out, err)
+	}
+
 	// Every id is tried; the ones that fail are named.
 	out, stderr, err := runCmd(t, "cancel", "j-000001", "j-999999")
 	if out != "j-000001 cancelled\n" || err == nil || !strings.Contains(err.Error(), "could not cancel 1 of 2 jobs: j-999999") || !strings.Contains(stderr, "cancel j-999999") {
