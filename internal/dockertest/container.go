@@ -51,7 +51,7 @@ type Spec struct {
 	Labels     map[string]string
 	User       string // Config.User
 	Env        []string
-	Cmd        []string // "ignore-term" makes the sleeper ignore SIGTERM
+	Cmd        []string // "ignore-term" makes the sleeper ignore SIGTERM; see sleeperSource for the rest
 	HostConfig *mcontainer.HostConfig
 	CreateOnly bool // create, do not start
 }
@@ -110,14 +110,19 @@ func Inspect(t testing.TB, cli *client.Client, id string) mcontainer.InspectResp
 const sleeperSource = `package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 )
 
-// The container's main process: it waits for SIGTERM and exits 3, or with
-// the argument ignore-term ignores SIGTERM until it is killed.
+// The container's main process. With no argument it waits for SIGTERM
+// and exits 3. With ignore-term it ignores SIGTERM until it is killed.
+// With exit-after DURATION CODE [LINE...] it prints each LINE, waits
+// DURATION (SIGTERM still exits 3) and exits CODE. With print-every
+// DURATION TEXT it prints TEXT and a count every DURATION until SIGTERM.
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
@@ -127,6 +132,39 @@ func main() {
 	}
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
+	if len(os.Args) > 3 && os.Args[1] == "exit-after" {
+		d, err1 := time.ParseDuration(os.Args[2])
+		code, err2 := strconv.Atoi(os.Args[3])
+		if err1 != nil || err2 != nil {
+			fmt.Fprintln(os.Stderr, "usage: exit-after DURATION CODE [LINE...]")
+			os.Exit(64)
+		}
+		for _, line := range os.Args[4:] {
+			fmt.Println(line)
+		}
+		select {
+		case <-c:
+			os.Exit(3)
+		case <-time.After(d):
+			os.Exit(code)
+		}
+	}
+	if len(os.Args) > 3 && os.Args[1] == "print-every" {
+		d, err := time.ParseDuration(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "usage: print-every DURATION TEXT")
+			os.Exit(64)
+		}
+		tick := time.NewTicker(d)
+		for n := 1; ; n++ {
+			fmt.Println(os.Args[3], n)
+			select {
+			case <-c:
+				os.Exit(3)
+			case <-tick.C:
+			}
+		}
+	}
 	<-c
 	os.Exit(3)
 }
