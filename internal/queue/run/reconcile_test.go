@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -224,5 +225,57 @@ func TestLogsAndRetention(t *testing.T) {
 	})
 	if err := e.q.Logs(context.Background(), j.ID, false, &buf); !errors.Is(err, ErrLogsRemoved) {
 		t.Errorf("logs after retention: %v, want ErrLogsRemoved", err)
+	}
+}
+
+func TestJobGetsItsEnvAndLabels(t *testing.T) {
+	e := newEngineEnv(t, 1, nil)
+	req := e.sleeper()
+	req.Env = []string{"TOKEN=s3cret"}
+	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Team: "ml", Notify: []string{"start", "end"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = e.waitState(t, j.ID, queue.Running)
+	ins := dockertest.Inspect(t, e.cli, j.ContainerID)
+	env := strings.Join(ins.Config.Env, "\n")
+	for _, want := range []string{"TOKEN=s3cret", "NVIDIA_VISIBLE_DEVICES=GPU-test-0", "CUDA_DEVICE_ORDER=PCI_BUS_ID"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("container env lacks %s:\n%s", want, env)
+		}
+	}
+	if l := ins.Config.Labels; l["gpumeter.job"] != j.ID || l["gpumeter.user"] != "alice" || l["gpumeter.team"] != "ml" || ins.Config.User != "4242:4242" {
+		t.Errorf("container labels %v user %q", l, ins.Config.User)
+	}
+	if _, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(e.q.envPath(j.ID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("env file of the ended job: %v, want it removed", err)
+	}
+	e.mu.Lock()
+	var got []string
+	for _, ev := range e.events {
+		got = append(got, ev.Event+" "+ev.Job.State)
+	}
+	e.mu.Unlock()
+	if strings.Join(got, ",") != "start running,end cancelled" {
+		t.Errorf("notify events %q, want the start and the end", got)
+	}
+
+	// A job whose env values were lost (a crash during its submit) fails
+	// at start and never runs without them.
+	e.stop()
+	j2, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(e.q.envPath(j2.ID)); err != nil {
+		t.Fatal(err)
+	}
+	e.restart(t, 1)
+	got2 := e.waitState(t, j2.ID, queue.Failed)
+	if got2.Reason != "start_refused" || !strings.Contains(got2.ReasonText, "environment values are missing") {
+		t.Errorf("job without its env file: %s: %s", got2.Reason, got2.ReasonText)
 	}
 }
