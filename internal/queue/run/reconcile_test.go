@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -49,9 +50,10 @@ func TestOutsideContainerKeepsItsGPU(t *testing.T) {
 		j, _ := e.q.Job(context.Background(), b.ID)
 		return j.Reason == "outside_use" && strings.Contains(j.ReasonText, "GPU 0 is held by bob's container notebook (outside the queue)"), j.Reason + ": " + j.ReasonText
 	})
-	if s := e.q.Snapshot(); s.GPUsOutside != 1 || s.GPUsHeld != 1 {
-		t.Errorf("snapshot GPUs held %d outside %d free %d, want 1, 1, 0", s.GPUsHeld, s.GPUsOutside, s.GPUsFree)
-	}
+	dockertest.WaitFor(t, 5*time.Second, "the snapshot: 1 GPU held, 1 outside", func() (bool, string) {
+		s := e.q.Snapshot()
+		return s.GPUsOutside == 1 && s.GPUsHeld == 1 && s.GPUsFree == 0, fmt.Sprintf("%+v", s)
+	})
 	e.q.Observe(Observation{GPUs: gpus(2)}) // the notebook stopped
 	if jb := e.waitState(t, b.ID, queue.Running); jb.GPUs[0] != "GPU-test-0" {
 		t.Errorf("second job on %q, want GPU-test-0", jb.GPUs)
