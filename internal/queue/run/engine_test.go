@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -71,7 +72,7 @@ func gpus(n int) []queue.GPU {
 
 // newEngineEnv returns a queue on the real engine with n GPUs; the loop
 // runs until the test ends (or stop is called).
-func newEngineEnv(t *testing.T, n int, edit func(*Config)) *engineEnv {
+func newEngineEnv(t testing.TB, n int, edit func(*Config)) *engineEnv {
 	t.Helper()
 	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t)
@@ -101,7 +102,7 @@ func newEngineEnv(t *testing.T, n int, edit func(*Config)) *engineEnv {
 }
 
 // run starts the loop; stop ends it and waits for Run to return.
-func (e *engineEnv) run(t *testing.T) {
+func (e *engineEnv) run(t testing.TB) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.q.Run(ctx) }()
@@ -119,7 +120,7 @@ func (e *engineEnv) run(t *testing.T) {
 
 // restart drops the queue, as a crash of the agent would, and starts a
 // new one over the same store and engine.
-func (e *engineEnv) restart(t *testing.T, n int) {
+func (e *engineEnv) restart(t testing.TB, n int) {
 	t.Helper()
 	e.stop()
 	q, err := New(e.cfg)
@@ -132,7 +133,7 @@ func (e *engineEnv) restart(t *testing.T, n int) {
 }
 
 // removeJobContainers removes the job containers tests left.
-func removeJobContainers(t *testing.T, cli *client.Client) {
+func removeJobContainers(t testing.TB, cli *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -154,7 +155,7 @@ func (e *engineEnv) sleeper(cmd ...string) spec.Request {
 }
 
 // waitState waits until job id is in state.
-func (e *engineEnv) waitState(t *testing.T, id string, state queue.State) ledger.Job {
+func (e *engineEnv) waitState(t testing.TB, id string, state queue.State) ledger.Job {
 	t.Helper()
 	var j ledger.Job
 	dockertest.WaitFor(t, 30*time.Second, id+" "+string(state), func() (bool, string) {
@@ -170,7 +171,7 @@ func (e *engineEnv) waitState(t *testing.T, id string, state queue.State) ledger
 
 // stopContainer stops a job's container behind the queue's back, as its
 // process ending would: the sleeper exits 3 on SIGTERM.
-func (e *engineEnv) stopContainer(t *testing.T, cid string) {
+func (e *engineEnv) stopContainer(t testing.TB, cid string) {
 	t.Helper()
 	secs := 5
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -181,7 +182,7 @@ func (e *engineEnv) stopContainer(t *testing.T, cid string) {
 }
 
 // jobContainers counts the engine's containers of job id, by label.
-func (e *engineEnv) jobContainers(t *testing.T, id string) []mcontainer.Summary {
+func (e *engineEnv) jobContainers(t testing.TB, id string) []mcontainer.Summary {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -315,4 +316,26 @@ func TestTimeLimitKillsAJobThatIgnoresTerm(t *testing.T) {
 	if exitCode(j) != "137" {
 		t.Errorf("job that ignores SIGTERM: exit %s, want 137 (killed after stop_grace)", exitCode(j))
 	}
+}
+
+// BenchmarkReleaseToStart measures, on the real engine, the time from a
+// job's container exiting (its FinishedAt, as the engine recorded it) to
+// the next job running (its StartedAt, once the engine started it), over
+// b.N releases of one GPU with a job always waiting:
+//
+//	go test -run '^$' -bench BenchmarkReleaseToStart -benchtime 30x ./internal/queue/run/
+func BenchmarkReleaseToStart(b *testing.B) {
+	e := newEngineEnv(b, 1, nil)
+	cur := e.waitState(b, e.submit(b, "alice", e.sleeper()).ID, queue.Running)
+	lat := make([]time.Duration, 0, b.N)
+	for b.Loop() {
+		next := e.submit(b, "alice", e.sleeper())
+		e.stopContainer(b, cur.ContainerID)
+		ended := e.waitState(b, cur.ID, queue.Failed)
+		cur = e.waitState(b, next.ID, queue.Running)
+		lat = append(lat, cur.StartedAt.Sub(ended.EndedAt))
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(lat[(len(lat)*99)/100].Milliseconds()), "p99-ms")
 }
