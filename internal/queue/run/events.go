@@ -71,10 +71,10 @@ func (q *Queue) jobEnded(j ledger.Job) {
 		q.endedCounts[st]++
 	}
 	q.mu.Unlock()
-	if s != nil {
-		close(s.done)
-	}
 	q.emit(EventEnd, j)
+	if s != nil {
+		close(s.done) // last, so that whoever waits sees all of the above
+	}
 }
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names

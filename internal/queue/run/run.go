@@ -78,8 +78,10 @@ type Config struct {
 	StopGrace        time.Duration
 	MaxRequeue       int
 	MaxStartAttempts int // 0: 1
-	LogRetention     time.Duration
-	Notify           []string // "start", "end": for every job
+	// LogRetention is how long an ended job's container (and its logs)
+	// is kept before it is removed; 0 keeps it.
+	LogRetention time.Duration
+	Notify       []string // "start", "end": for every job
 	// OnEvent is called when a job starts or ends and its notify list
 	// (its own plus Notify) names that event. It must not block for
 	// long: the loop waits for it.

@@ -43,7 +43,7 @@ func lookup(user string) (spec.Identity, error) {
 
 // newEnv opens a ledger and a queue without an engine; edit adjusts the
 // config before New.
-func newEnv(t *testing.T, edit func(*Config)) *env {
+func newEnv(t testing.TB, edit func(*Config)) *env {
 	t.Helper()
 	dir := t.TempDir()
 	store, err := sqlite.Open(context.Background(), filepath.Join(dir, "ledger.db"))
@@ -86,7 +86,7 @@ func request() spec.Request {
 	return spec.Request{GPUs: 1, TimeLimit: time.Hour, Image: "img:1", Command: []string{"sleep", "1"}}
 }
 
-func (e *env) submit(t *testing.T, user string, req spec.Request) ledger.Job {
+func (e *env) submit(t testing.TB, user string, req spec.Request) ledger.Job {
 	t.Helper()
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: user, Team: "ml",
 		Audit: ledger.AuditEvent{Kind: "api", Caller: user}})
@@ -96,7 +96,7 @@ func (e *env) submit(t *testing.T, user string, req spec.Request) ledger.Job {
 	return j
 }
 
-func (e *env) auditActions(t *testing.T) []string {
+func (e *env) auditActions(t testing.TB) []string {
 	t.Helper()
 	evs, err := e.store.AuditEvents(context.Background(), ledger.Filter{})
 	if err != nil {
