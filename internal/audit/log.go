@@ -193,6 +193,29 @@ func (l *Log) Act(ctx context.Context, e Event) error {
 	return nil
 }
 
+// Recorded writes e, an event the ledger already holds (a queue job's
+// audit row, written in the job's own transaction), to the file only, and
+// returns once it is synced. Writing it to the ledger again would count
+// it twice.
+func (l *Log) Recorded(ctx context.Context, e Event) error {
+	l.fill(&e)
+	if l.file == nil {
+		l.written.Add(1)
+		return nil
+	}
+	err := l.file.Audit(ctx, e)
+	if err == nil {
+		err = l.file.Sync()
+	}
+	if err != nil {
+		l.writeErrors.Add(1)
+		l.log.Error("audit event of a recorded action not written to the file", "action", cmp.Or(e.Action, e.Kind), "err", err)
+		return err
+	}
+	l.written.Add(1)
+	return nil
+}
+
 // Observe counts e, a refusal or a read, in its window. It never blocks
 // and holds no more than the window's caps allow, however many calls
 // come.

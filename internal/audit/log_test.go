@@ -674,3 +674,23 @@ func BenchmarkObserve(b *testing.B) {
 		l.Observe(e)
 	}
 }
+
+// TestRecordedWritesTheFileOnly writes an event the ledger already holds:
+// it reaches the file, and the ledger keeps the one row it had.
+func TestRecordedWritesTheFileOnly(t *testing.T) {
+	f, s := openFile(t), openStore(t)
+	l := audit.NewLog(audit.LogConfig{File: f, Store: s, Node: "n1"})
+	e := stopEvent(1)
+	e.Action, e.Target, e.Node = "jobs.submit", "j-000001", "n1"
+	if err := s.Audit(context.Background(), []ledger.AuditEvent{audit.ToLedger(e)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Recorded(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	for name, got := range readBack(t, f, s) {
+		if diff := cmp.Diff([]audit.Event{e}, got, cmpopts.IgnoreFields(audit.Event{}, "Time")); diff != "" {
+			t.Errorf("events in the %s (-want +got):\n%s", name, diff)
+		}
+	}
+}

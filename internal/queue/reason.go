@@ -54,6 +54,11 @@ const (
 	// ReasonRequeueLimit: the job was lost more than queue.max_requeue
 	// times and was given up (state failed).
 	ReasonRequeueLimit Reason = "requeue_limit"
+	// ReasonStartRefused: the job cannot start as it is, and trying again
+	// cannot help: its environment values are missing, its request no
+	// longer passes the rules, or Docker mounted other paths than asked
+	// (state failed; the sentence says which).
+	ReasonStartRefused Reason = "start_refused"
 )
 
 // ReasonInfo describes one reason code.
@@ -83,6 +88,7 @@ var reasons = []ReasonInfo{
 	{ReasonStoppedByPolicy, false, "the waste policy stopped the job"},
 	{ReasonStartAttempts, false, "the job failed to start queue.max_start_attempts times"},
 	{ReasonRequeueLimit, false, "the job was lost more than queue.max_requeue times"},
+	{ReasonStartRefused, false, "the job cannot start as it is (environment values missing, request no longer allowed, mounts not as asked)"},
 }
 
 // Reasons returns every reason code with its meaning, waiting reasons

@@ -1,0 +1,184 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// ErrLogsRemoved is wrapped by Logs' error for a job whose container was
+// removed, queue.log_retention after it ended.
+var ErrLogsRemoved = errors.New("the job's container and its logs were removed (queue.log_retention)")
+
+// endedStates are the states a job never leaves, for the store's filter.
+var endedStates = func() []string {
+	var out []string
+	for _, s := range queue.States() {
+		if s.Ended() {
+			out = append(out, string(s))
+		}
+	}
+	return out
+}()
+
+// Job returns the job with id; an unknown id wraps ledger.ErrJobNotFound.
+func (q *Queue) Job(ctx context.Context, id string) (ledger.Job, error) {
+	return q.store.Job(ctx, id)
+}
+
+// Jobs returns the jobs f selects, oldest first. Without states, it
+// returns the live jobs, and the ended ones too with f.IncludeEnded; with
+// states, the jobs in them, ended or not.
+func (q *Queue) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error) {
+	for _, s := range f.States {
+		if _, err := queue.ParseState(s); err != nil {
+			return nil, &BadRequest{Field: "state", Text: err.Error()}
+		}
+	}
+	if len(f.States) > 0 {
+		f.IncludeEnded = true // the states named are what is asked for
+	}
+	if f.Ended == nil {
+		f.Ended = endedStates
+	}
+	return q.store.Jobs(ctx, f)
+}
+
+// Cancel cancels job id. A queued job ends at once; a starting or running
+// one is stopped (stop_grace, then killed) and Cancel returns once it has
+// ended, with its exit code kept, or when ctx ends. An ended job is a
+// *StateError. ev is written in the transaction that ends the job.
+func (q *Queue) Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+	ev = q.fill(ev, "jobs.cancel", id)
+	text := "cancelled"
+	if ev.Caller != "" {
+		text = "cancelled by " + ev.Caller
+	}
+	for {
+		j, err := q.store.Job(ctx, id)
+		if err != nil {
+			return ledger.Job{}, err
+		}
+		st, err := toState(j)
+		if err != nil {
+			return ledger.Job{}, err
+		}
+		switch {
+		case st == queue.Queued, (st == queue.Starting || st == queue.Running) && q.engine == nil:
+			out, err := q.update(ctx, id, st, queue.Cancelled, func(j *ledger.Job) {
+				j.Reason, j.ReasonText, j.EndedAt, j.GPUs = string(queue.ReasonCancelled), text, q.now().UTC(), nil
+			}, ev)
+			var se *ledger.JobStateError
+			if errors.As(err, &se) {
+				continue // it moved on meanwhile: look again
+			}
+			if err != nil {
+				return ledger.Job{}, err
+			}
+			q.jobEnded(out)
+			q.poke()
+			return out, nil
+		case st == queue.Starting || st == queue.Running:
+			done := q.askStop(id, &stop{state: queue.Cancelled, reason: queue.ReasonCancelled, text: text, audit: ev})
+			q.poke()
+			select {
+			case <-done:
+				return q.store.Job(context.WithoutCancel(ctx), id)
+			case <-ctx.Done():
+				return ledger.Job{}, fmt.Errorf("cancel %s: the job is being stopped: %w", id, ctx.Err())
+			}
+		default:
+			return ledger.Job{}, &StateError{ID: id, State: st, Action: "cancel", Want: []queue.State{queue.Queued, queue.Starting, queue.Running}}
+		}
+	}
+}
+
+// askStop records a stop of job id for the loop to make, and returns a
+// channel closed once the job has ended. A stop already asked for (a time
+// limit, an earlier cancel) keeps its cause.
+func (q *Queue) askStop(id string, s *stop) <-chan struct{} {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cur, ok := q.stops[id]; ok {
+		return cur.done
+	}
+	s.done = make(chan struct{})
+	q.stops[id] = s
+	return s.done
+}
+
+// heldText and releasedText are the sentences of a job held or just
+// released.
+const (
+	heldText     = "held: it keeps its place in the queue and starts once released"
+	releasedText = "released; waiting for the scheduler's next look"
+)
+
+// Hold keeps queued job id from starting; it keeps its place. Any other
+// state is a *StateError.
+func (q *Queue) Hold(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+	return q.setHeld(ctx, id, true, q.fill(ev, "jobs.hold", id))
+}
+
+// Release lets held job id start again, and wakes the loop.
+func (q *Queue) Release(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+	j, err := q.setHeld(ctx, id, false, q.fill(ev, "jobs.release", id))
+	if err == nil {
+		q.poke()
+	}
+	return j, err
+}
+
+func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev ledger.AuditEvent) (ledger.Job, error) {
+	action := "release"
+	if held {
+		action = "hold"
+	}
+	j, err := q.update(ctx, id, queue.Queued, queue.Queued, func(j *ledger.Job) {
+		j.Held = held
+		if held {
+			j.Reason, j.ReasonText = string(queue.ReasonHeld), heldText
+		} else if j.Reason == string(queue.ReasonHeld) {
+			j.Reason, j.ReasonText = string(queue.ReasonResources), releasedText
+		}
+	}, ev)
+	var se *ledger.JobStateError
+	if errors.As(err, &se) {
+		st, perr := queue.ParseState(se.Actual)
+		if perr != nil {
+			return ledger.Job{}, fmt.Errorf("job %s: %w", id, perr)
+		}
+		return ledger.Job{}, &StateError{ID: id, State: st, Action: action, Want: []queue.State{queue.Queued}}
+	}
+	return j, err
+}
+
+// Logs copies job id's output to w, following it while the job runs when
+// follow is set. A job that never had a container is a *StateError; one
+// whose container was removed wraps ErrLogsRemoved.
+func (q *Queue) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
+	j, err := q.store.Job(ctx, id)
+	if err != nil {
+		return err
+	}
+	if j.ContainerID == "" {
+		st, err := toState(j)
+		if err != nil {
+			return err
+		}
+		return &StateError{ID: id, State: st, Action: "logs", Want: []queue.State{queue.Running}}
+	}
+	if q.engine == nil {
+		return fmt.Errorf("logs of %s: the queue runs no containers on this agent", id)
+	}
+	err = q.engine.Logs(ctx, j.ContainerID, follow, w)
+	if errors.Is(err, container.ErrNotFound) {
+		return fmt.Errorf("logs of %s: %w", id, ErrLogsRemoved)
+	}
+	return err
+}

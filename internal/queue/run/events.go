@@ -1,0 +1,96 @@
+package run
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// Observe takes what a tick saw of the GPUs and their use outside the
+// queue, and wakes the loop when it changes what the scheduler sees: the
+// GPUs, the containers outside the queue, or a GPU's outside memory
+// crossing the threshold.
+func (q *Queue) Observe(o Observation) {
+	q.mu.Lock()
+	changed := !sameObservation(q.obs, o, q.sched)
+	q.obs = o
+	q.mu.Unlock()
+	if changed {
+		q.poke()
+	}
+}
+
+// sameObservation reports whether a and b look the same to the scheduler.
+func sameObservation(a, b Observation, cfg queue.Config) bool {
+	if !slices.Equal(a.GPUs, b.GPUs) || len(a.Outside.Containers) != len(b.Outside.Containers) {
+		return false
+	}
+	for i, c := range a.Outside.Containers {
+		d := b.Outside.Containers[i]
+		if c.Name != d.Name || c.User != d.User || !slices.Equal(c.GPUs, d.GPUs) {
+			return false
+		}
+	}
+	threshold := cfg.OutsideMemoryThreshold
+	if threshold <= 0 {
+		threshold = queue.DefaultOutsideMemoryThreshold
+	}
+	for _, g := range b.GPUs {
+		over := func(o Observation) bool {
+			return float64(o.Outside.MemoryUsed[g.UUID]) > threshold*float64(g.MemoryTotal)
+		}
+		if over(a) != over(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// ExpectStop tells the queue that the waste policy is stopping container
+// id: if it is a job's, the job ends failed with reason
+// stopped_by_policy rather than by its exit code.
+func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
+	q.mu.Lock()
+	q.containerStops[containerID] = reason
+	q.mu.Unlock()
+}
+
+// jobEnded does what follows a job's end: its environment values go, the
+// end is notified, and whoever waits for the stop is told.
+func (q *Queue) jobEnded(j ledger.Job) {
+	q.removeEnv(j.ID)
+	q.mu.Lock()
+	s := q.stops[j.ID]
+	delete(q.stops, j.ID)
+	if j.ContainerID != "" {
+		delete(q.containerStops, j.ContainerID)
+	}
+	if st, err := queue.ParseState(j.State); err == nil {
+		q.endedCounts[st]++
+	}
+	q.mu.Unlock()
+	if s != nil {
+		close(s.done)
+	}
+	q.emit(EventEnd, j)
+}
+
+// emit calls OnEvent when the job's notify list, or Config.Notify, names
+// event.
+func (q *Queue) emit(event string, j ledger.Job) {
+	if q.onEvent == nil {
+		return
+	}
+	want := slices.Contains(q.notify, event)
+	if !want {
+		var r record
+		if json.Unmarshal(j.Request, &r) == nil {
+			want = slices.Contains(r.Notify, event)
+		}
+	}
+	if want {
+		q.onEvent(JobEvent{Event: event, Job: j})
+	}
+}

@@ -1,0 +1,263 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/units"
+)
+
+// opTimeout bounds one engine call of the loop.
+const opTimeout = time.Minute
+
+func formatLimit(d time.Duration) string { return units.FormatDuration(d) }
+
+// queueEvent is an audit event of something the queue did by itself.
+func (q *Queue) queueEvent(action, id string) ledger.AuditEvent {
+	return q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed"}, action, id)
+}
+
+// start starts job j on gpus: the intent first (queued to starting, with
+// the GPUs, audited), then create under the name derived from the job id
+// (so a second create after a crash fails instead of starting the job
+// twice), a check of the mounts Docker made, and start.
+func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string) {
+	if j.ID == "" {
+		return
+	}
+	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) {
+		j.GPUs, j.Reason = gpus, ""
+		j.ReasonText = "starting on " + strings.Join(gpus, ", ")
+	}, q.queueEvent("jobs.start", j.ID))
+	if err != nil {
+		var se *ledger.JobStateError
+		if !errors.As(err, &se) {
+			q.log.Error("write a job's start intent", "job", j.ID, "err", err)
+		}
+		return
+	}
+	s, err := q.buildSpec(intent, gpus)
+	if err != nil {
+		q.failStart(ctx, intent, queue.Starting, err)
+		return
+	}
+	octx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	cid, err := q.engine.Create(octx, s)
+	if errors.Is(err, container.ErrExists) {
+		// Created before, by a life of the agent that the reconciliation
+		// did not see: settle it as the reconciliation would.
+		if jc, ierr := q.engine.Inspect(octx, s.Name); ierr == nil {
+			q.settle(ctx, l, intent, jc)
+			return
+		}
+	}
+	if err != nil {
+		q.requeueStart(ctx, l, intent, err)
+		return
+	}
+	jc, err := q.engine.Inspect(octx, cid)
+	if err == nil {
+		if verr := spec.Verify(jc.Mounts, s.HostConfig.Mounts); verr != nil {
+			q.removeContainer(ctx, cid)
+			q.failStart(ctx, intent, queue.Starting, fmt.Errorf("the engine did not mount what was asked: %w", verr))
+			return
+		}
+	}
+	if err == nil {
+		err = q.engine.Start(octx, cid)
+	}
+	if err != nil {
+		q.removeContainer(ctx, cid)
+		q.requeueStart(ctx, l, intent, err)
+		return
+	}
+	q.markRunning(ctx, intent, cid, q.now().UTC())
+}
+
+// buildSpec builds the container spec of a job from its stored request,
+// its environment values and the submitter as the host knows them now.
+func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
+	req, _, err := decodeRecord(j)
+	if err != nil {
+		return nil, err
+	}
+	if req.Env, err = q.readEnv(j); err != nil {
+		return nil, err
+	}
+	who, err := q.identity(j.User)
+	if err != nil {
+		return nil, fmt.Errorf("user %s is no longer known to this host (host.passwd_file): %w", j.User, err)
+	}
+	who.User, who.Team = j.User, j.Team
+	q.mu.Lock()
+	rules := q.rules
+	q.mu.Unlock()
+	return spec.Build(req, rules, who, j.ID, gpus, q.passing)
+}
+
+// markRunning records that job j's container runs.
+func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, startedAt time.Time) {
+	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *ledger.Job) {
+		j.ContainerID, j.StartedAt, j.ReasonText = cid, startedAt, "running on "+strings.Join(j.GPUs, ", ")
+	}, ledger.AuditEvent{})
+	if err != nil {
+		q.log.Error("record a started job", "job", j.ID, "err", err)
+		return
+	}
+	q.mu.Lock()
+	q.wait.observe(out.StartedAt.Sub(out.SubmittedAt))
+	q.mu.Unlock()
+	q.emit(EventStart, out)
+}
+
+// requeueStart puts a job whose start failed back in the queue with
+// start_failed and the error, or fails it after max_start_attempts.
+func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause error) {
+	if j.Attempts+1 >= q.maxStartAttempts {
+		q.fail(ctx, j, queue.Starting, queue.ReasonStartAttempts,
+			fmt.Sprintf("failed to start %d times (queue.max_start_attempts); last: %v", j.Attempts+1, cause), j.Attempts+1)
+		return
+	}
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+		j.GPUs, j.ContainerID, j.Attempts = nil, "", j.Attempts+1
+		j.Reason = string(queue.ReasonStartFailed)
+		j.ReasonText = fmt.Sprintf("start %d failed, trying again: %v", j.Attempts, cause)
+	}, q.queueEvent("jobs.start_failed", j.ID))
+	if err != nil {
+		q.log.Error("put a job that failed to start back in the queue", "job", j.ID, "err", err)
+		return
+	}
+	l.retryAt[j.ID] = q.now().Add(time.Duration(j.Attempts+1) * retryAfter)
+}
+
+// failStart fails a job that cannot start as it is.
+func (q *Queue) failStart(ctx context.Context, j ledger.Job, from queue.State, cause error) {
+	q.fail(ctx, j, from, queue.ReasonStartRefused, "cannot start: "+cause.Error(), j.Attempts)
+}
+
+func (q *Queue) fail(ctx context.Context, j ledger.Job, from queue.State, reason queue.Reason, text string, attempts int) {
+	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *ledger.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = string(reason), text, q.now().UTC(), attempts
+	}, q.queueEvent("jobs.fail", j.ID))
+	if err != nil {
+		q.log.Error("fail a job", "job", j.ID, "err", err)
+		return
+	}
+	q.jobEnded(out)
+}
+
+// removeContainer removes a container the queue created and will not use.
+func (q *Queue) removeContainer(ctx context.Context, cid string) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	if err := q.engine.Remove(rctx, cid); err != nil {
+		q.log.Warn("remove a job container", "container", cid, "err", err)
+	}
+}
+
+// died looks at container cid, which died (or was told to stop), and
+// ends its job when it ran.
+func (q *Queue) died(ctx context.Context, l *loop, cid string) {
+	ictx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	jc, err := q.engine.Inspect(ictx, cid)
+	if errors.Is(err, container.ErrNotFound) {
+		// Removed before it was looked at: its job, if it ran, is lost.
+		l.reconciled = false
+		return
+	}
+	if err != nil {
+		q.log.Warn("inspect a job container that died", "container", cid, "err", err)
+		l.reconciled = false
+		return
+	}
+	if jc.JobID == "" || jc.Running {
+		return
+	}
+	j, err := q.store.Job(ctx, jc.JobID)
+	if err != nil || j.State != string(queue.Running) || j.ContainerID != jc.ID {
+		return
+	}
+	q.finish(ctx, l, j, jc)
+}
+
+// finish ends running job j, whose container jc exited, with the state
+// its cause gives: a cancel, a time limit, the policy, or its exit code.
+func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+	exit := jc.ExitCode
+	state, reason := queue.Succeeded, queue.ReasonExitCode
+	text := fmt.Sprintf("exited with code %d", exit)
+	ev := q.queueEvent("jobs.end", j.ID)
+	q.mu.Lock()
+	s := q.stops[j.ID]
+	policy, byPolicy := q.containerStops[jc.ID]
+	q.mu.Unlock()
+	switch {
+	case s != nil:
+		state, reason, ev = s.state, s.reason, s.audit
+		text = fmt.Sprintf("%s (exit code %d)", s.text, exit)
+	case byPolicy:
+		state, reason = queue.Failed, policy
+		text = fmt.Sprintf("stopped by the waste policy (exit code %d)", exit)
+	case exit != 0:
+		state = queue.Failed
+		if jc.OOMKilled {
+			text += ", killed for memory (--memory)"
+		}
+	}
+	ended := jc.FinishedAt
+	if ended.IsZero() {
+		ended = q.now()
+	}
+	out, err := q.update(ctx, j.ID, queue.Running, state, func(j *ledger.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.ExitCode = string(reason), text, ended.UTC(), &exit
+	}, ev)
+	if err != nil {
+		q.log.Error("end a job", "job", j.ID, "err", err)
+		return
+	}
+	if q.logRetention > 0 {
+		l.retention[jc.ID] = ended.Add(q.logRetention)
+	}
+	q.jobEnded(out)
+}
+
+// markLost records that job j's container vanished with no exit code,
+// then requeues or fails it.
+func (q *Queue) markLost(ctx context.Context, j ledger.Job, from queue.State) {
+	out, err := q.update(ctx, j.ID, from, queue.Lost, func(j *ledger.Job) {
+		j.ReasonText = "its container vanished with no exit code"
+	}, q.queueEvent("jobs.lost", j.ID))
+	if err != nil {
+		q.log.Error("mark a job lost", "job", j.ID, "err", err)
+		return
+	}
+	q.resolveLost(ctx, out)
+}
+
+// resolveLost puts a lost job back in the queue, up to max_requeue
+// times, and fails it after.
+func (q *Queue) resolveLost(ctx context.Context, j ledger.Job) {
+	if j.Requeues >= q.maxRequeue {
+		q.fail(ctx, j, queue.Lost, queue.ReasonRequeueLimit,
+			fmt.Sprintf("its container vanished with no exit code, and it was requeued %d times already (queue.max_requeue)", j.Requeues), j.Attempts)
+		return
+	}
+	_, err := q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *ledger.Job) {
+		j.Requeues++
+		j.GPUs, j.ContainerID, j.StartedAt = nil, "", time.Time{}
+		j.Reason = string(queue.ReasonLostRequeued)
+		j.ReasonText = fmt.Sprintf("its container vanished with no exit code; back in the queue (requeue %d of %d)", j.Requeues, q.maxRequeue)
+	}, q.queueEvent("jobs.requeue", j.ID))
+	if err != nil {
+		q.log.Error("requeue a lost job", "job", j.ID, "err", err)
+	}
+}

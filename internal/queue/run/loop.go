@@ -1,0 +1,302 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// retryAfter is how long a job whose start failed waits, times its
+// attempts, before it is tried again: a Docker error seldom passes at once.
+const retryAfter = 2 * time.Second
+
+// live are the states a pass loads.
+var live = []string{string(queue.Queued), string(queue.Starting), string(queue.Running), string(queue.Lost)}
+
+// loop is the state only Run's goroutine touches.
+type loop struct {
+	stopped    chan string // containers a Stop call returned for
+	stops      sync.WaitGroup
+	retention  map[string]time.Time // container id -> when to remove it
+	retryAt    map[string]time.Time // job id -> no start before
+	reconciled bool
+}
+
+// Run reconciles the store with the engine's job containers, then runs
+// the event loop until ctx ends, and returns nil then, once every stop it
+// began has returned. Without an Engine it returns at once. A pass runs on
+// every event: a submission, a cancel, a release, a job container's
+// death, an Observation that changed, a time limit, a log's retention;
+// never on a poll.
+func (q *Queue) Run(ctx context.Context) error {
+	if q.engine == nil {
+		return nil
+	}
+	l := &loop{stopped: make(chan string, 16), retention: map[string]time.Time{}, retryAt: map[string]time.Time{}}
+	defer l.stops.Wait()
+	evs := q.engine.Events(ctx) // before the reconciliation, so no death is missed
+	q.cleanTemps(time.Hour)
+	q.countEnded(ctx)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if !l.reconciled {
+			if err := q.reconcile(ctx, l); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				q.log.Error("reconcile the queue's jobs with their containers", "err", err)
+			} else {
+				l.reconciled = true
+			}
+		}
+		next := q.pass(ctx, l)
+		if !l.reconciled {
+			next = minTime(next, q.now().Add(5*time.Second))
+		}
+		timer.Reset(untilOrHour(next, q.now()))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-q.wake:
+		case <-timer.C:
+		case id := <-l.stopped:
+			q.died(ctx, l, id)
+		case id, ok := <-evs:
+			switch {
+			case !ok:
+				evs = nil
+			case id == "":
+				l.reconciled = false // the stream was down: look at everything again
+			default:
+				q.died(ctx, l, id)
+			}
+		}
+	}
+}
+
+// countEnded loads the number of jobs in each ended state, once.
+func (q *Queue) countEnded(ctx context.Context) {
+	js, err := q.store.Jobs(ctx, ledger.JobFilter{States: endedStates, IncludeEnded: true})
+	if err != nil {
+		q.log.Warn("count the ended jobs for metrics", "err", err)
+		return
+	}
+	q.mu.Lock()
+	for _, j := range js {
+		q.endedCounts[queue.State(j.State)]++
+	}
+	q.mu.Unlock()
+}
+
+// pass makes one scheduling pass and returns when the next timer is due
+// (zero: none).
+func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
+	jobs, err := q.store.ActiveJobs(ctx, live...)
+	if err != nil {
+		if ctx.Err() == nil {
+			q.log.Error("load the queue's jobs", "err", err)
+		}
+		return q.now().Add(5 * time.Second)
+	}
+	now := q.now()
+	var next time.Time
+	q.mu.Lock()
+	obs, cfg := q.obs, q.sched
+	q.mu.Unlock()
+
+	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now}
+	byID := make(map[string]ledger.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+		switch queue.State(j.State) {
+		case queue.Lost:
+			q.resolveLost(ctx, j)
+		case queue.Queued:
+			if s := q.pendingStop(j.ID); s != nil {
+				q.cancelQueued(ctx, j, s)
+				continue
+			}
+			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held})
+		case queue.Starting, queue.Running:
+			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit})
+			if j.State == string(queue.Running) {
+				next = minTime(next, q.enforce(ctx, l, j, now))
+			}
+		}
+	}
+	plan := queue.Schedule(in)
+	for _, s := range plan.Starts {
+		if at, ok := l.retryAt[s.JobID]; ok && now.Before(at) {
+			next = minTime(next, at)
+			continue
+		}
+		delete(l.retryAt, s.JobID)
+		q.start(ctx, l, byID[s.JobID], s.GPUs)
+	}
+	for _, w := range plan.Waits {
+		q.writeWait(ctx, byID[w.JobID], w)
+	}
+	for cid, at := range l.retention {
+		if !now.Before(at) {
+			if err := q.engine.Remove(ctx, cid); err != nil {
+				q.log.Warn("remove an ended job's container", "container", cid, "err", err)
+				continue
+			}
+			delete(l.retention, cid)
+			continue
+		}
+		next = minTime(next, at)
+	}
+	q.updateSnapshot(ctx, obs, cfg)
+	return next
+}
+
+// enforce asks for the stops a running job is due: a cancel or a time
+// limit. It returns when its time limit is due, or zero.
+func (q *Queue) enforce(ctx context.Context, l *loop, j ledger.Job, now time.Time) time.Time {
+	var due time.Time
+	if j.TimeLimit > 0 && !j.StartedAt.IsZero() {
+		due = j.StartedAt.Add(j.TimeLimit)
+		if !now.Before(due) {
+			q.askStop(j.ID, &stop{state: queue.Timeout, reason: queue.ReasonTimeLimit,
+				text:  "reached its time limit of " + formatLimit(j.TimeLimit) + " and was stopped",
+				audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed"}, "jobs.timeout", j.ID)})
+			due = time.Time{}
+		}
+	}
+	q.mu.Lock()
+	s := q.stops[j.ID]
+	send := s != nil && !s.sent && j.ContainerID != ""
+	if send {
+		s.sent = true
+	}
+	q.mu.Unlock()
+	if send {
+		q.sendStop(ctx, l, j.ContainerID)
+		return time.Time{}
+	}
+	if s != nil {
+		return time.Time{}
+	}
+	return due
+}
+
+// sendStop stops a container without holding up the loop; once Stop
+// returns, the loop looks at the container as at a death.
+func (q *Queue) sendStop(ctx context.Context, l *loop, cid string) {
+	l.stops.Add(1)
+	go func() {
+		defer l.stops.Done()
+		if err := q.engine.Stop(ctx, cid, q.stopGrace); err != nil && ctx.Err() == nil {
+			q.log.Warn("stop a job's container", "container", cid, "err", err)
+		}
+		select {
+		case l.stopped <- cid:
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// pendingStop returns the stop asked for job id, or nil.
+func (q *Queue) pendingStop(id string) *stop {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.stops[id]
+}
+
+// cancelQueued ends a queued job a cancel was asked for while it was
+// starting (its start failed, and it went back to the queue).
+func (q *Queue) cancelQueued(ctx context.Context, j ledger.Job, s *stop) {
+	out, err := q.update(ctx, j.ID, queue.Queued, s.state, func(j *ledger.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.GPUs = string(s.reason), s.text, q.now().UTC(), nil
+	}, s.audit)
+	if err != nil {
+		q.log.Warn("cancel a job back in the queue", "job", j.ID, "err", err)
+		return
+	}
+	q.jobEnded(out)
+}
+
+// writeWait writes a waiting job's reason when it changed. A job whose
+// last start failed keeps start_failed, with the error, until it starts.
+func (q *Queue) writeWait(ctx context.Context, j ledger.Job, w queue.Wait) {
+	if j.ID == "" || j.Reason == string(queue.ReasonStartFailed) && w.Reason == queue.ReasonResources ||
+		j.Reason == string(w.Reason) && j.ReasonText == w.Text {
+		return
+	}
+	_, err := q.store.UpdateJob(ctx, j.ID, string(queue.Queued), func(j *ledger.Job) {
+		j.Reason, j.ReasonText = string(w.Reason), w.Text
+	}, ledger.AuditEvent{})
+	var se *ledger.JobStateError
+	if err != nil && !errors.As(err, &se) {
+		q.log.Warn("write a waiting job's reason", "job", j.ID, "err", err)
+	}
+}
+
+// updateSnapshot recounts the jobs and GPUs for metrics.
+func (q *Queue) updateSnapshot(ctx context.Context, obs Observation, cfg queue.Config) {
+	jobs, err := q.store.ActiveJobs(ctx, live...)
+	if err != nil {
+		return
+	}
+	s := q.emptySnapshot()
+	held := map[string]bool{}
+	for _, j := range jobs {
+		s.Jobs[queue.State(j.State)]++
+		if j.State == string(queue.Starting) || j.State == string(queue.Running) {
+			for _, g := range j.GPUs {
+				held[g] = true
+			}
+		}
+	}
+	outside := map[string]bool{}
+	for _, c := range obs.Outside.Containers {
+		for _, g := range c.GPUs {
+			outside[g] = true
+		}
+	}
+	threshold := cfg.OutsideMemoryThreshold
+	if threshold <= 0 {
+		threshold = queue.DefaultOutsideMemoryThreshold
+	}
+	for _, g := range obs.GPUs {
+		switch {
+		case held[g.UUID]:
+			s.GPUsHeld++
+		case outside[g.UUID] || float64(obs.Outside.MemoryUsed[g.UUID]) > threshold*float64(g.MemoryTotal):
+			s.GPUsOutside++
+		default:
+			s.GPUsFree++
+		}
+	}
+	q.mu.Lock()
+	for st, n := range q.endedCounts {
+		s.Jobs[st] = n
+	}
+	q.snap = s
+	q.mu.Unlock()
+}
+
+func minTime(a, b time.Time) time.Time {
+	switch {
+	case a.IsZero():
+		return b
+	case b.IsZero() || a.Before(b):
+		return a
+	}
+	return b
+}
+
+// untilOrHour is how long to wait for t: an hour at most, for a zero t
+// too, so that a clock jump is never waited out for long.
+func untilOrHour(t, now time.Time) time.Duration {
+	if t.IsZero() {
+		return time.Hour
+	}
+	return min(max(t.Sub(now), time.Millisecond), time.Hour)
+}

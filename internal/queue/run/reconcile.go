@@ -1,0 +1,111 @@
+package run
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// reconcile sets the store and the engine's job containers straight, at
+// start-up and whenever the events stream was down:
+//
+//   - a starting or running job whose container runs is adopted (running);
+//   - one whose container exited is ended with its exit code;
+//   - a starting job whose container was created but never started, or
+//     was never created, goes back to the queue: it never ran, so it
+//     cannot run twice;
+//   - a running job whose container is gone is lost (requeued or failed);
+//   - a container whose job is not starting or running is stopped when it
+//     runs (no job runs twice), and removed once past log retention.
+func (q *Queue) reconcile(ctx context.Context, l *loop) error {
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	cs, err := q.engine.List(lctx)
+	if err != nil {
+		return err
+	}
+	active, err := q.store.ActiveJobs(ctx, string(queue.Starting), string(queue.Running))
+	if err != nil {
+		return err
+	}
+	byJob := make(map[string]container.JobContainer, len(cs))
+	for _, c := range cs {
+		byJob[c.JobID] = c
+	}
+	isActive := make(map[string]bool, len(active))
+	for _, j := range active {
+		isActive[j.ID] = true
+		jc, ok := byJob[j.ID]
+		if ok {
+			q.settle(ctx, l, j, jc)
+			continue
+		}
+		if j.State == string(queue.Starting) {
+			q.backToQueue(ctx, j, "the agent stopped before the job's container was created; back in the queue")
+		} else {
+			q.markLost(ctx, j, queue.Running)
+		}
+	}
+	for _, c := range cs {
+		if c.JobID == "" || isActive[c.JobID] {
+			continue
+		}
+		j, err := q.store.Job(ctx, c.JobID)
+		ended := err == nil && queue.State(j.State).Ended()
+		switch {
+		case c.Running:
+			q.log.Warn("a job container runs while its job does not; stopping it", "container", c.ID, "job", c.JobID, "state", j.State)
+			q.removeContainer(ctx, c.ID)
+		case ended && q.logRetention > 0:
+			l.retention[c.ID] = j.EndedAt.Add(q.logRetention)
+		case !ended:
+			q.removeContainer(ctx, c.ID) // never ran for a live job, or its job is unknown
+		}
+	}
+	return nil
+}
+
+// settle sets starting or running job j straight with its container jc.
+func (q *Queue) settle(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+	st := queue.State(j.State)
+	switch {
+	case jc.Running:
+		if st == queue.Starting {
+			q.markRunning(ctx, j, jc.ID, jc.StartedAt.UTC())
+		} else if j.ContainerID != jc.ID {
+			q.log.Warn("adopt a job container under another id", "job", j.ID, "container", jc.ID)
+		}
+	case jc.Exited:
+		if st == queue.Starting {
+			q.markRunning(ctx, j, jc.ID, jc.StartedAt.UTC())
+			var err error
+			if j, err = q.store.Job(ctx, j.ID); err != nil || j.State != string(queue.Running) {
+				return
+			}
+		}
+		if j.ContainerID == "" {
+			j.ContainerID = jc.ID
+		}
+		q.finish(ctx, l, j, jc)
+	case st == queue.Starting:
+		q.removeContainer(ctx, jc.ID)
+		q.backToQueue(ctx, j, "the agent stopped between creating the job's container and starting it; back in the queue")
+	default:
+		q.removeContainer(ctx, jc.ID)
+		q.markLost(ctx, j, st)
+	}
+}
+
+// backToQueue puts a starting job that never ran back in the queue.
+func (q *Queue) backToQueue(ctx context.Context, j ledger.Job, text string) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+		j.GPUs, j.ContainerID = nil, ""
+		j.Reason, j.ReasonText = string(queue.ReasonStartFailed), text
+	}, q.queueEvent("jobs.requeue", j.ID))
+	if err != nil {
+		q.log.Error(fmt.Sprintf("requeue job %s", j.ID), "err", err)
+	}
+}

@@ -1,0 +1,313 @@
+// Package run is the GPU queue's runtime: the service the API calls
+// (submit, list, cancel, hold, release, logs) over the ledger's job
+// store, and the launcher, one goroutine that runs the pure scheduler on
+// events (a submission, a cancel, a release, a job container's death, a
+// change in use outside the queue, a time limit) and starts, stops and
+// reconciles job containers through an Engine.
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+)
+
+// Engine runs job containers. *docker.Jobs implements it over the Docker
+// Engine API.
+type Engine interface {
+	// Create creates the container of s, named s.Name; a name already
+	// taken is an error wrapping container.ErrExists.
+	Create(ctx context.Context, s *spec.Spec) (id string, err error)
+	Start(ctx context.Context, id string) error
+	// Inspect returns the container; one that is gone is an error
+	// wrapping container.ErrNotFound.
+	Inspect(ctx context.Context, id string) (container.JobContainer, error)
+	// Stop stops the container: SIGTERM, then a kill after grace.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Remove removes the container by force; one that is gone is fine.
+	Remove(ctx context.Context, id string) error
+	// Logs copies the container's output to w, following it while it
+	// runs when follow is set.
+	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
+	// List returns every container labelled gpumeter.job, in any state.
+	List(ctx context.Context) ([]container.JobContainer, error)
+	// Events sends the ids of job containers that died. It reconnects by
+	// itself, sending "" after a reconnection (anything may have died
+	// meanwhile), and is closed once ctx ends.
+	Events(ctx context.Context) <-chan string
+}
+
+// ErrExists is wrapped by Engine.Create's error when the container's
+// name is taken: the job's container was created before.
+var ErrExists = container.ErrExists
+
+// KindQueue is the audit kind of what the queue does by itself: start,
+// time out, end or requeue a job.
+const KindQueue = "queue"
+
+// Notify events.
+const (
+	EventStart = "start"
+	EventEnd   = "end"
+)
+
+// Config configures a Queue.
+type Config struct {
+	Store ledger.JobStore
+	// Engine runs the containers; nil keeps and lists jobs and starts
+	// none (Run returns at once).
+	Engine  Engine
+	Rules   spec.Rules
+	Sched   queue.Config
+	Passing spec.GPUPassing
+	// Identity looks a user up in the host's passwd and group files.
+	Identity         func(user string) (spec.Identity, error)
+	Node             string
+	DefaultTimeLimit time.Duration // 0: a request without one is refused
+	StopGrace        time.Duration
+	MaxRequeue       int
+	MaxStartAttempts int // 0: 1
+	LogRetention     time.Duration
+	Notify           []string // "start", "end": for every job
+	// OnEvent is called when a job starts or ends and its notify list
+	// (its own plus Notify) names that event. It must not block for
+	// long: the loop waits for it.
+	OnEvent func(JobEvent)
+	// Audited writes an event the store already committed (in a job's
+	// own transaction) to the audit log's file too; nil: nothing more.
+	Audited func(ctx context.Context, e ledger.AuditEvent)
+	// EnvDir keeps the environment values of jobs (0700 directory, 0600
+	// files), which the ledger never holds; a job's file is removed when
+	// the job ends.
+	EnvDir string
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// JobEvent is a job that started or ended, for notifications.
+type JobEvent struct {
+	Event string // start or end
+	Job   ledger.Job
+}
+
+// BadRequest is a request the queue cannot take as it is, naming the
+// field at fault. The API answers it with a 400.
+type BadRequest struct {
+	Field string
+	Text  string
+}
+
+func (e *BadRequest) Error() string { return e.Field + ": " + e.Text }
+
+// StateError is an action on a job in a state that does not allow it.
+// The API answers it with a 409.
+type StateError struct {
+	ID     string
+	State  queue.State   // the state the job is in
+	Want   []queue.State // the states the action needs
+	Action string        // cancel, hold, release
+}
+
+func (e *StateError) Error() string {
+	want := make([]string, len(e.Want))
+	for i, s := range e.Want {
+		want[i] = string(s)
+	}
+	return fmt.Sprintf("job %s is %s; %s needs it %s", e.ID, e.State, e.Action, strings.Join(want, " or "))
+}
+
+// Queue is the job queue of one node.
+type Queue struct {
+	store  ledger.JobStore
+	engine Engine
+	log    *slog.Logger
+	now    func() time.Time
+
+	// fixed settings
+	node             string
+	passing          spec.GPUPassing
+	identity         func(string) (spec.Identity, error)
+	stopGrace        time.Duration
+	maxRequeue       int
+	maxStartAttempts int
+	logRetention     time.Duration
+	notify           []string
+	onEvent          func(JobEvent)
+	audited          func(context.Context, ledger.AuditEvent)
+	envDir           string
+
+	wake chan struct{}
+
+	mu sync.Mutex
+	// settings that Reload changes
+	rules            spec.Rules
+	sched            queue.Config
+	defaultTimeLimit time.Duration
+	obs              Observation
+	// stops are the causes of stops asked for, by job id (cancel, time
+	// limit) or by container id (the policy).
+	stops          map[string]*stop
+	containerStops map[string]queue.Reason
+	snap           Snapshot
+	wait           waitHistogram
+	// endedCounts counts the jobs in ended states, loaded once by Run
+	// and kept by jobEnded, so that no pass reads every ended job.
+	endedCounts map[queue.State]int
+}
+
+// stop is a stop the loop is asked to make, or has made, of a job's
+// container; done is closed once the job has ended.
+type stop struct {
+	state  queue.State // the state the job ends in
+	reason queue.Reason
+	text   string
+	audit  ledger.AuditEvent
+	sent   bool // the container was told to stop
+	done   chan struct{}
+}
+
+// New returns a queue for cfg. It creates cfg.EnvDir when missing.
+func New(cfg Config) (*Queue, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("queue: no job store")
+	case cfg.Identity == nil:
+		return nil, errors.New("queue: no identity lookup (host.passwd_file)")
+	case cfg.EnvDir == "":
+		return nil, errors.New("queue: no directory for the jobs' environment values")
+	case cfg.DefaultTimeLimit < 0, cfg.StopGrace < 0, cfg.LogRetention < 0, cfg.MaxRequeue < 0, cfg.MaxStartAttempts < 0:
+		return nil, errors.New("queue: default_time_limit, stop_grace, log_retention, max_requeue and max_start_attempts may not be negative")
+	}
+	for _, n := range cfg.Notify {
+		if n != EventStart && n != EventEnd {
+			return nil, fmt.Errorf("queue.notify: %q is not start or end", n)
+		}
+	}
+	if cfg.Engine != nil {
+		switch cfg.Passing {
+		case spec.DeviceRequests, spec.CDI, spec.Env:
+		default:
+			return nil, fmt.Errorf("queue: gpu passing %q is not device_requests, cdi or env", cfg.Passing)
+		}
+	}
+	if err := cfg.Rules.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.EnvDir, 0o700); err != nil {
+		return nil, fmt.Errorf("queue: env dir: %w", err)
+	}
+	if err := os.Chmod(cfg.EnvDir, 0o700); err != nil {
+		return nil, fmt.Errorf("queue: env dir: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	q := &Queue{
+		store: cfg.Store, engine: cfg.Engine, log: log.With("component", "queue"), now: now,
+		node: cfg.Node, passing: cfg.Passing, identity: cfg.Identity,
+		stopGrace: cfg.StopGrace, maxRequeue: cfg.MaxRequeue, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
+		logRetention: cfg.LogRetention, notify: append([]string(nil), cfg.Notify...),
+		onEvent: cfg.OnEvent, audited: cfg.Audited, envDir: cfg.EnvDir,
+		wake:  make(chan struct{}, 1),
+		rules: cfg.Rules, sched: cfg.Sched, defaultTimeLimit: cfg.DefaultTimeLimit,
+		stops: map[string]*stop{}, containerStops: map[string]queue.Reason{},
+		wait: newWaitHistogram(), endedCounts: map[queue.State]int{},
+	}
+	q.snap = q.emptySnapshot()
+	return q, nil
+}
+
+// Reload takes the settings a SIGHUP may change, and wakes the loop: a
+// higher cap or a new pattern may let a job start.
+func (q *Queue) Reload(rules spec.Rules, sched queue.Config, defaultTimeLimit time.Duration) error {
+	if err := rules.Validate(); err != nil {
+		return err
+	}
+	if defaultTimeLimit < 0 {
+		return errors.New("queue.default_time_limit may not be negative")
+	}
+	q.mu.Lock()
+	q.rules, q.sched, q.defaultTimeLimit = rules, sched, defaultTimeLimit
+	q.mu.Unlock()
+	q.poke()
+	return nil
+}
+
+// poke wakes the loop without blocking.
+func (q *Queue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// auditedLater hands an event the store committed to Config.Audited.
+func (q *Queue) auditedLater(ctx context.Context, e ledger.AuditEvent) {
+	if q.audited != nil && e.Kind != "" {
+		q.audited(ctx, e)
+	}
+}
+
+// fill completes an audit event of an action on job id.
+func (q *Queue) fill(e ledger.AuditEvent, action, id string) ledger.AuditEvent {
+	if e.Time.IsZero() {
+		e.Time = q.now()
+	}
+	if e.Node == "" {
+		e.Node = q.node
+	}
+	if e.Action == "" {
+		e.Action = action
+	}
+	if e.Target == "" {
+		e.Target = id
+	}
+	if e.Kind == "" {
+		e.Kind = KindQueue
+	}
+	return e
+}
+
+// toState returns the job's state, checked against the state table.
+func toState(j ledger.Job) (queue.State, error) {
+	s, err := queue.ParseState(j.State)
+	if err != nil {
+		return "", fmt.Errorf("job %s: %w", j.ID, err)
+	}
+	return s, nil
+}
+
+// update writes a change of job id from state from, checking the
+// transition table first when the change moves it to another state.
+func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev ledger.AuditEvent) (ledger.Job, error) {
+	if from != to {
+		if err := queue.Transition(from, to); err != nil {
+			return ledger.Job{}, fmt.Errorf("job %s: %w", id, err)
+		}
+	}
+	j, err := q.store.UpdateJob(ctx, id, string(from), func(j *ledger.Job) {
+		change(j)
+		j.State = string(to)
+	}, ev)
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	q.auditedLater(ctx, ev)
+	return j, nil
+}

@@ -1,0 +1,79 @@
+package run
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// Observation is what a tick saw of the host: its GPUs and their use
+// outside the queue.
+type Observation struct {
+	GPUs    []queue.GPU
+	Outside queue.Outside
+}
+
+// Snapshot is the queue's state for metrics, kept current by the loop.
+type Snapshot struct {
+	// Jobs counts the jobs in each state; every state is present.
+	Jobs map[queue.State]int
+	// GPUsHeld are held by jobs, GPUsOutside taken by use outside the
+	// queue, GPUsFree neither.
+	GPUsHeld, GPUsFree, GPUsOutside int
+	// WaitBounds and WaitCounts are a cumulative histogram of the seconds
+	// from submit to running; WaitCounts has one more count, for +Inf.
+	WaitBounds []float64
+	WaitCounts []uint64
+	WaitSum    float64
+	WaitCount  uint64
+}
+
+// waitBounds are the histogram's upper bounds in seconds: a second to a
+// day.
+var waitBounds = []float64{1, 5, 15, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400}
+
+type waitHistogram struct {
+	counts []uint64 // per bucket, not cumulative; the last is +Inf
+	sum    float64
+	n      uint64
+}
+
+func newWaitHistogram() waitHistogram {
+	return waitHistogram{counts: make([]uint64, len(waitBounds)+1)}
+}
+
+func (h *waitHistogram) observe(d time.Duration) {
+	s := max(d.Seconds(), 0)
+	i, _ := slices.BinarySearch(waitBounds, s)
+	h.counts[i]++
+	h.sum += s
+	h.n++
+}
+
+// Snapshot returns the queue's state for metrics; it is cheap and never
+// waits on the store.
+func (q *Queue) Snapshot() Snapshot {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	s := q.snap
+	s.Jobs = maps.Clone(q.snap.Jobs)
+	s.WaitBounds = slices.Clone(waitBounds)
+	s.WaitCounts = make([]uint64, len(q.wait.counts))
+	var c uint64
+	for i, n := range q.wait.counts {
+		c += n
+		s.WaitCounts[i] = c
+	}
+	s.WaitSum, s.WaitCount = q.wait.sum, q.wait.n
+	return s
+}
+
+func (q *Queue) emptySnapshot() Snapshot {
+	s := Snapshot{Jobs: map[queue.State]int{}}
+	for _, st := range queue.States() {
+		s.Jobs[st] = 0
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/units"
+)
+
+// Submission is a job request with who submits it.
+type Submission struct {
+	Request spec.Request
+	// User and Team are the submitter, as the API authenticated them (or
+	// as_user from root on the socket); never a body field.
+	User, Team string
+	Notify     []string // start, end
+	// Audit is written in the job's own transaction, its Target set to
+	// the job's id.
+	Audit ledger.AuditEvent
+}
+
+// record is the request as the ledger keeps it (Job.Request): everything
+// Build needs but the environment values, which stay in EnvDir.
+type record struct {
+	GPUs      int      `json:"gpus"`
+	TimeLimit string   `json:"time_limit"`
+	Image     string   `json:"image"`
+	Name      string   `json:"name,omitempty"`
+	EnvKeys   []string `json:"env_keys,omitempty"`
+	Mounts    []string `json:"mounts,omitempty"`
+	Workdir   string   `json:"workdir,omitempty"`
+	CPUs      float64  `json:"cpus,omitempty"`
+	Memory    uint64   `json:"memory,omitempty"`
+	ShmSize   uint64   `json:"shm_size,omitempty"`
+	Publish   []string `json:"publish,omitempty"`
+	Command   []string `json:"command"`
+	Notify    []string `json:"notify,omitempty"`
+}
+
+func recordOf(req spec.Request, keys, notify []string) record {
+	return record{
+		GPUs: req.GPUs, TimeLimit: units.FormatDuration(req.TimeLimit), Image: req.Image, Name: req.Name,
+		EnvKeys: keys, Mounts: req.Mounts, Workdir: req.Workdir, CPUs: req.CPUs, Memory: req.Memory,
+		ShmSize: req.ShmSize, Publish: req.Publish, Command: req.Command, Notify: notify,
+	}
+}
+
+// decodeRecord reads a job's stored request back; env is left to the
+// caller, who reads it from EnvDir.
+func decodeRecord(j ledger.Job) (spec.Request, record, error) {
+	var r record
+	if err := json.Unmarshal(j.Request, &r); err != nil {
+		return spec.Request{}, r, fmt.Errorf("job %s: stored request: %w", j.ID, err)
+	}
+	req := spec.Request{
+		GPUs: r.GPUs, TimeLimit: j.TimeLimit, Image: r.Image, Name: r.Name, Mounts: r.Mounts,
+		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Publish: r.Publish, Command: r.Command,
+	}
+	return req, r, nil
+}
+
+// submittedText is the sentence of a job no pass has looked at yet.
+const submittedText = "submitted; waiting for the scheduler's first look"
+
+// Submit checks s against the queue's rules and adds it as a queued job.
+// A request that breaks a rule is a *spec.Refusal, one the queue cannot
+// take as it is a *BadRequest. The environment values go to EnvDir, never
+// to the ledger.
+//
+// The values are written to a temporary file first and renamed to the
+// job's once the store has given it an id. A crash between the two
+// leaves a job whose env file is missing: it fails at start with a reason
+// that says so, and never runs without its environment.
+func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
+	q.mu.Lock()
+	rules, defaultLimit := q.rules, q.defaultTimeLimit
+	q.mu.Unlock()
+
+	req := s.Request
+	if s.User == "" {
+		return ledger.Job{}, &BadRequest{Field: "user", Text: "the submitter is unknown; a job needs a user"}
+	}
+	if req.TimeLimit == 0 {
+		if defaultLimit <= 0 {
+			return ledger.Job{}, &BadRequest{Field: "time_limit",
+				Text: "a job needs a time limit and queue.default_time_limit is not set; give --time-limit such as 4h"}
+		}
+		req.TimeLimit = defaultLimit
+	}
+	notify, err := notifyList(s.Notify)
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	who, err := q.identity(s.User)
+	if err != nil {
+		return ledger.Job{}, &BadRequest{Field: "user",
+			Text: fmt.Sprintf("user %s is not known to this host (host.passwd_file): %v; jobs run as their submitter's uid", s.User, err)}
+	}
+	who.User, who.Team = s.User, s.Team
+	if err := spec.Check(req, rules, who); err != nil {
+		return ledger.Job{}, err
+	}
+
+	keys := make([]string, len(req.Env))
+	for i, kv := range req.Env {
+		keys[i], _, _ = strings.Cut(kv, "=")
+	}
+	blob, err := json.Marshal(recordOf(req, keys, notify))
+	if err != nil {
+		return ledger.Job{}, fmt.Errorf("encode request: %w", err)
+	}
+	tmp, err := q.writeEnvTemp(req.Env)
+	if err != nil {
+		return ledger.Job{}, err
+	}
+	now := q.now().UTC()
+	job := ledger.Job{
+		Node: q.node, Name: req.Name, User: s.User, Team: s.Team,
+		State: string(queue.Queued), Reason: string(queue.ReasonResources), ReasonText: submittedText,
+		GPUsRequested: req.GPUs, Image: req.Image, Command: slices.Clone(req.Command), EnvKeys: keys,
+		Request: blob, TimeLimit: req.TimeLimit, SubmittedAt: now,
+	}
+	ev := q.fill(s.Audit, "jobs.submit", "")
+	stored, err := q.store.SubmitJob(ctx, job, ev)
+	if err != nil {
+		if tmp != "" {
+			_ = os.Remove(tmp)
+		}
+		return ledger.Job{}, err
+	}
+	if tmp != "" {
+		if err := os.Rename(tmp, q.envPath(stored.ID)); err != nil {
+			// The job stays; it fails at start, saying its env is missing.
+			q.log.Error("keep the job's environment", "job", stored.ID, "err", err)
+			_ = os.Remove(tmp)
+		}
+	}
+	ev.Target = stored.ID
+	q.auditedLater(ctx, ev)
+	q.poke()
+	return stored, nil
+}
+
+func notifyList(in []string) ([]string, error) {
+	var out []string
+	for _, n := range in {
+		if n != EventStart && n != EventEnd {
+			return nil, &BadRequest{Field: "notify", Text: fmt.Sprintf("%q is not start or end; give --notify start,end", n)}
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// envPath is where job id's environment values are kept.
+func (q *Queue) envPath(id string) string { return filepath.Join(q.envDir, id+".env") }
+
+// writeEnvTemp writes env to a new temporary file in EnvDir, readable by
+// the agent only, and returns its path; "" when env is empty.
+func (q *Queue) writeEnvTemp(env []string) (string, error) {
+	if len(env) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(q.envDir, ".submit-*.tmp")
+	if err != nil {
+		return "", fmt.Errorf("keep the job's environment: %w", err)
+	}
+	name := f.Name()
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(name)
+		return "", fmt.Errorf("keep the job's environment: %w", err)
+	}
+	return name, nil
+}
+
+// errEnvMissing is why a job with environment keys cannot start without
+// its env file.
+var errEnvMissing = errors.New("its environment values are missing from the queue's env dir (the agent stopped while the job was submitted); submit it again")
+
+// readEnv returns job j's environment, checked against its keys.
+func (q *Queue) readEnv(j ledger.Job) ([]string, error) {
+	if len(j.EnvKeys) == 0 {
+		return nil, nil
+	}
+	b, err := os.ReadFile(q.envPath(j.ID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errEnvMissing
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read its environment: %w", err)
+	}
+	var env []string
+	if err := json.Unmarshal(b, &env); err != nil {
+		return nil, fmt.Errorf("read its environment %s: %w", q.envPath(j.ID), err)
+	}
+	if len(env) != len(j.EnvKeys) {
+		return nil, fmt.Errorf("its environment file %s has %d variables, the job %d", q.envPath(j.ID), len(env), len(j.EnvKeys))
+	}
+	return env, nil
+}
+
+// removeEnv drops an ended job's environment values.
+func (q *Queue) removeEnv(id string) {
+	if err := os.Remove(q.envPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		q.log.Warn("remove an ended job's environment", "job", id, "err", err)
+	}
+}
+
+// cleanTemps removes temporary env files older than age: left by a crash
+// during a submit, their job (if it was stored) fails at start.
+func (q *Queue) cleanTemps(age time.Duration) {
+	ms, _ := filepath.Glob(filepath.Join(q.envDir, ".submit-*.tmp"))
+	for _, m := range ms {
+		if fi, err := os.Stat(m); err == nil && q.now().Sub(fi.ModTime()) > age {
+			_ = os.Remove(m)
+		}
+	}
+}
