@@ -21,6 +21,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
@@ -53,6 +54,10 @@ type Agent struct {
 	recorder  *record.Recorder
 	waste     *liveWaste
 	policy    *policy.Engine
+	// queue is the GPU job queue, nil when queue.enabled is off;
+	// jobNotices sends its job events to the webhook.
+	queue      *run.Queue
+	jobNotices *policy.JobNotifier
 	reloadMu  sync.Mutex
 	closers   []func() error
 	listener  net.Listener
@@ -117,7 +122,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		}
 		// A scenario plays its own containers; Docker is needed only for
 		// the real processes its pid: entries name.
-		useDocker = useDocker && hasPIDs(sc)
+		useDocker = useDocker && (hasPIDs(sc) || cfg.Queue.Enabled)
 	default:
 		src, closer, err := openNVML(cfg.NVMLLibrary, logger)
 		if err != nil {
@@ -214,6 +219,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	}
 	if _, err := a.openAudit(cfg, node); err != nil {
 		return nil, err
+	}
+	if cfg.Queue.Enabled {
+		if err := a.newQueue(ctx, cfg, node, cfg.Source == "demo" || cfg.Source == "sim"); err != nil {
+			return nil, err
+		}
+		onTick = chain(onTick, a.observeQueue)
 	}
 	if cfg.WasteEnabled {
 		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: cost.Model(cfg.Cost)})
