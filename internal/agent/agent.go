@@ -104,6 +104,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		resolvers   []sampler.ProcessResolver
 		idle        = map[string]float64{}
 		useDocker   = cfg.DockerEnabled
+		simSrc      *sim.Source // plays the real containers' labels
 	)
 	switch cfg.Source {
 	case "demo", "sim":
@@ -114,15 +115,23 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 				return nil, err
 			}
 		}
-		wired := sim.NewSource(sc, true).SamplerConfig(sampler.Config{})
+		src := sim.NewSource(sc, true)
+		wired := src.SamplerConfig(sampler.Config{})
 		gpus, gpuName, inventories, resolvers = wired.GPUs, wired.GPUName, wired.Inventories, wired.Resolvers
 		idle = sc.IdleWatts()
 		if node == "" {
 			node = sc.Node
 		}
 		// A scenario plays its own containers; Docker is needed only for
-		// the real processes its pid: entries name.
-		useDocker = useDocker && (hasPIDs(sc) || cfg.Queue.Enabled)
+		// the real processes its pid: entries name, for the real
+		// containers whose labels it plays, and for the queue's jobs.
+		if sc.RealContainers {
+			if !useDocker {
+				return nil, fmt.Errorf("%s: docker.containers: from_labels plays real Docker containers, but docker.enabled is false", sc.Name)
+			}
+			simSrc = src
+		}
+		useDocker = useDocker && (hasPIDs(sc) || sc.RealContainers || cfg.Queue.Enabled)
 	default:
 		src, closer, err := openNVML(cfg.NVMLLibrary, logger)
 		if err != nil {
@@ -152,6 +161,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		}
 		a.docker = inv
 		inventories = append(inventories, sampler.Named{Name: "docker", Inventory: inv})
+		if simSrc != nil {
+			simSrc.PlayContainers(inv, logger)
+		}
 	}
 	if cfg.Source != "demo" {
 		resolvers = append(resolvers, host)

@@ -42,7 +42,7 @@ func (d *decoder) document(data []byte) *yaml.Node {
 	return root
 }
 
-var topKeys = []string{"version", "node", "start", "duration", "interval", "gpus", "containers", "host_processes"}
+var topKeys = []string{"version", "node", "start", "duration", "interval", "gpus", "containers", "host_processes", "docker"}
 
 func (d *decoder) parse(data []byte) *Scenario {
 	root := d.document(data)
@@ -109,7 +109,43 @@ func (d *decoder) parse(data []byte) *Scenario {
 			}
 		}
 	}
+	if v, ok := m.get("docker"); ok {
+		d.docker(s, v, "docker")
+	}
 	return s
+}
+
+var dockerKeys = []string{"containers"}
+
+// Values of docker.containers.
+const (
+	containersIgnore     = "ignore"
+	containersFromLabels = "from_labels"
+)
+
+// docker reads what the scenario makes of the real Docker host's containers.
+func (d *decoder) docker(s *Scenario, n *yaml.Node, path string) {
+	m, ok := d.mapping(n, path, dockerKeys)
+	if !ok {
+		return
+	}
+	v, ok := m.get("containers")
+	if !ok {
+		return
+	}
+	str, ok := d.str(v, path+".containers")
+	if !ok {
+		return
+	}
+	switch str {
+	case containersFromLabels:
+		s.RealContainers = true
+	case containersIgnore:
+		s.RealContainers = false
+	default:
+		d.errorf(v.Line, path+".containers", "unknown value %q (want %s: real containers labelled %s or %s show GPU use; or %s, the default)",
+			str, containersFromLabels, UtilLabel, MemoryLabel, containersIgnore)
+	}
 }
 
 var gpuKeys = []string{"count", "model", "memory", "idle_power", "max_power"}

@@ -26,6 +26,12 @@ type Scenario struct {
 	GPUs          []GPU
 	Containers    []Container
 	HostProcesses []HostProcess
+	// RealContainers is what docker.containers: from_labels sets: the
+	// host's real containers labelled gpumeter.sim.util or
+	// gpumeter.sim.memory show GPU processes on the GPUs they were given
+	// (see Source.PlayContainers). A scenario container with a pid: is
+	// played by its phases either way.
+	RealContainers bool
 }
 
 // GPU is one simulated device. Index is its position in Scenario.GPUs.

@@ -178,7 +178,7 @@ var errorCases = []struct {
 
 	// Unknown keys at every level.
 	{"unknown top key", head + "colour: red\n", "t.yaml:8: colour: unknown key"},
-	{"seed", head + "seed: 42\n", "t.yaml:8: seed: unknown key (want one of version, node, start, duration, interval, gpus, containers, host_processes); version 1 has no randomness"},
+	{"seed", head + "seed: 42\n", "t.yaml:8: seed: unknown key (want one of version, node, start, duration, interval, gpus, containers, host_processes, docker); version 1 has no randomness"},
 	{"unknown gpu key", head + "    vram: 80GiB\n", "t.yaml:8: gpus[0].vram: unknown key"},
 	{"unknown container key", head + "containers:\n  - name: a\n    imag: x\n", "t.yaml:10: containers[0].imag: unknown key"},
 	{"unknown phase key", head + "containers:\n  - name: a\n    gpus: [0]\n    phases:\n      - at: 0s\n        utilisation: 5\n", "t.yaml:13: containers[0].phases[0].utilisation: unknown key"},
@@ -192,6 +192,11 @@ var errorCases = []struct {
 	{"missing gpu memory", "version: 1\nduration: 1h\ngpus:\n  - idle_power: 1W\n    max_power: 2W\n", "t.yaml:4: gpus[0].memory: required"},
 	{"missing container name", head + "containers:\n  - image: x\n", "t.yaml:9: containers[0].name: required"},
 	{"missing phase at", head + "containers:\n  - name: a\n    gpus: [0]\n    phases:\n      - util: 5\n", "t.yaml:12: containers[0].phases[0].at: required"},
+	{"unknown docker key", head + "docker:\n  labels: true\n", "t.yaml:9: docker.labels: unknown key (want one of containers)"},
+	{"docker not a mapping", head + "docker: from_labels\n", `t.yaml:8: docker: want a mapping (keys containers), got "from_labels"`},
+	{"docker containers unknown", head + "docker:\n  containers: labels\n", "t.yaml:9: docker.containers: unknown value \"labels\" (want from_labels: real containers labelled gpumeter.sim.util or gpumeter.sim.memory show GPU use; or ignore, the default)"},
+	{"docker containers not a string", head + "docker:\n  containers: [from_labels]\n", "t.yaml:9: docker.containers: want a string, got a list"},
+	{"docker containers null", head + "docker:\n  containers:\n", "t.yaml:9: docker.containers: want a string"},
 	{"missing host user", head + "host_processes:\n  - gpu: 0\n", "t.yaml:9: host_processes[0].user: required"},
 
 	// Values that do not parse.
@@ -306,6 +311,9 @@ var validEdges = []struct{ name, in string }{
 	{"no gpus", "version: 1\nduration: 1h\n"},
 	{"anchors", head + "containers:\n  - name: a\n    labels: &l {gpumeter.user: a}\n  - name: b\n    labels: *l\n"},
 	{"pid without phases", head + "containers:\n  - name: a\n    gpus: [0]\n    pid: 4194304\n"},
+	{"docker from_labels", head + "docker:\n  containers: from_labels\n"},
+	{"docker ignore", head + "docker: {containers: ignore}\n"},
+	{"docker empty", head + "docker: {}\n"},
 	{"full memory", head + "containers:\n  - name: a\n    gpus: [0]\n    phases:\n      - at: 0s\n        memory: 80GiB\n        util: 100\n"},
 }
 
@@ -443,4 +451,33 @@ func FuzzParse(f *testing.F) {
 		}
 		checkPlays(t, s)
 	})
+}
+
+func TestParseDocker(t *testing.T) {
+	for _, tt := range []struct {
+		name, in string
+		want     bool
+	}{
+		{"left out", head, false},
+		{"empty", head + "docker: {}\n", false},
+		{"ignore", head + "docker:\n  containers: ignore\n", false},
+		{"from_labels", head + "docker:\n  containers: from_labels\n", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := Parse("t.yaml", []byte(tt.in))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if s.RealContainers != tt.want {
+				t.Errorf("RealContainers = %v, want %v", s.RealContainers, tt.want)
+			}
+		})
+	}
+	s, err := Load("testdata/from_labels.yaml")
+	if err != nil {
+		t.Fatalf("Load(from_labels.yaml): %v", err)
+	}
+	if !s.RealContainers {
+		t.Errorf("from_labels.yaml: RealContainers = false, want true")
+	}
 }

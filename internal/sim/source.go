@@ -36,6 +36,9 @@ type Source struct {
 	// owners[pid-syntheticPID] owns each synthetic PID; a zero Owner marks a
 	// PID no process uses (that of a container played by a real pid:).
 	owners []container.Owner
+	// labelled plays real containers by their labels, once
+	// PlayContainers is given them.
+	labelled labelled
 
 	mu      sync.Mutex
 	origin  time.Time // loop mode: the instant offset 0 first mapped to
@@ -52,6 +55,7 @@ type timeline struct {
 	uuid, model string
 	total       uint64  // bytes
 	idle        float64 // W
+	maxW        float64 // W at 100 %
 	at          []time.Duration
 	seg         []segment
 	owners      []ownerSpans // in file order, which is the order of processes
@@ -160,6 +164,13 @@ func NewSource(s *Scenario, loop bool, opts ...Option) *Source {
 		}
 		src.containers = append(src.containers, sc)
 	}
+	src.labelled.on = s.RealContainers
+	src.labelled.pids = make(map[int]bool)
+	for _, c := range s.Containers {
+		if c.PID > 0 {
+			src.labelled.pids[c.PID] = true
+		}
+	}
 	for j, h := range s.HostProcesses {
 		src.owners[len(s.Containers)+j] = container.Owner{Kind: container.OwnerHost, ID: h.User}
 	}
@@ -181,6 +192,7 @@ func buildTimeline(s *Scenario, i int, g GPU, cs []simContainer) timeline {
 		model: g.Model,
 		total: g.Memory,
 		idle:  g.IdlePower,
+		maxW:  g.MaxPower,
 	}
 	if tl.uuid == "" {
 		tl.uuid = GPUUUID(s.Node, i)
@@ -387,9 +399,16 @@ func (s *Source) Read(ctx context.Context, now time.Time) (gpu.Sample, error) {
 		}
 		nprocs += seg.n
 	}
-	if nprocs == 0 {
-		return gpu.Sample{Time: now, DriverVersion: driverVersion, Devices: devs}, nil
+	if nprocs > 0 {
+		s.timelineProcesses(in, devs, nprocs)
 	}
+	s.playContainers(ctx, now, devs)
+	return gpu.Sample{Time: now, DriverVersion: driverVersion, Devices: devs}, nil
+}
+
+// timelineProcesses fills devs with the processes of the timeline at in,
+// nprocs of them in all.
+func (s *Source) timelineProcesses(in instant, devs []gpu.Device, nprocs int) {
 	// One backing array for every device's processes; the caller owns it.
 	procs := make([]gpu.Process, 0, nprocs)
 	for i := range s.gpus {
@@ -414,7 +433,6 @@ func (s *Source) Read(ctx context.Context, now time.Time) (gpu.Sample, error) {
 		}
 		devs[i].Processes = procs[lo:len(procs):len(procs)]
 	}
-	return gpu.Sample{Time: now, DriverVersion: driverVersion, Devices: devs}, nil
 }
 
 // Containers lists the scenario's containers running at now, and those
