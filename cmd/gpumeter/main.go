@@ -22,16 +22,17 @@ func main() {
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpumeter:", err)
 		var ee exitError
 		if errors.As(err, &ee) {
 			os.Exit(int(ee))
 		}
+		fmt.Fprintln(os.Stderr, "gpumeter:", err)
 		os.Exit(1)
 	}
 }
 
-// exitError carries a specific exit status.
+// exitError carries a specific exit status; the command has said on
+// stderr what it means, so main adds nothing.
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
@@ -43,6 +44,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion())
+	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
+		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newLogs(), newWait())
 	return root
 }

@@ -16,6 +16,14 @@ const (
 	ActWasteRead      Action = "waste.read"
 	ActContainerStop  Action = "containers.stop"
 	ActAuditRead      Action = "audit.read"
+	// The GPU queue's actions. A user submits and acts on their own jobs;
+	// a viewer reads every job but not its logs, which can hold secrets;
+	// jobs.hold covers both hold and release.
+	ActJobSubmit Action = "jobs.submit"
+	ActJobRead   Action = "jobs.read"
+	ActJobCancel Action = "jobs.cancel"
+	ActJobHold   Action = "jobs.hold"
+	ActJobLogs   Action = "jobs.logs"
 )
 
 // permission is what a role may do with an action: not at all, on its
@@ -30,9 +38,12 @@ const (
 
 // grants is the whole authorisation policy.
 var grants = map[Role]map[Action]permission{
-	RoleAdmin:  {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all},
-	RoleViewer: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all},
-	RoleUser:   {ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own},
+	RoleAdmin: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
+		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all},
+	RoleViewer: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
+		ActJobRead: all},
+	RoleUser: {ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
+		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own},
 }
 
 // ForbiddenError is a refused authorisation.
@@ -64,11 +75,20 @@ func AuthorizeOwner(id Identity, act Action, owner string) error {
 		return err
 	}
 	// The owner is not named: a user must not learn whose a container is.
-	return &ForbiddenError{fmt.Sprintf("%s may %s only for their own containers and usage", id.User, act)}
+	return &ForbiddenError{fmt.Sprintf("%s may %s only for their own %s", id.User, act, ownThings(act))}
 }
 
 // Visible says whether a listing for id may include something owned by
 // owner; it is AuthorizeOwner without the error.
 func Visible(id Identity, act Action, owner string) bool {
 	return AuthorizeOwner(id, act, owner) == nil
+}
+
+// ownThings names what a user owns for act, for a refusal.
+func ownThings(act Action) string {
+	switch act {
+	case ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs:
+		return "jobs"
+	}
+	return "containers and usage"
 }

@@ -7,7 +7,8 @@ import (
 )
 
 // actions are every Action of the API.
-var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead}
+var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead,
+	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs}
 
 // TestAuthorizeMatrix spells out the whole policy, so that any change to
 // grants has to change this table too.
@@ -21,22 +22,28 @@ func TestAuthorizeMatrix(t *testing.T) {
 		RoleAdmin: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
+			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
 		},
 		RoleUser: {
 			ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own,
 			ActWasteRead: own, ActContainerStop: own, ActAuditRead: no,
+			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
 		},
 		RoleViewer: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: no, ActAuditRead: no,
+			// Logs can hold secrets: a viewer reads jobs, not their logs.
+			ActJobSubmit: no, ActJobRead: all, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
 		},
 		"": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
+			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
 		},
 		"root": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
+			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
 		},
 	}
 	if len(grants[RoleAdmin]) != len(actions) {
@@ -95,6 +102,8 @@ func TestAuthorizeMessages(t *testing.T) {
 		{func() error { _, err := Authorize(user, ActAuditRead); return err }(), "role user may not audit.read"},
 		{func() error { _, err := Authorize(Identity{}, ActWhoami); return err }(), "no role may whoami"},
 		{AuthorizeOwner(user, ActContainerStop, "bob"), `alice may containers.stop only for their own containers and usage`},
+		{AuthorizeOwner(user, ActJobCancel, "bob"), `alice may jobs.cancel only for their own jobs`},
+		{func() error { _, err := Authorize(Identity{Role: RoleViewer}, ActJobLogs); return err }(), "role viewer may not jobs.logs"},
 	} {
 		if tt.err == nil || tt.err.Error() != tt.want {
 			t.Errorf("error %v, want %q", tt.err, tt.want)

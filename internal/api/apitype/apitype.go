@@ -23,6 +23,13 @@ const (
 type Error struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// Reason is the rule a refused job request broke (code refused):
+	// one of the queue's refusal reasons, such as image_not_allowed.
+	Reason string `json:"reason,omitempty"`
+	// Field is the request field a refused or bad job request is wrong in.
+	Field string `json:"field,omitempty"`
+	// State is the state of the job a conflict (409) is about.
+	State string `json:"state,omitempty"`
 }
 
 // Error codes of the API, stable for clients to test.
@@ -41,6 +48,8 @@ const (
 	CodeLedgerOff        = "ledger_off"
 	CodeWasteOff         = "waste_off"
 	CodeDockerOff        = "docker_off"
+	CodeQueueOff         = "queue_off"
+	CodeRefused          = "refused"
 	CodeInternal         = "internal_error"
 )
 

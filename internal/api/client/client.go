@@ -247,12 +247,37 @@ func decode(path string, body []byte, contentType string, out any) error {
 // do sends one request and returns the body of a 200 answer; any other
 // answer is a *StatusError.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, in any, timeout time.Duration) ([]byte, string, error) {
-	ep, err := parseURL(c.URL)
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := c.send(ctx, callCtx, method, path, q, in, timeout)
 	if err != nil {
 		return nil, "", err
 	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("read the agent's answer to %s: %w", path, err)
+	}
+	if len(body) > maxAnswer {
+		return nil, "", fmt.Errorf("the agent's answer to %s is larger than %d MiB", path, maxAnswer>>20)
+	}
+	ct := resp.Header.Get("Content-Type")
+	if resp.StatusCode != http.StatusOK {
+		return nil, "", statusError(resp.StatusCode, ct, body)
+	}
+	return body, ct, nil
+}
+
+// send sends one request under callCtx and returns the agent's answer,
+// whatever its status; the caller closes its body. ctx is the caller's
+// own, and timeout what callCtx adds to it, for saying why no answer came.
+func (c *Client) send(ctx, callCtx context.Context, method, path string, q url.Values, in any, timeout time.Duration) (*http.Response, error) {
+	ep, err := parseURL(c.URL)
+	if err != nil {
+		return nil, err
+	}
 	if err := checkToken(c.Token); err != nil {
-		return nil, "", err
+		return nil, err
 	}
 	u := ep.base + path
 	if len(q) > 0 {
@@ -262,15 +287,13 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return nil, "", fmt.Errorf("%s %s: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		rd = bytes.NewReader(b)
 	}
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	req, err := http.NewRequestWithContext(callCtx, method, u, rd)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("Accept", "application/json")
 	if in != nil {
@@ -288,9 +311,8 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, "", reachError(ctx, ep, timeout, err)
+		return nil, reachError(ctx, ep, timeout, err)
 	}
-	defer resp.Body.Close()
 	if c.Answered != nil {
 		a := Answer{Status: resp.StatusCode, Node: Clean(resp.Header.Get(apitype.NodeHeader))}
 		for _, w := range resp.Header.Values(apitype.WarningHeader) {
@@ -298,18 +320,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, in a
 		}
 		c.Answered(a)
 	}
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
-	if err != nil {
-		return nil, "", fmt.Errorf("read the agent's answer to %s: %w", path, err)
-	}
-	if len(body) > maxAnswer {
-		return nil, "", fmt.Errorf("the agent's answer to %s is larger than %d MiB", path, maxAnswer>>20)
-	}
-	ct := resp.Header.Get("Content-Type")
-	if resp.StatusCode != http.StatusOK {
-		return nil, "", statusError(resp.StatusCode, ct, body)
-	}
-	return body, ct, nil
+	return resp, nil
 }
 
 // reachError says why a request got no answer, and what to do about it.
@@ -361,6 +372,10 @@ type StatusError struct {
 	// when the answer was not one, a proxy's error page say.
 	Code    string
 	Message string
+	// Reason, Field and State are what a job request's refusal (code
+	// refused) or a conflict adds: the rule broken, the request field at
+	// fault, the state of the job.
+	Reason, Field, State string
 	// Body is the start of an answer that was not an API error, made
 	// safe to print.
 	Body string
@@ -384,6 +399,7 @@ func statusError(status int, contentType string, body []byte) *StatusError {
 	var e apitype.Error
 	if isJSON(contentType) && json.Unmarshal(body, &e) == nil && (e.Code != "" || e.Message != "") {
 		se.Code, se.Message = e.Code, Clean(e.Message)
+		se.Reason, se.Field, se.State = Clean(e.Reason), Clean(e.Field), Clean(e.State)
 		return se
 	}
 	se.Body = snippet(body)

@@ -79,6 +79,8 @@ type Config struct {
 	Waste   Waste   // nil: the live waste rules are off
 	Stopper Stopper // nil: no Docker
 	Audit   Auditor // nil: nothing is recorded (tests only)
+	// Jobs is the GPU job queue; nil: the queue is off (queue.enabled).
+	Jobs Jobs
 	// Auth gives the current authenticator; it changes on a reload.
 	Auth    func() *auth.Authenticator
 	Limiter func() *auth.Limiter
@@ -203,6 +205,7 @@ func New(cfg Config) http.Handler {
 		{method: "GET", pattern: "/api/v1/waste", act: auth.ActWasteRead, h: s.waste},
 		{method: "GET", pattern: "/api/v1/audit", act: auth.ActAuditRead, h: s.audit},
 	}
+	routes = append(routes, s.jobRoutes()...)
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.guard(rt))

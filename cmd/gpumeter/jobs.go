@@ -1,0 +1,317 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/units"
+)
+
+func newJobs() *cobra.Command {
+	var (
+		cf     clientFlags
+		q      client.JobsQuery
+		states []string
+		format string
+	)
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List your GPU jobs: waiting (with why) and running",
+		Long: `List your jobs on the agent's GPU queue that wait or run, oldest first; -a adds
+the ended ones, as ps -a does. A waiting job's row says why it waits.
+--all-users lists everyone's, for admins and viewers.`,
+		Args: noArgs("jobs"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "table" && format != "json" {
+				return fmt.Errorf("--format: %q is not table or json", format)
+			}
+			var err error
+			if q.States, err = apitype.ParseJobStates(states); err != nil {
+				return fmt.Errorf("--%w", err)
+			}
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			jobs, err := c.Jobs(cmd.Context(), q)
+			if err != nil {
+				return c.explain(err)
+			}
+			if format == "json" {
+				return writeJSONOut(cmd.OutOrStdout(), apitype.JobsResponse{Jobs: jobs})
+			}
+			return writeJobs(cmd.OutOrStdout(), jobs, time.Now())
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.BoolVarP(&q.All, "all", "a", false, "also list ended jobs")
+	f.BoolVar(&q.AllUsers, "all-users", false, "list everyone's jobs (admins and viewers)")
+	f.StringSliceVar(&states, "state", nil, "only jobs in these states (queued, starting, running, succeeded, failed, timeout, cancelled, lost)")
+	f.StringVar(&format, "format", "table", "output format: table or json")
+	return cmd
+}
+
+func newJob() *cobra.Command {
+	var (
+		cf     clientFlags
+		format string
+	)
+	cmd := &cobra.Command{
+		Use:   "job ID",
+		Short: "Show one GPU job: its state, why it waits or ended, its GPUs",
+		Args:  oneJob("job"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if format != "text" && format != "json" {
+				return fmt.Errorf("--format: %q is not text or json", format)
+			}
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			j, err := c.Job(cmd.Context(), args[0])
+			if err != nil {
+				return c.explain(err)
+			}
+			if format == "json" {
+				return writeJSONOut(cmd.OutOrStdout(), j)
+			}
+			return writeJob(cmd.OutOrStdout(), j)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
+	return cmd
+}
+
+func newCancel() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "cancel ID...",
+		Short: "Cancel GPU jobs: a waiting one leaves the queue, a running one is stopped",
+		Long: `Cancel each job named. A waiting job ends at once; a running one is stopped
+(SIGTERM, then SIGKILL after queue.stop_grace) and the answer comes once it
+has. Every job named is tried; the exit status is 1 if any could not be.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("cancel needs one or more job ids (`gpumeter jobs` lists them)")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			var failed []string
+			for _, id := range args {
+				j, err := c.Cancel(cmd.Context(), id)
+				if err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: cancel %s: %v\n", client.Clean(id), c.explain(err))
+					failed = append(failed, client.Clean(id))
+					continue
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", client.Clean(j.ID), client.Clean(j.State))
+			}
+			if len(failed) > 0 {
+				return fmt.Errorf("could not cancel %d of %d jobs: %s", len(failed), len(args), strings.Join(failed, ", "))
+			}
+			return nil
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+// newHold makes hold and release, which differ only in what they ask.
+func newHold(release bool) *cobra.Command {
+	var cf clientFlags
+	verb, short, done := "hold", "Hold a waiting GPU job: it keeps its place and does not start", "held"
+	if release {
+		verb, short, done = "release", "Release a held GPU job: it may start again", "released"
+	}
+	cmd := &cobra.Command{
+		Use:   verb + " ID",
+		Short: short,
+		Args:  oneJob(verb),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			act := c.Hold
+			if release {
+				act = c.Release
+			}
+			j, err := act(cmd.Context(), args[0])
+			if err != nil {
+				return c.explain(err)
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", done, client.Clean(j.ID))
+			return err
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+func newLogs() *cobra.Command {
+	var (
+		cf     clientFlags
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a GPU job's output; -f follows it while the job runs",
+		Long: `Print what the job's container wrote, as docker logs does. Logs are kept
+queue.log_retention after the job ends. Viewers may not read logs: they can
+hold secrets.`,
+		Args: oneJob("logs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			err = c.Logs(cmd.Context(), args[0], follow, cmd.OutOrStdout())
+			if err != nil && cmd.Context().Err() != nil {
+				return nil // interrupted while following, as docker logs -f is
+			}
+			return c.explain(err)
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on printing while the job runs")
+	return cmd
+}
+
+func noArgs(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return fmt.Errorf("%s takes no arguments, got %q", name, args[0])
+		}
+		return nil
+	}
+}
+
+func oneJob(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0:
+			return fmt.Errorf("%s needs a job id (`gpumeter jobs` lists them)", name)
+		case len(args) > 1:
+			return fmt.Errorf("%s takes one job id, got %d", name, len(args))
+		}
+		return nil
+	}
+}
+
+func writeJSONOut(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// writeJobs prints one row per job; a waiting job's row ends with why it
+// waits, an ended one's with why it ended.
+func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\tAGE\tREASON")
+	for _, j := range jobs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
+			stateWord(j), j.GPUsRequested, age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
+	}
+	return tw.Flush()
+}
+
+func stateWord(j apitype.Job) string {
+	if j.Held && j.State == "queued" {
+		return "queued (held)"
+	}
+	return client.Clean(j.State)
+}
+
+// reasonWords is the sentence of a waiting job, the code and exit code
+// of an ended one.
+func reasonWords(j apitype.Job) string {
+	switch {
+	case j.State == "queued" && j.ReasonText != "":
+		return j.ReasonText
+	case j.Ended() && j.ExitCode != nil:
+		return fmt.Sprintf("%s (exit code %d)", j.Reason, *j.ExitCode)
+	}
+	return dash(j.Reason)
+}
+
+func age(t *time.Time, now time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	d := now.Sub(*t)
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(max(0, int(d/time.Second))) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 48*time.Hour:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	}
+	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+}
+
+// writeJob prints one job in full, its reason's sentence whole.
+func writeJob(w io.Writer, j apitype.Job) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, client.Clean(v)) }
+	line("id", j.ID)
+	line("name", dash(j.Name))
+	line("user", j.User)
+	line("team", dash(j.Team))
+	line("state", stateWord(j))
+	line("reason", dash(j.Reason))
+	line("why", dash(j.ReasonText))
+	line("gpus", fmt.Sprintf("%d asked; held: %s", j.GPUsRequested, dash(strings.Join(j.GPUs, ", "))))
+	line("image", j.Image)
+	line("command", quoteArgs(j.Command))
+	line("env", dash(strings.Join(j.EnvKeys, ", ")))
+	line("time limit", j.TimeLimit)
+	for _, t := range []struct {
+		k string
+		v *time.Time
+	}{{"submitted", j.SubmittedAt}, {"estimated start", j.EstimatedStart}, {"started", j.StartedAt}, {"ended", j.EndedAt}} {
+		if t.v != nil {
+			line(t.k, t.v.UTC().Format(time.RFC3339))
+		}
+	}
+	if j.StartedAt != nil && j.EndedAt != nil {
+		line("ran", units.FormatDuration(j.EndedAt.Sub(*j.StartedAt).Round(time.Second)))
+	}
+	if j.ExitCode != nil {
+		line("exit code", strconv.Itoa(*j.ExitCode))
+	}
+	if j.ContainerID != "" {
+		line("container", j.ContainerID)
+	}
+	return tw.Flush()
+}
+
+// quoteArgs writes a command as a shell would need it typed.
+func quoteArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "" || strings.ContainsAny(a, " \t\"'\\$`!*?[]{}()<>|&;#~") {
+			a = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		out[i] = a
+	}
+	return strings.Join(out, " ")
+}

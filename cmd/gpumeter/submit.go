@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/client"
+)
+
+func newSubmit() *cobra.Command {
+	var (
+		cf  clientFlags
+		req apitype.JobRequest
+	)
+	cmd := &cobra.Command{
+		Use:   "submit --gpus N --time-limit DURATION --image IMAGE [flags] -- COMMAND [ARG...]",
+		Short: "Queue a GPU job: it starts as soon as its GPUs are free",
+		Long: `Queue a job on the agent's GPU queue and print its id. The job runs COMMAND
+in a container of IMAGE, as you, on N whole GPUs; it starts at once when they
+are free and otherwise waits, with a reason (` + "`gpumeter jobs`" + ` shows it), until
+they are. At --time-limit it is stopped. --time-limit may be left out only
+where the agent sets queue.default_time_limit.
+
+Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return errors.New("submit needs the job's command after --, as in gpumeter submit --gpus 1 --image IMAGE -- python train.py")
+			case cmd.ArgsLenAtDash() != 0:
+				return fmt.Errorf("give the job's command after --: %q came before it", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req.Command = args
+			if req.GPUs <= 0 {
+				return fmt.Errorf("--gpus: a job asks for at least 1 GPU, got %d", req.GPUs)
+			}
+			if req.Image == "" {
+				return errors.New("--image: a job needs an image, such as nvcr.io/nvidia/pytorch:24.05-py3")
+			}
+			if _, err := apitype.ParseJobRequest(req); err != nil {
+				return flagError(err)
+			}
+			c, err := cf.client(cmd)
+			if err != nil {
+				return err
+			}
+			job, err := c.Submit(cmd.Context(), req)
+			if err != nil {
+				return c.explain(submitError(err))
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), client.Clean(job.ID))
+			return err
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.IntVar(&req.GPUs, "gpus", 0, "how many whole GPUs the job needs (required)")
+	f.StringVar(&req.TimeLimit, "time-limit", "", "how long the job may run, such as 4h (required unless the agent sets queue.default_time_limit)")
+	f.StringVar(&req.Image, "image", "", "the container image (required; the agent allows those in queue.images)")
+	f.StringVar(&req.Name, "name", "", "a name for the job")
+	f.StringArrayVar(&req.Env, "env", nil, "KEY=VALUE in the job's environment (repeatable; the values are never shown)")
+	f.StringArrayVar(&req.Mounts, "mount", nil, "SRC:DST[:ro]: a host directory under queue.mount_roots (repeatable)")
+	f.StringVar(&req.Workdir, "workdir", "", "the working directory in the container")
+	f.Float64Var(&req.CPUs, "cpus", 0, "CPUs for the job (default queue.max_cpus)")
+	f.StringVar(&req.Memory, "memory", "", "memory limit, such as 32GiB (default queue.max_memory)")
+	f.StringVar(&req.ShmSize, "shm-size", "", "size of /dev/shm, such as 8GiB (Docker's default, 64MiB, is too small for PyTorch's DataLoader)")
+	f.StringArrayVar(&req.Publish, "publish", nil, "PORT[:CPORT]: publish container port CPORT on host port PORT, on queue.publish_address (repeatable)")
+	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
+	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
+	return cmd
+}
+
+// flagOf is the flag of a job request field.
+var flagOf = map[string]string{
+	"gpus": "--gpus", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
+	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size",
+	"publish": "--publish", "notify": "--notify", "as_user": "--as", "command": "the command",
+}
+
+// flagError names the flag a request field error is about.
+func flagError(err error) error {
+	var fe *apitype.FieldError
+	if errors.As(err, &fe) {
+		if name, ok := flagOf[fe.Field]; ok {
+			return fmt.Errorf("%s: %s", name, fe.Msg)
+		}
+	}
+	return err
+}
+
+// submitError adds to a refusal the flag it is about.
+func submitError(err error) error {
+	var se *client.StatusError
+	if !errors.As(err, &se) || se.Field == "" {
+		return flagError(err)
+	}
+	name, ok := flagOf[se.Field]
+	if !ok {
+		return err
+	}
+	msg := strings.TrimPrefix(se.Message, se.Field+": ")
+	if se.Reason != "" {
+		return fmt.Errorf("%s: refused (%s): %s", name, se.Reason, msg)
+	}
+	return fmt.Errorf("%s: %s", name, msg)
+}

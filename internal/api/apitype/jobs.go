@@ -1,0 +1,170 @@
+package apitype
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/units"
+)
+
+// JobRequest is the body of POST /api/v1/jobs: what gpumeter submit
+// sends. Sizes and durations are strings in the units grammar ("4h",
+// "32GiB"); the server parses them with ParseJobRequest and checks the
+// rest against the queue's rules.
+type JobRequest struct {
+	GPUs int `json:"gpus"`
+	// TimeLimit is a duration such as "4h"; "" takes the queue's
+	// queue.default_time_limit, and is refused where there is none.
+	TimeLimit string   `json:"time_limit,omitempty"`
+	Image     string   `json:"image"`
+	Name      string   `json:"name,omitempty"`
+	Env       []string `json:"env,omitempty"`    // KEY=VALUE
+	Mounts    []string `json:"mounts,omitempty"` // SRC:DST[:ro]
+	Workdir   string   `json:"workdir,omitempty"`
+	CPUs      float64  `json:"cpus,omitempty"`
+	Memory    string   `json:"memory,omitempty"`   // a size: "32GiB"
+	ShmSize   string   `json:"shm_size,omitempty"` // a size: "8GiB"
+	Publish   []string `json:"publish,omitempty"`  // PORT[:CPORT]
+	// Notify lists the job events the policy's webhook is sent for:
+	// start, end.
+	Notify  []string `json:"notify,omitempty"`
+	Command []string `json:"command"`
+	// AsUser submits for another user; only root on the agent's socket
+	// may.
+	AsUser string `json:"as_user,omitempty"`
+}
+
+// NotifyEvents are the job events --notify may name.
+var NotifyEvents = []string{"start", "end"}
+
+// JobValues are the parsed sizes and durations of a JobRequest.
+type JobValues struct {
+	TimeLimit time.Duration // 0: the request named none
+	Memory    uint64
+	ShmSize   uint64
+}
+
+// FieldError is a job request field that cannot be parsed.
+type FieldError struct {
+	Field string // as on the wire: time_limit, memory
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// ParseJobRequest parses the sizes and durations of r and checks its
+// notify events. An error is a *FieldError naming the field.
+func ParseJobRequest(r JobRequest) (JobValues, error) {
+	var v JobValues
+	if r.TimeLimit != "" {
+		d, err := units.ParseDuration(r.TimeLimit)
+		if err != nil {
+			return v, &FieldError{"time_limit", err.Error()}
+		}
+		if d <= 0 {
+			return v, &FieldError{"time_limit", fmt.Sprintf("%q is no time at all; give a time limit above 0, such as 4h", r.TimeLimit)}
+		}
+		v.TimeLimit = d
+	}
+	for _, f := range []struct {
+		name, s string
+		dst     *uint64
+	}{{"memory", r.Memory, &v.Memory}, {"shm_size", r.ShmSize, &v.ShmSize}} {
+		if f.s == "" {
+			continue
+		}
+		n, err := units.ParseSize(f.s)
+		if err != nil {
+			return v, &FieldError{f.name, err.Error()}
+		}
+		if n == 0 {
+			return v, &FieldError{f.name, fmt.Sprintf("%q is no memory at all; give a size such as 32GiB, or leave it out", f.s)}
+		}
+		*f.dst = n
+	}
+	seen := map[string]bool{}
+	for _, n := range r.Notify {
+		if !contains(NotifyEvents, n) {
+			return v, &FieldError{"notify", fmt.Sprintf("%q is not a job event; name %s", n, strings.Join(NotifyEvents, " or "))}
+		}
+		if seen[n] {
+			return v, &FieldError{"notify", n + " is named twice"}
+		}
+		seen[n] = true
+	}
+	return v, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Job is a job of the GPU queue on the wire, the body of GET
+// /api/v1/jobs/{id} and of the answers to submit, cancel, hold and
+// release. It is a contract: fields may be added, never changed. Times
+// are RFC 3339 in UTC, null when unknown.
+type Job struct {
+	ID    string `json:"id"`
+	Name  string `json:"name"`
+	User  string `json:"user"`
+	Team  string `json:"team"`
+	State string `json:"state"`
+	// Reason is a code: why the job waits, or why it ended.
+	Reason        string   `json:"reason"`
+	ReasonText    string   `json:"reason_text"`
+	GPUsRequested int      `json:"gpus_requested"`
+	GPUs          []string `json:"gpus"` // UUIDs held; [] when none
+	Image         string   `json:"image"`
+	Command       []string `json:"command"`
+	// EnvKeys names the job's environment variables; their values are
+	// never shown.
+	EnvKeys     []string   `json:"env_keys"`
+	TimeLimit   string     `json:"time_limit"`
+	SubmittedAt *time.Time `json:"submitted_at"`
+	StartedAt   *time.Time `json:"started_at"`
+	EndedAt     *time.Time `json:"ended_at"`
+	ExitCode    *int       `json:"exit_code"`
+	ContainerID string     `json:"container_id"`
+	// EstimatedStart is when a waiting job is expected to start; null
+	// when that is not known.
+	EstimatedStart *time.Time `json:"estimated_start"`
+	Held           bool       `json:"held"`
+}
+
+// Ended reports whether the job is in a final state.
+func (j Job) Ended() bool { return queue.State(j.State).Ended() }
+
+// JobsResponse is the body of GET /api/v1/jobs.
+type JobsResponse struct {
+	Jobs []Job `json:"jobs"`
+}
+
+// ParseJobStates reads the states of ?state=, given repeated or
+// comma-separated.
+func ParseJobStates(values []string) ([]string, error) {
+	var out []string
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				return nil, errors.New("state: an empty state; name states such as queued,running")
+			}
+			st, err := queue.ParseState(s)
+			if err != nil {
+				return nil, fmt.Errorf("state: %w", err)
+			}
+			if !contains(out, string(st)) {
+				out = append(out, string(st))
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,366 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/units"
+)
+
+// Jobs is the GPU job queue; *run.Queue is one. Its errors say what the
+// API answers: a *spec.Refusal or a *run.BadRequest is a 400, an error
+// wrapping ledger.ErrJobNotFound a 404, a *run.StateError a 409. Every
+// action writes the audit event it is given in the job's own transaction.
+type Jobs interface {
+	Submit(ctx context.Context, s run.Submission) (ledger.Job, error)
+	Job(ctx context.Context, id string) (ledger.Job, error)
+	Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error)
+	Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
+	Hold(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
+	Release(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
+	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
+}
+
+var _ Jobs = (*run.Queue)(nil)
+
+// jobActionTimeout bounds a cancel, which returns once the job's
+// container has stopped: queue.stop_grace and then a kill.
+const jobActionTimeout = 15 * time.Minute
+
+// jobRoutes are the queue's endpoints.
+func (s *server) jobRoutes() []route {
+	return []route{
+		{method: "POST", pattern: "/api/v1/jobs", act: auth.ActJobSubmit, mutating: true, h: s.submitJob},
+		{method: "GET", pattern: "/api/v1/jobs", act: auth.ActJobRead, h: s.listJobs},
+		{method: "GET", pattern: "/api/v1/jobs/{id}", act: auth.ActJobRead, h: s.getJob},
+		{method: "POST", pattern: "/api/v1/jobs/{id}/cancel", act: auth.ActJobCancel, mutating: true, h: s.jobAction("cancel")},
+		{method: "POST", pattern: "/api/v1/jobs/{id}/hold", act: auth.ActJobHold, mutating: true, h: s.jobAction("hold")},
+		{method: "POST", pattern: "/api/v1/jobs/{id}/release", act: auth.ActJobHold, mutating: true, h: s.jobAction("release")},
+		{method: "GET", pattern: "/api/v1/jobs/{id}/logs", act: auth.ActJobLogs, h: s.jobLogs},
+	}
+}
+
+// queueOff answers a call to the queue on an agent that runs none.
+func (s *server) queueOff(w http.ResponseWriter, r *http.Request, c *call, mutating bool) bool {
+	if s.cfg.Jobs != nil {
+		return false
+	}
+	if mutating {
+		s.observe(r, c, "", http.StatusServiceUnavailable, "queue off")
+	}
+	writeError(w, http.StatusServiceUnavailable, apitype.CodeQueueOff, "the GPU job queue is off on this agent; an admin turns it on with queue.enabled: true")
+	return true
+}
+
+func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
+	if s.queueOff(w, r, c, true) {
+		return
+	}
+	if r.URL.RawQuery != "" {
+		msg := r.URL.Path + " takes the job in a JSON body, not as parameters"
+		s.observe(r, c, "", http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, msg)
+		return
+	}
+	var body apitype.JobRequest
+	if status, err := decodeJSON(w, r, &body); err != nil {
+		s.observe(r, c, "", status, err.Error())
+		return
+	}
+	req, err := specRequest(body)
+	if err != nil {
+		s.observe(r, c, "", http.StatusBadRequest, err.Error())
+		writeFieldError(w, err)
+		return
+	}
+	user := c.id.User
+	if body.AsUser != "" {
+		// The kernel vouches for root on the socket; a token's holder
+		// could name anyone.
+		if uid, ok := auth.PeerUID(r.Context()); !ok || uid != 0 || c.id.Method != auth.MethodSocket {
+			s.forbid(w, r, c, "", errors.New("as_user: only root on the agent's socket may submit for another user (sudo gpumeter submit --as USER); submit as yourself"))
+			return
+		}
+		user = body.AsUser
+	}
+	ev := audit.ToLedger(s.event(r, c, "", http.StatusOK, ""))
+	ev.Target = ""  // the job's id, once the store gives it one
+	ev.Owner = user // the caller's, or as_user's
+	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, Audit: ev})
+	if err != nil {
+		s.jobError(w, r, c, "", err)
+		return
+	}
+	c.observed = true
+	writeJSON(w, jobJSON(job))
+}
+
+// specRequest turns the wire request into the queue's, parsing its sizes
+// and durations; an error is an *apitype.FieldError.
+func specRequest(b apitype.JobRequest) (spec.Request, error) {
+	v, err := apitype.ParseJobRequest(b)
+	if err != nil {
+		return spec.Request{}, err
+	}
+	return spec.Request{
+		GPUs: b.GPUs, TimeLimit: v.TimeLimit, Image: b.Image, Name: b.Name,
+		Env: b.Env, Mounts: b.Mounts, Workdir: b.Workdir,
+		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize,
+		Publish: b.Publish, Command: b.Command,
+	}, nil
+}
+
+// writeErrorBody answers with an error that carries more than its code
+// and message.
+func writeErrorBody(w http.ResponseWriter, status int, e apitype.Error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+func writeFieldError(w http.ResponseWriter, err error) {
+	var fe *apitype.FieldError
+	field := ""
+	if errors.As(err, &fe) {
+		field = fe.Field
+	}
+	writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: err.Error(), Field: field})
+}
+
+func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
+	if s.queueOff(w, r, c, false) {
+		return
+	}
+	q, err := query(r)
+	if err == nil {
+		err = onlyParams(q, "all", "all_users", "state")
+	}
+	var all, allUsers bool
+	if err == nil {
+		all, err = flagParam(q.Get("all"), "all")
+	}
+	if err == nil {
+		allUsers, err = flagParam(q.Get("all_users"), "all_users")
+	}
+	var states []string
+	if err == nil {
+		states, err = apitype.ParseJobStates(q["state"])
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
+		return
+	}
+	f := ledger.JobFilter{User: c.id.User, States: states, IncludeEnded: all}
+	if allUsers {
+		if c.ownOnly {
+			s.forbid(w, r, c, "jobs all_users=1", fmt.Errorf("all_users: %s, a %s, sees only their own jobs; admins and viewers list everyone's", c.id.User, c.id.Role))
+			return
+		}
+		f.User = ""
+	}
+	jobs, err := s.cfg.Jobs.Jobs(r.Context(), f)
+	if err != nil {
+		s.jobError(w, r, c, "", err)
+		return
+	}
+	out := apitype.JobsResponse{Jobs: make([]apitype.Job, 0, len(jobs))}
+	for _, j := range jobs {
+		out.Jobs = append(out.Jobs, jobJSON(j))
+	}
+	writeJSON(w, out)
+}
+
+func (s *server) getJob(w http.ResponseWriter, r *http.Request, c *call) {
+	if s.queueOff(w, r, c, false) {
+		return
+	}
+	if r.URL.RawQuery != "" {
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, r.URL.Path+" takes no parameters")
+		return
+	}
+	job, ok := s.ownJob(w, r, c)
+	if ok {
+		writeJSON(w, jobJSON(job))
+	}
+}
+
+// ownJob finds the job the path names, as the caller may see it: another
+// user's job is answered as one that does not exist, as containers are,
+// so that nobody learns which ids are whose. The audit log keeps the
+// refusal for what it is.
+func (s *server) ownJob(w http.ResponseWriter, r *http.Request, c *call) (ledger.Job, bool) {
+	id := r.PathValue("id")
+	job, err := s.cfg.Jobs.Job(r.Context(), id)
+	if err != nil {
+		s.jobError(w, r, c, "job "+id, err)
+		return ledger.Job{}, false
+	}
+	if !c.owns(job.User) {
+		s.observe(r, c, "job "+job.ID, http.StatusForbidden, auth.AuthorizeOwner(c.id, c.act, job.User).Error())
+		writeError(w, http.StatusNotFound, apitype.CodeNotFound, "no job "+strconv.Quote(id)+" is known to the queue")
+		return ledger.Job{}, false
+	}
+	return job, true
+}
+
+// jobAction is cancel, hold or release of the job the path names.
+func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Request, c *call) {
+	return func(w http.ResponseWriter, r *http.Request, c *call) {
+		if s.queueOff(w, r, c, true) {
+			return
+		}
+		id := r.PathValue("id")
+		if r.URL.RawQuery != "" {
+			msg := r.URL.Path + " takes no parameters"
+			s.observe(r, c, "job "+id, http.StatusBadRequest, msg)
+			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, msg)
+			return
+		}
+		// The body, when there is one, is an empty object: room for
+		// options later, and a typo in one is not silently dropped.
+		var none struct{}
+		if status, err := decodeJSON(w, r, &none); err != nil {
+			s.observe(r, c, "job "+id, status, err.Error())
+			return
+		}
+		job, ok := s.ownJob(w, r, c)
+		if !ok {
+			return
+		}
+		ev := audit.ToLedger(s.event(r, c, job.ID, http.StatusOK, ""))
+		ev.Owner = job.User
+		// What is asked is done even if the caller hangs up; a cancel
+		// waits for the container to stop, past the write timeout.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), jobActionTimeout)
+		defer cancel()
+		var err error
+		switch verb {
+		case "cancel":
+			if err := allowLong(w, r, jobActionTimeout); err != nil {
+				s.cfg.Logger.Warn("cancel job: the answer may be cut off at the server's write timeout", "job", job.ID, "err", err)
+			}
+			job, err = s.cfg.Jobs.Cancel(ctx, job.ID, ev)
+		case "hold":
+			job, err = s.cfg.Jobs.Hold(ctx, job.ID, ev)
+		default:
+			job, err = s.cfg.Jobs.Release(ctx, job.ID, ev)
+		}
+		if err != nil {
+			s.jobError(w, r, c, "job "+id, err)
+			return
+		}
+		c.observed = true
+		writeJSON(w, jobJSON(job))
+	}
+}
+
+// jobError answers an error of the queue: a refusal and a bad request are
+// observed with the field at fault, a failure is logged.
+func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, target string, err error) {
+	var (
+		refusal *spec.Refusal
+		bad     *run.BadRequest
+		state   *run.StateError
+		race    *ledger.JobStateError
+		fe      *apitype.FieldError
+	)
+	e := apitype.Error{Message: err.Error()}
+	status := http.StatusBadRequest
+	switch {
+	case errors.As(err, &refusal) && refusal.Reason == spec.BadRequest:
+		// Malformed rather than against a rule: no GPUs, no command.
+		e.Code, e.Field = apitype.CodeBadRequest, refusal.Field
+	case errors.As(err, &refusal):
+		e.Code, e.Reason, e.Field = apitype.CodeRefused, string(refusal.Reason), refusal.Field
+	case errors.As(err, &bad):
+		e.Code, e.Field = apitype.CodeBadRequest, bad.Field
+	case errors.As(err, &fe):
+		e.Code, e.Field = apitype.CodeBadRequest, fe.Field
+	case errors.Is(err, ledger.ErrJobNotFound):
+		status, e.Code = http.StatusNotFound, apitype.CodeNotFound
+		e.Message = "no job " + strconv.Quote(r.PathValue("id")) + " is known to the queue"
+	case errors.As(err, &state):
+		status, e.Code, e.State = http.StatusConflict, apitype.CodeConflict, string(state.State)
+	case errors.As(err, &race):
+		status, e.Code, e.State = http.StatusConflict, apitype.CodeConflict, race.Actual
+		e.Message = "job " + race.ID + " changed to " + race.Actual + " meanwhile; look at it again"
+	case errors.Is(err, run.ErrLogsRemoved):
+		status, e.Code = http.StatusNotFound, apitype.CodeNotFound
+	default:
+		status, e.Code, e.Message = http.StatusInternalServerError, apitype.CodeInternal, "the queue could not do it; the agent's log says why"
+		s.cfg.Logger.Error("job queue", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)
+	}
+	if !c.observed {
+		s.observe(r, c, target, status, err.Error())
+	}
+	writeErrorBody(w, status, e)
+}
+
+// jobJSON is a job as the API shows it: lists are [] rather than null,
+// times are UTC and unknown ones null, the environment only by its names.
+func jobJSON(j ledger.Job) apitype.Job {
+	out := apitype.Job{
+		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State,
+		Reason: j.Reason, ReasonText: j.ReasonText, GPUsRequested: j.GPUsRequested,
+		GPUs: nonNil(j.GPUs), Image: j.Image, Command: nonNil(j.Command), EnvKeys: nonNil(j.EnvKeys),
+		TimeLimit:   units.FormatDuration(j.TimeLimit),
+		SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt), EndedAt: utcOrNil(j.EndedAt),
+		ContainerID: j.ContainerID, Held: j.Held,
+	}
+	if j.ExitCode != nil {
+		code := *j.ExitCode
+		out.ExitCode = &code
+	}
+	return out
+}
+
+func nonNil(s []string) []string {
+	return append(make([]string, 0, len(s)), s...)
+}
+
+func utcOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// onlyParams refuses a query parameter that is not one of names.
+func onlyParams(q map[string][]string, names ...string) error {
+	for k := range q {
+		known := false
+		for _, n := range names {
+			known = known || k == n
+		}
+		if !known {
+			return fmt.Errorf("%s: not a parameter of this endpoint (it takes %s)", k, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// flagParam reads a boolean parameter: 1 or true, 0 or false, or absent.
+func flagParam(v, name string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%s: %q is not 1 or 0", name, v)
+}

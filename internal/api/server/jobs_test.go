@@ -1,0 +1,369 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+)
+
+// hostUsers are the users the test host's passwd file would list; root,
+// the admin's token user, is uid 0.
+var hostUsers = map[string]spec.Identity{
+	"root":  {UID: 0, GID: 0},
+	"alice": {UID: 4242, GID: 4242},
+	"bob":   {UID: 4343, GID: 4343},
+}
+
+func lookupUser(user string) (spec.Identity, error) {
+	id, ok := hostUsers[user]
+	if !ok {
+		return spec.Identity{}, fmt.Errorf("no user %s in the passwd file", user)
+	}
+	return id, nil
+}
+
+// jobsFixture is the API over a real queue on a real SQLite ledger, with
+// no engine: jobs stay queued, which is all the API needs.
+type jobsFixture struct {
+	*fixture
+	store *sqlite.Store
+}
+
+func newJobsFixture(t *testing.T, edit func(*run.Config)) *jobsFixture {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	cfg := run.Config{
+		Store: store, Node: "n1", Identity: lookupUser, EnvDir: filepath.Join(t.TempDir(), "env"),
+		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}, MaxGPUs: 8, MaxTimeLimit: 24 * time.Hour},
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	q, err := run.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(c *Config) { c.Jobs = q; c.Limits.MaxBodyBytes = 16 << 10 })
+	return &jobsFixture{fixture: f, store: store}
+}
+
+const goodJob = `{"gpus":1,"time_limit":"4h","image":"gpumeter/sleeper:1","name":"train","env":["WANDB_MODE=offline"],"command":["sleep","60"]}`
+
+// submit posts body as caller and returns the job it made.
+func (f *jobsFixture) submit(t *testing.T, caller, body string) apitype.Job {
+	t.Helper()
+	a := f.do(t, caller, http.MethodPost, "/api/v1/jobs", strings.NewReader(body), "")
+	if a.status != http.StatusOK {
+		t.Fatalf("submit as %s: %d %s", caller, a.status, a.body)
+	}
+	var j apitype.Job
+	a.decode(t, &j)
+	return j
+}
+
+func (f *jobsFixture) post(t *testing.T, caller, path string) answer {
+	t.Helper()
+	return f.do(t, caller, http.MethodPost, path, nil, "")
+}
+
+func listIDs(t *testing.T, a answer) []string {
+	t.Helper()
+	var r apitype.JobsResponse
+	a.decode(t, &r)
+	ids := []string{}
+	for _, j := range r.Jobs {
+		ids = append(ids, j.ID)
+	}
+	return ids
+}
+
+// TestJobsSeenBy: a user sees and touches only their own jobs, and
+// another user's job is a 404, as a job that does not exist; a viewer
+// reads every job but not its logs, and changes nothing.
+func TestJobsSeenBy(t *testing.T) {
+	f := newJobsFixture(t, nil)
+	alices := f.submit(t, asAlice, goodJob)
+	bobs := f.submit(t, asBob, goodJob)
+	if alices.ID != "j-000001" || alices.User != "alice" || bobs.User != "bob" {
+		t.Fatalf("submitted %s by %s and %s by %s, want j-000001 by alice and one by bob", alices.ID, alices.User, bobs.ID, bobs.User)
+	}
+
+	tests := []struct {
+		caller, path string
+		want         []string
+	}{
+		{asAlice, "/api/v1/jobs", []string{alices.ID}},
+		{asBob, "/api/v1/jobs", []string{bobs.ID}},
+		{asViewer, "/api/v1/jobs?all_users=1", []string{alices.ID, bobs.ID}},
+		{asAdmin, "/api/v1/jobs?all_users=1&state=queued", []string{alices.ID, bobs.ID}},
+		{asAdmin, "/api/v1/jobs?all_users=1&state=running,succeeded", []string{}},
+		{asAdmin, "/api/v1/jobs", []string{}}, // root submitted nothing
+	}
+	for _, tt := range tests {
+		a := f.get(t, tt.caller, tt.path)
+		if a.status != http.StatusOK {
+			t.Errorf("%s GET %s: %d %s", tt.caller, tt.path, a.status, a.body)
+			continue
+		}
+		if got := listIDs(t, a); !slices.Equal(got, tt.want) {
+			t.Errorf("%s GET %s: %v, want %v", tt.caller, tt.path, got, tt.want)
+		}
+	}
+	e := f.get(t, asAlice, "/api/v1/jobs?all_users=1").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	if !strings.Contains(e.Message, "all_users") {
+		t.Errorf("all_users refusal %q does not name the parameter", e.Message)
+	}
+
+	// bob's job is no job of alice's: every verb answers as for an id
+	// nobody has, and nothing changes.
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/jobs/" + bobs.ID},
+		{http.MethodGet, "/api/v1/jobs/" + bobs.ID + "/logs"},
+		{http.MethodPost, "/api/v1/jobs/" + bobs.ID + "/cancel"},
+		{http.MethodPost, "/api/v1/jobs/" + bobs.ID + "/hold"},
+		{http.MethodPost, "/api/v1/jobs/" + bobs.ID + "/release"},
+	} {
+		theirs := f.do(t, asAlice, tt.method, tt.path, nil, "").apiError(t, http.StatusNotFound, apitype.CodeNotFound)
+		nobodys := f.do(t, asAlice, tt.method, strings.Replace(tt.path, bobs.ID, "j-999999", 1), nil, "").apiError(t, http.StatusNotFound, apitype.CodeNotFound)
+		if strings.ReplaceAll(theirs.Message, bobs.ID, "ID") != strings.ReplaceAll(nobodys.Message, "j-999999", "ID") {
+			t.Errorf("%s %s: %q, and for a job nobody has %q: they tell the two apart", tt.method, tt.path, theirs.Message, nobodys.Message)
+		}
+	}
+	var got apitype.Job
+	f.get(t, asBob, "/api/v1/jobs/"+bobs.ID).decode(t, &got)
+	if got.State != "queued" || got.Held {
+		t.Errorf("bob's job after alice's tries: %s held %v, want queued and not held", got.State, got.Held)
+	}
+
+	// The viewer reads any job, but not its logs, and changes nothing.
+	if a := f.get(t, asViewer, "/api/v1/jobs/"+bobs.ID); a.status != http.StatusOK {
+		t.Errorf("viewer GET bob's job: %d %s", a.status, a.body)
+	}
+	f.get(t, asViewer, "/api/v1/jobs/"+bobs.ID+"/logs").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.post(t, asViewer, "/api/v1/jobs/"+bobs.ID+"/cancel").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.post(t, asViewer, "/api/v1/jobs/"+bobs.ID+"/hold").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.do(t, asViewer, http.MethodPost, "/api/v1/jobs", strings.NewReader(goodJob), "").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	// The admin may touch anyone's.
+	var held apitype.Job
+	f.post(t, asAdmin, "/api/v1/jobs/"+bobs.ID+"/hold").decode(t, &held)
+	if !held.Held || held.Reason != "held" {
+		t.Errorf("admin's hold of bob's job: held %v reason %q, want held", held.Held, held.Reason)
+	}
+}
+
+// TestJobJSONContract: the job's JSON has exactly the fields the issue
+// promises, under these names, with null for what is not known and []
+// for empty lists; environment values never appear.
+func TestJobJSONContract(t *testing.T) {
+	f := newJobsFixture(t, nil)
+	j := f.submit(t, asAlice, goodJob)
+	a := f.get(t, asAlice, "/api/v1/jobs/"+j.ID)
+	var raw map[string]json.RawMessage
+	a.decode(t, &raw)
+	var keys []string
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"command", "container_id", "ended_at", "env_keys", "estimated_start", "exit_code", "gpus", "gpus_requested",
+		"held", "id", "image", "name", "reason", "reason_text", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
+	if diff := cmp.Diff(want, keys); diff != "" {
+		t.Errorf("job fields (-want +got):\n%s", diff)
+	}
+	for k, v := range map[string]string{
+		"id": `"j-000001"`, "name": `"train"`, "user": `"alice"`, "state": `"queued"`, "reason": `"resources"`,
+		"gpus_requested": `1`, "gpus": `[]`, "image": `"gpumeter/sleeper:1"`, "command": `["sleep","60"]`,
+		"env_keys": `["WANDB_MODE"]`, "time_limit": `"4h"`, "started_at": `null`, "ended_at": `null`,
+		"exit_code": `null`, "estimated_start": `null`, "held": `false`, "container_id": `""`,
+	} {
+		if got := string(raw[k]); got != v {
+			t.Errorf("%s: %s, want %s", k, got, v)
+		}
+	}
+	var submitted time.Time
+	if err := json.Unmarshal(raw["submitted_at"], &submitted); err != nil || submitted.IsZero() || submitted.Location() != time.UTC {
+		t.Errorf("submitted_at %s: want an RFC 3339 time in UTC (%v)", raw["submitted_at"], err)
+	}
+	if !strings.HasSuffix(string(raw["submitted_at"]), `Z"`) {
+		t.Errorf("submitted_at %s is not written in UTC", raw["submitted_at"])
+	}
+	if strings.Contains(string(a.body), "offline") {
+		t.Errorf("the job's JSON shows an environment value: %s", a.body)
+	}
+	var list map[string]json.RawMessage
+	f.get(t, asAlice, "/api/v1/jobs").decode(t, &list)
+	if _, ok := list["jobs"]; !ok || len(list) != 1 {
+		t.Errorf("the list is %v, want one field jobs", list)
+	}
+}
+
+// TestJobSubmitErrors: every bad or refused request is a 400 that names
+// the field at fault, a refusal with its rule's reason code, and nothing
+// is queued.
+func TestJobSubmitErrors(t *testing.T) {
+	f := newJobsFixture(t, nil)
+	with := func(edit string) string { return strings.Replace(goodJob, `"gpus":1,`, edit, 1) }
+	tests := []struct {
+		name, body   string
+		code, reason string
+		field        string
+		says         string
+	}{
+		{"unknown field", with(`"gpus":1,"privileged":true,`), "bad_request", "", "", `"privileged"`},
+		{"gpus as text", with(`"gpus":"1",`), "bad_request", "", "", `"gpus"`},
+		{"no gpus", with(`"gpus":0,`), "bad_request", "", "gpus", "at least 1 GPU"},
+		{"negative gpus", with(`"gpus":-2,`), "bad_request", "", "gpus", "at least 1 GPU"},
+		{"bad memory", with(`"gpus":1,"memory":"lots",`), "bad_request", "", "memory", "memory"},
+		{"zero memory", with(`"gpus":1,"memory":"0",`), "bad_request", "", "memory", "no memory"},
+		{"bad shm", with(`"gpus":1,"shm_size":"8 gigs",`), "bad_request", "", "shm_size", "shm_size"},
+		{"bad time limit", strings.Replace(goodJob, `"4h"`, `"4 hours"`, 1), "bad_request", "", "time_limit", "time_limit"},
+		{"zero time limit", strings.Replace(goodJob, `"4h"`, `"0s"`, 1), "bad_request", "", "time_limit", "above 0"},
+		{"no time limit", strings.Replace(goodJob, `"time_limit":"4h",`, ``, 1), "bad_request", "", "time_limit", "queue.default_time_limit"},
+		{"bad notify", with(`"gpus":1,"notify":["always"],`), "bad_request", "", "notify", "start or end"},
+		{"empty command", strings.Replace(goodJob, `["sleep","60"]`, `[]`, 1), "bad_request", "", "command", "empty"},
+		{"malformed mount", with(`"gpus":1,"mounts":["data"],`), "", "", "mounts", ""},
+		{"image not allowed", strings.Replace(goodJob, "gpumeter/sleeper:1", "evil/miner:latest", 1), "refused", "image_not_allowed", "image", "queue.images"},
+		{"time limit too long", strings.Replace(goodJob, `"4h"`, `"2d"`, 1), "refused", "time_limit_too_long", "time_limit", "queue.max_time_limit"},
+		{"too many gpus", with(`"gpus":9,`), "refused", "too_big", "gpus", "queue.max_gpus"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(tt.body), "")
+			var e apitype.Error
+			a.decode(t, &e)
+			if a.status != http.StatusBadRequest {
+				t.Fatalf("%d %s, want 400", a.status, a.body)
+			}
+			if tt.code != "" && e.Code != tt.code || tt.reason != "" && e.Reason != tt.reason || tt.field != "" && e.Field != tt.field || !strings.Contains(e.Message, tt.says) {
+				t.Errorf("%s, want code %s reason %q field %q saying %q", a.body, tt.code, tt.reason, tt.field, tt.says)
+			}
+			// A refusal may quote the queue's patterns, stars and all.
+			checkOwnWords(t, strings.ReplaceAll(e.Message, "*", ""))
+		})
+	}
+	// The env refusal replaces the good job's variable.
+	env := strings.Replace(goodJob, `"WANDB_MODE=offline"`, `"NVIDIA_VISIBLE_DEVICES=all"`, 1)
+	a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(env), "")
+	var e apitype.Error
+	a.decode(t, &e)
+	if a.status != http.StatusBadRequest || e.Code != apitype.CodeRefused || e.Reason != "env_not_allowed" || e.Field != "env" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=all: %d %s, want a 400 refused with env_not_allowed in env", a.status, a.body)
+	}
+	if got := listIDs(t, f.get(t, asAdmin, "/api/v1/jobs?all_users=1&all=1")); len(got) != 0 {
+		t.Errorf("refused requests queued %v", got)
+	}
+}
+
+// TestJobActionsAudited: hold, release and cancel change the job as
+// asked, an ended job cannot be cancelled again (409 with its state),
+// and each action, with the submit, is one audit row in the ledger,
+// written with the job's change.
+func TestJobActionsAudited(t *testing.T) {
+	f := newJobsFixture(t, nil)
+	j := f.submit(t, asAlice, goodJob)
+	base := "/api/v1/jobs/" + j.ID
+	steps := []struct {
+		verb   string
+		state  string
+		held   bool
+		reason string
+	}{
+		{"hold", "queued", true, "held"},
+		{"release", "queued", false, "resources"},
+		{"cancel", "cancelled", false, "cancelled"},
+	}
+	for _, s := range steps {
+		a := f.post(t, asAlice, base+"/"+s.verb)
+		if a.status != http.StatusOK {
+			t.Fatalf("%s: %d %s", s.verb, a.status, a.body)
+		}
+		var got apitype.Job
+		a.decode(t, &got)
+		if got.State != s.state || got.Held != s.held || got.Reason != s.reason {
+			t.Errorf("after %s: %s held %v reason %s, want %s held %v reason %s", s.verb, got.State, got.Held, got.Reason, s.state, s.held, s.reason)
+		}
+	}
+	e := f.post(t, asAlice, base+"/cancel").apiError(t, http.StatusConflict, apitype.CodeConflict)
+	if e.State != "cancelled" || !strings.Contains(e.Message, "cancelled") {
+		t.Errorf("cancel of a cancelled job: state %q message %q, want its state", e.State, e.Message)
+	}
+	f.post(t, asAlice, base+"/hold").apiError(t, http.StatusConflict, apitype.CodeConflict)
+	// A queued job has no logs yet: a conflict naming its state.
+	k := f.submit(t, asAlice, goodJob)
+	if e := f.get(t, asAlice, "/api/v1/jobs/"+k.ID+"/logs").apiError(t, http.StatusConflict, apitype.CodeConflict); e.State != "queued" {
+		t.Errorf("logs of a queued job: state %q, want queued", e.State)
+	}
+	// A body on an action may only be empty.
+	f.do(t, asAlice, http.MethodPost, "/api/v1/jobs/"+k.ID+"/hold", strings.NewReader(`{"force":true}`), "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+
+	events, err := f.store.AuditEvents(context.Background(), ledger.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ Kind, Caller, Role, Action, Target, Owner string }
+	var got []row
+	for _, e := range events {
+		if e.Target == j.ID {
+			got = append(got, row{e.Kind, e.Caller, e.Role, e.Action, e.Target, e.Owner})
+		}
+	}
+	alice := func(action string) row {
+		return row{"api", "alice (token alice-laptop)", "user", action, j.ID, "alice"}
+	}
+	want := []row{alice("jobs.submit"), alice("jobs.hold"), alice("jobs.hold"), alice("jobs.cancel")}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("audit rows of %s (-want +got):\n%s", j.ID, diff)
+	}
+}
+
+// TestJobsQueueOff: an agent without the queue says how to turn it on.
+func TestJobsQueueOff(t *testing.T) {
+	f := newFixture(t, nil)
+	for _, tt := range []struct{ method, path string }{
+		{http.MethodGet, "/api/v1/jobs"},
+		{http.MethodPost, "/api/v1/jobs"},
+		{http.MethodGet, "/api/v1/jobs/j-000001"},
+		{http.MethodPost, "/api/v1/jobs/j-000001/cancel"},
+	} {
+		e := f.do(t, asAdmin, tt.method, tt.path, nil, "").apiError(t, http.StatusServiceUnavailable, apitype.CodeQueueOff)
+		if !strings.Contains(e.Message, "queue.enabled") {
+			t.Errorf("%s %s: %q, want it to name queue.enabled", tt.method, tt.path, e.Message)
+		}
+	}
+}
+
+// TestJobListParams: the list refuses parameters it does not know and
+// states that are not states.
+func TestJobListParams(t *testing.T) {
+	f := newJobsFixture(t, nil)
+	for path, says := range map[string]string{
+		"/api/v1/jobs?state=sleeping": "sleeping",
+		"/api/v1/jobs?state=":         "empty state",
+		"/api/v1/jobs?user=bob":       "user",
+		"/api/v1/jobs?all=yes":        "all",
+	} {
+		e := f.get(t, asAlice, path).apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+		if !strings.Contains(e.Message, says) {
+			t.Errorf("GET %s: %q, want it to say %q", path, e.Message, says)
+		}
+	}
+}
