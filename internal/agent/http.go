@@ -75,6 +75,9 @@ func (a *Agent) Handler() http.Handler {
 		extra = append(extra, a.audit)
 		ac.Audit = a.audit
 	}
+	if a.queue != nil {
+		ac.Jobs = a.queue
+	}
 	apiHandler := server.New(ac)
 	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra}
 	if a.queue != nil {

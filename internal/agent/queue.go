@@ -10,9 +10,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
@@ -43,6 +46,9 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if err != nil {
 		return err
 	}
+	if rules.MaxCPUs < cfg.Queue.MaxCPUs {
+		a.log.Info("queue.max_cpus is more than this host has; jobs get at most its CPUs", "max_cpus", cfg.Queue.MaxCPUs, "cpus", rules.MaxCPUs)
+	}
 	engine, err := docker.NewJobs(cfg.DockerHost, a.log.With("part", "queue-docker"))
 	if err != nil {
 		return fmt.Errorf("queue: docker: %w", err)
@@ -69,6 +75,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		})
 	}
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
+	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
 		Store:   jobs,
 		Engine:  engine,
@@ -76,11 +83,21 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		Sched:   sched,
 		Passing: passing,
 		Identity: func(user string) (spec.Identity, error) {
-			id, err := hostid.Lookup(passwd, group, user)
+			name := user
+			if n, ok := strings.CutPrefix(user, "uid:"); ok {
+				// An admin on the socket is known by uid: the job runs
+				// as the passwd entry of that uid.
+				uid, err := strconv.Atoi(n)
+				if err != nil {
+					return spec.Identity{}, fmt.Errorf("caller %q: not a uid", user)
+				}
+				name = users.Name(uid)
+			}
+			id, err := hostid.Lookup(passwd, group, name)
 			if err != nil {
 				return spec.Identity{}, err
 			}
-			return spec.Identity{UID: id.UID, GID: id.GID, Groups: id.Groups, User: id.User}, nil
+			return spec.Identity{UID: id.UID, GID: id.GID, Groups: id.Groups, User: user}, nil
 		},
 		Node:             node,
 		DefaultTimeLimit: cfg.Queue.DefaultTimeLimit,
