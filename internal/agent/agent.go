@@ -47,25 +47,25 @@ type Agent struct {
 	version string
 	node    string // the node this agent meters
 
-	sampler   *sampler.Sampler
-	docker    *docker.Inventory
-	store     ledger.Store
-	lease     ledger.Lease // this agent's lease of its node in store
-	recorder  *record.Recorder
-	waste     *liveWaste
-	policy    *policy.Engine
+	sampler  *sampler.Sampler
+	docker   *docker.Inventory
+	store    ledger.Store
+	lease    ledger.Lease // this agent's lease of its node in store
+	recorder *record.Recorder
+	waste    *liveWaste
+	policy   *policy.Engine
 	// queue is the GPU job queue, nil when queue.enabled is off;
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	reloadMu  sync.Mutex
-	closers   []func() error
-	listener  net.Listener
-	socket    net.Listener // nil when api.socket is off
-	sec       security
-	audit     *audit.Log
-	auditFile *audit.File
-	dataFiles *dataFiles // once checked, see files
+	reloadMu   sync.Mutex
+	closers    []func() error
+	listener   net.Listener
+	socket     net.Listener // nil when api.socket is off
+	sec        security
+	audit      *audit.Log
+	auditFile  *audit.File
+	dataFiles  *dataFiles // once checked, see files
 	// noDataDir is set when the data directory cannot be written and
 	// nothing needs it: no audit log file, no socket in it.
 	noDataDir bool
