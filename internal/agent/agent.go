@@ -21,6 +21,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
@@ -46,21 +47,25 @@ type Agent struct {
 	version string
 	node    string // the node this agent meters
 
-	sampler   *sampler.Sampler
-	docker    *docker.Inventory
-	store     ledger.Store
-	lease     ledger.Lease // this agent's lease of its node in store
-	recorder  *record.Recorder
-	waste     *liveWaste
-	policy    *policy.Engine
-	reloadMu  sync.Mutex
-	closers   []func() error
-	listener  net.Listener
-	socket    net.Listener // nil when api.socket is off
-	sec       security
-	audit     *audit.Log
-	auditFile *audit.File
-	dataFiles *dataFiles // once checked, see files
+	sampler  *sampler.Sampler
+	docker   *docker.Inventory
+	store    ledger.Store
+	lease    ledger.Lease // this agent's lease of its node in store
+	recorder *record.Recorder
+	waste    *liveWaste
+	policy   *policy.Engine
+	// queue is the GPU job queue, nil when queue.enabled is off;
+	// jobNotices sends its job events to the webhook.
+	queue      *run.Queue
+	jobNotices *policy.JobNotifier
+	reloadMu   sync.Mutex
+	closers    []func() error
+	listener   net.Listener
+	socket     net.Listener // nil when api.socket is off
+	sec        security
+	audit      *audit.Log
+	auditFile  *audit.File
+	dataFiles  *dataFiles // once checked, see files
 	// noDataDir is set when the data directory cannot be written and
 	// nothing needs it: no audit log file, no socket in it.
 	noDataDir bool
@@ -118,15 +123,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			node = sc.Node
 		}
 		// A scenario plays its own containers; Docker is needed only for
-		// the real processes its pid: entries name, and for the real
-		// containers whose labels it plays.
+		// the real processes its pid: entries name, for the real
+		// containers whose labels it plays, and for the queue's jobs.
 		if sc.RealContainers {
 			if !useDocker {
 				return nil, fmt.Errorf("%s: docker.containers: from_labels plays real Docker containers, but docker.enabled is false", sc.Name)
 			}
 			simSrc = src
 		}
-		useDocker = useDocker && (hasPIDs(sc) || sc.RealContainers)
+		useDocker = useDocker && (hasPIDs(sc) || sc.RealContainers || cfg.Queue.Enabled)
 	default:
 		src, closer, err := openNVML(cfg.NVMLLibrary, logger)
 		if err != nil {
@@ -226,6 +231,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	}
 	if _, err := a.openAudit(cfg, node); err != nil {
 		return nil, err
+	}
+	if cfg.Queue.Enabled {
+		if err := a.newQueue(ctx, cfg, node, cfg.Source == "demo" || cfg.Source == "sim"); err != nil {
+			return nil, err
+		}
+		onTick = chain(onTick, a.observeQueue)
 	}
 	if cfg.WasteEnabled {
 		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: cost.Model(cfg.Cost)})

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -65,13 +66,24 @@ func (a *Agent) Handler() http.Handler {
 	}
 	if a.docker != nil {
 		ac.Stopper = a.docker
+		if a.queue != nil {
+			// A job's container stopped through the API ends cancelled.
+			ac.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonCancelled}
+		}
 	}
 	if a.audit != nil {
 		extra = append(extra, a.audit)
 		ac.Audit = a.audit
 	}
+	if a.queue != nil {
+		ac.Jobs = a.queue
+	}
 	apiHandler := server.New(ac)
-	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.Handler(a.sampler, a.version, a.log.With("part", "exporter"), extra...)))
+	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra}
+	if a.queue != nil {
+		ec.Queue = a.queueStats
+	}
+	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.NewHandler(a.sampler, ec)))
 	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
 	mux.Handle("/", apiHandler)
 	return server.LimitHeaders(mux)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -71,6 +72,9 @@ func (a *Agent) newPolicy(cfg config.Config) {
 	}
 	if a.docker != nil {
 		ec.Stopper, ec.Containers = a.docker, a.docker
+		if a.queue != nil {
+			ec.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonStoppedByPolicy}
+		}
 	}
 	a.policy = policy.NewEngine(ec)
 }
@@ -138,8 +142,24 @@ func (a *Agent) reload(cfg config.Config) error {
 	if a.waste == nil && cfg.WasteEnabled {
 		return errors.New("waste.enabled: turning the waste rules on needs a restart")
 	}
+	if a.queue == nil && cfg.Queue.Enabled {
+		return errors.New("queue.enabled: turning the queue on needs a restart")
+	}
+	var queueReload func() error
+	if a.queue != nil {
+		rules, sched, err := queueRules(cfg.Queue, a.cfg.UserLabel, a.cfg.TeamLabel)
+		if err != nil {
+			return err
+		}
+		queueReload = func() error { return a.queue.Reload(rules, sched, cfg.Queue.DefaultTimeLimit) }
+	}
 	if err := a.sec.reload(&cfg); err != nil {
 		return err
+	}
+	if queueReload != nil {
+		if err := queueReload(); err != nil {
+			a.log.Error("queue settings not reloaded", "err", err)
+		}
 	}
 	changed := false
 	if a.waste != nil {
@@ -171,6 +191,13 @@ func reloadable(name string) bool {
 	case "waste.enabled":
 		return false
 	case "api.rate_limit", "api.rate_burst", "web.config_file":
+		return true
+	case "queue.images", "queue.mount_roots", "queue.run_as_root_images", "queue.cap_add",
+		"queue.publish_ports", "queue.publish_address", "queue.max_gpus", "queue.max_cpus",
+		"queue.max_memory", "queue.max_shm_size", "queue.max_time_limit", "queue.default_time_limit",
+		"queue.placement", "queue.max_gpus_per_user", "queue.outside_memory_threshold":
+		// The queue's limits, patterns and caps; the rest of queue.*
+		// needs a restart.
 		return true
 	}
 	for _, prefix := range []string{"auth.", "tls.", "waste.", "policy."} {

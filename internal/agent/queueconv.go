@@ -6,6 +6,7 @@ package agent
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -35,6 +36,11 @@ func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.
 		RunAsRootImages: q.RunAsRootImages,
 		UserLabel:       userLabel,
 		TeamLabel:       teamLabel,
+	}
+	if n := float64(runtime.NumCPU()); rules.MaxCPUs > n {
+		// A job that names no CPUs gets queue.max_cpus, and Docker
+		// refuses a limit over the host's CPUs.
+		rules.MaxCPUs = n
 	}
 	for _, s := range q.PublishPorts {
 		r, err := portRange(s)

@@ -123,6 +123,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if a.queue != nil {
+		g.Go(func() error {
+			if err := a.queue.Run(ctx); err != nil {
+				return fmt.Errorf("queue: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.jobNotices != nil {
+		g.Go(func() error { return a.jobNotices.Run(ctx) })
+	}
 	if a.policy != nil {
 		g.Go(func() error {
 			if err := a.policy.Run(ctx); err != nil {

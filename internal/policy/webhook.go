@@ -32,7 +32,7 @@ const maxBackoff = 10 * time.Second
 // a 5xx, or a 429, after its Retry-After when that is longer than the
 // backoff (which starts at backoff and doubles); another status (a 4xx)
 // is final. It returns the attempts made.
-func post(ctx context.Context, client *http.Client, w Webhook, backoff time.Duration, m Message) (int, error) {
+func post(ctx context.Context, client *http.Client, w Webhook, backoff time.Duration, m any) (int, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return 0, err

@@ -1,0 +1,231 @@
+// The GPU job queue: built from queue.* when it is on, fed the GPUs and
+// the outside use of every tick, its job events handed to the webhook,
+// and its figures to /metrics.
+
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/cgroup"
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/docker"
+	"github.com/gpumeter/gpumeter/internal/exporter"
+	"github.com/gpumeter/gpumeter/internal/hostid"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/sampler"
+)
+
+// newQueue builds the queue; New calls it once the ledger, the audit log
+// and the Docker inventory are there.
+func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, simulated bool) error {
+	if a.store == nil {
+		return errors.New("queue.enabled: the queue keeps its jobs in the ledger; set ledger.enabled")
+	}
+	jobs, ok := a.store.(ledger.JobStore)
+	if !ok {
+		return errors.New("queue.enabled: this ledger backend keeps no jobs")
+	}
+	if a.docker == nil {
+		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
+	}
+	rules, sched, err := queueRules(cfg.Queue, cfg.UserLabel, cfg.TeamLabel)
+	if err != nil {
+		return err
+	}
+	if rules.MaxCPUs < cfg.Queue.MaxCPUs {
+		a.log.Info("queue.max_cpus is more than this host has; jobs get at most its CPUs", "max_cpus", cfg.Queue.MaxCPUs, "cpus", rules.MaxCPUs)
+	}
+	engine, err := docker.NewJobs(cfg.DockerHost, a.log.With("part", "queue-docker"))
+	if err != nil {
+		return fmt.Errorf("queue: docker: %w", err)
+	}
+	a.closers = append(a.closers, engine.Close)
+	passing, err := resolvePassing(ctx, cfg.Queue.GPUPassing, simulated, engine.GPUSupport)
+	if err != nil {
+		return err
+	}
+	if passing == spec.Env && !simulated {
+		a.log.Warn("queue.gpu_passing env: jobs get their GPUs only from NVIDIA_VISIBLE_DEVICES, which works only where nvidia is Docker's default runtime")
+	}
+	envDir, err := a.jobEnvDir(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Queue.Notify != nil || cfg.Policy.Webhook.URL != "" {
+		var auditor policy.Auditor
+		if a.audit != nil {
+			auditor = a.audit
+		}
+		a.jobNotices = policy.NewJobNotifier(policy.JobNotifierConfig{
+			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
+		})
+	}
+	passwd, group := cfg.PasswdFile, cfg.GroupFile
+	users := cgroup.NewUsers(passwd)
+	rc := run.Config{
+		Store:   jobs,
+		Engine:  engine,
+		Rules:   rules,
+		Sched:   sched,
+		Passing: passing,
+		Identity: func(user string) (spec.Identity, error) {
+			name := user
+			if n, ok := strings.CutPrefix(user, "uid:"); ok {
+				// An admin on the socket is known by uid: the job runs
+				// as the passwd entry of that uid.
+				uid, err := strconv.Atoi(n)
+				if err != nil {
+					return spec.Identity{}, fmt.Errorf("caller %q: not a uid", user)
+				}
+				name = users.Name(uid)
+			}
+			id, err := hostid.Lookup(passwd, group, name)
+			if err != nil {
+				return spec.Identity{}, err
+			}
+			return spec.Identity{UID: id.UID, GID: id.GID, Groups: id.Groups, User: user}, nil
+		},
+		Node:             node,
+		DefaultTimeLimit: cfg.Queue.DefaultTimeLimit,
+		StopGrace:        cfg.Queue.StopGrace,
+		MaxRequeue:       cfg.Queue.MaxRequeue,
+		MaxStartAttempts: cfg.Queue.MaxStartAttempts,
+		LogRetention:     cfg.Queue.LogRetention,
+		Notify:           cfg.Queue.Notify,
+		EnvDir:           envDir,
+		Logger:           a.log.With("part", "queue"),
+	}
+	if a.jobNotices != nil {
+		notices := a.jobNotices
+		rc.OnEvent = func(e run.JobEvent) { notices.Notify(jobNotice(e)) }
+	}
+	if a.audit != nil {
+		log := a.audit
+		rc.Audited = func(ctx context.Context, e ledger.AuditEvent) {
+			// The ledger holds the event; a failed file write is logged
+			// by the audit log itself.
+			_ = log.Recorded(ctx, audit.FromLedger(e))
+		}
+	}
+	q, err := run.New(rc)
+	if err != nil {
+		return fmt.Errorf("queue: %w", err)
+	}
+	a.queue = q
+	return nil
+}
+
+// jobEnvDir is where the queue keeps the environment values of jobs, which
+// the ledger never holds: a directory only the agent reads.
+func (a *Agent) jobEnvDir(cfg config.Config) (string, error) {
+	base := cfg.DataDir
+	if cfg.Source == "demo" {
+		d, err := os.MkdirTemp("", "gpumeter-demo-jobs")
+		if err != nil {
+			return "", err
+		}
+		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
+		base = d
+	} else if _, err := a.files(); err != nil {
+		return "", fmt.Errorf("queue.enabled: %w", err)
+	}
+	dir := filepath.Join(base, "job-env")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("queue: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return "", fmt.Errorf("queue: %w", err)
+	}
+	return dir, nil
+}
+
+// resolvePassing turns queue.gpu_passing into how jobs get their GPUs.
+// auto picks DeviceRequests where Docker has the nvidia runtime, and
+// NVIDIA_VISIBLE_DEVICES with a simulated GPU source (how the tests run on
+// an engine without either); on a real host without the runtime it
+// refuses, since jobs would run without their GPUs.
+func resolvePassing(ctx context.Context, setting string, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
+	switch setting {
+	case string(spec.DeviceRequests), string(spec.CDI), string(spec.Env):
+		return spec.GPUPassing(setting), nil
+	case "", "auto":
+	default:
+		return "", fmt.Errorf("queue.gpu_passing: %q is not auto, device_requests, cdi or env", setting)
+	}
+	if simulated {
+		return spec.Env, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nvidia, err := support(ctx)
+	if err != nil {
+		return "", fmt.Errorf("queue.gpu_passing auto: cannot ask Docker for its runtimes: %w", err)
+	}
+	if nvidia {
+		return spec.DeviceRequests, nil
+	}
+	return "", errors.New("queue.gpu_passing auto: Docker has no nvidia runtime, so jobs would run without their GPUs; " +
+		"install the NVIDIA Container Toolkit and run `nvidia-ctk runtime configure --runtime=docker` and restart Docker, " +
+		"or set queue.gpu_passing to cdi (with the toolkit's CDI spec generated) or env (with nvidia as Docker's default runtime)")
+}
+
+// observeQueue hands the queue what the tick saw of the GPUs.
+func (a *Agent) observeQueue(t *sampler.Tick) {
+	gpus, outside := queueView(t, container.JobLabel)
+	a.queue.Observe(run.Observation{GPUs: gpus, Outside: outside})
+}
+
+// queueStats are the queue's figures for /metrics.
+func (a *Agent) queueStats() (exporter.QueueStats, bool) {
+	s := a.queue.Snapshot()
+	st := exporter.QueueStats{
+		Jobs:     map[string]int{},
+		GPUsHeld: s.GPUsHeld, GPUsFree: s.GPUsFree, GPUsOutside: s.GPUsOutside,
+		WaitBounds: s.WaitBounds, WaitSum: s.WaitSum, WaitCount: s.WaitCount,
+	}
+	for _, state := range queue.States() {
+		st.Jobs[string(state)] = s.Jobs[state]
+	}
+	// The queue counts +Inf too; the exporter takes it from WaitCount.
+	st.WaitCounts = s.WaitCounts[:min(len(s.WaitCounts), len(s.WaitBounds))]
+	return st, true
+}
+
+// jobNotice is a job event as the webhook hears of it.
+func jobNotice(e run.JobEvent) policy.JobNotice {
+	j := e.Job
+	return policy.JobNotice{
+		Event: e.Event, ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State,
+		Reason: j.Reason, GPUs: j.GPUs, ExitCode: j.ExitCode, Node: j.Node,
+	}
+}
+
+// jobStopper tells the queue, before a container is stopped, that the stop
+// is the policy's (or an admin's through the API), so that a job's
+// container stopped that way ends with that reason and not as an exit.
+type jobStopper struct {
+	inv    *docker.Inventory
+	queue  *run.Queue
+	reason queue.Reason
+}
+
+func (s jobStopper) Stop(ctx context.Context, id string, grace time.Duration) error {
+	if c, ok := s.inv.Lookup(id); ok && c.JobID() != "" {
+		s.queue.ExpectStop(c.ID, s.reason)
+	}
+	return s.inv.Stop(ctx, id, grace)
+}
