@@ -34,7 +34,7 @@ func runReport(ctx context.Context, s ledger.Store, by string, from, to time.Tim
 	if err := req.Validate(to); err != nil {
 		return err
 	}
-	_, err := report.Run(ctx, s, req, cost.Model{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01})
+	_, err := report.Run(ctx, s, nil, req, cost.Model{GPUHour: map[string]float64{"default": 2}, KWh: 0.2, CPUCoreHour: 0.01})
 	return err
 }
 
