@@ -49,7 +49,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if rules.MaxCPUs < cfg.Queue.MaxCPUs {
 		a.log.Info("queue.max_cpus is more than this host has; jobs get at most its CPUs", "max_cpus", cfg.Queue.MaxCPUs, "cpus", rules.MaxCPUs)
 	}
-	engine, err := docker.NewJobs(cfg.DockerHost, a.log.With("part", "queue-docker"))
+	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
 	if err != nil {
 		return fmt.Errorf("queue: docker: %w", err)
 	}

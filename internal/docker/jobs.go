@@ -26,12 +26,15 @@ import (
 type Jobs struct {
 	client *client.Client
 	log    *slog.Logger
+	node   string // "": every node's job containers
 }
 
 // NewJobs returns Jobs for the daemon at host (empty: DOCKER_HOST or the
 // platform default), negotiating the API version on first use. It does
-// not contact the daemon.
-func NewJobs(host string, log *slog.Logger) (*Jobs, error) {
+// not contact the daemon. List and Events see only the job containers of
+// node (their gpumeter.node label), or every job container when node is
+// "".
+func NewJobs(host, node string, log *slog.Logger) (*Jobs, error) {
 	opts := []client.Opt{client.FromEnv}
 	if host != "" {
 		opts = append(opts, client.WithHost(host))
@@ -43,7 +46,7 @@ func NewJobs(host string, log *slog.Logger) (*Jobs, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Jobs{client: cli, log: log.With("component", "docker-jobs")}, nil
+	return &Jobs{client: cli, log: log.With("component", "docker-jobs"), node: node}, nil
 }
 
 // Close closes the client's connections.
@@ -144,7 +147,7 @@ func (j *Jobs) Logs(ctx context.Context, id string, follow bool, w io.Writer) er
 // List returns every container labelled gpumeter.job, in any state. A
 // container removed between the list and its inspect is left out.
 func (j *Jobs) List(ctx context.Context) ([]container.JobContainer, error) {
-	res, err := j.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", spec.JobLabel)})
+	res, err := j.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: j.filters()})
 	if err != nil {
 		return nil, fmt.Errorf("list job containers: %w", err)
 	}
@@ -195,7 +198,7 @@ func (j *Jobs) follow(ctx context.Context, out chan<- string, resync bool) (upAt
 	ectx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	filters := make(client.Filters).Add("type", string(events.ContainerEventType)).
-		Add("event", string(events.ActionDie)).Add("label", spec.JobLabel)
+		Add("event", string(events.ActionDie)).Add("label", j.labels()...)
 	ev := j.client.Events(ectx, client.EventsListOptions{Filters: filters})
 	pctx, pcancel := context.WithTimeout(ctx, pingTimeout)
 	_, err = j.client.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
@@ -243,4 +246,17 @@ func (j *Jobs) GPUSupport(ctx context.Context) (nvidiaRuntime bool, err error) {
 		return true, nil
 	}
 	return false, nil
+}
+
+// labels are the label filters of this node's job containers.
+func (j *Jobs) labels() []string {
+	if j.node == "" {
+		return []string{spec.JobLabel}
+	}
+	return []string{spec.JobLabel, spec.NodeLabel + "=" + j.node}
+}
+
+// filters select this node's job containers in a list.
+func (j *Jobs) filters() client.Filters {
+	return make(client.Filters).Add("label", j.labels()...)
 }

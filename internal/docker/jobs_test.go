@@ -22,7 +22,7 @@ func TestJobsRunsAJobContainer(t *testing.T) {
 	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t) // the job's container names GPUs in its env
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := NewJobs("", nil)
+	jobs, err := NewJobs("", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestJobsEventsReconnect(t *testing.T) {
 		testenv.SkipUnlessCI(t, "the engine is not on a Unix socket (%s)", cli.DaemonHost())
 	}
 	proxy := dockertest.NewSocketProxy(t, socket)
-	jobs, err := NewJobs("unix://"+proxy.Path(), nil)
+	jobs, err := NewJobs("unix://"+proxy.Path(), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

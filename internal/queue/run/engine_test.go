@@ -77,7 +77,7 @@ func newEngineEnv(t testing.TB, n int, edit func(*Config)) *engineEnv {
 	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t)
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := docker.NewJobs("", nil)
+	jobs, err := docker.NewJobs("", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,7 +100,12 @@ func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 	q.mu.Lock()
 	rules := q.rules
 	q.mu.Unlock()
-	return spec.Build(req, rules, who, j.ID, gpus, q.passing)
+	s, err := spec.Build(req, rules, who, j.ID, gpus, q.passing)
+	if err != nil {
+		return nil, err
+	}
+	s.ForNode(q.node)
+	return s, nil
 }
 
 // markRunning records that job j's container runs.

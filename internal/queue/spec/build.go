@@ -33,9 +33,38 @@ const (
 // reconciler find it.
 const JobLabel = "gpumeter.job"
 
-// ContainerName is the name of job id's container: one name per job, so
-// a second create after a crash fails instead of starting the job twice.
-func ContainerName(jobID string) string { return "gpumeter-job-" + jobID }
+// NodeLabel names the node whose agent created a job's container, so
+// that an agent lists, reconciles and stops only its own jobs' containers
+// on an engine another agent (a test's, say) uses too.
+const NodeLabel = "gpumeter.node"
+
+// ContainerName is the name of job id's container on node: one name per
+// job, so a second create after a crash fails instead of starting the job
+// twice. The node is in the name (gpumeter-job-lab-1-j-000123) so that two
+// agents with ledgers of their own never take each other's names; without
+// one the name is gpumeter-job-j-000123.
+func ContainerName(node, jobID string) string {
+	if node == "" {
+		return "gpumeter-job-" + jobID
+	}
+	safe := []byte(node)
+	for i, c := range safe {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			safe[i] = '-'
+		}
+	}
+	return "gpumeter-job-" + string(safe) + "-" + jobID
+}
+
+// ForNode makes s the container of its job on node: named for both, and
+// labelled with the node.
+func (s *Spec) ForNode(node string) {
+	if node == "" {
+		return
+	}
+	s.Name = ContainerName(node, s.Config.Labels[JobLabel])
+	s.Config.Labels[NodeLabel] = node
+}
 
 // Spec is a container as the agent creates it.
 type Spec struct {
@@ -141,7 +170,7 @@ func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, 
 	default:
 		return nil, fmt.Errorf("gpu passing %q is not device_requests, cdi or env", passing)
 	}
-	return &Spec{Name: ContainerName(jobID), Config: cfg, HostConfig: host}, nil
+	return &Spec{Name: ContainerName("", jobID), Config: cfg, HostConfig: host}, nil
 }
 
 // visibleDevices is NVIDIA_VISIBLE_DEVICES for gpus: set always, since

@@ -282,3 +282,29 @@ func envValues(env []string, key string) []string {
 	}
 	return out
 }
+
+// TestForNode: a job's container is named for its node and job and
+// labelled with the node, so that agents sharing an engine keep apart;
+// a node name Docker would refuse in a name is made safe.
+func TestForNode(t *testing.T) {
+	for _, tc := range []struct{ node, want string }{
+		{"", "gpumeter-job-j-000007"},
+		{"lab-1", "gpumeter-job-lab-1-j-000007"},
+		{"gpu box/2", "gpumeter-job-gpu-box-2-j-000007"},
+	} {
+		s, err := Build(testRequest(), testRules(t.TempDir()), alice, "j-000007", gpuPair, Env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.ForNode(tc.node)
+		if s.Name != tc.want {
+			t.Errorf("node %q: name %q, want %q", tc.node, s.Name, tc.want)
+		}
+		if got := s.Config.Labels[NodeLabel]; got != tc.node {
+			t.Errorf("node %q: label %q", tc.node, got)
+		}
+		if s.Config.Labels[JobLabel] != "j-000007" {
+			t.Errorf("node %q: job label %q", tc.node, s.Config.Labels[JobLabel])
+		}
+	}
+}
