@@ -65,7 +65,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if err != nil {
 		return err
 	}
-	if cfg.Queue.Notify != nil || cfg.Policy.Webhook.URL != "" {
+	if cfg.Policy.Webhook.URL != "" {
 		var auditor policy.Auditor
 		if a.audit != nil {
 			auditor = a.audit

@@ -299,6 +299,9 @@ func (c *Config) QueueErrors() []error {
 	if c.Queue.Enabled && !c.DockerEnabled {
 		errs = append(errs, errors.New("queue.enabled: the queue runs its jobs in Docker; set docker.enabled too"))
 	}
+	if c.Queue.Enabled && len(c.Queue.Notify) > 0 && c.Policy.Webhook.URL == "" {
+		errs = append(errs, errors.New("queue.notify: job notices go to the policy's webhook; set policy.webhook.url too"))
+	}
 	if c.Queue.Enabled {
 		for name, v := range map[string]string{"host.passwd_file": c.PasswdFile, "host.group_file": c.GroupFile} {
 			if v == "" {

@@ -125,6 +125,7 @@ func TestQueueValidate(t *testing.T) {
 		{"start attempts", "queue:\n  max_start_attempts: 0\n", `cfg.yaml:2: queue.max_start_attempts: 0 is below 1`},
 		{"notify", "queue:\n  notify: [start, begin]\n", `cfg.yaml:2: queue.notify: "begin" is not start or end`},
 		{"queue without docker", "docker:\n  enabled: false\nqueue:\n  enabled: true\n", `cfg.yaml:4: queue.enabled: the queue runs its jobs in Docker; set docker.enabled too`},
+		{"notify without a webhook", "queue:\n  enabled: true\n  notify: [end]\n", `cfg.yaml:3: queue.notify: job notices go to the policy's webhook; set policy.webhook.url too`},
 		{"group file", "host:\n  group_file: \"\"\nqueue:\n  enabled: true\n", `cfg.yaml:2: host.group_file: must not be empty while the queue is on`},
 	}
 	for _, tt := range tests {

@@ -379,3 +379,17 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestNotifyNeedsAWebhook: a job that asks for notices where the agent
+// sends none is refused, rather than accepted and never notified.
+func TestNotifyNeedsAWebhook(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.OnEvent = nil })
+	_, err := e.q.Submit(context.Background(), Submission{Request: request(), User: "alice", Notify: []string{"end"}})
+	var br *BadRequest
+	if !errors.As(err, &br) || br.Field != "notify" || !strings.Contains(br.Text, "policy.webhook.url") {
+		t.Fatalf("Submit with notify and no webhook: %v, want a bad request naming notify and policy.webhook.url", err)
+	}
+	if _, err := e.q.Submit(context.Background(), Submission{Request: request(), User: "alice"}); err != nil {
+		t.Errorf("Submit without notify: %v", err)
+	}
+}

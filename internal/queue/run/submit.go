@@ -101,6 +101,10 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 	if err != nil {
 		return ledger.Job{}, err
 	}
+	if len(s.Notify) > 0 && q.onEvent == nil {
+		return ledger.Job{}, &BadRequest{Field: "notify",
+			Text: "this agent sends no job notices: it has no webhook (policy.webhook.url); submit without --notify"}
+	}
 	who, err := q.identity(s.User)
 	if err != nil {
 		return ledger.Job{}, &BadRequest{Field: "user",
