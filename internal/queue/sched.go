@@ -79,6 +79,13 @@ type GPU struct {
 	Index int
 	// MemoryTotal is the GPU's memory in bytes.
 	MemoryTotal uint64
+	// NVLink are the UUIDs of the GPUs this one reaches over NVLink
+	// (directly or through an NVSwitch); nil when unknown. A link named by
+	// either end counts for both.
+	NVLink []string
+	// PCIeSwitch names the PCIe switch the GPU sits under: GPUs with the
+	// same non-empty name share it. "" when unknown.
+	PCIeSwitch string
 }
 
 // OutsideContainer is a running container outside the queue that holds
@@ -184,6 +191,11 @@ const heldText = "held: it keeps its place in the queue and starts once released
 //     threshold of its memory.
 //   - Placement is all or nothing, binpack or spread (see Placement), and
 //     the same input always gives the same plan.
+//   - Topology, where the GPUs carry it: a job of two or more GPUs gets
+//     GPUs that all share NVLink with each other if such a set is free,
+//     else GPUs under one PCIe switch, else the plain choice; binpack and
+//     spread then count a GPU's topology peers instead of its neighbours
+//     by index (see scoreGPU).
 func Schedule(in Input) Plan {
 	cfg := in.Config
 	gs := filterGPUs(in)
