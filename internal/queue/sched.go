@@ -88,6 +88,13 @@ type GPU struct {
 	PCIeSwitch string
 }
 
+// Equal reports whether g and h are the same GPU with the same topology
+// (GPU is not comparable with ==: it holds a slice).
+func (g GPU) Equal(h GPU) bool {
+	return g.UUID == h.UUID && g.Index == h.Index && g.MemoryTotal == h.MemoryTotal &&
+		g.PCIeSwitch == h.PCIeSwitch && slices.Equal(g.NVLink, h.NVLink)
+}
+
 // OutsideContainer is a running container outside the queue that holds
 // GPUs (from the Docker inventory's GPU assignment).
 type OutsideContainer struct {

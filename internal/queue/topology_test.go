@@ -151,3 +151,23 @@ func BenchmarkSchedule10kNVLink(b *testing.B) {
 		Schedule(in)
 	}
 }
+
+func TestGPUEqual(t *testing.T) {
+	a := dgxGPUs()[0]
+	if b := dgxGPUs()[0]; !a.Equal(b) {
+		t.Errorf("%+v not equal to itself", a)
+	}
+	for name, change := range map[string]func(*GPU){
+		"uuid":   func(g *GPU) { g.UUID = "GPU-x" },
+		"index":  func(g *GPU) { g.Index = 9 },
+		"memory": func(g *GPU) { g.MemoryTotal = 1 },
+		"nvlink": func(g *GPU) { g.NVLink = g.NVLink[1:] },
+		"switch": func(g *GPU) { g.PCIeSwitch = "" },
+	} {
+		b := dgxGPUs()[0]
+		change(&b)
+		if a.Equal(b) {
+			t.Errorf("a GPU with another %s is equal", name)
+		}
+	}
+}
