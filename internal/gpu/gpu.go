@@ -117,8 +117,7 @@ type Device struct {
 }
 
 // Topology is how a GPU connects to the other GPUs of its node. Sources
-// read it once: it does not change while the driver runs. Consumers must
-// not modify its slices.
+// read it once: it does not change while the driver runs.
 type Topology struct {
 	// NVLink are the UUIDs of the GPUs this one reaches over an active
 	// NVLink, directly or through an NVSwitch.
