@@ -25,20 +25,32 @@ func linkGPUs(gs []gpuState) {
 	if pos == nil {
 		return
 	}
+	n := len(gs)
 	for i := range gs {
 		pos[gs[i].gpu.UUID] = i
 	}
+	linked := make([]bool, n*n)
+	count := 0
 	for i := range gs {
 		for _, u := range gs[i].gpu.NVLink {
-			if j, ok := pos[u]; ok && j != i {
-				gs[i].nvlink = append(gs[i].nvlink, j)
-				gs[j].nvlink = append(gs[j].nvlink, i)
+			if j, ok := pos[u]; ok && j != i && !linked[i*n+j] {
+				linked[i*n+j], linked[j*n+i] = true, true
+				count += 2
 			}
 		}
 	}
+	// One backing array for all, sorted by position as it is filled.
+	buf := make([]int, 0, count)
 	for i := range gs {
-		slices.Sort(gs[i].nvlink)
-		gs[i].nvlink = slices.Compact(gs[i].nvlink)
+		start := len(buf)
+		for j := range n {
+			if linked[i*n+j] {
+				buf = append(buf, j)
+			}
+		}
+		if len(buf) > start {
+			gs[i].nvlink = buf[start:len(buf):len(buf)]
+		}
 	}
 }
 
