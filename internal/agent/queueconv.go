@@ -99,7 +99,8 @@ func queueView(t *sampler.Tick, jobLabel string) ([]queue.GPU, queue.Outside) {
 	}
 	gpus := make([]queue.GPU, 0, len(t.Sample.Devices))
 	for _, d := range t.Sample.Devices {
-		gpus = append(gpus, queue.GPU{UUID: d.UUID, Index: d.Index, MemoryTotal: d.MemoryTotal})
+		gpus = append(gpus, queue.GPU{UUID: d.UUID, Index: d.Index, MemoryTotal: d.MemoryTotal,
+			NVLink: d.Topology.NVLink, PCIeSwitch: d.Topology.PCIeSwitch})
 	}
 	jobs := map[string]bool{}
 	for i := range t.Containers {

@@ -16,7 +16,8 @@ import (
 
 // TestQueueView: a job's container and processes are the queue's own; a
 // container started by hand with GPUs and a host process are outside use,
-// whether the request names GPUs by index or by UUID.
+// whether the request names GPUs by index or by UUID; the GPUs carry the
+// source's topology.
 func TestQueueView(t *testing.T) {
 	job := container.Container{ID: "c-job", Name: "gpumeter-job-j-000001", Running: true,
 		Labels: map[string]string{spec.JobLabel: "j-000001"}, GPUs: container.GPURequest{IDs: []string{"GPU-a"}}}
@@ -28,8 +29,10 @@ func TestQueueView(t *testing.T) {
 		Tick: &meter.Tick{
 			Time: time.Unix(100, 0),
 			Sample: gpu.Sample{Devices: []gpu.Device{
-				{Index: 0, UUID: "GPU-a", MemoryTotal: 80 << 30, Processes: []gpu.Process{{PID: 10, MemoryUsed: 10 << 30}}},
-				{Index: 1, UUID: "GPU-b", MemoryTotal: 80 << 30, Processes: []gpu.Process{{PID: 11, MemoryUsed: 3 << 30}}},
+				{Index: 0, UUID: "GPU-a", MemoryTotal: 80 << 30, Processes: []gpu.Process{{PID: 10, MemoryUsed: 10 << 30}},
+					Topology: gpu.Topology{NVLink: []string{"GPU-b"}, PCIeSwitch: "pcie:GPU-a"}},
+				{Index: 1, UUID: "GPU-b", MemoryTotal: 80 << 30, Processes: []gpu.Process{{PID: 11, MemoryUsed: 3 << 30}},
+					Topology: gpu.Topology{NVLink: []string{"GPU-a"}}},
 				{Index: 2, UUID: "GPU-c", MemoryTotal: 80 << 30},
 			}},
 			Containers: []meter.Container{{Container: job}, {Container: notebook}, {Container: stopped}, {Container: plain}},
@@ -41,7 +44,11 @@ func TestQueueView(t *testing.T) {
 		},
 	}
 	gpus, out := queueView(tick, spec.JobLabel)
-	wantGPUs := []queue.GPU{{UUID: "GPU-a", Index: 0, MemoryTotal: 80 << 30}, {UUID: "GPU-b", Index: 1, MemoryTotal: 80 << 30}, {UUID: "GPU-c", Index: 2, MemoryTotal: 80 << 30}}
+	wantGPUs := []queue.GPU{
+		{UUID: "GPU-a", Index: 0, MemoryTotal: 80 << 30, NVLink: []string{"GPU-b"}, PCIeSwitch: "pcie:GPU-a"},
+		{UUID: "GPU-b", Index: 1, MemoryTotal: 80 << 30, NVLink: []string{"GPU-a"}},
+		{UUID: "GPU-c", Index: 2, MemoryTotal: 80 << 30},
+	}
 	if !reflect.DeepEqual(gpus, wantGPUs) {
 		t.Errorf("gpus = %+v, want %+v", gpus, wantGPUs)
 	}

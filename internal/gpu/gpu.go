@@ -109,6 +109,28 @@ type Device struct {
 	MIG        []MIGInstance
 
 	Processes []Process
+
+	// Topology says which GPUs of the node this one is close to; its zero
+	// value means the source does not know (the simulator, a driver that
+	// does not say, a GPU on its own).
+	Topology Topology
+}
+
+// Topology is how a GPU connects to the other GPUs of its node. Sources
+// read it once: it does not change while the driver runs.
+type Topology struct {
+	// NVLink are the UUIDs of the GPUs this one reaches over an active
+	// NVLink, directly or through an NVSwitch.
+	NVLink []string
+	// PCIeSwitch names the PCIe switch tree the GPU sits under: GPUs with
+	// the same non-empty name reach each other without crossing a host
+	// bridge. "" when unknown or when no other GPU is under it.
+	PCIeSwitch string
+}
+
+// Known reports whether t says anything.
+func (t Topology) Known() bool {
+	return len(t.NVLink) > 0 || t.PCIeSwitch != ""
 }
 
 // Has reports whether the device reported field f.

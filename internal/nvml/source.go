@@ -42,6 +42,10 @@ type Source struct {
 	// timestamp (µs) read so far, so each Read asks NVML only for newer
 	// samples.
 	lastSeen map[string]uint64
+	// topo is the GPUs' topology by UUID, read once (see applyTopology);
+	// topoLogged the topology failures already logged.
+	topo       map[string]gpu.Topology
+	topoLogged map[string]bool
 }
 
 // symbols says which of the newer NVML entry points the loaded library
@@ -54,6 +58,8 @@ type symbols struct {
 	mig         bool
 	energy      bool
 	fieldValues bool
+	nvlink      bool
+	topology    bool
 }
 
 // New returns a Source over lib, which must already be initialised. The
@@ -141,6 +147,9 @@ func lookupSymbols(lib nvml.Interface) (sym symbols) {
 			has("nvmlDeviceGetComputeInstanceId"),
 		energy:      has("nvmlDeviceGetTotalEnergyConsumption"),
 		fieldValues: has("nvmlDeviceGetFieldValues"),
+		nvlink: has("nvmlDeviceGetNvLinkState") &&
+			(has("nvmlDeviceGetNvLinkRemotePciInfo_v2") || has("nvmlDeviceGetNvLinkRemotePciInfo")),
+		topology: has("nvmlDeviceGetTopologyCommonAncestor"),
 	}
 }
 
@@ -195,5 +204,6 @@ func (s *Source) Read(ctx context.Context, now time.Time) (gpu.Sample, error) {
 		}
 		sample.Devices[i] = s.readDevice(i)
 	}
+	s.applyTopology(sample.Devices)
 	return sample, nil
 }

@@ -26,6 +26,9 @@ type gpuState struct {
 	overMemory    bool
 	// bound is set when this pass gives the GPU to a job.
 	bound bool
+	// nvlink are the positions in the pass's GPUs of the GPUs this one
+	// shares NVLink with, sorted (see linkGPUs).
+	nvlink []int
 }
 
 // free reports whether a job may take the GPU.
@@ -76,19 +79,29 @@ func filterGPUs(in Input) []gpuState {
 		g.outsideMemory = in.Outside.MemoryUsed[g.gpu.UUID]
 		g.overMemory = float64(g.outsideMemory) > threshold*float64(g.gpu.MemoryTotal)
 	}
+	linkGPUs(gs)
 	return gs
 }
 
 // scoreGPU is the score phase: how much a job prefers the free GPU at
-// position i of gs, higher first. Until topology is read from NVML, a
-// GPU's peers are its neighbours by index (on most boards, pairs of them
-// share a PCIe switch). Binpack scores a GPU by its busy peers, spread by
-// its free ones; ties go to the lower index.
+// position i of gs, higher first. A GPU's peers are the GPUs it shares
+// NVLink or a PCIe switch with, where the GPU carries topology, and else
+// its neighbours by index (on most boards, pairs of them share a PCIe
+// switch). Binpack scores a GPU by its busy peers, spread by its free
+// ones; ties go to the lower index.
 func scoreGPU(p Placement, gs []gpuState, i int) int {
 	busy := 0
-	for _, j := range []int{i - 1, i + 1} {
-		if j >= 0 && j < len(gs) && !gs[j].free() {
-			busy++
+	if g := &gs[i]; g.hasTopology() {
+		for j := range gs {
+			if j != i && !gs[j].free() && (g.gpu.PCIeSwitch != "" && gs[j].gpu.PCIeSwitch == g.gpu.PCIeSwitch || slices.Contains(g.nvlink, j)) {
+				busy++
+			}
+		}
+	} else {
+		for _, j := range []int{i - 1, i + 1} {
+			if j >= 0 && j < len(gs) && !gs[j].free() {
+				busy++
+			}
 		}
 	}
 	if p == Spread {
@@ -97,10 +110,12 @@ func scoreGPU(p Placement, gs []gpuState, i int) int {
 	return busy
 }
 
-// pickGPUs chooses n free GPUs for a job, one at a time by score, each
-// pick counted busy for the next; it returns their positions in gs in
-// index order, or
-// nil when fewer than n are free (all or nothing). gs is left as it was.
+// pickGPUs chooses n free GPUs for a job and returns their positions in
+// gs in index order, or nil when fewer than n are free (all or nothing).
+// A job of two or more GPUs gets a set that shares NVLink if one is free,
+// else one under a PCIe switch (see pickLinked), else the plain choice:
+// one GPU at a time by score, each pick counted busy for the next. gs is
+// left as it was.
 func pickGPUs(p Placement, gs []gpuState, n int) []int {
 	freeN := 0
 	for i := range gs {
@@ -110,6 +125,14 @@ func pickGPUs(p Placement, gs []gpuState, n int) []int {
 	}
 	if freeN < n {
 		return nil
+	}
+	if n >= 2 {
+		if picks := pickLinked(p, gs, n, nvlinked); picks != nil {
+			return picks
+		}
+		if picks := pickLinked(p, gs, n, sameSwitch); picks != nil {
+			return picks
+		}
 	}
 	picks := make([]int, 0, n)
 	for len(picks) < n {

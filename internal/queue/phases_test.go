@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestPickGPUs(t *testing.T) {
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s pick %d of %s = %v, want %v", tc.p, tc.n, tc.pic, got, tc.want)
 		}
-		if !slices.Equal(gs, statesOf(tc.pic)) {
+		if !reflect.DeepEqual(gs, statesOf(tc.pic)) {
 			t.Errorf("%s pick %d of %s changed the GPUs", tc.p, tc.n, tc.pic)
 		}
 	}

@@ -79,6 +79,20 @@ type GPU struct {
 	Index int
 	// MemoryTotal is the GPU's memory in bytes.
 	MemoryTotal uint64
+	// NVLink are the UUIDs of the GPUs this one reaches over NVLink
+	// (directly or through an NVSwitch); nil when unknown. A link named by
+	// either end counts for both.
+	NVLink []string
+	// PCIeSwitch names the PCIe switch the GPU sits under: GPUs with the
+	// same non-empty name share it. "" when unknown.
+	PCIeSwitch string
+}
+
+// Equal reports whether g and h are the same GPU with the same topology
+// (GPU is not comparable with ==: it holds a slice).
+func (g GPU) Equal(h GPU) bool {
+	return g.UUID == h.UUID && g.Index == h.Index && g.MemoryTotal == h.MemoryTotal &&
+		g.PCIeSwitch == h.PCIeSwitch && slices.Equal(g.NVLink, h.NVLink)
 }
 
 // OutsideContainer is a running container outside the queue that holds
@@ -184,6 +198,11 @@ const heldText = "held: it keeps its place in the queue and starts once released
 //     threshold of its memory.
 //   - Placement is all or nothing, binpack or spread (see Placement), and
 //     the same input always gives the same plan.
+//   - Topology, where the GPUs carry it: a job of two or more GPUs gets
+//     GPUs that all share NVLink with each other if such a set is free,
+//     else GPUs under one PCIe switch, else the plain choice; binpack and
+//     spread then count a GPU's topology peers instead of its neighbours
+//     by index (see scoreGPU).
 func Schedule(in Input) Plan {
 	cfg := in.Config
 	gs := filterGPUs(in)

@@ -42,7 +42,7 @@ func (d *decoder) document(data []byte) *yaml.Node {
 	return root
 }
 
-var topKeys = []string{"version", "node", "start", "duration", "interval", "gpus", "containers", "host_processes", "docker"}
+var topKeys = []string{"version", "node", "start", "duration", "interval", "gpus", "nvlink", "containers", "host_processes", "docker"}
 
 func (d *decoder) parse(data []byte) *Scenario {
 	root := d.document(data)
@@ -93,6 +93,11 @@ func (d *decoder) parse(data []byte) *Scenario {
 	if v, ok := m.get("gpus"); ok {
 		for i, n := range d.sequence(v, "gpus") {
 			d.gpus(s, n, fmt.Sprintf("gpus[%d]", i))
+		}
+	}
+	if v, ok := m.get("nvlink"); ok {
+		for i, n := range d.sequence(v, "nvlink") {
+			s.NVLink = append(s.NVLink, d.ints(n, fmt.Sprintf("nvlink[%d]", i)))
 		}
 	}
 	if v, ok := m.get("containers"); ok {

@@ -26,6 +26,9 @@ type Scenario struct {
 	GPUs          []GPU
 	Containers    []Container
 	HostProcesses []HostProcess
+	// NVLink are groups of GPU indexes whose GPUs all share NVLink with
+	// each other (nvlink: in the file); a GPU is in at most one.
+	NVLink [][]int
 	// RealContainers is what docker.containers: from_labels sets: the
 	// host's real containers labelled gpumeter.sim.util or
 	// gpumeter.sim.memory show GPU processes on the GPUs they were given

@@ -167,6 +167,12 @@ var errorCases = []struct {
 	in   string
 	want string // the error text contains it
 }{
+	// NVLink groups.
+	{"nvlink not a list", head + "nvlink: 3\n", "want a list"},
+	{"nvlink group of one", head + "nvlink: [[0]]\n", "an NVLink group has at least 2"},
+	{"nvlink GPU out of range", head + "nvlink: [[0, 2]]\n", "GPU index 2 out of range"},
+	{"nvlink GPU twice", head + "nvlink: [[0, 0, 1]]\n", "GPU 0 listed twice"},
+	{"nvlink GPU in two groups", head + "nvlink: [[0, 1], [1, 0]]\n", "GPU 1 is also in nvlink[0]"},
 	// The YAML itself.
 	{"syntax", head + "containers:\n  - name: a\n   image: b\n", "t.yaml:8: did not find expected '-' indicator"},
 	{"syntax first line", "version: 1: 2\n", "t.yaml:1: mapping values are not allowed"},
@@ -178,7 +184,7 @@ var errorCases = []struct {
 
 	// Unknown keys at every level.
 	{"unknown top key", head + "colour: red\n", "t.yaml:8: colour: unknown key"},
-	{"seed", head + "seed: 42\n", "t.yaml:8: seed: unknown key (want one of version, node, start, duration, interval, gpus, containers, host_processes, docker); version 1 has no randomness"},
+	{"seed", head + "seed: 42\n", "t.yaml:8: seed: unknown key (want one of version, node, start, duration, interval, gpus, nvlink, containers, host_processes, docker); version 1 has no randomness"},
 	{"unknown gpu key", head + "    vram: 80GiB\n", "t.yaml:8: gpus[0].vram: unknown key"},
 	{"unknown container key", head + "containers:\n  - name: a\n    imag: x\n", "t.yaml:10: containers[0].imag: unknown key"},
 	{"unknown phase key", head + "containers:\n  - name: a\n    gpus: [0]\n    phases:\n      - at: 0s\n        utilisation: 5\n", "t.yaml:13: containers[0].phases[0].utilisation: unknown key"},
@@ -314,6 +320,8 @@ var validEdges = []struct{ name, in string }{
 	{"docker from_labels", head + "docker:\n  containers: from_labels\n"},
 	{"docker ignore", head + "docker: {containers: ignore}\n"},
 	{"docker empty", head + "docker: {}\n"},
+	{"nvlink", head + "nvlink: [[0, 1]]\n"},
+	{"nvlink empty", head + "nvlink: []\n"},
 	{"full memory", head + "containers:\n  - name: a\n    gpus: [0]\n    phases:\n      - at: 0s\n        memory: 80GiB\n        util: 100\n"},
 }
 

@@ -59,7 +59,9 @@ type timeline struct {
 	at          []time.Duration
 	seg         []segment
 	owners      []ownerSpans // in file order, which is the order of processes
-	loopEnergy  uint64       // mJ over one whole run of the scenario
+	// nvlink are the UUIDs of the GPUs this one shares NVLink with.
+	nvlink     []string
+	loopEnergy uint64 // mJ over one whole run of the scenario
 }
 
 type segment struct {
@@ -177,6 +179,15 @@ func NewSource(s *Scenario, loop bool, opts ...Option) *Source {
 	src.gpus = make([]timeline, len(s.GPUs))
 	for i, g := range s.GPUs {
 		src.gpus[i] = buildTimeline(s, i, g, src.containers)
+	}
+	for _, group := range s.NVLink {
+		for _, i := range group {
+			for _, j := range group {
+				if i != j && i >= 0 && i < len(src.gpus) && j >= 0 && j < len(src.gpus) {
+					src.gpus[i].nvlink = append(src.gpus[i].nvlink, src.gpus[j].uuid)
+				}
+			}
+		}
 	}
 	return src
 }
@@ -396,6 +407,7 @@ func (s *Source) Read(ctx context.Context, now time.Time) (gpu.Sample, error) {
 			MemTempC:          34 + 40*seg.util/100,
 			SMClockMHz:        smClockMHz,
 			MemClockMHz:       memClockMHz,
+			Topology:          gpu.Topology{NVLink: slices.Clone(tl.nvlink)},
 		}
 		nprocs += seg.n
 	}

@@ -799,3 +799,39 @@ func TestConcurrentUse(t *testing.T) {
 		<-done
 	}
 }
+
+// TestReadTopology: the GPUs of an nvlink group report each other as
+// NVLink peers, in fresh slices; a GPU in no group reports no topology.
+func TestReadTopology(t *testing.T) {
+	s, err := Parse("t.yaml", []byte(`version: 1
+node: t
+duration: 1h
+gpus:
+  - count: 4
+    memory: 80GiB
+    idle_power: 70W
+    max_power: 700W
+nvlink: [[0, 2, 3]]
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	src := NewSource(s, false)
+	first, _ := src.Read(context.Background(), s.Start)
+	want := [][]string{
+		{GPUUUID("t", 2), GPUUUID("t", 3)},
+		nil,
+		{GPUUUID("t", 0), GPUUUID("t", 3)},
+		{GPUUUID("t", 0), GPUUUID("t", 2)},
+	}
+	for i, d := range first.Devices {
+		if !slices.Equal(d.Topology.NVLink, want[i]) || d.Topology.PCIeSwitch != "" {
+			t.Errorf("GPU %d topology = %+v, want NVLink %v", i, d.Topology, want[i])
+		}
+	}
+	first.Devices[0].Topology.NVLink[0] = "changed"
+	second, _ := src.Read(context.Background(), s.Start)
+	if got := second.Devices[0].Topology.NVLink; !slices.Equal(got, want[0]) {
+		t.Errorf("NVLink after the caller changed an earlier sample = %v, want %v", got, want[0])
+	}
+}

@@ -55,6 +55,7 @@ func (v *validator) check() {
 		v.errorf("interval", "interval", "%s is longer than the duration %s", units.FormatDuration(s.Interval), units.FormatDuration(s.Duration))
 	}
 	v.gpus()
+	v.nvlink()
 	v.containers(durationOK)
 	v.hostProcesses(durationOK)
 }
@@ -84,6 +85,33 @@ func (v *validator) power(key string, w float64) bool {
 		return false
 	}
 	return true
+}
+
+// nvlink checks the NVLink groups: two GPUs or more each, every GPU in
+// one group at most.
+func (v *validator) nvlink() {
+	group := make(map[int]int)
+	for i, g := range v.s.NVLink {
+		path := fmt.Sprintf("nvlink[%d]", i)
+		if len(g) < 2 {
+			v.errorf(path, path, "a group of %s; an NVLink group has at least 2", plural(len(g), "GPU"))
+		}
+		for j, gi := range g {
+			at := fmt.Sprintf("%s[%d]", path, j)
+			if !v.gpu(path, at, gi) {
+				continue
+			}
+			if prev, dup := group[gi]; dup {
+				if prev == i {
+					v.errorf(path, at, "GPU %d listed twice", gi)
+				} else {
+					v.errorf(path, at, "GPU %d is also in nvlink[%d]; a GPU is in one group at most", gi, prev)
+				}
+				continue
+			}
+			group[gi] = i
+		}
+	}
 }
 
 // gpu reports whether index names one of the scenario's GPUs, saying so if not.

@@ -24,7 +24,7 @@ func (q *Queue) Observe(o Observation) {
 
 // sameObservation reports whether a and b look the same to the scheduler.
 func sameObservation(a, b Observation, cfg queue.Config) bool {
-	if !slices.Equal(a.GPUs, b.GPUs) || len(a.Outside.Containers) != len(b.Outside.Containers) {
+	if !slices.EqualFunc(a.GPUs, b.GPUs, queue.GPU.Equal) || len(a.Outside.Containers) != len(b.Outside.Containers) {
 		return false
 	}
 	for i, c := range a.Outside.Containers {
