@@ -27,10 +27,12 @@ func (q *Queue) queueEvent(action, id string) ledger.AuditEvent {
 // start starts job j on gpus: the intent first (queued to starting, with
 // the GPUs, audited), then create under the name derived from the job id
 // (so a second create after a crash fails instead of starting the job
-// twice), a check of the mounts Docker made, and start.
-func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string) {
+// twice), a check of the mounts Docker made, and start. It returns when
+// the started job's time limit is due (zero: not started, or no limit),
+// so that the loop's timer covers it.
+func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string) time.Time {
 	if j.ID == "" {
-		return
+		return time.Time{}
 	}
 	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) {
 		j.GPUs, j.Reason = gpus, ""
@@ -41,12 +43,12 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string)
 		if !errors.As(err, &se) {
 			q.log.Error("write a job's start intent", "job", j.ID, "err", err)
 		}
-		return
+		return time.Time{}
 	}
 	s, err := q.buildSpec(intent, gpus)
 	if err != nil {
 		q.failStart(ctx, intent, queue.Starting, err)
-		return
+		return time.Time{}
 	}
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -56,19 +58,19 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string)
 		// did not see: settle it as the reconciliation would.
 		if jc, ierr := q.engine.Inspect(octx, s.Name); ierr == nil {
 			q.settle(ctx, l, intent, jc)
-			return
+			return time.Time{}
 		}
 	}
 	if err != nil {
 		q.requeueStart(ctx, l, intent, err)
-		return
+		return time.Time{}
 	}
 	jc, err := q.engine.Inspect(octx, cid)
 	if err == nil {
 		if verr := spec.Verify(jc.Mounts, s.HostConfig.Mounts); verr != nil {
 			q.removeContainer(ctx, cid)
 			q.failStart(ctx, intent, queue.Starting, fmt.Errorf("the engine did not mount what was asked: %w", verr))
-			return
+			return time.Time{}
 		}
 	}
 	if err == nil {
@@ -77,9 +79,14 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string)
 	if err != nil {
 		q.removeContainer(ctx, cid)
 		q.requeueStart(ctx, l, intent, err)
-		return
+		return time.Time{}
 	}
-	q.markRunning(ctx, intent, cid, q.now().UTC())
+	startedAt := q.now().UTC()
+	q.markRunning(ctx, intent, cid, startedAt)
+	if intent.TimeLimit <= 0 {
+		return time.Time{}
+	}
+	return startedAt.Add(intent.TimeLimit)
 }
 
 // buildSpec builds the container spec of a job from its stored request,

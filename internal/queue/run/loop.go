@@ -136,7 +136,16 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 			continue
 		}
 		delete(l.retryAt, s.JobID)
-		q.start(ctx, l, byID[s.JobID], s.GPUs)
+		next = minTime(next, q.start(ctx, l, byID[s.JobID], s.GPUs))
+	}
+	// A start that failed in this pass waits for its retry time, and the
+	// timer must cover it: nothing else may wake the loop.
+	for id, at := range l.retryAt {
+		if _, live := byID[id]; !live || !now.Before(at) {
+			delete(l.retryAt, id) // ended, or due: it holds back no start
+			continue
+		}
+		next = minTime(next, at)
 	}
 	for _, w := range plan.Waits {
 		q.writeWait(ctx, byID[w.JobID], w)
