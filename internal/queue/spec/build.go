@@ -38,6 +38,10 @@ const JobLabel = "gpumeter.job"
 // on an engine another agent (a test's, say) uses too.
 const NodeLabel = "gpumeter.node"
 
+// GPUMemoryLabel carries a memory job's declared GPU memory in bytes, so
+// that the meter can hold the job to it.
+const GPUMemoryLabel = "gpumeter.gpu_memory"
+
 // ContainerName is the name of job id's container on node: one name per
 // job, so a second create after a crash fails instead of starting the job
 // twice. The node is in the name (gpumeter-job-lab-1-j-000123) so that two
@@ -74,7 +78,8 @@ type Spec struct {
 }
 
 // Build checks req as Check does and returns the container spec for job
-// id holding gpus (UUIDs, one per GPU asked for), passed as passing. The
+// id holding gpus (UUIDs, one per GPU asked for, or the one shared GPU
+// of a memory job), passed as passing. The
 // request's fields fill only the image, command, workdir, env, mounts,
 // ports and limits; everything that isolates the job is set here. A
 // refused request is a *Refusal.
@@ -86,8 +91,12 @@ func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, 
 	if !validName(jobID) || !isAlnum(jobID[0]) {
 		return nil, fmt.Errorf("job id %q is not a container name", jobID)
 	}
-	if len(gpus) != req.GPUs {
-		return nil, fmt.Errorf("job %s asks for %d GPUs and was given %d", jobID, req.GPUs, len(gpus))
+	want := req.GPUs
+	if req.GPUMemory > 0 {
+		want = 1 // memory on one shared GPU
+	}
+	if len(gpus) != want {
+		return nil, fmt.Errorf("job %s asks for %d GPUs and was given %d", jobID, want, len(gpus))
 	}
 	for _, g := range gpus {
 		if !validUUID(g) {
@@ -113,6 +122,9 @@ func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, 
 	}
 	if c.root {
 		cfg.User = "0:0"
+	}
+	if req.GPUMemory > 0 {
+		cfg.Labels[GPUMemoryLabel] = strconv.FormatUint(req.GPUMemory, 10)
 	}
 
 	host := &container.HostConfig{

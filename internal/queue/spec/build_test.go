@@ -188,6 +188,33 @@ func TestBuildErrors(t *testing.T) {
 	}
 }
 
+// TestBuildMemoryJob: a memory job holds its one shared GPU as a 1-GPU
+// job does, and carries its declared memory for the meter.
+func TestBuildMemoryJob(t *testing.T) {
+	req := testRequest()
+	req.GPUs, req.GPUMemory = 0, 20<<30
+	spec, err := Build(req, testRules("/srv"), alice, "j-000007", gpuPair[:1], DeviceRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.Config.Labels[GPUMemoryLabel]; got != "21474836480" {
+		t.Errorf("label %s = %q, want 21474836480", GPUMemoryLabel, got)
+	}
+	if got := envValues(spec.Config.Env, "NVIDIA_VISIBLE_DEVICES"); !slices.Equal(got, gpuPair[:1]) {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES %q, want the one shared GPU", got)
+	}
+	if _, err := Build(req, testRules("/srv"), alice, "j-000007", gpuPair, DeviceRequests); err == nil || !strings.Contains(err.Error(), "asks for 1 GPUs and was given 2") {
+		t.Errorf("Build with two GPUs: %v, want one GPU for a memory job", err)
+	}
+	whole, err := Build(testRequest(), testRules("/srv"), alice, "j-000008", gpuPair, DeviceRequests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := whole.Config.Labels[GPUMemoryLabel]; ok {
+		t.Errorf("a whole-GPU job has %s=%q, want none", GPUMemoryLabel, v)
+	}
+}
+
 // TestBuildIsolates builds every request the checker accepts in the other
 // tests and finds none of the ways out of a container: the request has
 // no field for them, so nothing it says can turn them on.

@@ -21,7 +21,13 @@ import (
 // Request is what a user asks for with gpumeter submit, as values: the CLI
 // and the API parse sizes and durations, and Check parses the rest.
 type Request struct {
-	GPUs      int
+	GPUs int
+	// GPUMemory asks for this many bytes on one GPU marked for sharing
+	// (queue.shared_gpus) instead of whole GPUs; GPUs is then 0.
+	GPUMemory uint64
+	// Class is the job's priority class: low, normal or high; "" is
+	// normal. High is for the users Identity.High marks.
+	Class     string
 	TimeLimit time.Duration
 	Image     string
 	Name      string
@@ -44,6 +50,11 @@ type Rules struct {
 	Images          []string // glob patterns (path.Match); empty refuses every job
 	MountRoots      []string // absolute directories; symlinks in them are resolved
 	MaxGPUs         int
+	// MaxGPUMemory is the most a memory job may ask for: the largest
+	// usable memory of any shared GPU, times queue.shared_memory_fraction,
+	// as the runtime measures it. 0: no GPU is shared, and every memory
+	// job is refused.
+	MaxGPUMemory uint64
 	MaxCPUs         float64
 	MaxMemory       uint64
 	MaxShmSize      uint64
@@ -119,8 +130,8 @@ func (r Rules) Validate() error {
 		return fmt.Errorf("queue: max_gpus and max_time_limit may not be negative")
 	case r.MaxCPUs < 0 || r.MaxCPUs > maxCPUs || math.IsNaN(r.MaxCPUs):
 		return fmt.Errorf("queue.max_cpus: %g is not between 0 and %d", r.MaxCPUs, maxCPUs)
-	case r.MaxMemory > math.MaxInt64 || r.MaxShmSize > math.MaxInt64:
-		return fmt.Errorf("queue: max_memory and max_shm_size must be below 8EiB")
+	case r.MaxMemory > math.MaxInt64 || r.MaxShmSize > math.MaxInt64 || r.MaxGPUMemory > math.MaxInt64:
+		return fmt.Errorf("queue: max_memory, max_shm_size and the shared GPUs' memory must be below 8EiB")
 	}
 	for _, pr := range r.PublishPorts {
 		if pr.First == 0 || pr.First > pr.Last {
@@ -162,10 +173,23 @@ const (
 	EnvNotAllowed    Reason = "env_not_allowed"
 	PortNotAllowed   Reason = "port_not_allowed"
 	BadRequest       Reason = "bad_request"
+	// PriorityNotAllowed is --priority high from a user who is neither an
+	// admin nor in queue.priority.high_users.
+	PriorityNotAllowed Reason = "priority_not_allowed"
 )
 
 // Reasons lists every Reason, in the order the README documents them.
-var Reasons = []Reason{TooBig, ImageNotAllowed, TimeLimitTooLong, MountNotAllowed, EnvNotAllowed, PortNotAllowed, BadRequest}
+var Reasons = []Reason{TooBig, ImageNotAllowed, TimeLimitTooLong, MountNotAllowed, EnvNotAllowed, PortNotAllowed, BadRequest, PriorityNotAllowed}
+
+// The priority classes of a job, lowest first; "" is ClassNormal.
+const (
+	ClassLow    = "low"
+	ClassNormal = "normal"
+	ClassHigh   = "high"
+)
+
+// Classes lists the priority classes, lowest first.
+var Classes = []string{ClassLow, ClassNormal, ClassHigh}
 
 // Refusal is a request refused by a rule: the reason code, the request
 // field at fault and a sentence naming the rule and how to fix the request.
@@ -190,6 +214,9 @@ type Identity struct {
 	Groups []uint32
 	User   string
 	Team   string
+	// High says the submitter may ask for the high priority class: an
+	// admin, or a user in queue.priority.high_users.
+	High bool
 }
 
 // checked is a request that passed Check, parsed for Build.
@@ -216,11 +243,11 @@ func check(req Request, rules Rules, who Identity) (*checked, error) {
 		return nil, err
 	}
 	var c checked
-	switch {
-	case req.GPUs <= 0:
-		return nil, refuse(BadRequest, "gpus", "a job asks for at least 1 GPU; give --gpus N with N > 0")
-	case rules.MaxGPUs > 0 && req.GPUs > rules.MaxGPUs:
-		return nil, refuse(TooBig, "gpus", "%d GPUs is more than queue.max_gpus (%d); ask for at most %d", req.GPUs, rules.MaxGPUs, rules.MaxGPUs)
+	if err := checkGPUs(req, rules); err != nil {
+		return nil, err
+	}
+	if err := checkClass(req.Class, who); err != nil {
+		return nil, err
 	}
 	switch {
 	case req.TimeLimit <= 0:
@@ -271,6 +298,41 @@ func check(req Request, rules Rules, who Identity) (*checked, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+func checkGPUs(req Request, rules Rules) error {
+	if req.GPUMemory > 0 {
+		switch {
+		case req.GPUs != 0:
+			return refuse(BadRequest, "gpus", "--gpus and --gpu-memory together: a job asks for whole GPUs or for memory on one shared GPU, not both; drop one")
+		case rules.MaxGPUMemory == 0:
+			return refuse(TooBig, "gpu_memory", "no GPU of this node is shared (queue.shared_gpus is empty), so no job may ask for GPU memory; ask for whole GPUs with --gpus N")
+		case req.GPUMemory > rules.MaxGPUMemory:
+			return refuse(TooBig, "gpu_memory", "%s is more than any shared GPU can give (%s: its usable memory times queue.shared_memory_fraction); give --gpu-memory %s or less, or ask for a whole GPU with --gpus 1",
+				units.FormatSize(req.GPUMemory), units.FormatSize(rules.MaxGPUMemory), units.FormatSize(rules.MaxGPUMemory))
+		}
+		return nil
+	}
+	switch {
+	case req.GPUs <= 0:
+		return refuse(BadRequest, "gpus", "a job asks for at least 1 GPU; give --gpus N with N > 0, or --gpu-memory SIZE on a shared GPU")
+	case rules.MaxGPUs > 0 && req.GPUs > rules.MaxGPUs:
+		return refuse(TooBig, "gpus", "%d GPUs is more than queue.max_gpus (%d); ask for at most %d", req.GPUs, rules.MaxGPUs, rules.MaxGPUs)
+	}
+	return nil
+}
+
+func checkClass(class string, who Identity) error {
+	switch class {
+	case "", ClassLow, ClassNormal:
+		return nil
+	case ClassHigh:
+		if !who.High {
+			return refuse(PriorityNotAllowed, "priority", "%s may not submit with --priority high: it is for admins and the users in queue.priority.high_users; submit with normal or low", who.User)
+		}
+		return nil
+	}
+	return refuse(BadRequest, "priority", "%q is not a priority class; give --priority %s", class, strings.Join(Classes, ", "))
 }
 
 func checkImage(image string, rules Rules) error {
