@@ -47,14 +47,14 @@ type PortRange struct{ First, Last uint16 }
 // Rules are the queue's allowlist settings as plain values. A zero maximum
 // means no maximum.
 type Rules struct {
-	Images          []string // glob patterns (path.Match); empty refuses every job
-	MountRoots      []string // absolute directories; symlinks in them are resolved
-	MaxGPUs         int
+	Images     []string // glob patterns (path.Match); empty refuses every job
+	MountRoots []string // absolute directories; symlinks in them are resolved
+	MaxGPUs    int
 	// MaxGPUMemory is the most a memory job may ask for: the largest
 	// usable memory of any shared GPU, times queue.shared_memory_fraction,
 	// as the runtime measures it. 0: no GPU is shared, and every memory
 	// job is refused.
-	MaxGPUMemory uint64
+	MaxGPUMemory    uint64
 	MaxCPUs         float64
 	MaxMemory       uint64
 	MaxShmSize      uint64
