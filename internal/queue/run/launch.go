@@ -104,6 +104,9 @@ func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 		return nil, fmt.Errorf("user %s is no longer known to this host (host.passwd_file): %w", j.User, err)
 	}
 	who.User, who.Team = j.User, j.Team
+	// The class was checked when the job was submitted; a right taken
+	// away since does not keep a queued job from starting.
+	who.High = req.Class == spec.ClassHigh
 	q.mu.Lock()
 	rules := q.rules
 	q.mu.Unlock()

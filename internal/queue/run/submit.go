@@ -24,6 +24,10 @@ type Submission struct {
 	// as_user from root on the socket); never a body field.
 	User, Team string
 	Notify     []string // start, end
+	// High says the submitter may ask for the high priority class
+	// (spec.Identity.High): the API sets it for admins, the runtime for
+	// queue.priority.high_users.
+	High bool
 	// Audit is written in the job's own transaction, its Target set to
 	// the job's id.
 	Audit ledger.AuditEvent
@@ -33,6 +37,8 @@ type Submission struct {
 // Build needs but the environment values, which stay in EnvDir.
 type record struct {
 	GPUs      int      `json:"gpus"`
+	GPUMemory uint64   `json:"gpu_memory,omitempty"` // bytes on one shared GPU
+	Class     string   `json:"class,omitempty"`
 	TimeLimit string   `json:"time_limit"`
 	Image     string   `json:"image"`
 	Name      string   `json:"name,omitempty"`
@@ -49,7 +55,8 @@ type record struct {
 
 func recordOf(req spec.Request, keys, notify []string) record {
 	return record{
-		GPUs: req.GPUs, TimeLimit: units.FormatDuration(req.TimeLimit), Image: req.Image, Name: req.Name,
+		GPUs: req.GPUs, GPUMemory: req.GPUMemory, Class: req.Class,
+		TimeLimit: units.FormatDuration(req.TimeLimit), Image: req.Image, Name: req.Name,
 		EnvKeys: keys, Mounts: req.Mounts, Workdir: req.Workdir, CPUs: req.CPUs, Memory: req.Memory,
 		ShmSize: req.ShmSize, Publish: req.Publish, Command: req.Command, Notify: notify,
 	}
@@ -63,7 +70,8 @@ func decodeRecord(j ledger.Job) (spec.Request, record, error) {
 		return spec.Request{}, r, fmt.Errorf("job %s: stored request: %w", j.ID, err)
 	}
 	req := spec.Request{
-		GPUs: r.GPUs, TimeLimit: j.TimeLimit, Image: r.Image, Name: r.Name, Mounts: r.Mounts,
+		GPUs: r.GPUs, GPUMemory: r.GPUMemory, Class: r.Class,
+		TimeLimit: j.TimeLimit, Image: r.Image, Name: r.Name, Mounts: r.Mounts,
 		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Publish: r.Publish, Command: r.Command,
 	}
 	return req, r, nil
@@ -110,7 +118,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 		return ledger.Job{}, &BadRequest{Field: "user",
 			Text: fmt.Sprintf("user %s is not known to this host (host.passwd_file): %v; jobs run as their submitter's uid", s.User, err)}
 	}
-	who.User, who.Team = s.User, s.Team
+	who.User, who.Team, who.High = s.User, s.Team, s.High
 	if err := spec.Check(req, rules, who); err != nil {
 		return ledger.Job{}, err
 	}
@@ -128,6 +136,8 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 		return ledger.Job{}, err
 	}
 	now := q.now().UTC()
+	// A memory job asks for no whole GPU: GPUsRequested stays 0, and its
+	// memory is in the request.
 	job := ledger.Job{
 		Node: q.node, Name: req.Name, User: s.User, Team: s.Team,
 		State: string(queue.Queued), Reason: string(queue.ReasonResources), ReasonText: submittedText,
