@@ -49,6 +49,7 @@ const (
 	CodeWasteOff         = "waste_off"
 	CodeDockerOff        = "docker_off"
 	CodeQueueOff         = "queue_off"
+	CodeFairShareOff     = "fairshare_off"
 	CodeRefused          = "refused"
 	CodeInternal         = "internal_error"
 )

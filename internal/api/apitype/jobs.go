@@ -16,6 +16,12 @@ import (
 // rest against the queue's rules.
 type JobRequest struct {
 	GPUs int `json:"gpus"`
+	// GPUMemory is a size such as "20GiB" on one shared GPU, asked for
+	// instead of whole GPUs: gpus is then 0.
+	GPUMemory string `json:"gpu_memory,omitempty"`
+	// Priority is the job's class: low, normal or high; "" is normal.
+	// High is for admins and queue.priority.high_users.
+	Priority string `json:"priority,omitempty"`
 	// TimeLimit is a duration such as "4h"; "" takes the queue's
 	// queue.default_time_limit, and is refused where there is none.
 	TimeLimit string   `json:"time_limit,omitempty"`
@@ -43,6 +49,7 @@ var NotifyEvents = []string{"start", "end"}
 // JobValues are the parsed sizes and durations of a JobRequest.
 type JobValues struct {
 	TimeLimit time.Duration // 0: the request named none
+	GPUMemory uint64        // 0: whole GPUs
 	Memory    uint64
 	ShmSize   uint64
 }
@@ -72,7 +79,7 @@ func ParseJobRequest(r JobRequest) (JobValues, error) {
 	for _, f := range []struct {
 		name, s string
 		dst     *uint64
-	}{{"memory", r.Memory, &v.Memory}, {"shm_size", r.ShmSize, &v.ShmSize}} {
+	}{{"gpu_memory", r.GPUMemory, &v.GPUMemory}, {"memory", r.Memory, &v.Memory}, {"shm_size", r.ShmSize, &v.ShmSize}} {
 		if f.s == "" {
 			continue
 		}
@@ -137,6 +144,38 @@ type Job struct {
 	// when that is not known.
 	EstimatedStart *time.Time `json:"estimated_start"`
 	Held           bool       `json:"held"`
+	// GPUMemoryRequested is the memory a job asks for on one shared GPU,
+	// in bytes; 0 for a job of whole GPUs.
+	GPUMemoryRequested uint64 `json:"gpu_memory_requested"`
+	// Class is the job's priority class: low, normal or high.
+	Class string `json:"class"`
+	// Priority is the job's place in the scheduler's order, higher first;
+	// null until the scheduler has ranked it.
+	Priority *float64 `json:"priority"`
+	// Position is the job's place among the queued jobs, 1 first; null
+	// when the job is not queued.
+	Position *int `json:"position"`
+	// Placement is why the job got its GPUs; null until it has some.
+	Placement *Placement `json:"placement"`
+}
+
+// Placement is the scheduler's choice of GPU for a job and the score of
+// every candidate, for an operator to see why.
+type Placement struct {
+	// Policy is queue.placement: binpack, spread or target.
+	Policy     string               `json:"policy"`
+	Candidates []PlacementCandidate `json:"candidates"`
+}
+
+// PlacementCandidate is one GPU the job fitted on.
+type PlacementCandidate struct {
+	UUID  string  `json:"uuid"`
+	Index int     `json:"index"`
+	Score float64 `json:"score"`
+	// Util is the GPU's measured SM utilisation over
+	// queue.placement_window, 0 to 1.
+	Util   float64 `json:"util"`
+	Chosen bool    `json:"chosen"`
 }
 
 // Ended reports whether the job is in a final state.

@@ -16,7 +16,10 @@ func TestParseJobRequest(t *testing.T) {
 		want  JobValues
 		field string // "" for no error
 	}{
-		{"all set", JobRequest{TimeLimit: "1d12h", Memory: "32GiB", ShmSize: "512MiB", Notify: []string{"start", "end"}}, JobValues{36 * time.Hour, 32 << 30, 512 << 20}, ""},
+		{"all set", JobRequest{TimeLimit: "1d12h", Memory: "32GiB", ShmSize: "512MiB", Notify: []string{"start", "end"}}, JobValues{TimeLimit: 36 * time.Hour, Memory: 32 << 30, ShmSize: 512 << 20}, ""},
+		{"gpu memory", JobRequest{GPUMemory: "20GiB"}, JobValues{GPUMemory: 20 << 30}, ""},
+		{"bad gpu memory", JobRequest{GPUMemory: "20G"}, JobValues{}, "gpu_memory"},
+		{"zero gpu memory", JobRequest{GPUMemory: "0B"}, JobValues{}, "gpu_memory"},
 		{"none set", JobRequest{}, JobValues{}, ""},
 		{"bad duration", JobRequest{TimeLimit: "4 hours"}, JobValues{}, "time_limit"},
 		{"zero duration", JobRequest{TimeLimit: "0s"}, JobValues{}, "time_limit"},
@@ -62,7 +65,7 @@ func TestREADMEListsJobCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codes := []string{CodeQueueOff, CodeRefused, CodeConflict, CodeBadRequest}
+	codes := []string{CodeQueueOff, CodeFairShareOff, CodeRefused, CodeConflict, CodeBadRequest}
 	for _, r := range spec.Reasons {
 		codes = append(codes, string(r))
 	}
