@@ -24,6 +24,10 @@ const (
 	ActJobCancel Action = "jobs.cancel"
 	ActJobHold   Action = "jobs.hold"
 	ActJobLogs   Action = "jobs.logs"
+	// The fair share: every role reads it, a user their own rows only;
+	// only an admin lifts a team's budget.
+	ActFairShareRead Action = "fairshare.read"
+	ActBudgetLift    Action = "budget.lift"
 )
 
 // permission is what a role may do with an action: not at all, on its
@@ -39,11 +43,13 @@ const (
 // grants is the whole authorisation policy.
 var grants = map[Role]map[Action]permission{
 	RoleAdmin: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
-		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all},
+		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
+		ActFairShareRead: all, ActBudgetLift: all},
 	RoleViewer: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
-		ActJobRead: all},
+		ActJobRead: all, ActFairShareRead: all},
 	RoleUser: {ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
-		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own},
+		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
+		ActFairShareRead: own},
 }
 
 // ForbiddenError is a refused authorisation.
@@ -89,6 +95,8 @@ func ownThings(act Action) string {
 	switch act {
 	case ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs:
 		return "jobs"
+	case ActFairShareRead:
+		return "fair-share rows"
 	}
 	return "containers and usage"
 }

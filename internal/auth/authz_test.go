@@ -8,7 +8,7 @@ import (
 
 // actions are every Action of the API.
 var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead,
-	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs}
+	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActFairShareRead, ActBudgetLift}
 
 // TestAuthorizeMatrix spells out the whole policy, so that any change to
 // grants has to change this table too.
@@ -23,27 +23,33 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
+			ActFairShareRead: all, ActBudgetLift: all,
 		},
 		RoleUser: {
 			ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own,
 			ActWasteRead: own, ActContainerStop: own, ActAuditRead: no,
 			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
+			// A user sees their own fair-share rows; only an admin lifts a budget.
+			ActFairShareRead: own, ActBudgetLift: no,
 		},
 		RoleViewer: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: no, ActAuditRead: no,
 			// Logs can hold secrets: a viewer reads jobs, not their logs.
 			ActJobSubmit: no, ActJobRead: all, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
+			ActFairShareRead: all, ActBudgetLift: no,
 		},
 		"": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
 			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
+			ActFairShareRead: no, ActBudgetLift: no,
 		},
 		"root": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
 			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
+			ActFairShareRead: no, ActBudgetLift: no,
 		},
 	}
 	if len(grants[RoleAdmin]) != len(actions) {

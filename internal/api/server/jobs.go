@@ -15,6 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -35,6 +36,14 @@ type Jobs interface {
 }
 
 var _ Jobs = (*run.Queue)(nil)
+
+// Ranks is the scheduler's view of the queued jobs: a job's priority, its
+// position among the queued (1 first) and when it is expected to start
+// (zero when that is not known). ok is false for a job the scheduler has
+// not ranked. It must not block: the job JSON asks it for every job.
+type Ranks interface {
+	Rank(id string) (priority float64, position int, estimated time.Time, ok bool)
+}
 
 // jobActionTimeout bounds a cancel, which returns once the job's
 // container has stopped: queue.stop_grace and then a kill.
@@ -99,13 +108,16 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 	ev := audit.ToLedger(s.event(r, c, "", http.StatusOK, ""))
 	ev.Target = ""  // the job's id, once the store gives it one
 	ev.Owner = user // the caller's, or as_user's
-	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, Audit: ev})
+	// An admin may ask for the high class; the runtime adds the users of
+	// queue.priority.high_users.
+	high := c.id.Role == auth.RoleAdmin
+	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
 		return
 	}
 	c.observed = true
-	writeJSON(w, jobJSON(job))
+	writeJSON(w, s.jobJSON(job))
 }
 
 // specRequest turns the wire request into the queue's, parsing its sizes
@@ -116,7 +128,8 @@ func specRequest(b apitype.JobRequest) (spec.Request, error) {
 		return spec.Request{}, err
 	}
 	return spec.Request{
-		GPUs: b.GPUs, TimeLimit: v.TimeLimit, Image: b.Image, Name: b.Name,
+		GPUs: b.GPUs, GPUMemory: v.GPUMemory, Class: b.Priority,
+		TimeLimit: v.TimeLimit, Image: b.Image, Name: b.Name,
 		Env: b.Env, Mounts: b.Mounts, Workdir: b.Workdir,
 		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize,
 		Publish: b.Publish, Command: b.Command,
@@ -179,7 +192,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	out := apitype.JobsResponse{Jobs: make([]apitype.Job, 0, len(jobs))}
 	for _, j := range jobs {
-		out.Jobs = append(out.Jobs, jobJSON(j))
+		out.Jobs = append(out.Jobs, s.jobJSON(j))
 	}
 	writeJSON(w, out)
 }
@@ -194,7 +207,7 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	job, ok := s.ownJob(w, r, c)
 	if ok {
-		writeJSON(w, jobJSON(job))
+		writeJSON(w, s.jobJSON(job))
 	}
 }
 
@@ -264,7 +277,7 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 			return
 		}
 		c.observed = true
-		writeJSON(w, jobJSON(job))
+		writeJSON(w, s.jobJSON(job))
 	}
 }
 
@@ -311,7 +324,35 @@ func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, targe
 }
 
 // jobJSON is a job as the API shows it: lists are [] rather than null,
-// times are UTC and unknown ones null, the environment only by its names.
+// times are UTC and unknown ones null, the environment only by its names,
+// and the rank the scheduler gave it, where it gave one.
+func (s *server) jobJSON(j ledger.Job) apitype.Job {
+	out := jobJSON(j)
+	req, err := run.RequestOf(j)
+	if err != nil {
+		s.cfg.Logger.Warn("job JSON: its stored request", "job", j.ID, "err", err)
+	} else {
+		out.GPUMemoryRequested = req.GPUMemory
+		if req.Class != "" {
+			out.Class = req.Class
+		}
+	}
+	if s.cfg.Ranks == nil {
+		return out
+	}
+	prio, pos, est, ok := s.cfg.Ranks.Rank(j.ID)
+	if !ok {
+		return out
+	}
+	out.Priority = &prio
+	if pos > 0 && j.State == string(queue.Queued) {
+		out.Position = &pos
+	}
+	out.EstimatedStart = utcOrNil(est)
+	return out
+}
+
+// jobJSON is the job's own fields, as the ledger keeps them.
 func jobJSON(j ledger.Job) apitype.Job {
 	out := apitype.Job{
 		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State,
@@ -319,7 +360,7 @@ func jobJSON(j ledger.Job) apitype.Job {
 		GPUs: nonNil(j.GPUs), Image: j.Image, Command: nonNil(j.Command), EnvKeys: nonNil(j.EnvKeys),
 		TimeLimit:   units.FormatDuration(j.TimeLimit),
 		SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt), EndedAt: utcOrNil(j.EndedAt),
-		ContainerID: j.ContainerID, Held: j.Held,
+		ContainerID: j.ContainerID, Held: j.Held, Class: spec.ClassNormal,
 	}
 	if j.ExitCode != nil {
 		code := *j.ExitCode

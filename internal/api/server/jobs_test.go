@@ -45,6 +45,13 @@ type jobsFixture struct {
 
 func newJobsFixture(t *testing.T, edit func(*run.Config)) *jobsFixture {
 	t.Helper()
+	return newJobsFixtureServer(t, edit, nil)
+}
+
+// newJobsFixtureServer is newJobsFixture with the API's config edited by
+// server.
+func newJobsFixtureServer(t *testing.T, edit func(*run.Config), server func(*Config)) *jobsFixture {
+	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
 	if err != nil {
@@ -62,7 +69,13 @@ func newJobsFixture(t *testing.T, edit func(*run.Config)) *jobsFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFixture(t, func(c *Config) { c.Jobs = q; c.Limits.MaxBodyBytes = 16 << 10 })
+	f := newFixture(t, func(c *Config) {
+		c.Jobs = q
+		c.Limits.MaxBodyBytes = 16 << 10
+		if server != nil {
+			server(c)
+		}
+	})
 	return &jobsFixture{fixture: f, store: store}
 }
 
@@ -184,8 +197,8 @@ func TestJobJSONContract(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"command", "container_id", "ended_at", "env_keys", "estimated_start", "exit_code", "gpus", "gpus_requested",
-		"held", "id", "image", "name", "reason", "reason_text", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
+	want := []string{"class", "command", "container_id", "ended_at", "env_keys", "estimated_start", "exit_code", "gpu_memory_requested", "gpus", "gpus_requested",
+		"held", "id", "image", "name", "placement", "position", "priority", "reason", "reason_text", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("job fields (-want +got):\n%s", diff)
 	}
@@ -194,6 +207,7 @@ func TestJobJSONContract(t *testing.T) {
 		"gpus_requested": `1`, "gpus": `[]`, "image": `"gpumeter/sleeper:1"`, "command": `["sleep","60"]`,
 		"env_keys": `["WANDB_MODE"]`, "time_limit": `"4h"`, "started_at": `null`, "ended_at": `null`,
 		"exit_code": `null`, "estimated_start": `null`, "held": `false`, "container_id": `""`,
+		"class": `"normal"`, "gpu_memory_requested": `0`, "priority": `null`, "position": `null`, "placement": `null`,
 	} {
 		if got := string(raw[k]); got != v {
 			t.Errorf("%s: %s, want %s", k, got, v)

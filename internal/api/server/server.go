@@ -81,6 +81,12 @@ type Config struct {
 	Audit   Auditor // nil: nothing is recorded (tests only)
 	// Jobs is the GPU job queue; nil: the queue is off (queue.enabled).
 	Jobs Jobs
+	// Ranks gives a queued job's priority, position and estimated start;
+	// nil: the job JSON shows them as null.
+	Ranks Ranks
+	// FairShare is the fair share of the queue; nil: it is off
+	// (fairshare_off).
+	FairShare FairShare
 	// Auth gives the current authenticator; it changes on a reload.
 	Auth    func() *auth.Authenticator
 	Limiter func() *auth.Limiter
@@ -206,6 +212,7 @@ func New(cfg Config) http.Handler {
 		{method: "GET", pattern: "/api/v1/audit", act: auth.ActAuditRead, h: s.audit},
 	}
 	routes = append(routes, s.jobRoutes()...)
+	routes = append(routes, s.fairShareRoutes()...)
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.guard(rt))

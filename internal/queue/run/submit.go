@@ -77,6 +77,13 @@ func decodeRecord(j ledger.Job) (spec.Request, record, error) {
 	return req, r, nil
 }
 
+// RequestOf is job j's request as it was submitted, without its
+// environment values: what the API shows of a memory job and its class.
+func RequestOf(j ledger.Job) (spec.Request, error) {
+	req, _, err := decodeRecord(j)
+	return req, err
+}
+
 // submittedText is the sentence of a job no pass has looked at yet.
 const submittedText = "submitted; waiting for the scheduler's first look"
 
