@@ -225,12 +225,35 @@ func writeJSONOut(w io.Writer, v any) error {
 // waits, an ended one's with why it ended.
 func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\tAGE\tREASON")
+	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\tPRI\tPOS\tAGE\tREASON")
 	for _, j := range jobs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
-			stateWord(j), j.GPUsRequested, age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
+			stateWord(j), gpusWord(j), priorityWord(j.Priority), positionWord(j.Position), age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
 	}
 	return tw.Flush()
+}
+
+// gpusWord is what a job asks for: a number of GPUs, or the memory of a
+// memory job.
+func gpusWord(j apitype.Job) string {
+	if j.GPUMemoryRequested > 0 {
+		return units.FormatSize(j.GPUMemoryRequested)
+	}
+	return strconv.Itoa(j.GPUsRequested)
+}
+
+func priorityWord(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*p, 'f', 3, 64)
+}
+
+func positionWord(p *int) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p)
 }
 
 func stateWord(j apitype.Job) string {
@@ -279,7 +302,14 @@ func writeJob(w io.Writer, j apitype.Job) error {
 	line("state", stateWord(j))
 	line("reason", dash(j.Reason))
 	line("why", dash(j.ReasonText))
-	line("gpus", fmt.Sprintf("%d asked; held: %s", j.GPUsRequested, dash(strings.Join(j.GPUs, ", "))))
+	if j.GPUMemoryRequested > 0 {
+		line("gpus", fmt.Sprintf("%s on one shared GPU asked; held: %s", units.FormatSize(j.GPUMemoryRequested), dash(strings.Join(j.GPUs, ", "))))
+	} else {
+		line("gpus", fmt.Sprintf("%d asked; held: %s", j.GPUsRequested, dash(strings.Join(j.GPUs, ", "))))
+	}
+	line("class", dash(j.Class))
+	line("priority", priorityWord(j.Priority))
+	line("position", positionWord(j.Position))
 	line("image", j.Image)
 	line("command", quoteArgs(j.Command))
 	line("env", dash(strings.Join(j.EnvKeys, ", ")))
@@ -300,6 +330,16 @@ func writeJob(w io.Writer, j apitype.Job) error {
 	}
 	if j.ContainerID != "" {
 		line("container", j.ContainerID)
+	}
+	if p := j.Placement; p != nil {
+		line("placement", p.Policy)
+		for _, c := range p.Candidates {
+			chosen := ""
+			if c.Chosen {
+				chosen = " (chosen)"
+			}
+			line("  GPU "+strconv.Itoa(c.Index), fmt.Sprintf("%s score %.1f util %.0f%%%s", c.UUID, c.Score, 100*c.Util, chosen))
+		}
 	}
 	return tw.Flush()
 }

@@ -37,7 +37,7 @@ func startQueueAgent(t *testing.T) {
 			}
 			return spec.Identity{UID: 4242, GID: 4242}, nil
 		},
-		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}, MaxTimeLimit: 24 * time.Hour},
+		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}, MaxTimeLimit: 24 * time.Hour, MaxGPUMemory: 40 << 30},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +85,7 @@ func TestJobCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !regexp.MustCompile(`(?m)^ID +NAME +USER +STATE +GPUS +AGE +REASON\nj-000001 +train +alice +queued +1 +\d+s +\S`).MatchString(out) {
+	if !regexp.MustCompile(`(?m)^ID +NAME +USER +STATE +GPUS +PRI +POS +AGE +REASON\nj-000001 +train +alice +queued +1 +- +- +\d+s +\S`).MatchString(out) {
 		t.Errorf("jobs:\n%s", out)
 	}
 
@@ -98,7 +98,8 @@ func TestJobCommands(t *testing.T) {
 		t.Fatalf("job --format json: %v\n%s", err, out)
 	}
 	for _, k := range []string{"id", "name", "user", "team", "state", "reason", "reason_text", "gpus_requested", "gpus", "image", "command",
-		"env_keys", "time_limit", "submitted_at", "started_at", "ended_at", "exit_code", "container_id", "estimated_start", "held"} {
+		"env_keys", "time_limit", "submitted_at", "started_at", "ended_at", "exit_code", "container_id", "estimated_start", "held",
+		"gpu_memory_requested", "class", "priority", "position", "placement"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("job --format json has no %s:\n%s", k, out)
 		}
@@ -209,6 +210,11 @@ func TestSubmitErrors(t *testing.T) {
 		{"no command", submitArgs[:len(submitArgs)-3], []string{"after --"}},
 		{"command without --", append(slices.Clone(submitArgs[:len(submitArgs)-3]), "sleep", "60"), []string{"after --", `"sleep"`}},
 		{"bad notify", append([]string{"submit", "--notify", "always"}, submitArgs[1:]...), []string{"--notify:", "start or end"}},
+		{"gpus and gpu memory", append([]string{"submit", "--gpu-memory", "20GiB"}, submitArgs[1:]...), []string{"--gpus and --gpu-memory together"}},
+		{"gpu memory too big", append([]string{"submit", "--gpu-memory", "41GiB"}, without("--gpus")[1:]...), []string{"--gpu-memory: refused (too_big)", "40GiB"}},
+		{"gpu memory not a size", append([]string{"submit", "--gpu-memory", "20G"}, without("--gpus")[1:]...), []string{"--gpu-memory:"}},
+		{"high for a user", append([]string{"submit", "--priority", "high"}, submitArgs[1:]...), []string{"--priority: refused (priority_not_allowed)"}},
+		{"unknown class", append([]string{"submit", "--priority", "urgent"}, submitArgs[1:]...), []string{"--priority:", "not a priority class"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -225,5 +231,25 @@ func TestSubmitErrors(t *testing.T) {
 	}
 	if out, _, _ := runCmd(t, "jobs", "-a"); strings.Contains(out, "j-") {
 		t.Errorf("a refused submit was queued:\n%s", out)
+	}
+}
+
+// TestMemoryJobCommands: a memory job's GPUS column is its memory, and
+// job shows its memory and class.
+func TestMemoryJobCommands(t *testing.T) {
+	startQueueAgent(t)
+	i := slices.Index(submitArgs, "--gpus")
+	wholeGPUs := slices.Delete(slices.Clone(submitArgs), i, i+2)
+	args := append([]string{"submit", "--gpu-memory", "20GiB", "--priority", "low"}, wholeGPUs[1:]...)
+	if out, _, err := runCmd(t, args...); err != nil || out != "j-000001\n" {
+		t.Fatalf("submit %q: %q %v", args, out, err)
+	}
+	out, _, err := runCmd(t, "jobs")
+	if err != nil || !regexp.MustCompile(`(?m)^j-000001 +train +alice +queued +20GiB +- +- `).MatchString(out) {
+		t.Errorf("jobs: %v\n%s", err, out)
+	}
+	out, _, err = runCmd(t, "job", "j-000001")
+	if err != nil || !regexp.MustCompile(`(?m)^gpus: +20GiB on one shared GPU asked; held: -\n`).MatchString(out) || !regexp.MustCompile(`(?m)^class: +low\n`).MatchString(out) {
+		t.Errorf("job: %v\n%s", err, out)
 	}
 }

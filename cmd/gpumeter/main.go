@@ -45,6 +45,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
-		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newLogs(), newWait())
+		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newLogs(), newWait(),
+		newFairShare(), newBudget())
 	return root
 }

@@ -17,13 +17,18 @@ func newSubmit() *cobra.Command {
 		req apitype.JobRequest
 	)
 	cmd := &cobra.Command{
-		Use:   "submit --gpus N --time-limit DURATION --image IMAGE [flags] -- COMMAND [ARG...]",
+		Use:   "submit --gpus N|--gpu-memory SIZE --time-limit DURATION --image IMAGE [flags] -- COMMAND [ARG...]",
 		Short: "Queue a GPU job: it starts as soon as its GPUs are free",
 		Long: `Queue a job on the agent's GPU queue and print its id. The job runs COMMAND
 in a container of IMAGE, as you, on N whole GPUs; it starts at once when they
 are free and otherwise waits, with a reason (` + "`gpumeter jobs`" + ` shows it), until
 they are. At --time-limit it is stopped. --time-limit may be left out only
 where the agent sets queue.default_time_limit.
+
+--gpu-memory asks for memory on one GPU the agent shares (queue.shared_gpus)
+instead of whole GPUs. The meter holds the job to it: a job that uses more is
+warned and then stopped. --priority high is for admins and the users of
+queue.priority.high_users.
 
 Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -37,8 +42,11 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.Command = args
-			if req.GPUs <= 0 {
-				return fmt.Errorf("--gpus: a job asks for at least 1 GPU, got %d", req.GPUs)
+			switch {
+			case req.GPUMemory != "" && cmd.Flags().Changed("gpus"):
+				return errors.New("--gpus and --gpu-memory together: ask for whole GPUs or for memory on one shared GPU, not both")
+			case req.GPUMemory == "" && req.GPUs <= 0:
+				return fmt.Errorf("--gpus: a job asks for at least 1 GPU, got %d; or give --gpu-memory SIZE on a shared GPU", req.GPUs)
 			}
 			if req.Image == "" {
 				return errors.New("--image: a job needs an image, such as nvcr.io/nvidia/pytorch:24.05-py3")
@@ -60,7 +68,9 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	}
 	cf.register(cmd)
 	f := cmd.Flags()
-	f.IntVar(&req.GPUs, "gpus", 0, "how many whole GPUs the job needs (required)")
+	f.IntVar(&req.GPUs, "gpus", 0, "how many whole GPUs the job needs (this or --gpu-memory is required)")
+	f.StringVar(&req.GPUMemory, "gpu-memory", "", "memory on one shared GPU instead of whole GPUs, such as 20GiB")
+	f.StringVar(&req.Priority, "priority", "", "the job's class: low, normal or high (default normal; high for admins and queue.priority.high_users)")
 	f.StringVar(&req.TimeLimit, "time-limit", "", "how long the job may run, such as 4h (required unless the agent sets queue.default_time_limit)")
 	f.StringVar(&req.Image, "image", "", "the container image (required; the agent allows those in queue.images)")
 	f.StringVar(&req.Name, "name", "", "a name for the job")
@@ -78,7 +88,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 
 // flagOf is the flag of a job request field.
 var flagOf = map[string]string{
-	"gpus": "--gpus", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
+	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size",
 	"publish": "--publish", "notify": "--notify", "as_user": "--as", "command": "the command",
 }
