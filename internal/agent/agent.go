@@ -58,6 +58,7 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
+	queueUtil  *utilRing // the GPUs' utilisation over queue.placement_window
 	reloadMu   sync.Mutex
 	closers    []func() error
 	listener   net.Listener

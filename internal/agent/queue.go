@@ -126,6 +126,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		return fmt.Errorf("queue: %w", err)
 	}
 	a.queue = q
+	a.queueUtil = newUtilRing(10*time.Minute, cfg.Interval)
 	return nil
 }
 
@@ -185,8 +186,17 @@ func resolvePassing(ctx context.Context, setting string, simulated bool, support
 
 // observeQueue hands the queue what the tick saw of the GPUs.
 func (a *Agent) observeQueue(t *sampler.Tick) {
-	gpus, outside := queueView(t, container.JobLabel)
-	a.queue.Observe(run.Observation{GPUs: gpus, Outside: outside})
+	gpus, outside, jobMemory := queueView(t, container.JobLabel)
+	o := run.Observation{GPUs: gpus, Outside: outside, JobMemory: jobMemory}
+	if t != nil && t.Tick != nil {
+		for _, d := range t.Sample.Devices {
+			if d.Err == nil {
+				a.queueUtil.add(d.UUID, t.Time, d.Util)
+			}
+		}
+		o.Util = a.queueUtil.means(t.Time)
+	}
+	a.queue.Observe(o)
 }
 
 // queueStats are the queue's figures for /metrics.

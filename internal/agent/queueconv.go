@@ -92,21 +92,24 @@ func portRange(s string) (spec.PortRange, error) {
 // them outside the queue. A container labelled as a job is the queue's
 // own; every other running container that holds GPUs, and every process
 // that is not a job's, is outside use.
-func queueView(t *sampler.Tick, jobLabel string) ([]queue.GPU, queue.Outside) {
-	out := queue.Outside{MemoryUsed: map[string]uint64{}}
+// jobMemory is, by job id, the GPU memory the processes of each job's
+// container hold (the queue's memory contract is checked against it).
+func queueView(t *sampler.Tick, jobLabel string) (gpus []queue.GPU, out queue.Outside, jobMemory map[string]uint64) {
+	out = queue.Outside{MemoryUsed: map[string]uint64{}}
+	jobMemory = map[string]uint64{}
 	if t == nil || t.Tick == nil {
-		return nil, out
+		return nil, out, jobMemory
 	}
-	gpus := make([]queue.GPU, 0, len(t.Sample.Devices))
+	gpus = make([]queue.GPU, 0, len(t.Sample.Devices))
 	for _, d := range t.Sample.Devices {
 		gpus = append(gpus, queue.GPU{UUID: d.UUID, Index: d.Index, MemoryTotal: d.MemoryTotal,
 			NVLink: d.Topology.NVLink, PCIeSwitch: d.Topology.PCIeSwitch})
 	}
-	jobs := map[string]bool{}
+	jobs := map[string]string{} // container id -> job id
 	for i := range t.Containers {
 		c := &t.Containers[i].Container
-		if _, ok := c.Labels[jobLabel]; ok {
-			jobs[c.ID] = true
+		if id, ok := c.Labels[jobLabel]; ok {
+			jobs[c.ID] = id
 			continue
 		}
 		if !c.Running || c.GPUs.Empty() {
@@ -129,14 +132,15 @@ func queueView(t *sampler.Tick, jobLabel string) ([]queue.GPU, queue.Outside) {
 		for j, p := range d.Processes {
 			if i < len(t.Owners) && j < len(t.Owners[i]) {
 				o := t.Owners[i][j]
-				if o.Kind == container.OwnerContainer && jobs[o.ID] {
+				if id, ok := jobs[o.ID]; ok && o.Kind == container.OwnerContainer {
+					jobMemory[id] += p.MemoryUsed
 					continue
 				}
 			}
 			out.MemoryUsed[d.UUID] += p.MemoryUsed
 		}
 	}
-	return gpus, out
+	return gpus, out, jobMemory
 }
 
 // migUUIDs are the UUIDs of a GPU's MIG instances, which a container's

@@ -43,7 +43,7 @@ func TestQueueView(t *testing.T) {
 			{},
 		},
 	}
-	gpus, out := queueView(tick, spec.JobLabel)
+	gpus, out, jobMemory := queueView(tick, spec.JobLabel)
 	wantGPUs := []queue.GPU{
 		{UUID: "GPU-a", Index: 0, MemoryTotal: 80 << 30, NVLink: []string{"GPU-b"}, PCIeSwitch: "pcie:GPU-a"},
 		{UUID: "GPU-b", Index: 1, MemoryTotal: 80 << 30, NVLink: []string{"GPU-a"}},
@@ -59,7 +59,10 @@ func TestQueueView(t *testing.T) {
 	if got := out.MemoryUsed; got["GPU-a"] != 0 || got["GPU-b"] != 3<<30 || got["GPU-c"] != 0 {
 		t.Errorf("outside memory = %v, want only GPU-b's 3 GiB", got)
 	}
-	if g, o := queueView(nil, spec.JobLabel); g != nil || len(o.Containers) != 0 {
+	if got := jobMemory["j-000001"]; got != 10<<30 || len(jobMemory) != 1 {
+		t.Errorf("job memory = %v, want j-000001's 10 GiB", jobMemory)
+	}
+	if g, o, _ := queueView(nil, spec.JobLabel); g != nil || len(o.Containers) != 0 {
 		t.Errorf("no tick: %v %v", g, o)
 	}
 }

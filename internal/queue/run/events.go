@@ -16,6 +16,9 @@ func (q *Queue) Observe(o Observation) {
 	q.mu.Lock()
 	changed := !sameObservation(q.obs, o, q.sched)
 	q.obs = o
+	if q.observeMemory(o.JobMemory, q.now()) {
+		changed = true
+	}
 	q.mu.Unlock()
 	if changed {
 		q.poke()

@@ -110,6 +110,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 	q.mu.Unlock()
 
 	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now}
+	memJobs := memoryJobs{}
 	byID := make(map[string]ledger.Job, len(jobs))
 	for _, j := range jobs {
 		byID[j.ID] = j
@@ -126,6 +127,10 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit})
 			if j.State == string(queue.Running) {
 				next = minTime(next, q.enforce(ctx, l, j, now))
+				if mem := declaredMemory(j); mem > 0 {
+					memJobs[j.ID] = mem
+					next = minTime(next, q.enforceMemory(ctx, j, mem, now))
+				}
 			}
 		}
 	}
@@ -137,7 +142,11 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 		}
 		delete(l.retryAt, s.JobID)
 		next = minTime(next, q.start(ctx, l, byID[s.JobID], s.GPUs))
+		if mem := declaredMemory(byID[s.JobID]); mem > 0 {
+			memJobs[s.JobID] = mem // watched from the next tick
+		}
 	}
+	q.setMemoryJobs(memJobs)
 	// A start that failed in this pass waits for its retry time, and the
 	// timer must cover it: nothing else may wake the loop.
 	for id, at := range l.retryAt {

@@ -7,6 +7,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,6 +83,12 @@ type Config struct {
 	// is kept before it is removed; 0 keeps it.
 	LogRetention time.Duration
 	Notify       []string // "start", "end": for every job
+	// MemoryOverrunGrace is how long a memory job may stay over the GPU
+	// memory it declared before it is stopped (0:
+	// DefaultMemoryOverrunGrace); MemoryOverrunAction is stop (""
+	// too) or warn.
+	MemoryOverrunGrace  time.Duration
+	MemoryOverrunAction string
 	// OnEvent is called when a job starts or ends and its notify list
 	// (its own plus Notify) names that event. It must not block for
 	// long: the loop waits for it.
@@ -148,6 +155,8 @@ type Queue struct {
 	onEvent          func(JobEvent)
 	audited          func(context.Context, ledger.AuditEvent)
 	envDir           string
+	overrunGrace     time.Duration
+	overrunAction    string
 
 	wake chan struct{}
 
@@ -166,6 +175,10 @@ type Queue struct {
 	// endedCounts counts the jobs in ended states, loaded once by Run
 	// and kept by jobEnded, so that no pass reads every ended job.
 	endedCounts map[queue.State]int
+	// memJobs are the running jobs that declared GPU memory, and
+	// overruns those of them seen over it.
+	memJobs  memoryJobs
+	overruns map[string]*overrun
 }
 
 // stop is a stop the loop is asked to make, or has made, of a job's
@@ -190,6 +203,14 @@ func New(cfg Config) (*Queue, error) {
 		return nil, errors.New("queue: no directory for the jobs' environment values")
 	case cfg.DefaultTimeLimit < 0, cfg.StopGrace < 0, cfg.LogRetention < 0, cfg.MaxRequeue < 0, cfg.MaxStartAttempts < 0:
 		return nil, errors.New("queue: default_time_limit, stop_grace, log_retention, max_requeue and max_start_attempts may not be negative")
+	}
+	switch cfg.MemoryOverrunAction {
+	case "", OverrunStop, OverrunWarn:
+	default:
+		return nil, fmt.Errorf("queue.memory_overrun_action: %q is not stop or warn", cfg.MemoryOverrunAction)
+	}
+	if cfg.MemoryOverrunGrace < 0 {
+		return nil, errors.New("queue.memory_overrun_grace may not be negative")
 	}
 	for _, n := range cfg.Notify {
 		if n != EventStart && n != EventEnd {
@@ -230,6 +251,11 @@ func New(cfg Config) (*Queue, error) {
 		rules: cfg.Rules, sched: cfg.Sched, defaultTimeLimit: cfg.DefaultTimeLimit,
 		stops: map[string]*stop{}, containerStops: map[string]queue.Reason{},
 		wait: newWaitHistogram(), endedCounts: map[queue.State]int{},
+		memJobs: memoryJobs{}, overruns: map[string]*overrun{},
+		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, OverrunStop),
+	}
+	if q.overrunGrace == 0 {
+		q.overrunGrace = DefaultMemoryOverrunGrace
 	}
 	q.snap = q.emptySnapshot()
 	return q, nil

@@ -13,6 +13,14 @@ import (
 type Observation struct {
 	GPUs    []queue.GPU
 	Outside queue.Outside
+	// JobMemory is, by job id, the GPU memory in bytes the processes of
+	// the job's container hold, summed over its GPUs: what the memory
+	// contract of a job that declared GPU memory is checked against.
+	JobMemory map[string]uint64
+	// Util is, by GPU UUID, the GPU's mean SM utilisation (0..1) over
+	// queue.placement_window, for target placement. A change in it
+	// alone does not wake the loop.
+	Util map[string]float64
 }
 
 // Snapshot is the queue's state for metrics, kept current by the loop.

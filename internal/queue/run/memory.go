@@ -1,0 +1,141 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/units"
+)
+
+// The queue's memory contract: a job that asked for GPU memory on a shared
+// GPU instead of whole GPUs must stay within what it declared. The meter
+// measures; the queue warns at the first tick over, and stops the job once
+// it has stayed over for MemoryOverrunGrace, unless the action is warn.
+// It is enforcement by measurement, not isolation: a job can exceed its
+// memory between two ticks.
+
+// Memory overrun actions.
+const (
+	OverrunStop = "stop"
+	OverrunWarn = "warn"
+)
+
+// DefaultMemoryOverrunGrace is queue.memory_overrun_grace's default.
+const DefaultMemoryOverrunGrace = 2 * time.Minute
+
+// EventWarn is the notify event of a job warned of a memory overrun.
+const EventWarn = "warn"
+
+// ReasonMemoryOverrun is the reason of a job stopped for holding more
+// GPU memory than it declared.
+const ReasonMemoryOverrun queue.Reason = "memory_overrun"
+
+// overrun is a memory job seen over its declared memory.
+type overrun struct {
+	since    time.Time // first tick over, of this run of ticks
+	measured uint64    // the latest measure
+	warned   bool      // the warning is written
+}
+
+// memoryJobs are the running jobs that declared GPU memory, by job id:
+// the loop keeps it, Observe reads it.
+type memoryJobs map[string]uint64
+
+// observeMemory compares a tick's measure of the memory jobs with what
+// they declared, and says whether the loop has something to do (a job
+// newly over, or back under). The caller holds q.mu.
+func (q *Queue) observeMemory(measured map[string]uint64, now time.Time) bool {
+	changed := false
+	for id, declared := range q.memJobs {
+		m := measured[id]
+		o, over := q.overruns[id]
+		switch {
+		case m > declared && !over:
+			q.overruns[id] = &overrun{since: now, measured: m}
+			changed = true
+		case m > declared:
+			o.measured = m
+		case over:
+			delete(q.overruns, id)
+			changed = true
+		}
+	}
+	return changed
+}
+
+// enforceMemory warns and stops the running memory jobs that stay over
+// what they declared; it returns when the next stop is due (zero: none).
+// It runs in the loop.
+func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64, now time.Time) time.Time {
+	q.mu.Lock()
+	o, over := q.overruns[j.ID]
+	var since time.Time
+	var measured uint64
+	warn := false
+	if over {
+		since, measured = o.since, o.measured
+		warn = !o.warned
+		o.warned = true
+	}
+	grace, action := q.overrunGrace, q.overrunAction
+	q.mu.Unlock()
+	if !over {
+		return time.Time{}
+	}
+	due := since.Add(grace)
+	what := fmt.Sprintf("its GPU memory is %s, more than the %s it declared", units.FormatSize(measured), units.FormatSize(declared))
+	if warn {
+		text := what + "; it is stopped at " + due.UTC().Format("15:04:05") + " UTC unless it goes back under"
+		if action == OverrunWarn {
+			text = what + " (queue.memory_overrun_action is warn: it is not stopped)"
+		}
+		ev := q.queueEvent("jobs.memory_warn", j.ID)
+		ev.Error = what
+		out, err := q.update(ctx, j.ID, queue.Running, queue.Running, func(j *ledger.Job) { j.ReasonText = text }, ev)
+		if err == nil && q.onEvent != nil {
+			// The submitter accepted the contract: the warning goes to
+			// the webhook whatever the job's notify list says.
+			q.onEvent(JobEvent{Event: EventWarn, Job: out})
+		}
+	}
+	if action == OverrunWarn {
+		return time.Time{}
+	}
+	if now.Before(due) {
+		return due
+	}
+	q.askStop(j.ID, &stop{state: queue.Failed, reason: ReasonMemoryOverrun,
+		text:  what + " for " + units.FormatDuration(grace) + ", and was stopped (queue.memory_overrun_grace)",
+		audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
+	q.poke() // the next pass sends the stop
+	return time.Time{}
+}
+
+// declaredMemory is the GPU memory job j declared, 0 for a job of whole
+// GPUs (or a request that cannot be read, which its start refused).
+func declaredMemory(j ledger.Job) uint64 {
+	if j.GPUsRequested > 0 {
+		return 0
+	}
+	req, err := RequestOf(j)
+	if err != nil {
+		return 0
+	}
+	return req.GPUMemory
+}
+
+// setMemoryJobs puts in force the running memory jobs of a pass, and
+// forgets the overruns of those that are no longer running.
+func (q *Queue) setMemoryJobs(m memoryJobs) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.memJobs = m
+	for id := range q.overruns {
+		if _, ok := m[id]; !ok {
+			delete(q.overruns, id)
+		}
+	}
+}
