@@ -1,0 +1,226 @@
+// Package fairshare turns the ledger's measured GPU use into the queue's
+// fair-share numbers: each user's and team's GPU-hours on a basis (used,
+// allocated or held), decayed with a half-life, over every node of the
+// ledger and every container, jobs and containers started by hand alike;
+// this calendar month's GPU-hours for budgets; and the fair-share factor
+// 2^(−(u/U)/(s/S)) of each. Compute reads the ledger once; Cache keeps
+// the last result fresh in the background, so that the scheduler never
+// waits on the ledger.
+package fairshare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// Reader is what Compute reads of the ledger: its hourly usage series
+// (ledger.Store has it).
+type Reader interface {
+	Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error)
+}
+
+// Settings are the fair-share settings Compute and the factors use.
+type Settings struct {
+	// Basis is config.BasisUsed, BasisAllocated or BasisHeld.
+	Basis string
+	// HalfLife is the age at which a GPU-hour counts half; more than 0.
+	HalfLife time.Duration
+	// Refresh is how often Cache recomputes.
+	Refresh time.Duration
+	// Shares by user or team name; a name not here has share 1.
+	Shares map[string]float64
+	// Budgets are GPU-hours per calendar month by team.
+	Budgets map[string]float64
+}
+
+// SettingsOf takes the fair-share settings out of the queue's.
+func SettingsOf(q config.Queue) Settings {
+	return Settings{Basis: q.FairShare.Basis, HalfLife: q.FairShare.HalfLife, Refresh: q.FairShare.Refresh,
+		Shares: q.Shares, Budgets: q.Budgets}
+}
+
+// Share is the share of a user or team name: its entry, or 1.
+func (s Settings) Share(name string) float64 {
+	if v, ok := s.Shares[name]; ok {
+		return v
+	}
+	return 1
+}
+
+// Horizon is how many half-lives back Compute reads: older use weighs
+// less than 2^−10 (a thousandth) and is left out.
+const Horizon = 10
+
+// Owner is one user's or team's use.
+type Owner struct {
+	Name string
+	// Team is a user's team: the team its most GPU-hours (undecayed,
+	// over the horizon) were under; "" for a team and for a user seen
+	// only in host processes.
+	Team string
+	// Decayed is GPU-hours on the basis, each hour weighed by
+	// 2^(−age/half-life), age from the middle of the hour to the time
+	// of Compute.
+	Decayed float64
+	// Month is GPU-hours on the basis since the start of this calendar
+	// month (UTC), not decayed.
+	Month float64
+}
+
+// Usage is what Compute found: the decayed and monthly GPU-hours of
+// every user and team.
+type Usage struct {
+	At       time.Time
+	Basis    string
+	HalfLife time.Duration
+	// MonthStart is the start of the calendar month (UTC) Month counts.
+	MonthStart time.Time
+	Users      map[string]*Owner
+	Teams      map[string]*Owner
+	// Total is the decayed GPU-hours of all users, Month theirs this
+	// month. Use no user owns (a container without a user, GPU time
+	// nobody held) is in neither.
+	Total, Month float64
+}
+
+// MonthStart is the first instant of t's calendar month in UTC.
+func MonthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// Compute reads the ledger's hourly usage back Horizon half-lives (and
+// at least to the start of the month) and sums it per user and team on
+// s.Basis. The hour rows are written with every flush, as the minute rows
+// are, so the current hour counts what was flushed of it so far.
+//
+// A container's use counts to its user and team, a host process's to
+// its Unix user; every node of the ledger counts. On the held basis an
+// hour written before the ledger kept held time (schema 4 and older)
+// counts its allocated time instead.
+func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, error) {
+	if s.HalfLife <= 0 {
+		return nil, fmt.Errorf("fair share: half-life %s must be more than 0", s.HalfLife)
+	}
+	pick, err := basis(s.Basis)
+	if err != nil {
+		return nil, err
+	}
+	now = now.UTC()
+	month := MonthStart(now)
+	from := ledger.Hour(now.Add(-Horizon * s.HalfLife))
+	if month.Before(from) {
+		from = month
+	}
+	points, err := r.Series(ctx, ledger.Filter{From: from, To: ledger.Hour(now).Add(time.Hour)}, time.Hour)
+	if err != nil {
+		return nil, fmt.Errorf("fair share: %w", err)
+	}
+	u := &Usage{At: now, Basis: s.Basis, HalfLife: s.HalfLife, MonthStart: month,
+		Users: map[string]*Owner{}, Teams: map[string]*Owner{}}
+	// Weights of an hour are the same for every row of it: rows come by
+	// start, so each is worked out once.
+	var (
+		start  time.Time
+		weight float64
+		// teamHours is each user's undecayed hours by team, for Owner.Team.
+		teamHours = map[string]map[string]float64{}
+	)
+	ln2 := math.Ln2 / s.HalfLife.Hours()
+	for i := range points {
+		p := &points[i]
+		user, team := ownerOf(p)
+		if user == "" {
+			continue
+		}
+		hours := pick(p) / 3600
+		if hours <= 0 {
+			continue
+		}
+		if i == 0 || !p.Start.Equal(start) {
+			start = p.Start
+			age := now.Sub(start.Add(30 * time.Minute)).Hours()
+			if age < 0 {
+				age = 0 // the current hour, less than half gone
+			}
+			weight = math.Exp(-age * ln2)
+		}
+		inMonth := !p.Start.Before(month)
+		d := hours * weight
+		add(u.Users, user, d, hours, inMonth)
+		u.Total += d
+		if inMonth {
+			u.Month += hours
+		}
+		if team != "" {
+			add(u.Teams, team, d, hours, inMonth)
+			th := teamHours[user]
+			if th == nil {
+				th = map[string]float64{}
+				teamHours[user] = th
+			}
+			th[team] += hours
+		}
+	}
+	for user, th := range teamHours {
+		best, most := "", -1.0
+		for team, h := range th {
+			if h > most || h == most && team < best {
+				best, most = team, h
+			}
+		}
+		u.Users[user].Team = best
+	}
+	return u, nil
+}
+
+func add(m map[string]*Owner, name string, decayed, hours float64, inMonth bool) {
+	o := m[name]
+	if o == nil {
+		o = &Owner{Name: name}
+		m[name] = o
+	}
+	o.Decayed += decayed
+	if inMonth {
+		o.Month += hours
+	}
+}
+
+// ownerOf is the user and team a usage point counts to: a container's
+// user and team labels (as the meter resolved them), a host process's
+// Unix user; none for GPU time nobody held.
+func ownerOf(p *ledger.UsagePoint) (user, team string) {
+	switch p.OwnerKind {
+	case ledger.KindContainer:
+		if p.Container == nil {
+			return "", ""
+		}
+		return p.Container.User, p.Container.Team
+	case ledger.KindHost:
+		return p.OwnerID, ""
+	}
+	return "", ""
+}
+
+func basis(name string) (func(*ledger.UsagePoint) float64, error) {
+	switch name {
+	case config.BasisUsed:
+		return func(p *ledger.UsagePoint) float64 { return p.UsedSeconds }, nil
+	case config.BasisAllocated:
+		return func(p *ledger.UsagePoint) float64 { return p.AllocatedSeconds }, nil
+	case config.BasisHeld:
+		return func(p *ledger.UsagePoint) float64 {
+			if p.Unheld.All {
+				return p.AllocatedSeconds
+			}
+			return p.HeldSeconds
+		}, nil
+	}
+	return nil, errors.New("fair share: basis " + fmt.Sprintf("%q", name) + " is not one of used, allocated, held")
+}
