@@ -12,8 +12,9 @@ import (
 )
 
 var (
-	_ ledger.LeaseTaker = (*Store)(nil)
-	_ ledger.JobStore   = (*Store)(nil)
+	_ ledger.LeaseTaker  = (*Store)(nil)
+	_ ledger.JobStore    = (*Store)(nil)
+	_ ledger.BudgetStore = (*Store)(nil)
 )
 
 // nowUS is the server's clock in unix microseconds: every agent judges a

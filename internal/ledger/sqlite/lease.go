@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	_ ledger.LeaseTaker = (*Store)(nil)
-	_ ledger.JobStore   = (*Store)(nil)
+	_ ledger.LeaseTaker  = (*Store)(nil)
+	_ ledger.JobStore    = (*Store)(nil)
+	_ ledger.BudgetStore = (*Store)(nil)
 )
 
 // writerLock is the lock file beside the ledger: the process that holds
