@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"JobPlacement", testJobPlacement},
 		{"BudgetLifts", testBudgetLifts},
 		{"BudgetLiftAtomic", testBudgetLiftAtomic},
+		{"UsageByOwner", testUsageByOwner},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

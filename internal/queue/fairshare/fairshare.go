@@ -19,10 +19,10 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-// Reader is what Compute reads of the ledger: its hourly usage series
-// (ledger.Store has it).
+// Reader is what Compute reads of the ledger: use per owner and hour
+// (both backends' stores have it).
 type Reader interface {
-	Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error)
+	UsageByOwner(ctx context.Context, from, to time.Time) ([]ledger.OwnerHour, error)
 }
 
 // Settings are the fair-share settings Compute and the factors use.
@@ -95,9 +95,9 @@ func MonthStart(t time.Time) time.Time {
 	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
-// Compute reads the ledger's hourly usage back Horizon half-lives (and
-// at least to the start of the month) and sums it per user and team on
-// s.Basis. The hour rows are written with every flush, as the minute rows
+// Compute reads the ledger's hourly use per owner back Horizon
+// half-lives (and at least to the start of the month) and sums it per
+// user and team on s.Basis. The hour rows are written with every flush, as the minute rows
 // are, so the current hour counts what was flushed of it so far.
 //
 // A container's use counts to its user and team, a host process's to
@@ -118,7 +118,7 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 	if month.Before(from) {
 		from = month
 	}
-	points, err := r.Series(ctx, ledger.Filter{From: from, To: ledger.Hour(now).Add(time.Hour)}, time.Hour)
+	hours, err := r.UsageByOwner(ctx, from, ledger.Hour(now).Add(time.Hour))
 	if err != nil {
 		return nil, fmt.Errorf("fair share: %w", err)
 	}
@@ -133,39 +133,38 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 		teamHours = map[string]map[string]float64{}
 	)
 	ln2 := math.Ln2 / s.HalfLife.Hours()
-	for i := range points {
-		p := &points[i]
-		user, team := ownerOf(p)
-		if user == "" {
+	for i := range hours {
+		h := &hours[i]
+		if h.User == "" {
 			continue
 		}
-		hours := pick(p) / 3600
-		if hours <= 0 {
+		gpuHours := pick(h) / 3600
+		if gpuHours <= 0 {
 			continue
 		}
-		if i == 0 || !p.Start.Equal(start) {
-			start = p.Start
+		if i == 0 || !h.Start.Equal(start) {
+			start = h.Start
 			age := now.Sub(start.Add(30 * time.Minute)).Hours()
 			if age < 0 {
 				age = 0 // the current hour, less than half gone
 			}
 			weight = math.Exp(-age * ln2)
 		}
-		inMonth := !p.Start.Before(month)
-		d := hours * weight
-		add(u.Users, user, d, hours, inMonth)
+		inMonth := !h.Start.Before(month)
+		d := gpuHours * weight
+		add(u.Users, h.User, d, gpuHours, inMonth)
 		u.Total += d
 		if inMonth {
-			u.Month += hours
+			u.Month += gpuHours
 		}
-		if team != "" {
-			add(u.Teams, team, d, hours, inMonth)
-			th := teamHours[user]
+		if h.Team != "" {
+			add(u.Teams, h.Team, d, gpuHours, inMonth)
+			th := teamHours[h.User]
 			if th == nil {
 				th = map[string]float64{}
-				teamHours[user] = th
+				teamHours[h.User] = th
 			}
-			th[team] += hours
+			th[h.Team] += gpuHours
 		}
 	}
 	for user, th := range teamHours {
@@ -192,35 +191,14 @@ func add(m map[string]*Owner, name string, decayed, hours float64, inMonth bool)
 	}
 }
 
-// ownerOf is the user and team a usage point counts to: a container's
-// user and team labels (as the meter resolved them), a host process's
-// Unix user; none for GPU time nobody held.
-func ownerOf(p *ledger.UsagePoint) (user, team string) {
-	switch p.OwnerKind {
-	case ledger.KindContainer:
-		if p.Container == nil {
-			return "", ""
-		}
-		return p.Container.User, p.Container.Team
-	case ledger.KindHost:
-		return p.OwnerID, ""
-	}
-	return "", ""
-}
-
-func basis(name string) (func(*ledger.UsagePoint) float64, error) {
+func basis(name string) (func(*ledger.OwnerHour) float64, error) {
 	switch name {
 	case config.BasisUsed:
-		return func(p *ledger.UsagePoint) float64 { return p.UsedSeconds }, nil
+		return func(h *ledger.OwnerHour) float64 { return h.UsedSeconds }, nil
 	case config.BasisAllocated:
-		return func(p *ledger.UsagePoint) float64 { return p.AllocatedSeconds }, nil
+		return func(h *ledger.OwnerHour) float64 { return h.AllocatedSeconds }, nil
 	case config.BasisHeld:
-		return func(p *ledger.UsagePoint) float64 {
-			if p.Unheld.All {
-				return p.AllocatedSeconds
-			}
-			return p.HeldSeconds
-		}, nil
+		return func(h *ledger.OwnerHour) float64 { return h.HeldSeconds + h.UnheldAllocatedSeconds }, nil
 	}
 	return nil, errors.New("fair share: basis " + fmt.Sprintf("%q", name) + " is not one of used, allocated, held")
 }

@@ -24,7 +24,7 @@ var now = time.Date(2026, 3, 10, 12, 30, 0, 0, time.UTC)
 // outside the queue counts as a job does); carol's host process used a
 // GPU of node-a for an hour two days ago; GPU time nobody held counts to
 // nobody.
-func handLedger(t *testing.T) ledger.Store {
+func handLedger(t *testing.T) *sqlite.Store {
 	t.Helper()
 	ctx := context.Background()
 	s, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
