@@ -87,6 +87,22 @@ type Usage struct {
 	// month. Use no user owns (a container without a user, GPU time
 	// nobody held) is in neither.
 	Total, Month float64
+
+	// efficiency is each user's decayed used over decayed held
+	// GPU-hours, whatever the basis, for users who held a GPU.
+	efficiency map[string]float64
+}
+
+// Efficiency is user's recent efficiency: used over held GPU-hours,
+// decayed as the fair-share usage is, at most 1; 1 for a user who held
+// no GPU in the horizon (a new user is trusted to use what they ask for).
+// Placement target adds it to a GPU's utilisation as the job's expected
+// share.
+func (u *Usage) Efficiency(user string) float64 {
+	if e, ok := u.efficiency[user]; ok {
+		return e
+	}
+	return 1
 }
 
 // MonthStart is the first instant of t's calendar month in UTC.
@@ -97,8 +113,9 @@ func MonthStart(t time.Time) time.Time {
 
 // Compute reads the ledger's hourly use per owner back Horizon
 // half-lives (and at least to the start of the month) and sums it per
-// user and team on s.Basis. The hour rows are written with every flush, as the minute rows
-// are, so the current hour counts what was flushed of it so far.
+// user and team on s.Basis. The hour rows are written with every flush,
+// as the minute rows are, so the current hour counts what was flushed of
+// it so far.
 //
 // A container's use counts to its user and team, a host process's to
 // its Unix user; every node of the ledger counts. On the held basis an
@@ -114,7 +131,10 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 	}
 	now = now.UTC()
 	month := MonthStart(now)
-	from := ledger.Hour(now.Add(-Horizon * s.HalfLife))
+	var from time.Time // the oldest row, for a half-life too long to multiply
+	if s.HalfLife <= math.MaxInt64/Horizon {
+		from = ledger.Hour(now.Add(-Horizon * s.HalfLife))
+	}
 	if month.Before(from) {
 		from = month
 	}
@@ -123,7 +143,7 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 		return nil, fmt.Errorf("fair share: %w", err)
 	}
 	u := &Usage{At: now, Basis: s.Basis, HalfLife: s.HalfLife, MonthStart: month,
-		Users: map[string]*Owner{}, Teams: map[string]*Owner{}}
+		Users: map[string]*Owner{}, Teams: map[string]*Owner{}, efficiency: map[string]float64{}}
 	// Weights of an hour are the same for every row of it: rows come by
 	// start, so each is worked out once.
 	var (
@@ -131,6 +151,8 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 		weight float64
 		// teamHours is each user's undecayed hours by team, for Owner.Team.
 		teamHours = map[string]map[string]float64{}
+		// effs are each user's decayed used and held hours.
+		effs = map[string][2]float64{}
 	)
 	ln2 := math.Ln2 / s.HalfLife.Hours()
 	for i := range hours {
@@ -138,17 +160,21 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 		if h.User == "" {
 			continue
 		}
-		gpuHours := pick(h) / 3600
-		if gpuHours <= 0 {
-			continue
-		}
-		if i == 0 || !h.Start.Equal(start) {
+		if !h.Start.Equal(start) {
 			start = h.Start
 			age := now.Sub(start.Add(30 * time.Minute)).Hours()
 			if age < 0 {
 				age = 0 // the current hour, less than half gone
 			}
 			weight = math.Exp(-age * ln2)
+		}
+		eff := effs[h.User]
+		eff[0] += h.UsedSeconds / 3600 * weight
+		eff[1] += (h.HeldSeconds + h.UnheldAllocatedSeconds) / 3600 * weight
+		effs[h.User] = eff
+		gpuHours := pick(h) / 3600
+		if gpuHours <= 0 {
+			continue
 		}
 		inMonth := !h.Start.Before(month)
 		d := gpuHours * weight
@@ -165,6 +191,11 @@ func Compute(ctx context.Context, r Reader, s Settings, now time.Time) (*Usage, 
 				teamHours[h.User] = th
 			}
 			th[h.Team] += gpuHours
+		}
+	}
+	for user, e := range effs {
+		if e[1] > 0 {
+			u.efficiency[user] = min(e[0]/e[1], 1)
 		}
 	}
 	for user, th := range teamHours {

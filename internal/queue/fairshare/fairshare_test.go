@@ -225,3 +225,30 @@ func waitFor(t *testing.T, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestEfficiency: used over held GPU-hours, decayed alike, whatever the
+// basis; 1 for a user who held nothing.
+func TestEfficiency(t *testing.T) {
+	u, err := Compute(context.Background(), handLedger(t), Settings{Basis: "used", HalfLife: 24 * time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	feb := math.Exp2(-229.0 / 24)
+	for user, want := range map[string]float64{"alice": 0.5, "bob": feb / (1 + feb), "carol": 1, "dave": 1} {
+		if got := u.Efficiency(user); math.Abs(got-want) > 1e-12 {
+			t.Errorf("Efficiency(%s) = %v, want %v", user, got, want)
+		}
+	}
+}
+
+// TestLongHalfLife: a half-life too long to take ten of reads the whole
+// ledger, the row older than ten days included, at nearly full weight.
+func TestLongHalfLife(t *testing.T) {
+	u, err := Compute(context.Background(), handLedger(t), Settings{Basis: "held", HalfLife: 30000 * 24 * time.Hour}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := u.Users["alice"].Decayed; got < 1.999 || got > 2 {
+		t.Errorf("alice's decayed hours with a half-life of 30000d = %v, want nearly 2 (both her hours)", got)
+	}
+}
