@@ -30,6 +30,7 @@ func NewCache(r Reader, s Settings, log *slog.Logger, now func() time.Time) *Cac
 }
 
 // Get is the last Usage computed, nil before the first. It never blocks.
+// The Usage is shared by every caller: read it, never change it.
 func (c *Cache) Get() *Usage { return c.last.Load() }
 
 // Settings are the settings the next computation uses.

@@ -153,7 +153,7 @@ func TestFactorsByHand(t *testing.T) {
 		t.Errorf("budgets: nlp used 1h of 1h (over unless lifted), cv 1h of 10h, vision has none")
 	}
 
-	r := u.Report(set, map[string]bool{"nlp": true})
+	r := u.Report(set, Lifted([]ledger.BudgetLift{{Team: "nlp", Month: "2026-03", LiftedBy: "root"}}))
 	if r.Basis != "held" || r.HalfLife != 24*time.Hour || !r.At.Equal(now) {
 		t.Errorf("report header %q %v %v", r.Basis, r.HalfLife, r.At)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // Factor is Slurm's classic fair-share factor 2^(−(u/U)/(s/S)): 1 for no
@@ -112,6 +114,16 @@ func (u *Usage) OverBudget(s Settings, team string, lifted bool) bool {
 	}
 	o := u.Teams[team]
 	return o != nil && o.Month >= b
+}
+
+// Lifted is the set of teams lifts names, as Report and OverBudget take
+// it: the lifts of one month, from ledger.BudgetStore.BudgetLifts.
+func Lifted(lifts []ledger.BudgetLift) map[string]bool {
+	out := make(map[string]bool, len(lifts))
+	for _, l := range lifts {
+		out[l.Team] = true
+	}
+	return out
 }
 
 // Report is u as `gpumeter fairshare` shows it; lifted names the teams
