@@ -195,9 +195,17 @@ func reloadable(name string) bool {
 	case "queue.images", "queue.mount_roots", "queue.run_as_root_images", "queue.cap_add",
 		"queue.publish_ports", "queue.publish_address", "queue.max_gpus", "queue.max_cpus",
 		"queue.max_memory", "queue.max_shm_size", "queue.max_time_limit", "queue.default_time_limit",
-		"queue.placement", "queue.max_gpus_per_user", "queue.outside_memory_threshold":
-		// The queue's limits, patterns and caps; the rest of queue.*
-		// needs a restart.
+		"queue.placement", "queue.max_gpus_per_user", "queue.outside_memory_threshold",
+		"queue.fair_share.basis", "queue.fair_share.half_life", "queue.fair_share.refresh", "queue.shares",
+		"queue.priority.weights.fair_share", "queue.priority.weights.age", "queue.priority.weights.class",
+		"queue.priority.age_max", "queue.priority.high_users", "queue.max_gpus_per_team", "queue.budgets",
+		"queue.shared_memory_fraction", "queue.memory_overrun_grace", "queue.memory_overrun_action",
+		"queue.placement_window", "queue.target_utilization":
+		// The queue's limits, patterns, caps, order, budgets and
+		// placement; the rest of queue.* needs a restart, queue.shared_gpus
+		// among it: a GPU taken out of sharing under its memory jobs, or
+		// put into it under an exclusive job, would break what they were
+		// started on.
 		return true
 	}
 	for _, prefix := range []string{"auth.", "tls.", "waste.", "policy."} {

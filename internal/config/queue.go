@@ -53,7 +53,7 @@ type Queue struct {
 	// makes --time-limit required.
 	DefaultTimeLimit time.Duration
 
-	// Placement is binpack or spread.
+	// Placement is binpack, spread or target.
 	Placement string
 	// MaxGPUsPerUser caps the GPUs one user's jobs hold at once: the
 	// "default" entry for everyone, other entries by user name.
@@ -80,6 +80,70 @@ type Queue struct {
 	// Notify lists the job events (start, end) the policy's webhook is
 	// sent for every job; a job's --notify adds its own.
 	Notify []string
+
+	// FairShare is how the queue counts past use (queue.fair_share.*).
+	FairShare FairShare
+	// Shares are the shares (> 0) of users and teams by name; an entry
+	// names a user, a team, or both where a user and a team share a
+	// name. Everyone not named has share 1: empty is equal shares.
+	Shares map[string]float64
+	// Priority is how a queued job's priority is made (queue.priority.*).
+	Priority Priority
+	// MaxGPUsPerTeam caps the GPUs one team's jobs hold at once, by team
+	// name; a "default" entry caps every team not named. A team with no
+	// entry and no "default" has no cap: empty (the default) caps no
+	// team.
+	MaxGPUsPerTeam map[string]int
+	// Budgets are GPU-hours per calendar month (UTC) by team, counted on
+	// FairShare.Basis; a team without an entry has no budget.
+	Budgets map[string]float64
+	// SharedGPUs are the GPUs (UUIDs, indices, or "all") that serve jobs
+	// asking for GPU memory, and only those.
+	SharedGPUs []string
+	// SharedMemoryFraction is the fraction (0, 1] of a shared GPU's
+	// memory the memory jobs on it plus use outside the queue may fill.
+	SharedMemoryFraction float64
+	// MemoryOverrunGrace is how long a memory job may use more GPU
+	// memory than it asked for before MemoryOverrunAction.
+	MemoryOverrunGrace time.Duration
+	// MemoryOverrunAction is stop or warn.
+	MemoryOverrunAction string
+	// PlacementWindow is the window of measured utilisation placement
+	// target scores GPUs on.
+	PlacementWindow time.Duration
+	// TargetUtilization is the SM utilisation (0, 1] placement target
+	// aims each GPU at.
+	TargetUtilization float64
+}
+
+// FairShare is how past use is counted for the queue's order.
+type FairShare struct {
+	// Basis is which GPU-hours count: used, allocated or held.
+	Basis string
+	// HalfLife is the age at which a GPU-hour counts half.
+	HalfLife time.Duration
+	// Refresh is how often the agent recomputes the factors in the
+	// background.
+	Refresh time.Duration
+}
+
+// Priority is the weights and limits of a queued job's priority:
+// Weights.FairShare × fair-share factor + Weights.Age × age factor +
+// Weights.Class × class factor.
+type Priority struct {
+	Weights PriorityWeights
+	// AgeMax is the wait at which the age factor reaches 1.
+	AgeMax time.Duration
+	// HighUsers may submit jobs of class high; admins always may.
+	HighUsers []string
+}
+
+// PriorityWeights weigh the factors of a job's priority; each is at
+// least 0 and not all are 0.
+type PriorityWeights struct {
+	FairShare float64
+	Age       float64
+	Class     float64
 }
 
 // Job events Queue.Notify and a job's --notify may name.
@@ -111,6 +175,13 @@ func DefaultQueue() Queue {
 		MaxRequeue:             3,
 		MaxStartAttempts:       3,
 		LogRetention:           7 * 24 * time.Hour,
+		FairShare:              FairShare{Basis: BasisHeld, HalfLife: 7 * 24 * time.Hour, Refresh: time.Minute},
+		Priority:               Priority{Weights: PriorityWeights{FairShare: 1, Age: 0.1, Class: 0.5}, AgeMax: 7 * 24 * time.Hour},
+		SharedMemoryFraction:   0.9,
+		MemoryOverrunGrace:     2 * time.Minute,
+		MemoryOverrunAction:    OverrunStop,
+		PlacementWindow:        10 * time.Minute,
+		TargetUtilization:      0.7,
 	}
 }
 
@@ -219,8 +290,8 @@ func (q Queue) Validate() error {
 	if q.MaxTimeLimit > 0 && q.DefaultTimeLimit > q.MaxTimeLimit {
 		bad("default_time_limit: %s is longer than queue.max_time_limit %s", units.FormatDuration(q.DefaultTimeLimit), units.FormatDuration(q.MaxTimeLimit))
 	}
-	if !slices.Contains([]string{"binpack", "spread"}, q.Placement) {
-		bad("placement: %q is not one of binpack, spread", q.Placement)
+	if !slices.Contains([]string{"binpack", "spread", "target"}, q.Placement) {
+		bad("placement: %q is not one of binpack, spread, target", q.Placement)
 	}
 	if !slices.Contains([]string{"auto", "device_requests", "cdi", "env"}, q.GPUPassing) {
 		bad("gpu_passing: %q is not one of auto, device_requests, cdi, env", q.GPUPassing)
@@ -255,6 +326,7 @@ func (q Queue) Validate() error {
 			bad("notify: %q is not start or end", n)
 		}
 	}
+	errs = append(errs, q.shareErrors()...)
 	return errors.Join(errs...)
 }
 

@@ -16,7 +16,11 @@ func TestQueueDefaults(t *testing.T) {
 		MaxTimeLimit: 7 * 24 * time.Hour, Placement: "binpack",
 		MaxGPUsPerUser: map[string]int{"default": 4}, OutsideMemoryThreshold: 0.05,
 		GPUPassing: "auto", StopGrace: 30 * time.Second, MaxRequeue: 3, MaxStartAttempts: 3,
-		LogRetention: 7 * 24 * time.Hour,
+		LogRetention:         7 * 24 * time.Hour,
+		FairShare:            FairShare{Basis: "held", HalfLife: 7 * 24 * time.Hour, Refresh: time.Minute},
+		Priority:             Priority{Weights: PriorityWeights{FairShare: 1, Age: 0.1, Class: 0.5}, AgeMax: 7 * 24 * time.Hour},
+		SharedMemoryFraction: 0.9, MemoryOverrunGrace: 2 * time.Minute, MemoryOverrunAction: "stop",
+		PlacementWindow: 10 * time.Minute, TargetUtilization: 0.7,
 	}
 	if diff := cmp.Diff(want, c.Queue); diff != "" {
 		t.Errorf("default queue (-want +got):\n%s", diff)
@@ -68,7 +72,16 @@ func TestQueueLab(t *testing.T) {
 		MaxGPUsPerUser:         map[string]int{"default": 2, "alice": 8, "bob": 0},
 		OutsideMemoryThreshold: 0.1, GPUPassing: "device_requests",
 		StopGrace: time.Minute, MaxRequeue: 2, MaxStartAttempts: 5, LogRetention: 14 * 24 * time.Hour,
-		Notify: []string{"start", "end"},
+		Notify:    []string{"start", "end"},
+		FairShare: FairShare{Basis: "used", HalfLife: 14 * 24 * time.Hour, Refresh: 30 * time.Second},
+		Shares:    map[string]float64{"nlp": 2, "vision": 1, "alice": 0.5},
+		Priority: Priority{Weights: PriorityWeights{FairShare: 10, Age: 1, Class: 0},
+			AgeMax: 2 * 24 * time.Hour, HighUsers: []string{"carol"}},
+		MaxGPUsPerTeam:       map[string]int{"default": 4, "nlp": 6},
+		Budgets:              map[string]float64{"nlp": 2000, "vision": 512.5},
+		SharedGPUs:           []string{"6", "7"},
+		SharedMemoryFraction: 0.85, MemoryOverrunGrace: time.Minute, MemoryOverrunAction: "warn",
+		PlacementWindow: 5 * time.Minute, TargetUtilization: 0.75,
 	}
 	if diff := cmp.Diff(want, c.Queue); diff != "" {
 		t.Errorf("queue (-want +got):\n%s", diff)
@@ -150,7 +163,7 @@ func TestQueueValidateInCode(t *testing.T) {
 		want string
 	}{
 		{"no default cap", func(q *Queue) { delete(q.MaxGPUsPerUser, "default") }, `queue.max_gpus_per_user: no "default" entry for the users not named`},
-		{"placement", func(q *Queue) { q.Placement = "" }, `queue.placement: "" is not one of binpack, spread`},
+		{"placement", func(q *Queue) { q.Placement = "" }, `queue.placement: "" is not one of binpack, spread, target`},
 		{"gpu passing", func(q *Queue) { q.GPUPassing = "nvidia" }, `queue.gpu_passing: "nvidia" is not one of auto, device_requests, cdi, env`},
 		{"negative default limit", func(q *Queue) { q.DefaultTimeLimit = -time.Hour }, "queue.default_time_limit: -1h is negative; 0 makes --time-limit required"},
 		{"negative grace", func(q *Queue) { q.StopGrace = -time.Second }, "queue.stop_grace: -1s is negative"},
@@ -173,7 +186,7 @@ func TestQueueParseErrors(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"unknown key", "queue:\n  enabled: true\n  max_gpu: 2\n", `cfg.yaml:3: unknown key "queue.max_gpu"; did you mean "queue.max_gpus"?`},
 		{"unknown far key", "queue:\n  colour: blue\n", `cfg.yaml:2: unknown key "queue.colour"`},
-		{"placement", "queue:\n  placement: random\n", `cfg.yaml:2: queue.placement: "random" is not one of binpack, spread`},
+		{"placement", "queue:\n  placement: random\n", `cfg.yaml:2: queue.placement: "random" is not one of binpack, spread, target`},
 		{"gpu passing", "queue:\n  gpu_passing: nvidia\n", `cfg.yaml:2: queue.gpu_passing: "nvidia" is not one of auto, device_requests, cdi, env`},
 		{"user cap word", "queue:\n  max_gpus_per_user:\n    alice: lots\n", `cfg.yaml:3: queue.max_gpus_per_user.alice: "lots" is not a whole number`},
 		{"user cap not a mapping", "queue:\n  max_gpus_per_user: 4\n", `cfg.yaml:2: queue.max_gpus_per_user: want a mapping of name: value`},

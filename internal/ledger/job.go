@@ -41,7 +41,11 @@ type Job struct {
 	Held        bool
 	Attempts    int
 	Requeues    int
-	UpdatedAt   time.Time // set by every write
+	// Placement is the scheduler's record of where the job was placed
+	// and why (JSON, as the queue encodes it); nil before it is placed.
+	// The store keeps it as it is.
+	Placement json.RawMessage
+	UpdatedAt time.Time // set by every write
 }
 
 // JobFilter selects jobs. Without states, Jobs returns the live ones
@@ -76,8 +80,8 @@ type JobStore interface {
 	// the job's state is still from; otherwise it returns a
 	// *JobStateError naming the state the job is in, and writes nothing.
 	// change may set State, Reason, ReasonText, GPUs, StartedAt, EndedAt,
-	// ExitCode, ContainerID, Held, Attempts and Requeues; other fields
-	// are kept.
+	// ExitCode, ContainerID, Held, Attempts, Requeues and Placement;
+	// other fields are kept.
 	UpdateJob(ctx context.Context, id, from string, change func(*Job), audit AuditEvent) (Job, error)
 	// SetHeld sets the job's Held flag while its state is from, as
 	// UpdateJob does.

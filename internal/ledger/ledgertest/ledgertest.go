@@ -57,6 +57,10 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"JobEnvKeys", testJobEnvKeys},
 		{"JobConcurrentSubmits", testJobConcurrentSubmits},
 		{"JobConcurrentStarts", testJobConcurrentStarts},
+		{"JobPlacement", testJobPlacement},
+		{"BudgetLifts", testBudgetLifts},
+		{"BudgetLiftAtomic", testBudgetLiftAtomic},
+		{"UsageByOwner", testUsageByOwner},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

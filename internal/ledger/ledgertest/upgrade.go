@@ -91,6 +91,7 @@ func UpgradeFromV3(t *testing.T, s ledger.Store) {
 			t.Errorf("window %s: reads after the upgrade differ from version 3's (-v3 +now):\n%s", name, d)
 		}
 	}
+	unheldByOwner(t, s, v3Windows["all"])
 	heldAfterV3(t, s, want["all"])
 	UpgradedJobs(t, s)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -41,4 +42,26 @@ func runReport(ctx context.Context, s ledger.Store, by string, from, to time.Tim
 // go test -run '^$' -bench BenchmarkSubmitJob ./internal/ledger/postgres/
 func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, pgtest.DSN(b)))
+}
+
+// BenchmarkFairShare30Days: every user's and team's fair-share numbers
+// from the 30-day ledger at its end, as fairshare's own benchmark does on
+// SQLite: the ledger read, the sums and the report with every factor.
+//
+//	go test -run '^$' -bench BenchmarkFairShare30Days ./internal/ledger/postgres/
+func BenchmarkFairShare30Days(b *testing.B) {
+	s := open(b, pgtest.DSN(b))
+	m := ledgertest.Fill30Days(b, s)
+	set := fairshare.Settings{Basis: "held", HalfLife: 7 * 24 * time.Hour}
+	ctx := context.Background()
+	b.ResetTimer()
+	for b.Loop() {
+		u, err := fairshare.Compute(ctx, s, set, m.To)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if r := u.Report(set, nil); len(r.Users) == 0 {
+			b.Fatal("no users")
+		}
+	}
 }

@@ -12,8 +12,10 @@ import (
 )
 
 var (
-	_ ledger.LeaseTaker = (*Store)(nil)
-	_ ledger.JobStore   = (*Store)(nil)
+	_ ledger.LeaseTaker       = (*Store)(nil)
+	_ ledger.JobStore         = (*Store)(nil)
+	_ ledger.BudgetStore      = (*Store)(nil)
+	_ ledger.OwnerUsageReader = (*Store)(nil)
 )
 
 // nowUS is the server's clock in unix microseconds: every agent judges a

@@ -14,8 +14,10 @@ import (
 )
 
 var (
-	_ ledger.LeaseTaker = (*Store)(nil)
-	_ ledger.JobStore   = (*Store)(nil)
+	_ ledger.LeaseTaker       = (*Store)(nil)
+	_ ledger.JobStore         = (*Store)(nil)
+	_ ledger.BudgetStore      = (*Store)(nil)
+	_ ledger.OwnerUsageReader = (*Store)(nil)
 )
 
 // writerLock is the lock file beside the ledger: the process that holds

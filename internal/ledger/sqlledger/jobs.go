@@ -19,7 +19,7 @@ type Tx interface {
 }
 
 const jobColumns = `seq, id, node, name, user_name, team, state, reason, reason_text, gpus_requested, gpus, image, command, env_keys,
-	request, time_limit_us, submitted_us, started_us, ended_us, exit_code, container_id, held, attempts, requeues, updated_us, rev`
+	request, time_limit_us, submitted_us, started_us, ended_us, exit_code, container_id, held, attempts, requeues, updated_us, rev, placement`
 
 // SubmitJob adds job with the next ID and its audit event in one transaction.
 func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.AuditEvent) (ledger.Job, error) {
@@ -48,7 +48,7 @@ func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.Audi
 			return err
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO jobs ("+jobColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
-			$14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)`, args...); err != nil {
+			$14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)`, args...); err != nil {
 			return err
 		}
 		if audit.Target == "" {
@@ -157,10 +157,10 @@ func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*led
 			exit = int64(*j.ExitCode)
 		}
 		n, err := tx.Exec(ctx, `UPDATE jobs SET state = $1, reason = $2, reason_text = $3, gpus = $4, started_us = $5, ended_us = $6,
-			exit_code = $7, container_id = $8, held = $9, attempts = $10, requeues = $11, updated_us = $12, rev = rev + 1
-			WHERE id = $13 AND state = $14 AND rev = $15`,
+			exit_code = $7, container_id = $8, held = $9, attempts = $10, requeues = $11, updated_us = $12, placement = $13, rev = rev + 1
+			WHERE id = $14 AND state = $15 AND rev = $16`,
 			j.State, j.Reason, j.ReasonText, gpus, optTime(j.StartedAt), optTime(j.EndedAt),
-			exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(),
+			exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(), optJSON(j.Placement),
 			id, from, rev)
 		if err != nil {
 			return err
@@ -276,7 +276,15 @@ func jobArgs(j ledger.Job, rev int64) ([]any, error) {
 	return []any{j.Seq, j.ID, j.Node, j.Name, j.User, j.Team, j.State, j.Reason, j.ReasonText, int64(j.GPUsRequested),
 		lists[0], j.Image, lists[1], lists[2], req, int64(j.TimeLimit / time.Microsecond), j.SubmittedAt.UnixMicro(),
 		optTime(j.StartedAt), optTime(j.EndedAt), exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues),
-		j.UpdatedAt.UnixMicro(), rev}, nil
+		j.UpdatedAt.UnixMicro(), rev, optJSON(j.Placement)}, nil
+}
+
+// optJSON is a JSON value as a nullable text column: NULL for none.
+func optJSON(v json.RawMessage) any {
+	if len(v) == 0 || string(v) == "null" {
+		return nil
+	}
+	return string(v)
 }
 
 func jobsOf(rows []jobRow) []ledger.Job {
@@ -296,6 +304,9 @@ func normalise(j ledger.Job) ledger.Job {
 	}
 	if string(j.Request) == "null" || len(j.Request) == 0 {
 		j.Request = nil
+	}
+	if string(j.Placement) == "null" || len(j.Placement) == 0 {
+		j.Placement = nil
 	}
 	for _, t := range []*time.Time{&j.SubmittedAt, &j.StartedAt, &j.EndedAt, &j.UpdatedAt} {
 		if !t.IsZero() {
@@ -323,10 +334,11 @@ func scanJobs(ctx context.Context, q Querier, sql string, args ...any) ([]jobRow
 			gpusReq, limit, sub, att, req, upd int64
 			gpus, cmd, env, request            string
 			started, ended, exit               *int64
+			placement                          *string
 		)
 		if err := rows.Scan(&r.Seq, &r.ID, &r.Node, &r.Name, &r.User, &r.Team, &r.State, &r.Reason, &r.ReasonText, &gpusReq,
 			&gpus, &r.Image, &cmd, &env, &request, &limit, &sub, &started, &ended, &exit, &r.ContainerID, &r.Held,
-			&att, &req, &upd, &r.rev); err != nil {
+			&att, &req, &upd, &r.rev, &placement); err != nil {
 			return nil, err
 		}
 		for _, l := range []struct {
@@ -339,6 +351,9 @@ func scanJobs(ctx context.Context, q Querier, sql string, args ...any) ([]jobRow
 		}
 		if request != "null" {
 			r.Request = json.RawMessage(request)
+		}
+		if placement != nil {
+			r.Placement = json.RawMessage(*placement)
 		}
 		r.GPUsRequested, r.TimeLimit = int(gpusReq), time.Duration(limit)*time.Microsecond
 		r.Attempts, r.Requeues = int(att), int(req)
