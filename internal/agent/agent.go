@@ -58,7 +58,8 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	queueUtil  *utilRing // the GPUs' utilisation over queue.placement_window
+	queueUtil  *utilRing  // the GPUs' utilisation over queue.placement_window
+	fair       *fairShare // the queue's fair share and budgets
 	reloadMu   sync.Mutex
 	closers    []func() error
 	listener   net.Listener

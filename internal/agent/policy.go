@@ -17,6 +17,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -151,7 +152,10 @@ func (a *Agent) reload(cfg config.Config) error {
 		if err != nil {
 			return err
 		}
-		queueReload = func() error { return a.queue.Reload(rules, sched, cfg.Queue.DefaultTimeLimit) }
+		queueReload = func() error {
+			a.fair.cache.SetSettings(fairshare.SettingsOf(cfg.Queue))
+			return a.queue.Reload(rules, sched, cfg.Queue.DefaultTimeLimit)
+		}
 	}
 	if err := a.sec.reload(&cfg); err != nil {
 		return err

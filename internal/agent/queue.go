@@ -24,6 +24,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -99,15 +100,17 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			}
 			return spec.Identity{UID: id.UID, GID: id.GID, Groups: id.Groups, User: user}, nil
 		},
-		Node:             node,
-		DefaultTimeLimit: cfg.Queue.DefaultTimeLimit,
-		StopGrace:        cfg.Queue.StopGrace,
-		MaxRequeue:       cfg.Queue.MaxRequeue,
-		MaxStartAttempts: cfg.Queue.MaxStartAttempts,
-		LogRetention:     cfg.Queue.LogRetention,
-		Notify:           cfg.Queue.Notify,
-		EnvDir:           envDir,
-		Logger:           a.log.With("part", "queue"),
+		Node:                node,
+		DefaultTimeLimit:    cfg.Queue.DefaultTimeLimit,
+		StopGrace:           cfg.Queue.StopGrace,
+		MaxRequeue:          cfg.Queue.MaxRequeue,
+		MaxStartAttempts:    cfg.Queue.MaxStartAttempts,
+		LogRetention:        cfg.Queue.LogRetention,
+		Notify:              cfg.Queue.Notify,
+		EnvDir:              envDir,
+		MemoryOverrunGrace:  cfg.Queue.MemoryOverrunGrace,
+		MemoryOverrunAction: cfg.Queue.MemoryOverrunAction,
+		Logger:              a.log.With("part", "queue"),
 	}
 	if a.jobNotices != nil {
 		notices := a.jobNotices
@@ -126,7 +129,13 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		return fmt.Errorf("queue: %w", err)
 	}
 	a.queue = q
-	a.queueUtil = newUtilRing(10*time.Minute, cfg.Interval)
+	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
+	reader, ok := a.store.(fairshare.Reader)
+	budgets, ok2 := a.store.(ledger.BudgetStore)
+	if !ok || !ok2 {
+		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
+	}
+	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
 	return nil
 }
 

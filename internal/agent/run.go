@@ -131,6 +131,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if a.fair != nil {
+		g.Go(func() error {
+			if err := a.fair.cache.Run(ctx); err != nil {
+				a.log.Error("fair share", "err", err)
+			}
+			return nil
+		})
+	}
 	if a.jobNotices != nil {
 		g.Go(func() error { return a.jobNotices.Run(ctx) })
 	}

@@ -24,8 +24,15 @@ type Cache struct {
 }
 
 // NewCache is a cache of Compute over r with settings s; it computes
-// nothing until Run. now is the clock (time.Now outside tests).
+// nothing until Run. now is the clock (nil: time.Now); log nil logs
+// nothing.
 func NewCache(r Reader, s Settings, log *slog.Logger, now func() time.Time) *Cache {
+	if now == nil {
+		now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	return &Cache{r: r, log: log, now: now, settings: s, changed: make(chan struct{}, 1)}
 }
 
