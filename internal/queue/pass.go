@@ -228,6 +228,9 @@ func (p *pass) memory(j rankedJob, k int) {
 
 // pend notes a job that waits in pool pl for an estimate.
 func (p *pass) pend(pl *pool, j rankedJob, k int) {
+	if pl.pending == nil {
+		pl.pending = make([]pending, 0, len(p.order)-k)
+	}
 	pl.pending = append(pl.pending, pending{wait: len(p.plan.Waits), job: j.QueuedJob, ahead: len(pl.pending)})
 }
 
@@ -248,7 +251,7 @@ func (p *pass) estimate() {
 		for k, pj := range pl.pending {
 			w := &p.plan.Waits[pj.wait]
 			w.EstimatedStart = ests[k].at
-			w.Text += "; " + estimateText(pj.ahead, ests[k], what, clock)
+			w.Text = estimateText(w.Text, pj.ahead, ests[k], what, clock)
 		}
 	}
 	if len(p.wholePool.pending) > 0 {

@@ -332,11 +332,14 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// estimateText says what is ahead of a pending job and when it can start:
-// "3 jobs ahead of you; next GPUs free by j-000117's time limit at 14:20
-// UTC". clock formats times, kept per pass.
-func estimateText(ahead int, e estimate, what string, clock *clockText) string {
+// estimateText appends to a pending job's sentence what is ahead of it
+// and when it can start: "3 jobs ahead of you; next GPUs free by
+// j-000117's time limit at 14:20 UTC". clock formats times, kept per pass.
+func estimateText(text string, ahead int, e estimate, what string, clock *clockText) string {
 	var b strings.Builder
+	b.Grow(len(text) + 120)
+	b.WriteString(text)
+	b.WriteString("; ")
 	switch ahead {
 	case 0:
 		b.WriteString("no job ahead of you")
