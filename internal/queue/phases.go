@@ -55,8 +55,8 @@ func (g *gpuState) outsideOnly() bool {
 
 // filterGPUs is the filter phase: it returns the host's GPUs by index,
 // each marked with what keeps it from being free. A running job with
-// GPUMemory adds its memory to its GPU's declared memory instead of
-// holding it.
+// GPUMemory adds its memory to its shared GPU's declared memory instead of
+// holding it (on a GPU no longer shared, it holds the GPU).
 func filterGPUs(in Input) []gpuState {
 	gs := make([]gpuState, len(in.GPUs))
 	for i, g := range in.GPUs {
@@ -82,7 +82,7 @@ func filterGPUs(in Input) []gpuState {
 		for _, u := range r.GPUs {
 			switch g := byUUID[u]; {
 			case g == nil:
-			case r.GPUMemory > 0:
+			case r.GPUMemory > 0 && g.shared:
 				g.memDeclared += r.GPUMemory
 			case g.job == nil:
 				g.job = r
