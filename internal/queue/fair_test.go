@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +192,83 @@ func TestNoEstimateWithoutTimeLimits(t *testing.T) {
 	p := Schedule(in)
 	if len(p.Starts) != 0 || len(p.Waits) != 2 || !p.Waits[0].EstimatedStart.IsZero() || !p.Waits[1].EstimatedStart.IsZero() {
 		t.Errorf("plan = %+v, want both waiting without estimates", p)
+	}
+}
+
+// fairBenchInput is issue 14's load: 10,000 queued jobs from 100 users in
+// 10 teams on 8 GPUs, GPUs 6 and 7 shared and 64 of the jobs memory jobs,
+// with fair-share factors, class weights, team caps, a team over budget,
+// time limits on every job (so reservations and backfill run), four whole
+// GPUs and both shared GPUs busy, and target placement.
+func fairBenchInput() Input {
+	in := benchInput(10000, 100, 8)
+	in.Config = Config{
+		Placement:      Target,
+		MaxGPUsPerTeam: 3,
+		Weights:        Weights{FairShare: 1, Age: 0.5, Class: 0.2},
+		SharedGPUs:     []string{"GPU-6", "GPU-7"},
+	}
+	in.FairShare, in.Expected, in.Util = map[string]float64{}, map[string]float64{}, map[string]float64{}
+	for u := range 100 {
+		user := fmt.Sprintf("u%d", u)
+		in.FairShare[user] = FairShareFactor(float64(u%17), 1, 100, 100)
+		in.Expected[user] = float64(u%10) / 10
+	}
+	for i := range 8 {
+		in.Util[fmt.Sprintf("GPU-%d", i)] = float64(i) / 10
+	}
+	in.OverBudget = map[string]bool{"t3": true}
+	mem := 0
+	for i := range in.Queued {
+		j := &in.Queued[i]
+		n, _ := strconv.Atoi(strings.TrimPrefix(j.ID, "j-"))
+		j.Team = fmt.Sprintf("t%d", n%10)
+		j.TimeLimit = time.Duration(1+n%8) * time.Hour
+		j.Class = []Class{ClassLow, ClassNormal, ClassHigh}[n%3]
+		if n%150 == 0 && mem < 64 {
+			j.GPUs, j.GPUMemory = 0, uint64(10+n%30)*gib
+			mem++
+		}
+	}
+	in.Running = []RunningJob{
+		{ID: "j-r1", User: "u1", Team: "t1", GPUs: []string{"GPU-0", "GPU-1"}, StartedAt: t0, TimeLimit: 30 * time.Hour},
+		{ID: "j-r2", User: "u2", Team: "t2", GPUs: []string{"GPU-4", "GPU-5"}, StartedAt: t0, TimeLimit: 32 * time.Hour},
+		{ID: "j-r3", User: "u3", Team: "t3", GPUs: []string{"GPU-6"}, GPUMemory: 60 * gib, StartedAt: t0, TimeLimit: 26 * time.Hour},
+		{ID: "j-r4", User: "u4", Team: "t4", GPUs: []string{"GPU-7"}, GPUMemory: 50 * gib, StartedAt: t0, TimeLimit: 28 * time.Hour},
+	}
+	return in
+}
+
+// BenchmarkScheduleFair10k is one pass over fairBenchInput; the target is
+// at most 20 ms.
+func BenchmarkScheduleFair10k(b *testing.B) {
+	in := fairBenchInput()
+	b.ReportAllocs()
+	for b.Loop() {
+		Schedule(in)
+	}
+}
+
+// TestFairBenchInput checks that the benchmark's load does what it says:
+// memory jobs, backfill, estimates and every reason it means to cover.
+func TestFairBenchInput(t *testing.T) {
+	in := fairBenchInput()
+	mem := 0
+	for _, j := range in.Queued {
+		if j.GPUMemory > 0 {
+			mem++
+		}
+	}
+	p := Schedule(in)
+	reasons := map[Reason]int{}
+	estimated := 0
+	for _, w := range p.Waits {
+		reasons[w.Reason]++
+		if !w.EstimatedStart.IsZero() {
+			estimated++
+		}
+	}
+	if mem != 64 || len(p.Starts) < 3 || reasons[ReasonBudget] == 0 || reasons[ReasonTeamGPULimit] == 0 || reasons[ReasonResources] == 0 || estimated < 5000 {
+		t.Errorf("%d memory jobs, %d starts, reasons %v, %d estimates", mem, len(p.Starts), reasons, estimated)
 	}
 }

@@ -126,6 +126,7 @@ func priority(w Weights, ageMax time.Duration, in Input, j *QueuedJob) float64 {
 type rankedJob struct {
 	*QueuedJob
 	priority float64
+	at       int64 // SubmittedAt in Unix nanoseconds, for the sort
 }
 
 // queueOrder returns the queued jobs by priority, highest first, then
@@ -135,7 +136,7 @@ func queueOrder(in Input) []rankedJob {
 	order := make([]rankedJob, len(in.Queued))
 	for i := range in.Queued {
 		j := &in.Queued[i]
-		order[i] = rankedJob{j, priority(w, ageMax, in, j)}
+		order[i] = rankedJob{j, priority(w, ageMax, in, j), j.SubmittedAt.UnixNano()}
 	}
 	slices.SortFunc(order, func(a, b rankedJob) int {
 		if a.priority != b.priority {
@@ -144,8 +145,11 @@ func queueOrder(in Input) []rankedJob {
 			}
 			return 1
 		}
-		if c := a.SubmittedAt.Compare(b.SubmittedAt); c != 0 {
-			return c
+		if a.at != b.at {
+			if a.at < b.at {
+				return -1
+			}
+			return 1
 		}
 		return strings.Compare(a.ID, b.ID)
 	})

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"container/heap"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,9 +191,10 @@ type pending struct {
 	ahead int // how many of the pool's pending jobs are ahead of it
 }
 
-// event is a release in the estimate's simulation.
+// event is a release in the estimate's simulation; at is in Unix
+// nanoseconds, cheaper to order than a time.Time.
 type event struct {
-	at  time.Time
+	at  int64
 	id  string
 	pos int    // memory: the GPU
 	n   int    // whole GPUs freed
@@ -202,28 +202,78 @@ type event struct {
 	seq int
 }
 
+// events is a min-heap of events by time, then by seq (the order they
+// were added). It is typed, not container/heap, so that a push or a pop
+// allocates nothing.
 type events []event
 
-func (e events) Len() int { return len(e) }
-func (e events) Less(i, j int) bool {
-	if c := e[i].at.Compare(e[j].at); c != 0 {
-		return c < 0
+func (e events) less(i, j int) bool {
+	if e[i].at != e[j].at {
+		return e[i].at < e[j].at
 	}
 	return e[i].seq < e[j].seq
 }
-func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
-func (e *events) Push(x any)   { *e = append(*e, x.(event)) }
-func (e *events) Pop() any {
-	old := *e
-	x := old[len(old)-1]
-	*e = old[:len(old)-1]
+
+func (e *events) init() {
+	for i := len(*e)/2 - 1; i >= 0; i-- {
+		e.down(i)
+	}
+}
+
+func (e *events) push(x event) {
+	*e = append(*e, x)
+	h := *e
+	for i := len(h) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			break
+		}
+		h[i], h[parent] = h[parent], h[i]
+		i = parent
+	}
+}
+
+func (e *events) pop() event {
+	h := *e
+	x := h[0]
+	h[0] = h[len(h)-1]
+	*e = h[:len(h)-1]
+	e.down(0)
 	return x
 }
 
-// estimate is one pending job's estimated start: zero when unknown.
+func (e *events) down(i int) {
+	h := *e
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(h) && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
+// estimate is one pending job's estimated start in Unix nanoseconds, 0
+// when unknown, and the job whose time limit frees what it needs.
 type estimate struct {
-	at time.Time
+	at int64
 	by string
+}
+
+// time returns the estimate as a time, zero when unknown.
+func (e estimate) time() time.Time {
+	if e.at == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, e.at).UTC()
 }
 
 // estimateWhole simulates the whole-GPU pool: the releases in time order,
@@ -237,7 +287,7 @@ func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time)
 			freeN++
 		}
 	}
-	var h events
+	h := make(events, 0, len(rels)+len(jobs))
 	seq := 0
 	for _, rel := range rels {
 		if rel.mem > 0 {
@@ -250,18 +300,18 @@ func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time)
 			}
 		}
 		if n > 0 {
-			h = append(h, event{at: rel.at, id: rel.id, n: n, seq: seq})
+			h = append(h, event{at: rel.at.UnixNano(), id: rel.id, n: n, seq: seq})
 			seq++
 		}
 	}
-	heap.Init(&h)
+	h.init()
 	out := make([]estimate, len(jobs))
-	t, by := now, ""
+	t, by := now.UnixNano(), ""
 	for k, pj := range jobs {
-		for freeN < pj.job.GPUs && h.Len() > 0 {
-			e := heap.Pop(&h).(event)
+		for freeN < pj.job.GPUs && len(h) > 0 {
+			e := h.pop()
 			freeN += e.n
-			t, by = maxTime(t, e.at), e.id
+			t, by = max(t, e.at), e.id
 		}
 		if freeN < pj.job.GPUs {
 			break
@@ -269,7 +319,7 @@ func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time)
 		out[k] = estimate{t, by}
 		freeN -= pj.job.GPUs
 		if pj.job.TimeLimit > 0 {
-			heap.Push(&h, event{at: t.Add(pj.job.TimeLimit), id: pj.job.ID, n: pj.job.GPUs, seq: seq})
+			h.push(event{at: t + int64(pj.job.TimeLimit), id: pj.job.ID, n: pj.job.GPUs, seq: seq})
 			seq++
 		}
 	}
@@ -283,16 +333,16 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	for i := range gs {
 		declared[i] = gs[i].memDeclared
 	}
-	var h events
+	h := make(events, 0, len(rels)+len(jobs))
 	for k, rel := range rels {
 		if rel.mem > 0 {
-			h = append(h, event{at: rel.at, id: rel.id, pos: rel.gpus[0], mem: rel.mem, seq: k})
+			h = append(h, event{at: rel.at.UnixNano(), id: rel.id, pos: rel.gpus[0], mem: rel.mem, seq: k})
 		}
 	}
-	heap.Init(&h)
+	h.init()
 	seq := len(rels)
 	out := make([]estimate, len(jobs))
-	t, by := now, ""
+	t, by := now.UnixNano(), ""
 	fit := func(m uint64) int {
 		best, bestFull := -1, uint64(0)
 		for i := range gs {
@@ -306,10 +356,10 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	for k, pj := range jobs {
 		m := pj.job.GPUMemory
 		p := fit(m)
-		for p < 0 && h.Len() > 0 {
-			e := heap.Pop(&h).(event)
+		for p < 0 && len(h) > 0 {
+			e := h.pop()
 			declared[e.pos] -= min(declared[e.pos], e.mem)
-			t, by = maxTime(t, e.at), e.id
+			t, by = max(t, e.at), e.id
 			p = fit(m)
 		}
 		if p < 0 {
@@ -318,26 +368,17 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 		out[k] = estimate{t, by}
 		declared[p] += m
 		if pj.job.TimeLimit > 0 {
-			heap.Push(&h, event{at: t.Add(pj.job.TimeLimit), id: pj.job.ID, pos: p, mem: m, seq: seq})
+			h.push(event{at: t + int64(pj.job.TimeLimit), id: pj.job.ID, pos: p, mem: m, seq: seq})
 			seq++
 		}
 	}
 	return out
 }
 
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
-// estimateText appends to a pending job's sentence what is ahead of it
-// and when it can start: "3 jobs ahead of you; next GPUs free by
-// j-000117's time limit at 14:20 UTC". clock formats times, kept per pass.
-func estimateText(text string, ahead int, e estimate, what string, clock *clockText) string {
-	var b strings.Builder
-	b.Grow(len(text) + 120)
+// estimateText writes to b a pending job's sentence, text, and what is
+// ahead of it and when it can start: "3 jobs ahead of you; next GPUs free
+// by j-000117's time limit at 14:20 UTC".
+func estimateText(b *strings.Builder, text string, ahead int, e estimate, what string, clock *clockText) {
 	b.WriteString(text)
 	b.WriteString("; ")
 	switch ahead {
@@ -346,51 +387,49 @@ func estimateText(text string, ahead int, e estimate, what string, clock *clockT
 	case 1:
 		b.WriteString("1 job ahead of you")
 	default:
-		b.WriteString(strconv.Itoa(ahead))
+		var num [20]byte
+		b.Write(strconv.AppendInt(num[:0], int64(ahead), 10))
 		b.WriteString(" jobs ahead of you")
 	}
 	switch {
-	case e.at.IsZero():
+	case e.at == 0:
 		b.WriteString("; no start estimate: what it needs is held with no time limit (by a job or outside the queue)")
 	case e.by == "":
 		b.WriteString("; it can start by ")
-		b.WriteString(clock.at(e.at))
+		clock.write(b, e.time())
 	default:
 		b.WriteString("; next ")
 		b.WriteString(what)
 		b.WriteString(" free by ")
 		b.WriteString(e.by)
 		b.WriteString("'s time limit at ")
-		b.WriteString(clock.at(e.at))
+		clock.write(b, e.time())
 	}
-	return b.String()
 }
 
-// clockText formats times as "14:20 UTC", rounded up to the minute, with
-// the date ("2 Dec 14:20 UTC") when the day is not now's; it keeps what it
-// formatted.
+// clockText writes times as "14:20 UTC", rounded up to the minute, with
+// the date ("2 Dec 14:20 UTC") when the day is not now's.
 type clockText struct {
-	now  time.Time
-	seen map[int64]string
+	now time.Time
 }
 
-func (c *clockText) at(t time.Time) string {
+func (c *clockText) write(b *strings.Builder, t time.Time) {
 	t = t.UTC()
 	if r := t.Truncate(time.Minute); r.Before(t) {
 		t = r.Add(time.Minute) // an upper bound stays one when rounded
 	}
-	k := t.Unix() / 60
-	if s, ok := c.seen[k]; ok {
-		return s
+	now := c.now.UTC()
+	y, m, d := t.Date()
+	var buf [24]byte
+	out := buf[:0]
+	if ny, nm, nd := now.Date(); y != ny || m != nm || d != nd {
+		out = strconv.AppendInt(out, int64(d), 10)
+		out = append(out, ' ')
+		out = append(out, m.String()[:3]...)
+		out = append(out, ' ')
 	}
-	layout := "15:04 UTC"
-	if y, m, d := t.Date(); y != c.now.UTC().Year() || m != c.now.UTC().Month() || d != c.now.UTC().Day() {
-		layout = "2 Jan 15:04 UTC"
-	}
-	s := t.Format(layout)
-	if c.seen == nil {
-		c.seen = map[int64]string{}
-	}
-	c.seen[k] = s
-	return s
+	h, mi, _ := t.Clock()
+	out = append(out, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10))
+	out = append(out, " UTC"...)
+	b.Write(out)
 }

@@ -283,14 +283,19 @@ func (c Config) teamLimit(team string) (int, bool) {
 	return c.MaxGPUsPerTeam, c.MaxGPUsPerTeam > 0
 }
 
-// capKey is what a user_gpu_limit or team_gpu_limit sentence says.
+// capKey is what a user_gpu_limit, team_gpu_limit or budget sentence
+// says.
 type capKey struct {
 	team             bool
 	who              string
 	have, ask, limit int
+	budget           bool
 }
 
 func capText(k capKey) string {
+	if k.budget {
+		return fmt.Sprintf("team %s is over its GPU-hour budget for this month (queue.budgets); its jobs wait for the next month or an admin to lift it", k.who)
+	}
 	who, key := k.who, "queue.max_gpus_per_user"
 	if k.team {
 		who, key = "team "+k.who, "queue.max_gpus_per_team"

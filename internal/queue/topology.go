@@ -77,9 +77,10 @@ func sameSwitch(gs []gpuState, picks []int, j int) bool {
 
 // pickLinked looks for n free GPUs that fit together, growing a set from
 // each free GPU in turn: the next GPU is the free one that fits with the
-// set and scores best (each pick counted busy for the next), ties to the
-// lower index. Of the sets that reach n GPUs it returns the one with the
-// highest total score, ties to the lowest indexes, as positions in index
+// set and ranks best (each pick counted busy for the next; see
+// placer.rank), ties to the lower index. Of the sets that reach n GPUs it
+// returns the one with the highest total rank (for Target, the highest
+// mean node score, then the most binpacked), ties to the lowest indexes, as positions in index
 // order; nil when none does. The growth is greedy: it finds a whole
 // island, an NVSwitch's GPUs or a clique of a hybrid cube-mesh, but not
 // every clique of an odd graph. gs is left as it was.
