@@ -303,7 +303,7 @@ func (p *pass) estimate() {
 			pools[k].ests = estimateMemory(p.gs, p.rels, pl.pending, p.in.Now, p.frac)
 		}
 		for _, pj := range pl.pending {
-			size += len(p.plan.Waits[pj.wait].Text) + 110
+			size += len(p.plan.Waits[pj.wait].Text) + 100 // an estimate is at most 92 bytes with an 8-byte id
 		}
 	}
 	if size == 0 {

@@ -393,7 +393,7 @@ func estimateText(b *strings.Builder, text string, ahead int, e estimate, what s
 	}
 	switch {
 	case e.at == 0:
-		b.WriteString("; no start estimate: what it needs is held with no time limit (by a job or outside the queue)")
+		b.WriteString("; no start estimate: what it waits for has no time limit")
 	case e.by == "":
 		b.WriteString("; it can start by ")
 		clock.write(b, e.time())
