@@ -173,3 +173,19 @@ func TestPlacementRecordBinpack(t *testing.T) {
 }
 
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func TestSpreadMemoryPlacement(t *testing.T) {
+	// Spread puts a memory job on the emptiest shared GPU; binpack on the
+	// fullest it fits on.
+	in := sharedHost()
+	in.Running = []RunningJob{memRunning("j-m", 20*gib, "GPU-2", 0)}
+	in.Queued = []QueuedJob{memJob(1, "ann", 10*gib)}
+	check(t, Schedule(in), []string{"j-000001=GPU-2"}, nil)
+	in.Config.Placement = Spread
+	p := Schedule(in)
+	check(t, p, []string{"j-000001=GPU-3"}, nil)
+	// 10 of 72 GiB in use on GPU 3 once the job is on it, 30 on GPU 2.
+	if c := p.Starts[0].Placement.Candidates; len(c) != 2 || !near(c[0].Score, 1-10.0/72) || !near(c[1].Score, 1-30.0/72) {
+		t.Errorf("candidates = %+v", c)
+	}
+}
