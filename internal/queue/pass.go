@@ -312,21 +312,20 @@ func (p *pass) estimate() {
 	clock := &clockText{now: p.in.Now}
 	var b strings.Builder
 	b.Grow(size)
-	ends := make([]int, 0, len(p.wholePool.pending)+len(p.memPool.pending))
 	for _, pp := range pools {
-		for k, pj := range pp.pl.pending {
+		for k := range pp.pl.pending {
+			pj := &pp.pl.pending[k]
 			w := &p.plan.Waits[pj.wait]
 			w.EstimatedStart = pp.ests[k].time()
 			estimateText(&b, w.Text, pj.ahead, pp.ests[k], pp.what, clock)
-			ends = append(ends, b.Len())
+			pj.end = b.Len()
 		}
 	}
-	all, start, n := b.String(), 0, 0
+	all, start := b.String(), 0
 	for _, pp := range pools {
 		for _, pj := range pp.pl.pending {
-			p.plan.Waits[pj.wait].Text = all[start:ends[n]]
-			start = ends[n]
-			n++
+			p.plan.Waits[pj.wait].Text = all[start:pj.end]
+			start = pj.end
 		}
 	}
 }

@@ -189,6 +189,7 @@ type pending struct {
 	wait  int // its position in Plan.Waits
 	job   *QueuedJob
 	ahead int // how many of the pool's pending jobs are ahead of it
+	end   int // where its sentence ends in the pass's sentences
 }
 
 // event is a release in the estimate's simulation; at is in Unix
@@ -287,7 +288,7 @@ func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time)
 			freeN++
 		}
 	}
-	h := make(events, 0, len(rels)+len(jobs))
+	h := make(events, 0, len(rels)+len(gs)) // each start pops a release: the heap stays small
 	seq := 0
 	for _, rel := range rels {
 		if rel.mem > 0 {
@@ -333,7 +334,7 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	for i := range gs {
 		declared[i] = gs[i].memDeclared
 	}
-	h := make(events, 0, len(rels)+len(jobs))
+	h := make(events, 0, len(rels)+len(gs)) // each start pops a release: the heap stays small
 	for k, rel := range rels {
 		if rel.mem > 0 {
 			h = append(h, event{at: rel.at.UnixNano(), id: rel.id, pos: rel.gpus[0], mem: rel.mem, seq: k})
@@ -396,32 +397,39 @@ func estimateText(b *strings.Builder, text string, ahead int, e estimate, what s
 		b.WriteString("; no start estimate: what it waits for has no time limit")
 	case e.by == "":
 		b.WriteString("; it can start by ")
-		clock.write(b, e.time())
+		clock.write(b, e.at)
 	default:
 		b.WriteString("; next ")
 		b.WriteString(what)
 		b.WriteString(" free by ")
 		b.WriteString(e.by)
 		b.WriteString("'s time limit at ")
-		clock.write(b, e.time())
+		clock.write(b, e.at)
 	}
 }
 
 // clockText writes times as "14:20 UTC", rounded up to the minute, with
-// the date ("2 Dec 14:20 UTC") when the day is not now's.
+// the date ("2 Dec 14:20 UTC") when the day is not now's. It keeps the
+// last time it wrote: estimates come in time order, many the same.
 type clockText struct {
-	now time.Time
+	now     time.Time
+	lastAt  int64
+	last    [24]byte
+	lastLen int
 }
 
-func (c *clockText) write(b *strings.Builder, t time.Time) {
-	t = t.UTC()
+func (c *clockText) write(b *strings.Builder, at int64) {
+	if c.lastLen > 0 && at == c.lastAt {
+		b.Write(c.last[:c.lastLen])
+		return
+	}
+	t := time.Unix(0, at).UTC()
 	if r := t.Truncate(time.Minute); r.Before(t) {
 		t = r.Add(time.Minute) // an upper bound stays one when rounded
 	}
 	now := c.now.UTC()
 	y, m, d := t.Date()
-	var buf [24]byte
-	out := buf[:0]
+	out := c.last[:0]
 	if ny, nm, nd := now.Date(); y != ny || m != nm || d != nd {
 		out = strconv.AppendInt(out, int64(d), 10)
 		out = append(out, ' ')
@@ -431,5 +439,6 @@ func (c *clockText) write(b *strings.Builder, t time.Time) {
 	h, mi, _ := t.Clock()
 	out = append(out, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10))
 	out = append(out, " UTC"...)
+	c.lastAt, c.lastLen = at, len(out)
 	b.Write(out)
 }

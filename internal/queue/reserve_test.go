@@ -15,7 +15,13 @@ func TestClockText(t *testing.T) {
 		time.Date(2027, 1, 12, 7, 0, 0, 0, time.FixedZone("x", 3600)): "12 Jan 06:00 UTC",
 	} {
 		var b strings.Builder
-		c.write(&b, at)
+		c.write(&b, at.UnixNano())
+		c.write(&b, at.UnixNano()) // the second from what it kept
+		if b.Len() != 2*len(want) {
+			t.Errorf("%v: %q twice is %q", at, want, b.String())
+		}
+		b.Reset()
+		c.write(&b, at.UnixNano())
 		if b.String() != want {
 			t.Errorf("%v: %q, want %q", at, b.String(), want)
 		}
