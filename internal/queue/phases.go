@@ -26,6 +26,17 @@ type gpuState struct {
 	overMemory    bool
 	// bound is set when this pass gives the GPU to a job.
 	bound bool
+	// shared marks a GPU of Config.SharedGPUs: it serves memory jobs only.
+	shared bool
+	// blocked is set, only while a job's GPUs are picked, on the GPUs the
+	// head job's reservation needs and the job may not take.
+	blocked bool
+	// memDeclared is the memory declared by the memory jobs on the GPU,
+	// running or placed in this pass.
+	memDeclared uint64
+	// util is the GPU's measured utilisation (Input.Util) plus the
+	// expected share of the memory jobs placed on it in this pass.
+	util float64
 	// nvlink are the positions in the pass's GPUs of the GPUs this one
 	// shares NVLink with, sorted (see linkGPUs).
 	nvlink []int
@@ -33,17 +44,19 @@ type gpuState struct {
 
 // free reports whether a job may take the GPU.
 func (g *gpuState) free() bool {
-	return g.job == nil && !g.bound && g.container == nil && !g.overMemory
+	return g.job == nil && !g.bound && g.container == nil && !g.overMemory && !g.shared && !g.blocked
 }
 
 // outsideOnly reports whether only use outside the queue keeps the GPU
 // from being free.
 func (g *gpuState) outsideOnly() bool {
-	return g.job == nil && !g.bound && (g.container != nil || g.overMemory)
+	return g.job == nil && !g.bound && !g.shared && (g.container != nil || g.overMemory)
 }
 
 // filterGPUs is the filter phase: it returns the host's GPUs by index,
-// each marked with what keeps it from being free.
+// each marked with what keeps it from being free. A running job with
+// GPUMemory adds its memory to its shared GPU's declared memory instead of
+// holding it (on a GPU no longer shared, it holds the GPU).
 func filterGPUs(in Input) []gpuState {
 	gs := make([]gpuState, len(in.GPUs))
 	for i, g := range in.GPUs {
@@ -59,10 +72,20 @@ func filterGPUs(in Input) []gpuState {
 	for i := range gs {
 		byUUID[gs[i].gpu.UUID] = &gs[i]
 	}
+	for _, u := range in.Config.SharedGPUs {
+		if g := byUUID[u]; g != nil {
+			g.shared = true
+		}
+	}
 	for i := range in.Running {
-		for _, u := range in.Running[i].GPUs {
-			if g := byUUID[u]; g != nil && g.job == nil {
-				g.job = &in.Running[i]
+		r := &in.Running[i]
+		for _, u := range r.GPUs {
+			switch g := byUUID[u]; {
+			case g == nil:
+			case r.GPUMemory > 0 && g.shared:
+				g.memDeclared += r.GPUMemory
+			case g.job == nil:
+				g.job = r
 			}
 		}
 	}
@@ -78,6 +101,7 @@ func filterGPUs(in Input) []gpuState {
 		g := &gs[i]
 		g.outsideMemory = in.Outside.MemoryUsed[g.gpu.UUID]
 		g.overMemory = float64(g.outsideMemory) > threshold*float64(g.gpu.MemoryTotal)
+		g.util = max(0, in.Util[g.gpu.UUID])
 	}
 	linkGPUs(gs)
 	return gs
@@ -116,7 +140,7 @@ func scoreGPU(p Placement, gs []gpuState, i int) int {
 // else one under a PCIe switch (see pickLinked), else the plain choice:
 // one GPU at a time by score, each pick counted busy for the next. gs is
 // left as it was.
-func pickGPUs(p Placement, gs []gpuState, n int) []int {
+func pickGPUs(pl placer, gs []gpuState, n int) []int {
 	freeN := 0
 	for i := range gs {
 		if gs[i].free() {
@@ -127,21 +151,21 @@ func pickGPUs(p Placement, gs []gpuState, n int) []int {
 		return nil
 	}
 	if n >= 2 {
-		if picks := pickLinked(p, gs, n, nvlinked); picks != nil {
+		if picks := pickLinked(pl, gs, n, nvlinked); picks != nil {
 			return picks
 		}
-		if picks := pickLinked(p, gs, n, sameSwitch); picks != nil {
+		if picks := pickLinked(pl, gs, n, sameSwitch); picks != nil {
 			return picks
 		}
 	}
 	picks := make([]int, 0, n)
 	for len(picks) < n {
-		best, bestScore := -1, 0
+		best, bestScore := -1, rank{}
 		for i := range gs {
 			if !gs[i].free() {
 				continue
 			}
-			if s := scoreGPU(p, gs, i); best < 0 || s > bestScore {
+			if s := pl.rank(gs, i); best < 0 || s.better(bestScore) {
 				best, bestScore = i, s
 			}
 		}

@@ -89,7 +89,7 @@ func TestPickGPUs(t *testing.T) {
 		{"xxxx", Spread, 1, nil},
 	} {
 		gs := statesOf(tc.pic)
-		got := pickGPUs(tc.p, gs, tc.n)
+		got := pickGPUs(placer{policy: tc.p}, gs, tc.n)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s pick %d of %s = %v, want %v", tc.p, tc.n, tc.pic, got, tc.want)
 		}

@@ -17,6 +17,12 @@ const (
 	// ReasonUserGPULimit: starting the job would take its user past
 	// queue.max_gpus_per_user.
 	ReasonUserGPULimit Reason = "user_gpu_limit"
+	// ReasonTeamGPULimit: starting the job would take its team past
+	// queue.max_gpus_per_team.
+	ReasonTeamGPULimit Reason = "team_gpu_limit"
+	// ReasonBudget: the job's team is over its GPU-hour budget for the
+	// month (queue.budgets) and no admin has lifted it.
+	ReasonBudget Reason = "budget"
 	// ReasonHeld: the job is held by its owner or an admin; it keeps its
 	// place in the queue and starts only once released.
 	ReasonHeld Reason = "held"
@@ -59,6 +65,10 @@ const (
 	// longer passes the rules, or Docker mounted other paths than asked
 	// (state failed; the sentence says which).
 	ReasonStartRefused Reason = "start_refused"
+	// ReasonMemoryOverrun: the job's measured GPU memory stayed over its
+	// declared memory past queue.memory_overrun_grace and the meter
+	// stopped it (state failed).
+	ReasonMemoryOverrun Reason = "memory_overrun"
 )
 
 // ReasonInfo describes one reason code.
@@ -77,10 +87,12 @@ var reasons = []ReasonInfo{
 	{ReasonResources, true, "not enough free GPUs for the job, or it waits behind an earlier job that waits for GPUs"},
 	{ReasonOutsideUse, true, "GPUs the job would take are used outside the queue (a container started by hand, or processes over the memory threshold)"},
 	{ReasonUserGPULimit, true, "starting the job would take its user past queue.max_gpus_per_user"},
+	{ReasonTeamGPULimit, true, "starting the job would take its team past queue.max_gpus_per_team"},
+	{ReasonBudget, true, "the job's team is over its GPU-hour budget for the month (queue.budgets)"},
 	{ReasonHeld, true, "held by its owner or an admin; it keeps its place and starts once released"},
 	{ReasonStartFailed, true, "the last try to start the job failed; it is back in the queue and will be tried again"},
-	{ReasonTooBig, true, "the job asks for more GPUs than the host has; it does not hold up the jobs behind it"},
-	{ReasonInvalidRequest, true, "the job asks for no GPUs, which submit refuses"},
+	{ReasonTooBig, true, "the job asks for more GPUs than the host has, or more memory than a shared GPU allows; it does not hold up the jobs behind it"},
+	{ReasonInvalidRequest, true, "the job asks for no GPUs, or for GPUs and GPU memory both, which submit refuses"},
 	{ReasonLostRequeued, true, "the job's container vanished with no exit code and the job went back to the queue"},
 	{ReasonExitCode, false, "the container exited on its own; the exit code says how"},
 	{ReasonTimeLimit, false, "the job reached its time limit and was stopped"},
@@ -89,6 +101,7 @@ var reasons = []ReasonInfo{
 	{ReasonStartAttempts, false, "the job failed to start queue.max_start_attempts times"},
 	{ReasonRequeueLimit, false, "the job was lost more than queue.max_requeue times"},
 	{ReasonStartRefused, false, "the job cannot start as it is (environment values missing, request no longer allowed, mounts not as asked)"},
+	{ReasonMemoryOverrun, false, "the job's measured GPU memory exceeded its declared memory past the grace and it was stopped"},
 }
 
 // Reasons returns every reason code with its meaning, waiting reasons

@@ -3,7 +3,6 @@ package queue
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -21,13 +20,15 @@ const (
 // Placement says which free GPUs a job is given.
 type Placement string
 
-// The placements.
+// The placements (Target is with the placement by utilisation).
 const (
 	// Binpack (the default) fills GPUs next to busy ones first, lowest
-	// index first, so that whole free blocks stay for multi-GPU jobs.
+	// index first, so that whole free blocks stay for multi-GPU jobs; a
+	// memory job goes to the fullest shared GPU it fits on.
 	Binpack Placement = "binpack"
 	// Spread takes GPUs away from busy ones first, lowest index first,
-	// so that jobs share as little as possible (PCIe, power, heat).
+	// so that jobs share as little as possible (PCIe, power, heat); a
+	// memory job goes to the emptiest shared GPU.
 	Spread Placement = "spread"
 )
 
@@ -37,10 +38,10 @@ func ParsePlacement(s string) (Placement, error) {
 	switch Placement(s) {
 	case "", Binpack:
 		return Binpack, nil
-	case Spread:
-		return Spread, nil
+	case Spread, Target:
+		return Placement(s), nil
 	}
-	return "", fmt.Errorf("unknown placement %q (placements: binpack, spread)", s)
+	return "", fmt.Errorf("unknown placement %q (placements: binpack, spread, target)", s)
 }
 
 // QueuedJob is a job in state queued.
@@ -49,9 +50,19 @@ type QueuedJob struct {
 	ID string
 	// User and Team are the submitter's.
 	User, Team string
-	// GPUs is the number of whole GPUs the job asks for.
+	// GPUs is the number of whole GPUs the job asks for; 0 for a memory
+	// job.
 	GPUs int
-	// SubmittedAt orders the queue (first submitted, first served).
+	// GPUMemory, when not 0, is the memory in bytes the job asks for on
+	// one shared GPU instead of whole GPUs (GPUs is then 0).
+	GPUMemory uint64
+	// Class is the job's priority class ("" is normal).
+	Class Class
+	// TimeLimit is the job's time limit; 0 means none is known, and the
+	// job may then only backfill on GPUs no reservation needs.
+	TimeLimit time.Duration
+	// SubmittedAt orders jobs of equal priority (first submitted, first
+	// served) and gives the age factor.
 	SubmittedAt time.Time
 	// Held jobs keep their place and do not start.
 	Held bool
@@ -61,10 +72,15 @@ type QueuedJob struct {
 type RunningJob struct {
 	// ID is the job's id.
 	ID string
-	// User is the submitter; the job's GPUs count against their cap.
-	User string
-	// GPUs are the UUIDs of the GPUs the job holds.
+	// User and Team are the submitter's; the job's GPUs count against
+	// their caps.
+	User, Team string
+	// GPUs are the UUIDs of the GPUs the job holds; a memory job's one
+	// shared GPU.
 	GPUs []string
+	// GPUMemory is a memory job's declared memory in bytes on its GPU; 0
+	// for a job of whole GPUs.
+	GPUMemory uint64
 	// StartedAt is when the job started (or began starting).
 	StartedAt time.Time
 	// TimeLimit is the job's time limit; 0 means none is known.
@@ -118,8 +134,9 @@ type Outside struct {
 
 // Config is the scheduler's part of queue.* settings.
 type Config struct {
-	// Placement is binpack or spread; "" and anything else is binpack
-	// (ParsePlacement refuses unknown names when the config is read).
+	// Placement is binpack, spread or target; "" and anything else is
+	// binpack (ParsePlacement refuses unknown names when the config is
+	// read).
 	Placement Placement
 	// MaxGPUsPerUser caps the GPUs one user's jobs hold at once; 0 means
 	// DefaultMaxGPUsPerUser.
@@ -131,6 +148,28 @@ type Config struct {
 	// processes outside the queue may use before the GPU is not free; 0
 	// means DefaultOutsideMemoryThreshold.
 	OutsideMemoryThreshold float64
+	// MaxGPUsPerTeam caps the whole GPUs one team's jobs hold at once; 0
+	// means no cap. TeamMaxGPUs overrides it for the teams it names (a 0
+	// there means that team's jobs do not start). Jobs without a team are
+	// not capped as a team.
+	MaxGPUsPerTeam int
+	TeamMaxGPUs    map[string]int
+	// Weights weigh the terms of a job's priority; all 0 means
+	// DefaultWeights.
+	Weights Weights
+	// AgeMax is the wait after which the age factor is 1; 0 means
+	// DefaultAgeMax.
+	AgeMax time.Duration
+	// SharedGPUs are the UUIDs of the GPUs marked for sharing: they serve
+	// memory jobs only.
+	SharedGPUs []string
+	// SharedMemoryFraction is the part of a shared GPU's memory that the
+	// memory jobs on it may declare, with the memory used outside the
+	// queue there; 0 means DefaultSharedMemoryFraction.
+	SharedMemoryFraction float64
+	// TargetUtilization is the utilisation Target places towards; 0
+	// means DefaultTargetUtilization.
+	TargetUtilization float64
 }
 
 // Input is everything one scheduling pass looks at.
@@ -145,6 +184,19 @@ type Input struct {
 	Outside Outside
 	// Config holds the settings.
 	Config Config
+	// FairShare is each user's fair-share factor in (0, 1] (1: used
+	// nothing), computed outside from the ledger (see FairShareFactor);
+	// a user missing gets 1.
+	FairShare map[string]float64
+	// OverBudget lists the teams over their monthly GPU-hour budget (and
+	// not lifted by an admin).
+	OverBudget map[string]bool
+	// Util is each GPU's measured SM utilisation (0..1) over the
+	// placement window, by UUID; a GPU missing has 0.
+	Util map[string]float64
+	// Expected is each user's expected share of a GPU (their recent
+	// efficiency, 0..1) for Target; a user missing gets 1.
+	Expected map[string]float64
 	// Now is the time of the pass; the scheduler reads no clock.
 	Now time.Time
 }
@@ -153,8 +205,11 @@ type Input struct {
 type Start struct {
 	// JobID is the job to start.
 	JobID string
-	// GPUs are the UUIDs of the GPUs to give it, in placement order.
+	// GPUs are the UUIDs of the GPUs to give it, in placement order; a
+	// memory job's one shared GPU.
 	GPUs []string
+	// Placement says how the GPUs were chosen.
+	Placement *PlacementRecord
 }
 
 // Wait says why a queued job does not start in this pass.
@@ -165,93 +220,24 @@ type Wait struct {
 	Reason Reason
 	// Text says the same to a person, with the figures that matter.
 	Text string
+	// EstimatedStart is when the job can start at the latest, with every
+	// time limit an upper bound; zero when unknown.
+	EstimatedStart time.Time
+	// Position is the job's place among the queued jobs, 1 first.
+	Position int
+	// Priority is the job's priority.
+	Priority float64
 }
 
 // Plan is the outcome of a pass: the jobs to start and, for every other
-// queued job, why it waits. Both are in queue order.
+// queued job, why it waits. All three lists are in queue order.
 type Plan struct {
+	// Order is every queued job with its priority and position.
+	Order []Ranked
 	// Starts are the jobs to start now.
 	Starts []Start
 	// Waits are the jobs that still wait, with their reasons.
 	Waits []Wait
-}
-
-// heldText is the sentence of every held job.
-const heldText = "held: it keeps its place in the queue and starts once released"
-
-// Schedule makes one scheduling pass. The rules:
-//
-//   - Order: first submitted, first served (ties by job id).
-//   - A held job keeps its place and does not start (held); it holds up no
-//     one.
-//   - A job whose start would take its user past the cap waits
-//     (user_gpu_limit); it holds up no one.
-//   - A job that asks for more GPUs than the host has waits (too_big); it
-//     holds up no one.
-//   - Strict FIFO otherwise: the first job that cannot get its GPUs waits
-//     (resources, or outside_use when use outside the queue is what keeps
-//     it out), and every later job that is not held or capped waits
-//     behind it (resources), so that a big job is never starved by small
-//     ones. Backfill comes with the next issue.
-//   - A GPU is free when no job holds it, no container outside the queue
-//     holds it, and processes outside the queue use no more than the
-//     threshold of its memory.
-//   - Placement is all or nothing, binpack or spread (see Placement), and
-//     the same input always gives the same plan.
-//   - Topology, where the GPUs carry it: a job of two or more GPUs gets
-//     GPUs that all share NVLink with each other if such a set is free,
-//     else GPUs under one PCIe switch, else the plain choice; binpack and
-//     spread then count a GPU's topology peers instead of its neighbours
-//     by index (see scoreGPU).
-func Schedule(in Input) Plan {
-	cfg := in.Config
-	gs := filterGPUs(in)
-	used := userGPUs(in.Running)
-	order := queueOrder(in.Queued)
-
-	plan := Plan{Starts: make([]Start, 0, min(len(order), len(gs))), Waits: make([]Wait, 0, len(order))}
-	var blockedText string // set once a job waits for GPUs: later jobs wait behind it
-	capTexts := map[capKey]string{}
-	for _, j := range order {
-		switch {
-		case j.Held:
-			plan.Waits = append(plan.Waits, Wait{j.ID, ReasonHeld, heldText})
-			continue
-		case j.GPUs < 1:
-			plan.Waits = append(plan.Waits, Wait{j.ID, ReasonInvalidRequest,
-				fmt.Sprintf("asks for %d GPUs; a job needs at least 1", j.GPUs)})
-			continue
-		case j.GPUs > len(gs):
-			plan.Waits = append(plan.Waits, Wait{j.ID, ReasonTooBig,
-				fmt.Sprintf("asks for %d GPUs; this host has %d", j.GPUs, len(gs))})
-			continue
-		}
-		limit := cfg.userLimit(j.User)
-		if have := used[j.User]; have+j.GPUs > limit {
-			k := capKey{j.User, have, j.GPUs, limit}
-			text, ok := capTexts[k]
-			if !ok {
-				text = capText(k)
-				capTexts[k] = text
-			}
-			plan.Waits = append(plan.Waits, Wait{j.ID, ReasonUserGPULimit, text})
-			continue
-		}
-		if blockedText != "" {
-			plan.Waits = append(plan.Waits, Wait{j.ID, ReasonResources, blockedText})
-			continue
-		}
-		picks := pickGPUs(cfg.Placement, gs, j.GPUs)
-		if picks == nil {
-			reason, text := waitText(j.GPUs, gs, in.Running, in.Now, cfg.threshold())
-			plan.Waits = append(plan.Waits, Wait{j.ID, reason, text})
-			blockedText = fmt.Sprintf("waiting behind %s (%s), first in the queue, which waits for %s", j.ID, j.User, gpusText(j.GPUs))
-			continue
-		}
-		plan.Starts = append(plan.Starts, bind(gs, picks, j.ID))
-		used[j.User] += j.GPUs
-	}
-	return plan
 }
 
 // userLimit returns the cap on the GPUs user's jobs may hold.
@@ -273,42 +259,54 @@ func (c Config) threshold() float64 {
 	return DefaultOutsideMemoryThreshold
 }
 
-// queueOrder returns the queued jobs first submitted first, ties by id,
-// leaving in untouched.
-func queueOrder(in []QueuedJob) []*QueuedJob {
-	order := make([]*QueuedJob, len(in))
-	for i := range in {
-		order[i] = &in[i]
-	}
-	slices.SortFunc(order, func(a, b *QueuedJob) int {
-		if c := a.SubmittedAt.Compare(b.SubmittedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return order
-}
-
-// userGPUs counts the GPUs each user's jobs hold.
-func userGPUs(running []RunningJob) map[string]int {
-	used := make(map[string]int)
+// userGPUs counts the whole GPUs each user's and each team's jobs hold.
+func userGPUs(running []RunningJob) (users, teams map[string]int) {
+	users, teams = make(map[string]int), make(map[string]int)
 	for _, r := range running {
-		used[r.User] += len(r.GPUs)
+		if r.GPUMemory == 0 {
+			users[r.User] += len(r.GPUs)
+			teams[r.Team] += len(r.GPUs)
+		}
 	}
-	return used
+	return users, teams
 }
 
-// capKey is what a user_gpu_limit sentence says.
+// teamLimit returns the cap on the GPUs team's jobs may hold, false when
+// there is none.
+func (c Config) teamLimit(team string) (int, bool) {
+	if team == "" {
+		return 0, false
+	}
+	if n, ok := c.TeamMaxGPUs[team]; ok {
+		return n, true
+	}
+	return c.MaxGPUsPerTeam, c.MaxGPUsPerTeam > 0
+}
+
+// capKey is what a user_gpu_limit, team_gpu_limit or budget sentence
+// says.
 type capKey struct {
-	user             string
+	team             bool
+	who              string
 	have, ask, limit int
+	budget           bool
 }
 
 func capText(k capKey) string {
-	if k.ask > k.limit {
-		return fmt.Sprintf("asks for %s, more than %s's limit of %d (queue.max_gpus_per_user)", gpusText(k.ask), k.user, k.limit)
+	if k.budget {
+		return fmt.Sprintf("team %s is over its GPU-hour budget for this month (queue.budgets); its jobs wait for the next month or an admin to lift it", k.who)
 	}
-	return fmt.Sprintf("%s's jobs hold %d of the %d GPUs queue.max_gpus_per_user allows; this job asks for %d more", k.user, k.have, k.limit, k.ask)
+	who, key := k.who, "queue.max_gpus_per_user"
+	if k.team {
+		who, key = "team "+k.who, "queue.max_gpus_per_team"
+	}
+	switch {
+	case k.ask > k.limit:
+		return fmt.Sprintf("asks for %s, more than %s's limit of %d (%s)", gpusText(k.ask), who, k.limit, key)
+	case k.limit <= 0:
+		return fmt.Sprintf("%s's limit is 0 GPUs (%s): none of its jobs start", who, key)
+	}
+	return fmt.Sprintf("%s's jobs hold %d of the %d GPUs %s allows; this job asks for %d more", who, k.have, k.limit, key, k.ask)
 }
 
 // gpusText says "1 free GPU" or "n free GPUs".

@@ -77,30 +77,31 @@ func sameSwitch(gs []gpuState, picks []int, j int) bool {
 
 // pickLinked looks for n free GPUs that fit together, growing a set from
 // each free GPU in turn: the next GPU is the free one that fits with the
-// set and scores best (each pick counted busy for the next), ties to the
-// lower index. Of the sets that reach n GPUs it returns the one with the
-// highest total score, ties to the lowest indexes, as positions in index
+// set and ranks best (each pick counted busy for the next; see
+// placer.rank), ties to the lower index. Of the sets that reach n GPUs it
+// returns the one with the highest total rank (for Target, the highest
+// mean node score, then the most binpacked), ties to the lowest indexes, as positions in index
 // order; nil when none does. The growth is greedy: it finds a whole
 // island, an NVSwitch's GPUs or a clique of a hybrid cube-mesh, but not
 // every clique of an odd graph. gs is left as it was.
-func pickLinked(p Placement, gs []gpuState, n int, fits fitsFunc) []int {
+func pickLinked(pl placer, gs []gpuState, n int, fits fitsFunc) []int {
 	var best []int
-	bestScore := 0
+	var bestScore rank
 	var picks []int
 	for seed := range gs {
 		if !gs[seed].free() || !gs[seed].hasTopology() {
 			continue
 		}
 		picks = append(picks[:0], seed)
-		score := scoreGPU(p, gs, seed)
+		score := pl.rank(gs, seed)
 		gs[seed].bound = true
 		for len(picks) < n {
-			next, nextScore := -1, 0
+			next, nextScore := -1, rank{}
 			for j := range gs {
 				if !gs[j].free() || !fits(gs, picks, j) {
 					continue
 				}
-				if s := scoreGPU(p, gs, j); next < 0 || s > nextScore {
+				if s := pl.rank(gs, j); next < 0 || s.better(nextScore) {
 					next, nextScore = j, s
 				}
 			}
@@ -109,7 +110,7 @@ func pickLinked(p Placement, gs []gpuState, n int, fits fitsFunc) []int {
 			}
 			gs[next].bound = true
 			picks = append(picks, next)
-			score += nextScore
+			score = score.add(nextScore)
 		}
 		for _, i := range picks {
 			gs[i].bound = false
@@ -118,7 +119,7 @@ func pickLinked(p Placement, gs []gpuState, n int, fits fitsFunc) []int {
 			continue
 		}
 		slices.Sort(picks)
-		if best == nil || score > bestScore || score == bestScore && slices.Compare(picks, best) < 0 {
+		if best == nil || score.better(bestScore) || score == bestScore && slices.Compare(picks, best) < 0 {
 			best, bestScore = slices.Clone(picks), score
 		}
 	}

@@ -1,0 +1,331 @@
+package queue
+
+import (
+	"fmt"
+	"strings"
+)
+
+// heldText is the sentence of every held job.
+const heldText = "held: it keeps its place in the queue and starts once released"
+
+// Schedule makes one scheduling pass. The rules:
+//
+//   - Order: by priority, highest first, then first submitted, then by
+//     job id (FIFO among equal priorities). A job's priority is
+//     Weights.FairShare × its user's fair-share factor (Input.FairShare,
+//     see FairShareFactor) + Weights.Age × min(1, waited/AgeMax) +
+//     Weights.Class × its class value (low 0, normal 0.5, high 1). With
+//     all weights 0, DefaultWeights: fair share alone, so that equal
+//     factors give first come, first served.
+//   - A held job keeps its place and does not start (held); a job of a
+//     team in OverBudget waits (budget); a job whose start would take its
+//     user or team past the cap waits (user_gpu_limit, team_gpu_limit);
+//     a job that asks for more than the host can ever give waits
+//     (too_big). None of them holds up anyone. Caps count whole GPUs: a
+//     memory job counts 0, so only a cap of 0 keeps it out.
+//   - Two pools: whole GPUs (every GPU not in SharedGPUs) and memory on
+//     the shared GPUs. A job draws from one pool only, so it can never
+//     delay the other pool's jobs.
+//   - Backfill with a reservation: the first job of a pool that cannot
+//     start, the head, gets a reservation: the earliest time enough frees
+//     up in its pool, from the running jobs' time limits (a running job
+//     without one never frees its GPUs), and the GPUs it needs then. A job
+//     behind it starts now only if it fits now and either its time limit
+//     ends by the reservation or it takes none of the reserved GPUs. Only
+//     the head gets a reservation (not Slurm's conservative variant, where
+//     every job gets one). When the time limits free too little for the
+//     head, it reserves all its pool's free GPUs: first come, first
+//     served, as if there were no backfill.
+//   - Estimates: every job that waits in a pool gets EstimatedStart from
+//     the same calculation: the releases in time order, the pool's
+//     waiting jobs starting in priority order as what they need frees up,
+//     each freeing it at its time limit. Time limits are upper bounds, so
+//     a job starts by its estimate unless a job ahead of it is in the way
+//     with no time limit or use outside the queue grows. Held, capped,
+//     over-budget and too-big jobs have none.
+//   - A GPU is free when no job holds it, no container outside the queue
+//     holds it, and processes outside the queue use no more than the
+//     threshold of its memory.
+//   - Memory jobs: a job with GPUMemory gets one shared GPU where the
+//     memory its memory jobs declare, the memory used outside the queue
+//     there and its own stay within SharedMemoryFraction of the GPU's
+//     memory; a container outside the queue holding the GPU keeps memory
+//     jobs off it (outside_use).
+//   - Placement is all or nothing, binpack, spread or target (see
+//     Placement and Target), and every start records its candidates and
+//     their scores; the same input always gives the same plan.
+//   - Topology, where the GPUs carry it: a job of two or more GPUs gets
+//     GPUs that all share NVLink with each other if such a set is free,
+//     else GPUs under one PCIe switch, else the plain choice; binpack and
+//     spread then count a GPU's topology peers instead of its neighbours
+//     by index (see scoreGPU), and target scores the set by its mean.
+func Schedule(in Input) Plan {
+	p := newPass(in)
+	for k, j := range p.order {
+		p.plan.Order[k] = Ranked{JobID: j.ID, Priority: j.priority, Position: k + 1}
+		if reason, text := p.refuse(j.QueuedJob); reason != "" {
+			p.wait(j, k, reason, text)
+			continue
+		}
+		if j.GPUMemory > 0 {
+			p.memory(j, k)
+		} else {
+			p.whole(j, k)
+		}
+	}
+	p.estimate()
+	return p.plan
+}
+
+// pool is one pool's head and the jobs waiting in it.
+type pool struct {
+	head        bool
+	res         reservation
+	blockedText string
+	pending     []pending
+}
+
+// pass is the state of one Schedule call.
+type pass struct {
+	in                 Input
+	gs                 []gpuState
+	order              []rankedJob
+	plan               Plan
+	frac               float64
+	exclusive          int
+	users              map[string]*holder
+	teams              map[string]*holder
+	rels               []release // the running jobs' and this pass's starts'
+	wholePool, memPool pool
+	capTexts           map[capKey]string
+}
+
+func newPass(in Input) *pass {
+	p := &pass{in: in, gs: filterGPUs(in), order: queueOrder(in), frac: in.Config.memFraction(), capTexts: map[capKey]string{}}
+	pos := make(map[string]int, len(p.gs))
+	for i := range p.gs {
+		pos[p.gs[i].gpu.UUID] = i
+		if !p.gs[i].shared {
+			p.exclusive++
+		}
+	}
+	p.rels = releases(in, pos)
+	p.users, p.teams = map[string]*holder{}, map[string]*holder{}
+	users, teams := userGPUs(in.Running)
+	for u, n := range users {
+		p.user(u).have = n
+	}
+	for t, n := range teams {
+		p.team(t).have = n
+	}
+	n := len(p.order)
+	p.plan = Plan{Order: make([]Ranked, n), Starts: make([]Start, 0, min(n, len(p.gs))), Waits: make([]Wait, 0, n)}
+	return p
+}
+
+// wait records that the job at position k of the order waits.
+func (p *pass) wait(j rankedJob, k int, reason Reason, text string) {
+	p.plan.Waits = append(p.plan.Waits, Wait{JobID: j.ID, Reason: reason, Text: text, Position: k + 1, Priority: j.priority})
+}
+
+// refuse returns why a job may not start whatever the GPUs, or "".
+func (p *pass) refuse(j *QueuedJob) (Reason, string) {
+	switch {
+	case j.Held:
+		return ReasonHeld, heldText
+	case j.GPUMemory > 0 && j.GPUs != 0:
+		return ReasonInvalidRequest, fmt.Sprintf("asks for %d GPUs and %s of GPU memory; a job asks for one or the other", j.GPUs, bytesText(j.GPUMemory))
+	case j.GPUMemory == 0 && j.GPUs < 1:
+		return ReasonInvalidRequest, fmt.Sprintf("asks for %d GPUs; a job needs at least 1", j.GPUs)
+	case j.GPUs > p.exclusive:
+		if p.exclusive < len(p.gs) {
+			return ReasonTooBig, fmt.Sprintf("asks for %d GPUs; this host has %d not marked for sharing", j.GPUs, p.exclusive)
+		}
+		return ReasonTooBig, fmt.Sprintf("asks for %d GPUs; this host has %d", j.GPUs, len(p.gs))
+	case j.GPUMemory > 0:
+		if text := memTooBig(p.gs, j.GPUMemory, p.frac); text != "" {
+			return ReasonTooBig, text
+		}
+	}
+	u, t := p.user(j.User), p.team(j.Team)
+	if t.overBudget {
+		return ReasonBudget, p.capText(capKey{budget: true, who: j.Team})
+	}
+	if u.limit <= 0 || u.have+j.GPUs > u.limit {
+		return ReasonUserGPULimit, p.capText(capKey{who: j.User, have: u.have, ask: j.GPUs, limit: u.limit})
+	}
+	if t.capped && (t.limit <= 0 || t.have+j.GPUs > t.limit) {
+		return ReasonTeamGPULimit, p.capText(capKey{team: true, who: j.Team, have: t.have, ask: j.GPUs, limit: t.limit})
+	}
+	return "", ""
+}
+
+// holder is what a pass knows of a user or a team: the whole GPUs its
+// jobs hold, its cap, and for a team whether it is over budget.
+type holder struct {
+	have, limit        int
+	capped, overBudget bool
+}
+
+// user returns the pass's holder for user, made on first use.
+func (p *pass) user(name string) *holder {
+	h, ok := p.users[name]
+	if !ok {
+		h = &holder{limit: p.in.Config.userLimit(name), capped: true}
+		p.users[name] = h
+	}
+	return h
+}
+
+// team returns the pass's holder for team, made on first use.
+func (p *pass) team(name string) *holder {
+	h, ok := p.teams[name]
+	if !ok {
+		h = &holder{overBudget: p.in.OverBudget[name]}
+		h.limit, h.capped = p.in.Config.teamLimit(name)
+		p.teams[name] = h
+	}
+	return h
+}
+
+func (p *pass) capText(k capKey) string {
+	text, ok := p.capTexts[k]
+	if !ok {
+		text = capText(k)
+		p.capTexts[k] = text
+	}
+	return text
+}
+
+// whole places a job of whole GPUs, or has it wait.
+func (p *pass) whole(j rankedJob, k int) {
+	pl := newPlacer(p.in, j.User)
+	pw := &p.wholePool
+	blocked := pw.head && !pw.res.allows(p.in.Now, j.TimeLimit)
+	if blocked {
+		pw.res.block(p.gs, true)
+	}
+	picks := pickGPUs(pl, p.gs, j.GPUs)
+	var rec *PlacementRecord
+	if picks != nil {
+		rec = wholeRecord(pl, p.gs, picks)
+	}
+	if blocked {
+		pw.res.block(p.gs, false)
+	}
+	if picks == nil {
+		p.pend(pw, j, k)
+		if pw.head {
+			p.wait(j, k, ReasonResources, pw.blockedText)
+			return
+		}
+		reason, text := waitText(j.GPUs, p.gs, p.in.Running, p.in.Now, p.in.Config.threshold())
+		p.wait(j, k, reason, text)
+		pw.head = true
+		pw.res = wholeReservation(pl, p.gs, p.rels, j.GPUs)
+		pw.blockedText = fmt.Sprintf("waiting behind %s (%s), first in the queue, which waits for %s", j.ID, j.User, gpusText(j.GPUs))
+		return
+	}
+	s := bind(p.gs, picks, j.ID)
+	s.Placement = rec
+	p.started(j, s, release{gpus: picks})
+	p.user(j.User).have += j.GPUs
+	p.team(j.Team).have += j.GPUs
+}
+
+// memory places a memory job on a shared GPU, or has it wait.
+func (p *pass) memory(j rankedJob, k int) {
+	pl := newPlacer(p.in, j.User)
+	pm := &p.memPool
+	blocked := pm.head && !pm.res.allows(p.in.Now, j.TimeLimit)
+	if blocked {
+		pm.res.block(p.gs, true)
+	}
+	best, rec := pickMemory(pl, p.gs, j.GPUMemory, p.frac)
+	if blocked {
+		pm.res.block(p.gs, false)
+	}
+	if best < 0 {
+		p.pend(pm, j, k)
+		if pm.head {
+			p.wait(j, k, ReasonResources, pm.blockedText)
+			return
+		}
+		reason, text := memWaitText(j.GPUMemory, p.gs, p.frac)
+		p.wait(j, k, reason, text)
+		pm.head = true
+		pm.res = memReservation(p.gs, p.rels, j.GPUMemory, p.frac)
+		pm.blockedText = fmt.Sprintf("waiting behind %s (%s), first in the queue, which waits for %s on a shared GPU", j.ID, j.User, bytesText(j.GPUMemory))
+		return
+	}
+	g := &p.gs[best]
+	g.memDeclared += j.GPUMemory
+	g.util += pl.expected
+	p.started(j, Start{JobID: j.ID, GPUs: []string{g.gpu.UUID}, Placement: rec}, release{gpus: []int{best}, mem: j.GPUMemory})
+}
+
+// pend notes a job that waits in pool pl for an estimate.
+func (p *pass) pend(pl *pool, j rankedJob, k int) {
+	if pl.pending == nil {
+		pl.pending = make([]pending, 0, len(p.order)-k)
+	}
+	pl.pending = append(pl.pending, pending{wait: len(p.plan.Waits), job: j.QueuedJob, ahead: len(pl.pending)})
+}
+
+// started records a start and, when the job has a time limit, its release.
+func (p *pass) started(j rankedJob, s Start, rel release) {
+	p.plan.Starts = append(p.plan.Starts, s)
+	if j.TimeLimit > 0 {
+		rel.at, rel.id = p.in.Now.Add(j.TimeLimit), j.ID
+		p.rels = append(p.rels, rel)
+	}
+}
+
+// estimate gives every pending job its estimated start and appends what
+// is ahead of it to its sentence. The sentences are written one after
+// another into one string and each Wait's Text is a part of it: one
+// allocation for 10,000 sentences rather than 10,000.
+func (p *pass) estimate() {
+	pools := []struct {
+		pl   *pool
+		ests []estimate
+		what string
+	}{{pl: &p.wholePool, what: "GPUs"}, {pl: &p.memPool, what: "GPU memory"}}
+	size := 0
+	for k := range pools {
+		pl := pools[k].pl
+		if len(pl.pending) == 0 {
+			continue
+		}
+		if pl == &p.wholePool {
+			pools[k].ests = estimateWhole(p.gs, p.rels, pl.pending, p.in.Now)
+		} else {
+			pools[k].ests = estimateMemory(p.gs, p.rels, pl.pending, p.in.Now, p.frac)
+		}
+		for _, pj := range pl.pending {
+			size += len(p.plan.Waits[pj.wait].Text) + 100 // an estimate is at most 92 bytes with an 8-byte id
+		}
+	}
+	if size == 0 {
+		return
+	}
+	clock := &clockText{now: p.in.Now}
+	var b strings.Builder
+	b.Grow(size)
+	for _, pp := range pools {
+		for k := range pp.pl.pending {
+			pj := &pp.pl.pending[k]
+			w := &p.plan.Waits[pj.wait]
+			w.EstimatedStart = pp.ests[k].time()
+			estimateText(&b, w.Text, pj.ahead, pp.ests[k], pp.what, clock)
+			pj.end = b.Len()
+		}
+	}
+	all, start := b.String(), 0
+	for _, pp := range pools {
+		for _, pj := range pp.pl.pending {
+			p.plan.Waits[pj.wait].Text = all[start:pj.end]
+			start = pj.end
+		}
+	}
+}
