@@ -78,6 +78,7 @@ func (a *Agent) Handler() http.Handler {
 	if a.queue != nil {
 		ac.Jobs = a.queue
 		ac.FairShare = a.fair
+		ac.Ranks = a.queue
 	}
 	apiHandler := server.New(ac)
 	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra}

@@ -202,14 +202,15 @@ func reloadable(name string) bool {
 		"queue.placement", "queue.max_gpus_per_user", "queue.outside_memory_threshold",
 		"queue.fair_share.basis", "queue.fair_share.half_life", "queue.fair_share.refresh", "queue.shares",
 		"queue.priority.weights.fair_share", "queue.priority.weights.age", "queue.priority.weights.class",
-		"queue.priority.age_max", "queue.priority.high_users", "queue.max_gpus_per_team", "queue.budgets",
-		"queue.shared_memory_fraction", "queue.memory_overrun_grace", "queue.memory_overrun_action",
-		"queue.placement_window", "queue.target_utilization":
+		"queue.priority.age_max", "queue.max_gpus_per_team", "queue.budgets",
+		"queue.shared_memory_fraction", "queue.target_utilization":
 		// The queue's limits, patterns, caps, order, budgets and
-		// placement; the rest of queue.* needs a restart, queue.shared_gpus
-		// among it: a GPU taken out of sharing under its memory jobs, or
-		// put into it under an exclusive job, would break what they were
-		// started on.
+		// placement; the rest of queue.* needs a restart: among it
+		// queue.shared_gpus (a GPU taken out of sharing under its memory
+		// jobs, or put into it under an exclusive job, would break what
+		// they were started on), and the high users, the memory overrun's
+		// grace and action and the placement window, which the queue
+		// reads once.
 		return true
 	}
 	for _, prefix := range []string{"auth.", "tls.", "waste.", "policy."} {

@@ -75,6 +75,12 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
 		})
 	}
+	reader, ok := a.store.(fairshare.Reader)
+	budgets, ok2 := a.store.(ledger.BudgetStore)
+	if !ok || !ok2 {
+		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
+	}
+	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -110,6 +116,8 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		EnvDir:              envDir,
 		MemoryOverrunGrace:  cfg.Queue.MemoryOverrunGrace,
 		MemoryOverrunAction: cfg.Queue.MemoryOverrunAction,
+		Standing:            a.fair.standing,
+		HighUsers:           cfg.Queue.Priority.HighUsers,
 		Logger:              a.log.With("part", "queue"),
 	}
 	if a.jobNotices != nil {
@@ -130,12 +138,6 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	a.queue = q
 	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
-	reader, ok := a.store.(fairshare.Reader)
-	budgets, ok2 := a.store.(ledger.BudgetStore)
-	if !ok || !ok2 {
-		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
-	}
-	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
 	return nil
 }
 

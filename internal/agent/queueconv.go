@@ -61,6 +61,23 @@ func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.
 		MaxGPUsPerUser:         queue.DefaultMaxGPUsPerUser,
 		OutsideMemoryThreshold: q.OutsideMemoryThreshold,
 	}
+	sched.Weights = queue.Weights{FairShare: q.Priority.Weights.FairShare, Age: q.Priority.Weights.Age, Class: q.Priority.Weights.Class}
+	sched.AgeMax = q.Priority.AgeMax
+	sched.SharedMemoryFraction = q.SharedMemoryFraction
+	sched.TargetUtilization = q.TargetUtilization
+	// The shared GPUs may be named by index or as all: the queue
+	// resolves them against the GPUs it sees.
+	sched.SharedGPUs = q.SharedGPUs
+	for team, n := range q.MaxGPUsPerTeam {
+		if team == "default" {
+			sched.MaxGPUsPerTeam = n
+			continue
+		}
+		if sched.TeamMaxGPUs == nil {
+			sched.TeamMaxGPUs = map[string]int{}
+		}
+		sched.TeamMaxGPUs[team] = n
+	}
 	for user, n := range q.MaxGPUsPerUser {
 		if user == "default" {
 			sched.MaxGPUsPerUser = n

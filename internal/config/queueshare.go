@@ -116,6 +116,8 @@ func (q Queue) shareErrors() []error {
 	for _, team := range slices.Sorted(maps.Keys(q.MaxGPUsPerTeam)) {
 		if n := q.MaxGPUsPerTeam[team]; n < 0 {
 			bad("max_gpus_per_team.%s: %d is negative", team, n)
+		} else if n == 0 && team == DefaultTeamCap {
+			bad("max_gpus_per_team.default: 0 would start no job of any team not named; leave default out for no cap, or give a team 0 by name")
 		}
 	}
 	for _, team := range slices.Sorted(maps.Keys(q.Budgets)) {

@@ -16,6 +16,7 @@ func TestQueueShareValidate(t *testing.T) {
 		{"weight negative", "queue:\n  priority:\n    weights: {age: -0.5}\n", `cfg.yaml:3: queue.priority.weights.age: -0.5 is negative`},
 		{"weights all 0", "queue:\n  priority:\n    weights: {fair_share: 0, age: 0, class: 0}\n", `cfg.yaml:3: queue.priority.weights.fair_share, queue.priority.weights.age, queue.priority.weights.class: all are 0`},
 		{"age max 0", "queue:\n  priority:\n    age_max: 0s\n", `cfg.yaml:3: queue.priority.age_max: 0s must be more than 0`},
+		{"team cap default 0", "queue:\n  max_gpus_per_team: {default: 0}\n", `cfg.yaml:2: queue.max_gpus_per_team.default: 0 would start no job`},
 		{"team cap negative", "queue:\n  max_gpus_per_team: {nlp: -1}\n", `cfg.yaml:2: queue.max_gpus_per_team.nlp: -1 is negative`},
 		{"budget 0", "queue:\n  budgets: {nlp: 0h}\n", `cfg.yaml:2: queue.budgets.nlp: 0h must be more than 0 GPU-hours`},
 		{"budget negative", "queue:\n  budgets:\n    nlp: -5\n", `cfg.yaml:3: queue.budgets.nlp: -5h must be more than 0 GPU-hours`},
@@ -86,6 +87,7 @@ func TestQueueTeamCapAndShare(t *testing.T) {
 	if n, ok := c.Queue.TeamCap("cv"); n != 0 || !ok {
 		t.Errorf("TeamCap(cv) with default 0 = %d, %v; want 0, true", n, ok)
 	}
+	delete(c.Queue.MaxGPUsPerTeam, DefaultTeamCap) // Validate refuses a default of 0
 	if s := c.Queue.Share("nlp"); s != 2 {
 		t.Errorf("Share(nlp) = %v, want 2", s)
 	}

@@ -366,6 +366,14 @@ func jobJSON(j ledger.Job) apitype.Job {
 		code := *j.ExitCode
 		out.ExitCode = &code
 	}
+	if len(j.Placement) > 0 {
+		var p apitype.Placement
+		// The queue wrote it in this shape; a record that does not read
+		// is left out rather than shown wrong.
+		if json.Unmarshal(j.Placement, &p) == nil {
+			out.Placement = &p
+		}
+	}
 	return out
 }
 

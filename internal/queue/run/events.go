@@ -64,6 +64,7 @@ func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
 // end is notified, and whoever waits for the stop is told.
 func (q *Queue) jobEnded(j ledger.Job) {
 	q.removeEnv(j.ID)
+	q.forget(j.ID)
 	q.mu.Lock()
 	s := q.stops[j.ID]
 	delete(q.stops, j.ID)

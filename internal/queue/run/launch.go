@@ -30,12 +30,13 @@ func (q *Queue) queueEvent(action, id string) ledger.AuditEvent {
 // twice), a check of the mounts Docker made, and start. It returns when
 // the started job's time limit is due (zero: not started, or no limit),
 // so that the loop's timer covers it.
-func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string) time.Time {
+func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
 	if j.ID == "" {
 		return time.Time{}
 	}
 	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) {
 		j.GPUs, j.Reason = gpus, ""
+		j.Placement = placementJSON(placement)
 		j.ReasonText = "starting on " + strings.Join(gpus, ", ")
 	}, q.queueEvent("jobs.start", j.ID))
 	if err != nil {
@@ -109,6 +110,7 @@ func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 	who.High = req.Class == spec.ClassHigh
 	q.mu.Lock()
 	rules := q.rules
+	rules.MaxGPUMemory = q.memoryLimit(rules.MaxGPUMemory)
 	q.mu.Unlock()
 	s, err := spec.Build(req, rules, who, j.ID, gpus, q.passing)
 	if err != nil {

@@ -109,7 +109,8 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 	obs, cfg := q.obs, q.sched
 	q.mu.Unlock()
 
-	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now}
+	cfg.SharedGPUs = resolveShared(cfg.SharedGPUs, obs.GPUs)
+	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now, Util: obs.Util}
 	memJobs := memoryJobs{}
 	byID := make(map[string]ledger.Job, len(jobs))
 	for _, j := range jobs {
@@ -122,27 +123,35 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 				q.cancelQueued(ctx, j, s)
 				continue
 			}
-			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held})
+			ri := q.info(j)
+			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
+				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit})
 		case queue.Starting, queue.Running:
-			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit})
+			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
+				GPUMemory: q.info(j).memory})
 			if j.State == string(queue.Running) {
 				next = minTime(next, q.enforce(ctx, l, j, now))
-				if mem := declaredMemory(j); mem > 0 {
+				if mem := q.info(j).memory; mem > 0 {
 					memJobs[j.ID] = mem
 					next = minTime(next, q.enforceMemory(ctx, j, mem, now))
 				}
 			}
 		}
 	}
+	if q.standing != nil && len(in.Queued) > 0 {
+		users, teams := owners(in.Queued)
+		in.FairShare, in.Expected, in.OverBudget = q.standing(ctx, users, teams)
+	}
 	plan := queue.Schedule(in)
+	q.setRanks(plan)
 	for _, s := range plan.Starts {
 		if at, ok := l.retryAt[s.JobID]; ok && now.Before(at) {
 			next = minTime(next, at)
 			continue
 		}
 		delete(l.retryAt, s.JobID)
-		next = minTime(next, q.start(ctx, l, byID[s.JobID], s.GPUs))
-		if mem := declaredMemory(byID[s.JobID]); mem > 0 {
+		next = minTime(next, q.start(ctx, l, byID[s.JobID], s.GPUs, s.Placement))
+		if mem := q.info(byID[s.JobID]).memory; mem > 0 {
 			memJobs[s.JobID] = mem // watched from the next tick
 		}
 	}
@@ -317,4 +326,20 @@ func untilOrHour(t, now time.Time) time.Duration {
 		return time.Hour
 	}
 	return min(max(t.Sub(now), time.Millisecond), time.Hour)
+}
+
+// owners are the users and teams of the queued jobs, each once.
+func owners(js []queue.QueuedJob) (users, teams []string) {
+	seenU, seenT := map[string]bool{}, map[string]bool{}
+	for _, j := range js {
+		if !seenU[j.User] {
+			seenU[j.User] = true
+			users = append(users, j.User)
+		}
+		if j.Team != "" && !seenT[j.Team] {
+			seenT[j.Team] = true
+			teams = append(teams, j.Team)
+		}
+	}
+	return users, teams
 }

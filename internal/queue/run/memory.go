@@ -31,7 +31,7 @@ const EventWarn = "warn"
 
 // ReasonMemoryOverrun is the reason of a job stopped for holding more
 // GPU memory than it declared.
-const ReasonMemoryOverrun queue.Reason = "memory_overrun"
+const ReasonMemoryOverrun = queue.ReasonMemoryOverrun
 
 // overrun is a memory job seen over its declared memory.
 type overrun struct {
@@ -112,19 +112,6 @@ func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64
 		audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
 	q.poke() // the next pass sends the stop
 	return time.Time{}
-}
-
-// declaredMemory is the GPU memory job j declared, 0 for a job of whole
-// GPUs (or a request that cannot be read, which its start refused).
-func declaredMemory(j ledger.Job) uint64 {
-	if j.GPUsRequested > 0 {
-		return 0
-	}
-	req, err := RequestOf(j)
-	if err != nil {
-		return 0
-	}
-	return req.GPUMemory
 }
 
 // setMemoryJobs puts in force the running memory jobs of a pass, and

@@ -89,6 +89,12 @@ type Config struct {
 	// too) or warn.
 	MemoryOverrunGrace  time.Duration
 	MemoryOverrunAction string
+	// Standing gives each pass the fair share's factors, expected shares
+	// and teams over budget; nil: everyone stands equal.
+	Standing Standing
+	// HighUsers may submit jobs of class high (queue.priority.high_users),
+	// beside admins.
+	HighUsers []string
 	// OnEvent is called when a job starts or ends and its notify list
 	// (its own plus Notify) names that event. It must not block for
 	// long: the loop waits for it.
@@ -157,6 +163,8 @@ type Queue struct {
 	envDir           string
 	overrunGrace     time.Duration
 	overrunAction    string
+	standing         Standing
+	highUsers        []string
 
 	wake chan struct{}
 
@@ -179,6 +187,10 @@ type Queue struct {
 	// overruns those of them seen over it.
 	memJobs  memoryJobs
 	overruns map[string]*overrun
+	// reqs are the scheduler's views of the live jobs' requests, read
+	// once; ranks the queued jobs' places after the last pass.
+	reqs  map[string]reqInfo
+	ranks map[string]rank
 }
 
 // stop is a stop the loop is asked to make, or has made, of a job's
@@ -252,6 +264,8 @@ func New(cfg Config) (*Queue, error) {
 		stops: map[string]*stop{}, containerStops: map[string]queue.Reason{},
 		wait: newWaitHistogram(), endedCounts: map[queue.State]int{},
 		memJobs: memoryJobs{}, overruns: map[string]*overrun{},
+		reqs: map[string]reqInfo{}, ranks: map[string]rank{},
+		standing: cfg.Standing, highUsers: append([]string(nil), cfg.HighUsers...),
 		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, OverrunStop),
 	}
 	if q.overrunGrace == 0 {

@@ -99,6 +99,7 @@ const submittedText = "submitted; waiting for the scheduler's first look"
 func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 	q.mu.Lock()
 	rules, defaultLimit := q.rules, q.defaultTimeLimit
+	rules.MaxGPUMemory = q.memoryLimit(rules.MaxGPUMemory)
 	q.mu.Unlock()
 
 	req := s.Request
@@ -125,7 +126,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 		return ledger.Job{}, &BadRequest{Field: "user",
 			Text: fmt.Sprintf("user %s is not known to this host (host.passwd_file): %v; jobs run as their submitter's uid", s.User, err)}
 	}
-	who.User, who.Team, who.High = s.User, s.Team, s.High
+	who.User, who.Team, who.High = s.User, s.Team, s.High || q.highUser(s.User)
 	if err := spec.Check(req, rules, who); err != nil {
 		return ledger.Job{}, err
 	}

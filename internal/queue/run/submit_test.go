@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
@@ -69,5 +70,28 @@ func TestSubmitHighClass(t *testing.T) {
 	}
 	if _, err := e.q.buildSpec(j, []string{sharedGPU}); err != nil {
 		t.Errorf("buildSpec of a high job: %v", err)
+	}
+}
+
+// TestMemoryLimitFromSharedGPUs: with queue.shared_gpus set, the most a
+// job may declare is the largest shared GPU's memory times the fraction,
+// from the GPUs the queue sees; a GPU named by index counts.
+func TestMemoryLimitFromSharedGPUs(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Sched.SharedGPUs = []string{"1"}
+		c.Sched.SharedMemoryFraction = 0.5
+	})
+	e.q.Observe(Observation{GPUs: []queue.GPU{
+		{UUID: "GPU-a", Index: 0, MemoryTotal: 80 << 30},
+		{UUID: "GPU-b", Index: 1, MemoryTotal: 48 << 30},
+	}})
+	req := request()
+	req.GPUs, req.GPUMemory = 0, 24<<30
+	e.submit(t, "alice", req)
+	req.GPUMemory = 24<<30 + 1
+	_, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice"})
+	var rf *spec.Refusal
+	if !errors.As(err, &rf) || rf.Reason != spec.TooBig {
+		t.Fatalf("a job over half of the shared 48 GiB: %v, want too_big", err)
 	}
 }

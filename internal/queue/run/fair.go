@@ -1,0 +1,163 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// Standing gives a pass what the fair share says of the users and teams
+// it sees: each user's factor and expected share of a GPU, and the teams
+// over budget. It must answer from memory (a cache refreshed in the
+// background), never from the ledger on the call.
+type Standing func(ctx context.Context, users, teams []string) (factor, expected map[string]float64, overBudget map[string]bool)
+
+// reqInfo is what the scheduler needs of a job's stored request; it does
+// not change while the job lives, so each job's is read once.
+type reqInfo struct {
+	memory uint64
+	class  queue.Class
+}
+
+// rank is a queued job's place after the last pass.
+type rank struct {
+	priority  float64
+	position  int
+	estimated time.Time
+}
+
+// info returns the scheduler's view of job j's request, read once.
+func (q *Queue) info(j ledger.Job) reqInfo {
+	q.mu.Lock()
+	ri, ok := q.reqs[j.ID]
+	q.mu.Unlock()
+	if ok {
+		return ri
+	}
+	if req, err := RequestOf(j); err == nil {
+		ri = reqInfo{memory: req.GPUMemory, class: queue.Class(req.Class)}
+	}
+	q.mu.Lock()
+	q.reqs[j.ID] = ri
+	q.mu.Unlock()
+	return ri
+}
+
+// forget drops what the queue kept of an ended job.
+func (q *Queue) forget(id string) {
+	q.mu.Lock()
+	delete(q.reqs, id)
+	delete(q.ranks, id)
+	q.mu.Unlock()
+}
+
+// Rank implements the API's view of the queue's order: a queued job's
+// priority, its position (1 first) and its estimated start, as of the
+// last pass.
+func (q *Queue) Rank(id string) (priority float64, position int, estimated time.Time, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	r, ok := q.ranks[id]
+	return r.priority, r.position, r.estimated, ok
+}
+
+// setRanks keeps the order and the estimates of a pass.
+func (q *Queue) setRanks(p queue.Plan) {
+	ranks := make(map[string]rank, len(p.Order))
+	for _, r := range p.Order {
+		ranks[r.JobID] = rank{priority: r.Priority, position: r.Position}
+	}
+	for _, w := range p.Waits {
+		r := ranks[w.JobID]
+		r.estimated = w.EstimatedStart
+		ranks[w.JobID] = r
+	}
+	q.mu.Lock()
+	q.ranks = ranks
+	q.mu.Unlock()
+}
+
+// resolveShared turns queue.shared_gpus (UUIDs, indices or all) into the
+// UUIDs of the GPUs seen.
+func resolveShared(entries []string, gpus []queue.GPU) []string {
+	if len(entries) == 0 {
+		return nil
+	}
+	var out []string
+	for _, g := range gpus {
+		for _, e := range entries {
+			if e == "all" || strings.EqualFold(e, g.UUID) || e == strconv.Itoa(g.Index) {
+				out = append(out, g.UUID)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// maxGPUMemory is the most GPU memory one job may declare: the largest
+// shared GPU's memory times the fraction its memory jobs may fill. 0 when
+// no GPU seen is shared.
+func maxGPUMemory(cfg queue.Config, gpus []queue.GPU) uint64 {
+	frac := cfg.SharedMemoryFraction
+	if frac <= 0 {
+		frac = queue.DefaultSharedMemoryFraction
+	}
+	var most uint64
+	for _, g := range gpus {
+		if slices.Contains(cfg.SharedGPUs, g.UUID) {
+			most = max(most, uint64(float64(g.MemoryTotal)*frac))
+		}
+	}
+	return most
+}
+
+// placementJSON is a start's placement record as the job keeps it, in
+// the API's shape.
+func placementJSON(p *queue.PlacementRecord) json.RawMessage {
+	if p == nil {
+		return nil
+	}
+	type candidate struct {
+		UUID   string  `json:"uuid"`
+		Index  int     `json:"index"`
+		Score  float64 `json:"score"`
+		Util   float64 `json:"util"`
+		Chosen bool    `json:"chosen"`
+	}
+	out := struct {
+		Policy     string      `json:"policy"`
+		Candidates []candidate `json:"candidates"`
+	}{Policy: string(p.Policy), Candidates: make([]candidate, 0, len(p.Candidates))}
+	for _, c := range p.Candidates {
+		out.Candidates = append(out.Candidates, candidate{c.UUID, c.Index, c.Score, c.Util, c.Chosen})
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil
+	}
+	return b
+}
+
+// highUser says whether user may ask for the high class by the queue's
+// own list (admins may whatever it says).
+func (q *Queue) highUser(user string) bool { return slices.Contains(q.highUsers, user) }
+
+
+// memoryLimit is the most GPU memory a job may declare: from the shared
+// GPUs seen (queue.shared_gpus), or given when none is configured (the
+// rules' own, 0 unless a caller set one). The caller holds q.mu.
+func (q *Queue) memoryLimit(given uint64) uint64 {
+	if len(q.sched.SharedGPUs) == 0 {
+		return given
+	}
+	sched := q.sched
+	sched.SharedGPUs = resolveShared(sched.SharedGPUs, q.obs.GPUs)
+	return maxGPUMemory(sched, q.obs.GPUs)
+}
