@@ -149,7 +149,6 @@ func placementJSON(p *queue.PlacementRecord) json.RawMessage {
 // own list (admins may whatever it says).
 func (q *Queue) highUser(user string) bool { return slices.Contains(q.highUsers, user) }
 
-
 // memoryLimit is the most GPU memory a job may declare: from the shared
 // GPUs seen (queue.shared_gpus), or given when none is configured (the
 // rules' own, 0 unless a caller set one). The caller holds q.mu.
