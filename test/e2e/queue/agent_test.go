@@ -350,3 +350,8 @@ func removeJobContainers(t *testing.T, cli *client.Client, node string) {
 		dockertest.Remove(t, cli, c.ID)
 	}
 }
+
+// fmtGPUs shows gpumeter_queue_gpus for a failure message.
+func fmtGPUs(g map[string]float64) string {
+	return fmt.Sprintf("held %v, free %v, outside %v", g["held"], g["free"], g["outside"])
+}

@@ -1,7 +1,6 @@
 package queue
 
 import (
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -28,7 +27,7 @@ func TestQueueOutsideContainer(t *testing.T) {
 	})
 	dockertest.WaitFor(t, 30*time.Second, "GPU 2 counted outside the queue", func() (bool, string) {
 		g := a.queueGPUs(t)
-		return g["outside"] == 1, fmt.Sprint(g)
+		return g["outside"] == 1, fmtGPUs(g)
 	})
 
 	var ids []string
