@@ -148,11 +148,20 @@ auth:
 	return h
 }
 
-// start runs an agent on h and waits for its first sample; it is killed
-// when the test ends unless the test ended it.
+// start runs an agent on h and waits for its first sample; it is
+// stopped when the test ends unless the test ended it.
 func (h *host) start(t *testing.T) *agent {
 	t.Helper()
 	a := harness.Launch(t, h.dataDir, "--config", h.config, "--sim", filepath.Join(h.dir, "scenario.yaml"), "--interval", "200ms")
+	// One the test did not end gets SIGTERM and must exit cleanly, jobs
+	// running or not (before Launch's own cleanup, which would kill it).
+	t.Cleanup(func() {
+		select {
+		case <-a.Exited:
+		default:
+			a.Stop(t)
+		}
+	})
 	h.agent = &agent{Agent: a, h: h}
 	return h.agent
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 )
 
@@ -39,14 +40,16 @@ func TestQueueOutsideContainer(t *testing.T) {
 			t.Errorf("%s was placed on GPU 2 (%s), which %s holds", id, gpu2, name)
 		}
 	}
-	j := a.job(t, ids[3])
-	if j.State != "queued" || j.Reason != "outside_use" || !strings.Contains(j.ReasonText, name) {
-		t.Errorf("%s: %s %s %q, want queued for outside_use, naming %s", ids[3], j.State, j.Reason, j.ReasonText, name)
-	}
+	var j apitype.Job
+	dockertest.WaitFor(t, 10*time.Second, ids[3]+" queued for outside_use, naming "+name, func() (bool, string) {
+		j = a.job(t, ids[3])
+		return j.State == "queued" && j.Reason == "outside_use" && strings.Contains(j.ReasonText, name), j.State + " " + j.Reason + ": " + j.ReasonText
+	})
 	t.Logf("%s waits: %s", ids[3], j.ReasonText)
-	if g := a.queueGPUs(t); g["held"] != 3 || g["free"] != 0 || g["outside"] != 1 {
-		t.Errorf("gpumeter_queue_gpus: %v, want held 3, free 0, outside 1", g)
-	}
+	dockertest.WaitFor(t, 10*time.Second, "gpumeter_queue_gpus held 3, free 0, outside 1", func() (bool, string) {
+		g := a.queueGPUs(t)
+		return g["held"] == 3 && g["free"] == 0 && g["outside"] == 1, fmtGPUs(g)
+	})
 
 	// The person is done: GPU 2 is the queue's again.
 	dockertest.Remove(t, h.cli, outside)

@@ -1,12 +1,16 @@
 package queue
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/dockertest"
 )
 
 // TestQueueSixOnFour: six one-GPU jobs on four GPUs, through the binary:
@@ -16,8 +20,10 @@ func TestQueueSixOnFour(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, "")
 	a := h.start(t)
-	// The first ends soon; the rest run until cancelled.
-	ids := []string{h.submitCLI(t, "alice", 1, "5m", "exit-after", "3s", "0", "first")}
+	// All run until stopped; the first ends by itself, once the others
+	// are seen placed: its process exits on a SIGTERM from outside the
+	// queue, as a job's own crash would.
+	ids := []string{h.submitCLI(t, "alice", 1, "5m", long...)}
 	for range 5 {
 		ids = append(ids, h.submitCLI(t, "bob", 1, "5m", long...))
 	}
@@ -47,8 +53,16 @@ func TestQueueSixOnFour(t *testing.T) {
 		t.Errorf("gpumeter jobs --all-users: exit %d, want 4 running and 2 waiting:\n%s%s", code, out, errOut)
 	}
 
-	// The first ends by itself; the fifth takes its GPU.
-	first := a.await(t, ids[0], 30*time.Second, "succeeded")
+	// The first ends; the fifth takes its GPU.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := h.cli.ContainerKill(ctx, a.job(t, ids[0]).ContainerID, client.ContainerKillOptions{Signal: "TERM"}); err != nil {
+		t.Fatal(err)
+	}
+	first := a.await(t, ids[0], 30*time.Second, "failed")
+	if first.Reason != "exit_code" || first.ExitCode == nil || *first.ExitCode != dockertest.SleeperExitCode {
+		t.Errorf("%s: %s %q exit %v, want failed with the sleeper's exit code %d", ids[0], first.Reason, first.ReasonText, first.ExitCode, dockertest.SleeperExitCode)
+	}
 	fifth := a.await(t, ids[4], 30*time.Second, "running")
 	if len(fifth.GPUs) != 1 || fifth.GPUs[0] != first.GPUs[0] {
 		t.Errorf("%s got %v, want the GPU %s that %s released", ids[4], fifth.GPUs, first.GPUs[0], ids[0])
@@ -58,8 +72,8 @@ func TestQueueSixOnFour(t *testing.T) {
 	if latency < 0 || latency > 5*time.Second {
 		t.Errorf("%s started %s after %s ended, want within 5s", ids[4], latency, ids[0])
 	}
-	if code := h.waitCode(t, ids[0]); code != 0 {
-		t.Errorf("gpumeter wait %s: exit %d, want 0", ids[0], code)
+	if code := h.waitCode(t, ids[0]); code != dockertest.SleeperExitCode {
+		t.Errorf("gpumeter wait %s: exit %d, want the job's %d", ids[0], code, dockertest.SleeperExitCode)
 	}
 
 	// A two-GPU job behind the sixth waits until two are free: cancel
@@ -71,9 +85,12 @@ func TestQueueSixOnFour(t *testing.T) {
 	}
 	mustPost(t, a, ids[1], "cancel", h.admin)
 	a.await(t, ids[5], 30*time.Second, "running")
-	if j := a.job(t, two.ID); j.State != "queued" || !strings.Contains(j.ReasonText, "2 free GPUs") {
-		t.Errorf("%s with one GPU freed and taken: %s %q, want queued for 2 free GPUs", two.ID, j.State, j.ReasonText)
-	}
+	// The pass that started the sixth writes the two-GPU job's new
+	// reason just after.
+	dockertest.WaitFor(t, 10*time.Second, two.ID+" queued for 2 free GPUs", func() (bool, string) {
+		j := a.job(t, two.ID)
+		return j.State == "queued" && strings.Contains(j.ReasonText, "2 free GPUs"), j.State + ": " + j.ReasonText
+	})
 	mustPost(t, a, ids[2], "cancel", h.admin)
 	time.Sleep(time.Second) // one GPU free is not enough
 	if j := a.job(t, two.ID); j.State != "queued" {
