@@ -75,7 +75,7 @@ containers:
 	series := func(metric string, c harness.Sleeper, user string, gpu int) string {
 		return seriesKey(metric, map[string]string{
 			"Hostname": node, "container": c.Name, "container_id": c.ID[:12], "image": image,
-			"user": user, "team": "", "project": "",
+			"user": user, "team": "", "project": "", "job_id": "",
 			"gpu": strconv.Itoa(gpu), "UUID": sim.GPUUUID(node, gpu),
 		})
 	}
