@@ -160,3 +160,14 @@ func (q *Queue) memoryLimit(given uint64) uint64 {
 	sched.SharedGPUs = resolveShared(sched.SharedGPUs, q.obs.GPUs)
 	return maxGPUMemory(sched, q.obs.GPUs)
 }
+
+// exclusiveGPUs is how many GPUs seen serve jobs of whole GPUs (those not
+// shared), or -1 before the first tick: then nothing is refused for the
+// host's size. The caller holds q.mu.
+func (q *Queue) exclusiveGPUs() int {
+	if len(q.obs.GPUs) == 0 {
+		return -1
+	}
+	shared := resolveShared(q.sched.SharedGPUs, q.obs.GPUs)
+	return len(q.obs.GPUs) - len(shared)
+}

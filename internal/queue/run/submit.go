@@ -101,6 +101,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 	q.mu.Lock()
 	rules, defaultLimit := q.rules, q.defaultTimeLimit
 	rules.MaxGPUMemory = q.memoryLimit(rules.MaxGPUMemory)
+	exclusive := q.exclusiveGPUs()
 	q.mu.Unlock()
 
 	req := s.Request
@@ -130,6 +131,12 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 	who.User, who.Team, who.High = s.User, s.Team, s.High || q.highUser(s.User)
 	if err := spec.Check(req, rules, who); err != nil {
 		return ledger.Job{}, err
+	}
+	if exclusive >= 0 && req.GPUs > exclusive {
+		// Within queue.max_gpus, but more than this node has for whole
+		// GPU jobs: it could never start here.
+		return ledger.Job{}, &spec.Refusal{Reason: spec.TooBig, Field: "gpus",
+			Text: fmt.Sprintf("this node has %d GPU(s) for jobs of whole GPUs, and the job asks for %d; ask for at most %d", exclusive, req.GPUs, exclusive)}
 	}
 
 	keys := make([]string, len(req.Env))

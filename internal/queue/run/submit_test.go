@@ -95,3 +95,21 @@ func TestMemoryLimitFromSharedGPUs(t *testing.T) {
 		t.Fatalf("a job over half of the shared 48 GiB: %v, want too_big", err)
 	}
 }
+
+// TestSubmitMoreGPUsThanTheNode: a job within queue.max_gpus but larger
+// than the node's GPUs for whole-GPU jobs is refused at submit (too_big),
+// not queued to wait forever; shared GPUs do not count.
+func TestSubmitMoreGPUsThanTheNode(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.Sched.SharedGPUs = []string{"1"} })
+	req := request()
+	req.GPUs = 2
+	e.submit(t, "alice", req) // before the first tick the size is unknown
+	e.q.Observe(Observation{GPUs: []queue.GPU{{UUID: "GPU-a", Index: 0}, {UUID: "GPU-b", Index: 1}}})
+	_, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice"})
+	var rf *spec.Refusal
+	if !errors.As(err, &rf) || rf.Reason != spec.TooBig || rf.Field != "gpus" {
+		t.Fatalf("2 GPUs on a node with one exclusive GPU: %v, want too_big on gpus", err)
+	}
+	req.GPUs = 1
+	e.submit(t, "alice", req)
+}
