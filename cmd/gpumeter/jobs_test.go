@@ -215,6 +215,8 @@ func TestSubmitErrors(t *testing.T) {
 		{"gpu memory not a size", append([]string{"submit", "--gpu-memory", "20G"}, without("--gpus")[1:]...), []string{"--gpu-memory:"}},
 		{"high for a user", append([]string{"submit", "--priority", "high"}, submitArgs[1:]...), []string{"--priority: refused (priority_not_allowed)"}},
 		{"unknown class", append([]string{"submit", "--priority", "urgent"}, submitArgs[1:]...), []string{"--priority:", "not a priority class"}},
+		{"label refused", append([]string{"submit", "--label", "gpumeter.project=vision"}, submitArgs[1:]...), []string{"--label: refused (label_not_allowed)", "queue.labels is empty"}},
+		{"label not K=V", append([]string{"submit", "--label", "gpumeter.project"}, submitArgs[1:]...), []string{"--label:", "KEY=VALUE"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -81,6 +81,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringVar(&req.Memory, "memory", "", "memory limit, such as 32GiB (default queue.max_memory)")
 	f.StringVar(&req.ShmSize, "shm-size", "", "size of /dev/shm, such as 8GiB (Docker's default, 64MiB, is too small for PyTorch's DataLoader)")
 	f.StringArrayVar(&req.Publish, "publish", nil, "PORT[:CPORT]: publish container port CPORT on host port PORT, on queue.publish_address (repeatable)")
+	f.StringArrayVar(&req.Labels, "label", nil, "KEY=VALUE label on the job's container, such as gpumeter.project=vision, with a key queue.labels allows (repeatable)")
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
 	return cmd
@@ -90,7 +91,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size",
-	"publish": "--publish", "notify": "--notify", "as_user": "--as", "command": "the command",
+	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
 }
 
 // flagError names the flag a request field error is about.

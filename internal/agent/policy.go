@@ -152,6 +152,7 @@ func (a *Agent) reload(cfg config.Config) error {
 		if err != nil {
 			return err
 		}
+		rules.ExemptLabels = exemptKeys(cfg.Policy.Exempt.Labels)
 		queueReload = func() error {
 			a.fair.cache.SetSettings(fairshare.SettingsOf(cfg.Queue))
 			return a.queue.Reload(rules, sched, cfg.Queue.DefaultTimeLimit)
@@ -196,7 +197,7 @@ func reloadable(name string) bool {
 		return false
 	case "api.rate_limit", "api.rate_burst", "web.config_file":
 		return true
-	case "queue.images", "queue.mount_roots", "queue.run_as_root_images", "queue.cap_add",
+	case "queue.images", "queue.labels", "queue.mount_roots", "queue.run_as_root_images", "queue.cap_add",
 		"queue.publish_ports", "queue.publish_address", "queue.max_gpus", "queue.max_cpus",
 		"queue.max_memory", "queue.max_shm_size", "queue.max_time_limit", "queue.default_time_limit",
 		"queue.placement", "queue.max_gpus_per_user", "queue.outside_memory_threshold",

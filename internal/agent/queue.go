@@ -47,6 +47,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if err != nil {
 		return err
 	}
+	rules.ExemptLabels = exemptKeys(cfg.Policy.Exempt.Labels)
 	if rules.MaxCPUs < cfg.Queue.MaxCPUs {
 		a.log.Info("queue.max_cpus is more than this host has; jobs get at most its CPUs", "max_cpus", cfg.Queue.MaxCPUs, "cpus", rules.MaxCPUs)
 	}

@@ -51,7 +51,7 @@ func TestResolvePassing(t *testing.T) {
 // caps in force; turning it on or off, its network, GPU passing and the
 // settings the runtime reads once need a restart, and the agent says so.
 func TestQueueReloadable(t *testing.T) {
-	for _, k := range []string{"queue.images", "queue.mount_roots", "queue.max_gpus", "queue.max_time_limit",
+	for _, k := range []string{"queue.images", "queue.labels", "queue.mount_roots", "queue.max_gpus", "queue.max_time_limit",
 		"queue.default_time_limit", "queue.max_gpus_per_user", "queue.placement", "queue.outside_memory_threshold", "queue.publish_ports"} {
 		if !reloadable(k) {
 			t.Errorf("%s is not reloadable", k)

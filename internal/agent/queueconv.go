@@ -34,6 +34,7 @@ func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.
 		Network:         q.Network,
 		CapAdd:          q.CapAdd,
 		RunAsRootImages: q.RunAsRootImages,
+		Labels:          q.Labels,
 		UserLabel:       userLabel,
 		TeamLabel:       teamLabel,
 	}
@@ -168,4 +169,15 @@ func migUUIDs(mig []gpu.MIGInstance) []string {
 		ids = append(ids, m.UUID)
 	}
 	return ids
+}
+
+// exemptKeys are the label keys of policy.exempt.labels (key=value or
+// key), which a job may not set on its own container.
+func exemptKeys(labels []string) []string {
+	out := make([]string, 0, len(labels))
+	for _, l := range labels {
+		k, _, _ := strings.Cut(l, "=")
+		out = append(out, k)
+	}
+	return out
 }

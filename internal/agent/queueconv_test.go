@@ -74,9 +74,13 @@ func TestQueueRules(t *testing.T) {
 	q.PublishPorts = []string{"8000-8099", "8888"}
 	q.MaxGPUsPerUser = map[string]int{"default": 2, "alice": 8}
 	q.Placement = "spread"
+	q.Labels = []string{"gpumeter.project", "gpumeter.sim.*"}
 	rules, sched, err := queueRules(q, "gpumeter.user", "gpumeter.team")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(rules.Labels, q.Labels) {
+		t.Errorf("label patterns %v, want %v", rules.Labels, q.Labels)
 	}
 	if want := []spec.PortRange{{First: 8000, Last: 8099}, {First: 8888, Last: 8888}}; !reflect.DeepEqual(rules.PublishPorts, want) {
 		t.Errorf("ports %v, want %v", rules.PublishPorts, want)
@@ -94,5 +98,12 @@ func TestQueueRules(t *testing.T) {
 	q.Placement = "random"
 	if _, _, err := queueRules(q, "", ""); err == nil {
 		t.Error("placement random accepted")
+	}
+}
+
+func TestExemptKeys(t *testing.T) {
+	got := exemptKeys([]string{"lab.keep=yes", "lab.notebook", "a=b=c"})
+	if want := []string{"lab.keep", "lab.notebook", "a"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("exemptKeys = %v, want %v", got, want)
 	}
 }

@@ -88,6 +88,7 @@ func Keys() []Key {
 		listKey("queue.images", "image patterns jobs may run, such as registry.lab/* (* does not cross a /); none: every job is refused, saying so", func(c *Config) *[]string { return &c.Queue.Images }),
 		listKey("queue.mount_roots", "absolute host directories under which jobs may mount paths their submitter may read; none: no mounts", func(c *Config) *[]string { return &c.Queue.MountRoots }),
 		listKey("queue.run_as_root_images", "image patterns whose jobs may run as uid 0", func(c *Config) *[]string { return &c.Queue.RunAsRootImages }),
+		listKey("queue.labels", "label key patterns a job may set with --label, such as gpumeter.project (for reports' chargeback); none: --label is refused. The queue's own keys (gpumeter.job, gpumeter.node, gpumeter.gpu_memory, the user and team labels, gpumeter.exempt, the keys of policy.exempt.labels) always are", func(c *Config) *[]string { return &c.Queue.Labels }),
 		listKey("queue.cap_add", "Linux capabilities given back to every job after all are dropped, such as SYS_NICE", func(c *Config) *[]string { return &c.Queue.CapAdd }),
 		stringKey("queue.network", "Docker network jobs join; host and container:NAME are refused", func(c *Config) *string { return &c.Queue.Network }),
 		listKey("queue.publish_ports", "host ports or ranges (8000-8099) a job may publish; none: no --publish", func(c *Config) *[]string { return &c.Queue.PublishPorts }),

@@ -34,6 +34,10 @@ type Queue struct {
 	// CapAdd are the capabilities added to every job after all are
 	// dropped.
 	CapAdd []string
+	// Labels are the glob patterns (path.Match) of the label keys a job
+	// may set with --label, such as gpumeter.project; empty refuses
+	// every --label. The agent's own keys are refused whatever they say.
+	Labels []string
 	// Network is the Docker network jobs join (bridge by default).
 	Network string
 	// PublishPorts are the host port ranges ("8000-8099" or "8888") a
@@ -233,7 +237,7 @@ func (q Queue) Validate() error {
 	for _, l := range []struct {
 		name     string
 		patterns []string
-	}{{"images", q.Images}, {"run_as_root_images", q.RunAsRootImages}} {
+	}{{"images", q.Images}, {"run_as_root_images", q.RunAsRootImages}, {"labels", q.Labels}} {
 		for _, p := range l.patterns {
 			if _, err := path.Match(p, ""); err != nil {
 				bad("%s: bad pattern %q: %v (patterns take *, ? and [a-z]; * does not cross a /)", l.name, p, err)

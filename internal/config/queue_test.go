@@ -34,7 +34,7 @@ func TestQueueDefaults(t *testing.T) {
 	for name, want := range map[string]string{
 		"queue.max_memory": "64GiB", "queue.max_shm_size": "16GiB", "queue.max_time_limit": "7d",
 		"queue.default_time_limit": "0s", "queue.max_gpus_per_user": "default=4", "queue.log_retention": "7d",
-		"queue.outside_memory_threshold": "0.05", "queue.images": "", "host.group_file": "/etc/group",
+		"queue.outside_memory_threshold": "0.05", "queue.images": "", "queue.labels": "", "host.group_file": "/etc/group",
 	} {
 		k, ok := lookup(name)
 		if !ok {
@@ -109,6 +109,7 @@ func TestQueueValidate(t *testing.T) {
 	tests := []struct{ name, yaml, want string }{
 		{"image pattern", "queue:\n  images: [\"registry.lab/[x\"]\n", `cfg.yaml:2: queue.images: bad pattern "registry.lab/[x": syntax error in pattern`},
 		{"root image pattern", "queue:\n  run_as_root_images: a\\\n", `cfg.yaml:2: queue.run_as_root_images: bad pattern "a\\"`},
+		{"label pattern", "queue:\n  labels: [\"gpumeter.[sim\"]\n", `cfg.yaml:2: queue.labels: bad pattern "gpumeter.[sim"`},
 		{"relative mount root", "queue:\n  mount_roots: data\n", `cfg.yaml:2: queue.mount_roots: "data" is not an absolute path`},
 		{"mount root /", "queue:\n  mount_roots: [/data, /]\n", `cfg.yaml:2: queue.mount_roots: "/" would let a job mount every host path`},
 		{"mount root //", "queue:\n  mount_roots: //\n", `cfg.yaml:2: queue.mount_roots: "//" would let a job mount every host path`},

@@ -34,6 +34,9 @@ type JobRequest struct {
 	Memory    string   `json:"memory,omitempty"`   // a size: "32GiB"
 	ShmSize   string   `json:"shm_size,omitempty"` // a size: "8GiB"
 	Publish   []string `json:"publish,omitempty"`  // PORT[:CPORT]
+	// Labels are K=V labels on the job's container, with keys the
+	// queue.labels patterns allow (gpumeter.project for chargeback).
+	Labels []string `json:"labels,omitempty"`
 	// Notify lists the job events the policy's webhook is sent for:
 	// start, end.
 	Notify  []string `json:"notify,omitempty"`

@@ -132,7 +132,7 @@ func specRequest(b apitype.JobRequest) (spec.Request, error) {
 		TimeLimit: v.TimeLimit, Image: b.Image, Name: b.Name,
 		Env: b.Env, Mounts: b.Mounts, Workdir: b.Workdir,
 		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize,
-		Publish: b.Publish, Command: b.Command,
+		Publish: b.Publish, Labels: b.Labels, Command: b.Command,
 	}, nil
 }
 

@@ -258,6 +258,8 @@ func TestJobSubmitErrors(t *testing.T) {
 		{"image not allowed", strings.Replace(goodJob, "gpumeter/sleeper:1", "evil/miner:latest", 1), "refused", "image_not_allowed", "image", "queue.images"},
 		{"time limit too long", strings.Replace(goodJob, `"4h"`, `"2d"`, 1), "refused", "time_limit_too_long", "time_limit", "queue.max_time_limit"},
 		{"too many gpus", with(`"gpus":9,`), "refused", "too_big", "gpus", "queue.max_gpus"},
+		{"label not allowed", with(`"gpus":1,"labels":["gpumeter.project=vision"],`), "refused", "label_not_allowed", "labels", "queue.labels is empty"},
+		{"label not K=V", with(`"gpus":1,"labels":["gpumeter.project"],`), "bad_request", "", "labels", "KEY=VALUE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -378,6 +380,36 @@ func TestJobListParams(t *testing.T) {
 		e := f.get(t, asAlice, path).apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 		if !strings.Contains(e.Message, says) {
 			t.Errorf("GET %s: %q, want it to say %q", path, e.Message, says)
+		}
+	}
+}
+
+// TestJobLabels: a label queue.labels allows is kept with the job, so its
+// container gets it at start; the queue's own keys are refused even where
+// a pattern matches them.
+func TestJobLabels(t *testing.T) {
+	f := newJobsFixture(t, func(c *run.Config) { c.Rules.Labels = []string{"gpumeter.*"} })
+	with := func(labels string) string {
+		return strings.Replace(goodJob, `"gpus":1,`, `"gpus":1,"labels":`+labels+`,`, 1)
+	}
+	j := f.submit(t, asAlice, with(`["gpumeter.project=vision","gpumeter.sim.util=80"]`))
+	stored, err := f.store.Job(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := run.RequestOf(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"gpumeter.project=vision", "gpumeter.sim.util=80"}; !slices.Equal(req.Labels, want) {
+		t.Errorf("stored labels %v, want %v", req.Labels, want)
+	}
+	for _, l := range []string{"gpumeter.user=bob", "gpumeter.exempt=true", "gpumeter.job=j-000001"} {
+		a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(with(`["`+l+`"]`)), "")
+		var e apitype.Error
+		a.decode(t, &e)
+		if a.status != http.StatusBadRequest || e.Reason != "label_not_allowed" || e.Field != "labels" {
+			t.Errorf("label %s: %d %s, want a 400 refused with label_not_allowed", l, a.status, a.body)
 		}
 	}
 }

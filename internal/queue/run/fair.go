@@ -67,11 +67,24 @@ func (q *Queue) Rank(id string) (priority float64, position int, estimated time.
 	return r.priority, r.position, r.estimated, ok
 }
 
-// setRanks keeps the order and the estimates of a pass.
+// setRanks keeps the order and the estimates of a pass. A position is
+// the job's place among the jobs the pass leaves queued: one the pass
+// starts is no longer ahead of anyone, as the waits' sentences already
+// count ("no job ahead of you").
 func (q *Queue) setRanks(p queue.Plan) {
+	started := make(map[string]bool, len(p.Starts))
+	for _, s := range p.Starts {
+		started[s.JobID] = true
+	}
 	ranks := make(map[string]rank, len(p.Order))
+	pos := 0
 	for _, r := range p.Order {
-		ranks[r.JobID] = rank{priority: r.Priority, position: r.Position}
+		if started[r.JobID] {
+			ranks[r.JobID] = rank{priority: r.Priority}
+			continue
+		}
+		pos++
+		ranks[r.JobID] = rank{priority: r.Priority, position: pos}
 	}
 	for _, w := range p.Waits {
 		r := ranks[w.JobID]

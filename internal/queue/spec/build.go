@@ -80,7 +80,7 @@ type Spec struct {
 // Build checks req as Check does and returns the container spec for job
 // id holding gpus (UUIDs, one per GPU asked for, or the one shared GPU
 // of a memory job), passed as passing. The
-// request's fields fill only the image, command, workdir, env, mounts,
+// request's fields fill only the image, command, workdir, env, labels, mounts,
 // ports and limits; everything that isolates the job is set here. A
 // refused request is a *Refusal.
 func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, passing GPUPassing) (*Spec, error) {
@@ -114,12 +114,16 @@ func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, 
 		WorkingDir: req.Workdir,
 		Env:        env,
 		User:       strconv.FormatUint(uint64(who.UID), 10) + ":" + strconv.FormatUint(uint64(who.GID), 10),
-		Labels: map[string]string{
-			JobLabel:          jobID,
-			rules.userLabel(): who.User,
-			rules.teamLabel(): who.Team,
-		},
+		Labels:     make(map[string]string, len(c.labels)+4),
 	}
+	// The request's labels first, so the agent's own always win; Check
+	// has refused the reserved keys already.
+	for k, v := range c.labels {
+		cfg.Labels[k] = v
+	}
+	cfg.Labels[JobLabel] = jobID
+	cfg.Labels[rules.userLabel()] = who.User
+	cfg.Labels[rules.teamLabel()] = who.Team
 	if c.root {
 		cfg.User = "0:0"
 	}

@@ -289,6 +289,11 @@ func assertIsolated(t testing.TB, spec *Spec, rules Rules) {
 		check(dr.Count == 0 && dr.Options == nil, "device request for a count or with options")
 	}
 	check(spec.Config.Labels[JobLabel] != "", "no job label")
+	_, exempt := spec.Config.Labels[ExemptLabel]
+	check(!exempt, "exempt label")
+	for k := range spec.Config.Labels {
+		check(slices.Contains(rules.reservedLabels(), k) || matchAny(rules.Labels, k), "label "+k+" outside queue.labels")
+	}
 	check(len(envValues(spec.Config.Env, "NVIDIA_VISIBLE_DEVICES")) == 1, "NVIDIA_VISIBLE_DEVICES not set once")
 	for _, kv := range spec.Config.Env {
 		k, _, _ := strings.Cut(kv, "=")

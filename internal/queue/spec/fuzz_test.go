@@ -17,18 +17,18 @@ func FuzzCheck(f *testing.F) {
 	h := newHostTree(f)
 	rules := testRules(h.root)
 	// Lists travel newline-separated.
-	f.Add(2, int64(4*time.Hour), "nvcr.io/nvidia/pytorch:24.05-py3", "", "A=1", h.root+"/shared:/data:ro", "/data", 8.0, uint64(1<<30), uint64(1<<30), "8000:8888", "python\ntrain.py", uint32(4242))
-	f.Add(1, int64(time.Hour), "docker.io/evil", "x", "NVIDIA_VISIBLE_DEVICES=all", "/:/host", "", 0.0, uint64(0), uint64(0), "", "sh", uint32(0))
-	f.Add(0, int64(0), "", "", "", "", "", -1.0, uint64(0), uint64(0), "", "", uint32(1))
-	f.Add(9, int64(100*time.Hour), "localhost/job:root", "a b", "=\n1=2", h.root+"/escape:/x", "rel", 1e300, ^uint64(0), ^uint64(0), "99999", "\x00", uint32(0))
-	f.Add(3, int64(time.Minute), "localhost/job:1", "n", "CUDA_VISIBLE_DEVICES=0", h.root+"/shared/../../secret:/s", "/w", 0.5, uint64(7<<20), uint64(0), "8001\n8001", "a", uint32(4242))
-	f.Add(1, int64(time.Minute), "localhost/job:1", "n", "A=B", h.root+"/private:/p:rw\n"+h.root+"/models:/m", "/", 16.0, uint64(64<<30), uint64(8<<30), "8099:1", "b", uint32(7))
-	f.Fuzz(func(t *testing.T, gpus int, limit int64, image, name, env, mounts, workdir string, cpus float64, memory, shm uint64, publish, command string, uid uint32) {
+	f.Add(2, int64(4*time.Hour), "nvcr.io/nvidia/pytorch:24.05-py3", "", "A=1", h.root+"/shared:/data:ro", "/data", 8.0, uint64(1<<30), uint64(1<<30), "8000:8888", "gpumeter.project=vision", "python\ntrain.py", uint32(4242))
+	f.Add(1, int64(time.Hour), "docker.io/evil", "x", "NVIDIA_VISIBLE_DEVICES=all", "/:/host", "", 0.0, uint64(0), uint64(0), "", "gpumeter.exempt=true\ngpumeter.user=bob", "sh", uint32(0))
+	f.Add(0, int64(0), "", "", "", "", "", -1.0, uint64(0), uint64(0), "", "", "", uint32(1))
+	f.Add(9, int64(100*time.Hour), "localhost/job:root", "a b", "=\n1=2", h.root+"/escape:/x", "rel", 1e300, ^uint64(0), ^uint64(0), "99999", "=x\nk", "\x00", uint32(0))
+	f.Add(3, int64(time.Minute), "localhost/job:1", "n", "CUDA_VISIBLE_DEVICES=0", h.root+"/shared/../../secret:/s", "/w", 0.5, uint64(7<<20), uint64(0), "8001\n8001", "gpumeter.sim.util=90\ngpumeter.sim.util=10", "a", uint32(4242))
+	f.Add(1, int64(time.Minute), "localhost/job:1", "n", "A=B", h.root+"/private:/p:rw\n"+h.root+"/models:/m", "/", 16.0, uint64(64<<30), uint64(8<<30), "8099:1", "gpumeter.sim.memory=1GiB\ncom.docker.x=1\ngpumeter.job=j-9", "b", uint32(7))
+	f.Fuzz(func(t *testing.T, gpus int, limit int64, image, name, env, mounts, workdir string, cpus float64, memory, shm uint64, publish, labels, command string, uid uint32) {
 		req := Request{
 			GPUs: gpus, TimeLimit: time.Duration(limit), Image: image, Name: name,
 			Env: lines(env), Mounts: lines(mounts), Workdir: workdir,
 			CPUs: cpus, Memory: memory, ShmSize: shm,
-			Publish: lines(publish), Command: lines(command),
+			Publish: lines(publish), Labels: lines(labels), Command: lines(command),
 		}
 		who := Identity{UID: uid, GID: uid, Groups: []uint32{uid, 2000}, User: "u", Team: "t"}
 		err := Check(req, rules, who)

@@ -38,6 +38,7 @@ type Request struct {
 	Memory    uint64   // bytes; 0: no request, the rules' maximum applies
 	ShmSize   uint64   // bytes; 0: Docker's default
 	Publish   []string // PORT[:CPORT], PORT on the host
+	Labels    []string // K=V, keys matching Rules.Labels
 	Command   []string
 }
 
@@ -66,6 +67,14 @@ type Rules struct {
 	RunAsRootImages []string    // glob patterns of images that may run as uid 0
 	UserLabel       string      // default gpumeter.user
 	TeamLabel       string      // default gpumeter.team
+	// Labels are the glob patterns (path.Match) of the label keys a job
+	// may set on its container; empty refuses every label. The agent's
+	// own keys are refused whatever the patterns say.
+	Labels []string
+	// ExemptLabels are the keys of policy.exempt.labels: a job that set
+	// one would leave the policy's reach, so each is refused as the
+	// agent's own keys are.
+	ExemptLabels []string
 }
 
 // DefaultPublishAddress and DefaultNetwork apply when Rules leaves them
@@ -115,6 +124,11 @@ func (r Rules) Validate() error {
 	for _, p := range r.RunAsRootImages {
 		if _, err := path.Match(p, ""); err != nil {
 			return fmt.Errorf("queue.run_as_root_images: pattern %q: %w", p, err)
+		}
+	}
+	for _, p := range r.Labels {
+		if _, err := path.Match(p, ""); err != nil {
+			return fmt.Errorf("queue.labels: pattern %q: %w", p, err)
 		}
 	}
 	for _, root := range r.MountRoots {
@@ -176,10 +190,13 @@ const (
 	// PriorityNotAllowed is --priority high from a user who is neither an
 	// admin nor in queue.priority.high_users.
 	PriorityNotAllowed Reason = "priority_not_allowed"
+	// LabelNotAllowed is a label whose key matches no queue.labels
+	// pattern, or is one the agent sets itself.
+	LabelNotAllowed Reason = "label_not_allowed"
 )
 
 // Reasons lists every Reason, in the order the README documents them.
-var Reasons = []Reason{TooBig, ImageNotAllowed, TimeLimitTooLong, MountNotAllowed, EnvNotAllowed, PortNotAllowed, BadRequest, PriorityNotAllowed}
+var Reasons = []Reason{TooBig, ImageNotAllowed, TimeLimitTooLong, MountNotAllowed, EnvNotAllowed, PortNotAllowed, BadRequest, PriorityNotAllowed, LabelNotAllowed}
 
 // Refusal is a request refused by a rule: the reason code, the request
 // field at fault and a sentence naming the rule and how to fix the request.
@@ -214,6 +231,7 @@ type checked struct {
 	env    []string
 	mounts []resolvedMount
 	ports  []portPair
+	labels map[string]string
 	root   bool
 }
 
@@ -284,6 +302,11 @@ func check(req Request, rules Rules, who Identity) (*checked, error) {
 		return nil, err
 	}
 	c.ports = ports
+	labels, err := checkLabels(req.Labels, rules)
+	if err != nil {
+		return nil, err
+	}
+	c.labels = labels
 	if err := checkResources(req, rules); err != nil {
 		return nil, err
 	}

@@ -78,6 +78,7 @@ func testRules(root string) Rules {
 		PublishPorts:    []PortRange{{8000, 8099}},
 		CapAdd:          []string{"SYS_NICE"},
 		RunAsRootImages: []string{"localhost/job:root"},
+		Labels:          []string{"gpumeter.project", "gpumeter.sim.*"},
 	}
 }
 
@@ -261,6 +262,7 @@ func TestRulesValidate(t *testing.T) {
 		{"mount root /", func(r *Rules) { r.MountRoots = []string{"/"} }, "every host path"},
 		{"relative mount root", func(r *Rules) { r.MountRoots = []string{"data"} }, "absolute"},
 		{"bad pattern", func(r *Rules) { r.Images = []string{"nvcr.io/["} }, "queue.images"},
+		{"bad label pattern", func(r *Rules) { r.Labels = []string{"gpumeter.[sim"} }, "queue.labels"},
 		{"empty port range", func(r *Rules) { r.PublishPorts = []PortRange{{9000, 8000}} }, "queue.publish_ports"},
 		{"publish address", func(r *Rules) { r.PublishAddress = "localhost" }, "queue.publish_address"},
 		{"infinite CPUs", func(r *Rules) { r.MaxCPUs = math.Inf(1) }, "queue.max_cpus"},
