@@ -139,6 +139,11 @@ func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev ledger.Aud
 	if held {
 		action = "hold"
 	}
+	// A hold must not land between a pass deciding to start the job and
+	// its start intent: start takes the same lock, and reads the job
+	// again under it.
+	q.holdMu.Lock()
+	defer q.holdMu.Unlock()
 	j, err := q.update(ctx, id, queue.Queued, queue.Queued, func(j *ledger.Job) {
 		j.Held = held
 		if held {

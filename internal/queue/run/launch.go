@@ -34,11 +34,18 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 	if j.ID == "" {
 		return time.Time{}
 	}
+	q.holdMu.Lock()
+	if cur, err := q.store.Job(ctx, j.ID); err != nil || cur.Held {
+		// Held (or gone) since the pass read it: it keeps its place.
+		q.holdMu.Unlock()
+		return time.Time{}
+	}
 	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) {
 		j.GPUs, j.Reason = gpus, ""
 		j.Placement = placementJSON(placement)
 		j.ReasonText = "starting on " + strings.Join(gpus, ", ")
 	}, q.queueEvent("jobs.start", j.ID))
+	q.holdMu.Unlock()
 	if err != nil {
 		var se *ledger.JobStateError
 		if !errors.As(err, &se) {

@@ -167,6 +167,8 @@ type Queue struct {
 	highUsers        []string
 
 	wake chan struct{}
+	// holdMu orders a hold and a start intent of the same job.
+	holdMu sync.Mutex
 
 	mu sync.Mutex
 	// settings that Reload changes
