@@ -156,7 +156,7 @@ containers:
 	labels := func(c harness.Sleeper, user, team, project string, gpu ...int) map[string]string {
 		l := map[string]string{
 			"Hostname": node, "container": c.Name, "container_id": c.ID[:12], "image": image,
-			"user": user, "team": team, "project": project,
+			"user": user, "team": team, "project": project, "job_id": "",
 		}
 		for _, g := range gpu {
 			l["gpu"], l["UUID"] = strconv.Itoa(g), uuid[g]
