@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/moby/moby/client"
@@ -172,7 +174,54 @@ func checkRuntime(ctx context.Context, s *state) Result {
 	if s.findBinary("nvidia-container-runtime-hook") == "" && s.findBinary("nvidia-container-runtime") == "" {
 		return fail(installToolkit, "the nvidia runtime is registered but neither nvidia-container-runtime nor its hook is installed: `--gpus` cannot work")
 	}
+	if dirs, ok := s.dockerdPath(); ok {
+		found := false
+		for _, d := range dirs {
+			if s.exists(strings.TrimPrefix(path.Join(d, "nvidia-container-runtime-hook"), "/")) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return fail("restart Docker (`systemctl restart docker`) so it starts with a PATH holding the toolkit's binaries, or put them in /usr/bin",
+				"nvidia-container-runtime-hook is on none of dockerd's PATH (%s): `--gpus` fails with \"could not select device driver\"", strings.Join(dirs, ":"))
+		}
+	}
 	return pass("docker info lists nvidia among %s", strings.Join(in.Runtimes, ", "))
+}
+
+// dockerdPath is the PATH dockerd started with, read from its environ
+// under the proc root; false when it cannot be read (another user's
+// process, no proc root).
+func (s *state) dockerdPath() ([]string, bool) {
+	if s.Self == nil || s.Self.Proc == nil {
+		return nil, false
+	}
+	entries, err := fs.ReadDir(s.Self.Proc, ".")
+	if err != nil {
+		return nil, false
+	}
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, err := fs.ReadFile(s.Self.Proc, e.Name()+"/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "dockerd" {
+			continue
+		}
+		env, err := fs.ReadFile(s.Self.Proc, e.Name()+"/environ")
+		if err != nil {
+			return nil, false
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := bytes.CutPrefix(kv, []byte("PATH=")); ok {
+				return strings.Split(string(v), ":"), true
+			}
+		}
+		// No PATH: dockerd searches the default one.
+		return []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}, true
+	}
+	return nil, false
 }
 
 func checkDefaultRuntime(ctx context.Context, s *state) Result {

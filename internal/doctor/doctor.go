@@ -56,6 +56,8 @@ type Env struct {
 	ToolVersion func(ctx context.Context, path string) (string, error)
 	// Self holds what the gpumeter checks need; nil leaves them out.
 	Self *Self
+	// RunTest, when set, runs a container with every GPU last.
+	RunTest *RunTest
 }
 
 // state is what one run learns in a check and later checks use.
@@ -90,6 +92,9 @@ func Run(ctx context.Context, env Env) []Result {
 	}
 	if s.nvmlOK {
 		out = append(out, gpuChecks(s)...)
+	}
+	if s.RunTest != nil {
+		out = append(out, runTest(ctx, s.RunTest, s.uuids))
 	}
 	if s.NVML != nil && s.nvmlOK {
 		s.NVML.Shutdown()

@@ -53,7 +53,7 @@ func h100s() *server.Server {
 
 func fixtureEnv(name string, lib nvml.Interface, d Docker) Env {
 	root := filepath.Join("testdata", name)
-	return Env{Root: os.DirFS(root), RootPath: root, Docker: d, NVML: lib}
+	return Env{Root: os.DirFS(root), RootPath: root, Docker: d, NVML: lib, Self: &Self{Proc: os.DirFS(filepath.Join(root, "proc"))}}
 }
 
 func byID(rs []Result) map[string]Result {
@@ -72,7 +72,7 @@ func TestHealthy(t *testing.T) {
 		}
 	}
 	got := byID(rs)
-	for _, id := range []string{"driver.kernel", "driver.nvml", "driver.devices", "driver.dev_char", "toolkit.version", "toolkit.config", "docker.nvidia_runtime", "cdi.enabled", "cdi.specs", "gpu.7.persistence", "gpu.0.ecc"} {
+	for _, id := range []string{"gpumeter.pid_namespace", "gpumeter.cgroup_namespace", "driver.kernel", "driver.nvml", "driver.devices", "driver.dev_char", "toolkit.version", "toolkit.config", "docker.nvidia_runtime", "cdi.enabled", "cdi.specs", "gpu.7.persistence", "gpu.0.ecc"} {
 		if got[id].Status != Pass {
 			t.Errorf("%s = %s (%s), want PASS", id, got[id].Status, got[id].Detail)
 		}
@@ -114,6 +114,9 @@ func TestFailures(t *testing.T) {
 		{fixture: "bad-ldconfig", id: "toolkit.config", status: Fail, detail: "/sbin/ldconfig does not exist"},
 		{fixture: "healthy", id: "docker.nvidia_runtime", status: Fail, detail: "not nvidia", fix: "nvidia-ctk runtime configure",
 			engine: DockerInfo{APIVersion: "1.41", ServerVersion: "20.10.24", CgroupDriver: "cgroupfs", Runtimes: []string{"runc"}, DefaultRuntime: "runc"}},
+		{fixture: "hook-off-path", id: "docker.nvidia_runtime", status: Fail, detail: "none of dockerd's PATH (/opt/docker/bin)", fix: "systemctl restart docker"},
+		{fixture: "container-ns", id: "gpumeter.pid_namespace", status: Fail, detail: "gpumeter (73311", fix: "--pid=host"},
+		{fixture: "container-ns", id: "gpumeter.cgroup_namespace", status: Warn, fix: "--cgroupns=host"},
 		{fixture: "healthy", id: "cdi.enabled", status: Skip, detail: "older than 1.44",
 			engine: DockerInfo{APIVersion: "1.41", ServerVersion: "20.10.24", CgroupDriver: "cgroupfs", Runtimes: []string{"runc"}, DefaultRuntime: "runc"}},
 	}
@@ -201,6 +204,22 @@ func TestRealEngine(t *testing.T) {
 		if r := rs["cdi.enabled"]; r.Status != Skip {
 			t.Errorf("cdi.enabled = %s %q, want SKIP on API %s", r.Status, r.Detail, in.APIVersion)
 		}
+	}
+}
+
+// TestRealRunTest asks this machine's engine, which has no GPU driver, to
+// run a container with --gpus all: the check fails and says what to do.
+func TestRealRunTest(t *testing.T) {
+	cli := dockertest.Client(t)
+	if os.Getenv("GPUMETER_TEST_GPU") != "" {
+		t.Skip("GPU host: --gpus all is expected to work")
+	}
+	img := dockertest.SleeperImage(t, cli)
+	env := Env{Root: os.DirFS("/"), RootPath: "/", Docker: Engine{Client: cli},
+		RunTest: &RunTest{Runner: Engine{Client: cli}, Image: img, Cmd: []string{"exit-after", "0s", "0"}}}
+	r := byID(Run(context.Background(), env))["gpu.run_test"]
+	if r.Status != Fail || !strings.Contains(r.Detail, "could not select device driver") || !strings.Contains(r.Fix, "NVIDIA Container Toolkit") {
+		t.Errorf("gpu.run_test = %s %q fix %q, want FAIL: could not select device driver, with the toolkit fix", r.Status, r.Detail, r.Fix)
 	}
 }
 

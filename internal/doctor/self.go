@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -21,6 +22,14 @@ type Self struct {
 	DataDir string
 	// Listen is the agent's listen address.
 	Listen string
+	// QueueEnabled, GPUPassing and Simulated are queue.enabled,
+	// queue.gpu_passing and whether the GPU source is simulated.
+	QueueEnabled bool
+	GPUPassing   string
+	Simulated    bool
+	// OpenLedger opens the ledger read-only and closes it; nil when
+	// there is none to open.
+	OpenLedger func(ctx context.Context) error
 }
 
 func selfChecks() []check {
@@ -29,6 +38,8 @@ func selfChecks() []check {
 		{"gpumeter.cgroup_namespace", "host cgroup namespace", checkCgroupNamespace},
 		{"gpumeter.data_dir", "data directory writable, safe permissions", checkDataDir},
 		{"gpumeter.listen", "listen address free", checkListen},
+		{"gpumeter.ledger", "ledger opens (read-only)", checkLedger},
+		{"gpumeter.gpu_passing", "how the queue gives jobs their GPUs", checkGPUPassing},
 	}
 }
 
@@ -114,4 +125,53 @@ func portOf(addr string) string {
 		return addr
 	}
 	return fmt.Sprintf(":%s", p)
+}
+
+func checkLedger(ctx context.Context, s *state) Result {
+	if s.Self == nil || s.Self.OpenLedger == nil {
+		return skip("no ledger to open")
+	}
+	if err := s.Self.OpenLedger(ctx); err != nil {
+		return fail("see the error; `gpumeter ledger` commands name the file and what to do", "%v", err)
+	}
+	return pass("opens")
+}
+
+// checkGPUPassing says what queue.gpu_passing resolves to here, as the
+// agent resolves it at start.
+func checkGPUPassing(ctx context.Context, s *state) Result {
+	if s.Self == nil || !s.Self.QueueEnabled {
+		return skip("the queue is off (queue.enabled)")
+	}
+	setting := s.Self.GPUPassing
+	if setting == "" {
+		setting = "auto"
+	}
+	if s.Self.Simulated && setting == "auto" {
+		return pass("auto: env (NVIDIA_VISIBLE_DEVICES), as the GPU source is simulated")
+	}
+	in, err := s.dockerInfo(ctx)
+	if err != nil {
+		return skip("Docker not reachable")
+	}
+	nvidia := slices.Contains(in.Runtimes, "nvidia") || in.DefaultRuntime == "nvidia"
+	switch setting {
+	case "auto", "device_requests":
+		if nvidia {
+			return pass("%s: device_requests (--gpus), through the nvidia runtime's hook", setting)
+		}
+		return fail("install the NVIDIA Container Toolkit, `nvidia-ctk runtime configure --runtime=docker`, restart Docker; or set queue.gpu_passing to cdi (with a CDI spec) or env (with nvidia as the default runtime)",
+			"%s: Docker has no nvidia runtime: the agent refuses to start the queue, as jobs would run without their GPUs", setting)
+	case "cdi":
+		if !apiAtLeast(in.APIVersion, 1, 44) || len(in.CDISpecDirs) == 0 {
+			return fail("set queue.gpu_passing to device_requests, or enable CDI in Docker (API 1.44+, \"features\": {\"cdi\": true})", "cdi: Docker (API %s) has no CDI spec directories", in.APIVersion)
+		}
+		return pass("cdi: Docker reads %s", strings.Join(in.CDISpecDirs, ", "))
+	case "env":
+		if in.DefaultRuntime != "nvidia" {
+			return fail("set default-runtime to nvidia in /etc/docker/daemon.json, or queue.gpu_passing to auto", "env: NVIDIA_VISIBLE_DEVICES does nothing, the default runtime is %s", in.DefaultRuntime)
+		}
+		return pass("env: NVIDIA_VISIBLE_DEVICES, read by the default nvidia runtime")
+	}
+	return fail("set queue.gpu_passing to auto, device_requests, cdi or env", "queue.gpu_passing %q is unknown", setting)
 }
