@@ -94,12 +94,14 @@ func TestFailures(t *testing.T) {
 		{fixture: "no-driver", id: "driver.devices", status: Fail, detail: "/dev/nvidiactl", fix: "nvidia-modprobe"},
 		{fixture: "nouveau", id: "driver.modules", status: Fail, detail: "nouveau", fix: "blacklist nouveau"},
 		{fixture: "version-mismatch", id: "driver.nvml", status: Fail, detail: "kernel module 550.90.07, NVML library 550.54.15", fix: "reboot"},
-		{fixture: "version-mismatch", id: "driver.nvml", status: Fail, detail: "version mismatch", fix: "apt-mark hold",
+		{fixture: "version-mismatch", id: "driver.nvml", status: Fail, detail: "version mismatch: kernel module 550.90.07, library 550.54.15", fix: "apt-mark hold",
 			lib: func() nvml.Interface {
 				s := h100s()
 				s.InitFunc = func() nvml.Return { return nvml.ERROR_LIB_RM_VERSION_MISMATCH }
 				return s
 			}},
+		{fixture: "bad-toml", id: "toolkit.config", status: Fail, detail: "config.toml:8: toml:"},
+		{fixture: "daemon-json-type", id: "docker.daemon_json", status: Fail, detail: "daemon.json:2: not JSON: json: cannot unmarshal"},
 		{fixture: "missing-nodes", id: "driver.devices", status: Fail, detail: "/dev/nvidia-uvm, 1 of 8 /dev/nvidiaN"},
 		{fixture: "no-dev-char", id: "driver.dev_char", status: Fail, detail: "daemon-reload", fix: "nvidia-ctk system create-dev-char-symlinks"},
 		{fixture: "xid", id: "driver.xid", status: Warn, detail: "XID 79 ×1", fix: "fell off the bus"},
@@ -226,5 +228,15 @@ func TestRealRunTest(t *testing.T) {
 func BenchmarkHealthy(b *testing.B) {
 	for b.Loop() {
 		Run(context.Background(), fixtureEnv("healthy", h100s(), fakeDocker{info: nvidiaEngine}))
+	}
+}
+
+// BenchmarkThisHost runs every check against this machine's root, /proc
+// and engine, as `gpumeter doctor` does without --run-test.
+func BenchmarkThisHost(b *testing.B) {
+	cli := dockertest.Client(b)
+	env := Env{Root: os.DirFS("/"), RootPath: "/", Docker: Engine{Client: cli}, Self: &Self{Proc: os.DirFS("/proc")}}
+	for b.Loop() {
+		Run(context.Background(), env)
 	}
 }

@@ -3,6 +3,8 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"regexp"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -10,6 +12,10 @@ import (
 
 func checkNVML(_ context.Context, s *state) Result {
 	if s.NVML == nil {
+		if v := s.libraryVersion(); v != "" {
+			return fail("check the loader's cache (`ldconfig -p | grep nvidia-ml`) and nvml_library; reinstall the driver's libraries if it is broken",
+				"libnvidia-ml.so.%s is installed but libnvidia-ml.so.1 could not be loaded", v)
+		}
 		return fail(installDriver, "libnvidia-ml.so.1 could not be loaded: the NVIDIA driver's user-space libraries are not installed")
 	}
 	ret := safeReturn(func() nvml.Return { return s.NVML.Init() })
@@ -21,7 +27,7 @@ func checkNVML(_ context.Context, s *state) Result {
 		return fail(installDriver, "NVML: the kernel driver is not loaded")
 	case nvml.ERROR_LIB_RM_VERSION_MISMATCH:
 		return fail("the driver was upgraded under the loaded module (often by unattended-upgrades): reboot, or stop every GPU user and `rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && modprobe nvidia`; hold the driver packages (`apt-mark hold`) to stop it recurring",
-			"NVML: driver/library version mismatch: kernel module %s, library newer or older", orUnknown(s.kernelVersion))
+			"NVML: driver/library version mismatch: kernel module %s, library %s", orUnknown(s.kernelVersion), orUnknown(s.libraryVersion()))
 	case nvml.ERROR_NO_PERMISSION:
 		return fail("run doctor as root, or give this user access to /dev/nvidia*", "NVML: no permission to open the GPU devices")
 	default:
@@ -51,6 +57,24 @@ func checkNVML(_ context.Context, s *state) Result {
 			"kernel module %s, NVML library %s", s.kernelVersion, s.driverVersion)
 	}
 	return pass("driver %s, %d GPUs", orUnknown(s.driverVersion), n)
+}
+
+var libDirs = []string{"usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib"}
+
+var nvmlSoname = regexp.MustCompile(`^libnvidia-ml\.so\.(\d+\.\d+(?:\.\d+)?)$`)
+
+// libraryVersion is the release of the installed libnvidia-ml.so.X.Y.Z,
+// "" when none is found.
+func (s *state) libraryVersion() string {
+	for _, d := range libDirs {
+		entries, _ := fs.ReadDir(s.Root, d)
+		for _, e := range entries {
+			if m := nvmlSoname.FindStringSubmatch(e.Name()); m != nil {
+				return m[1]
+			}
+		}
+	}
+	return ""
 }
 
 func orUnknown(v string) string {
