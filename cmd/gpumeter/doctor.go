@@ -100,7 +100,9 @@ func doctorEnv(cfg *config.Config) doctor.Env {
 	env := doctor.Env{
 		Root:     os.DirFS(cfg.HostRoot),
 		RootPath: cfg.HostRoot,
-		Self: &doctor.Self{Proc: os.DirFS(cfg.ProcRoot), DataDir: cfg.DataDir, Listen: cfg.Listen,
+		Proc:     os.DirFS(cfg.ProcRoot),
+		ProcPath: cfg.ProcRoot,
+		Self: &doctor.Self{DataDir: cfg.DataDir, Listen: cfg.Listen,
 			QueueEnabled: cfg.Queue.Enabled, GPUPassing: cfg.Queue.GPUPassing, Simulated: cfg.Source == "sim" || cfg.Source == "demo"},
 	}
 	if cfg.LedgerEnabled {

@@ -125,5 +125,5 @@ func checkCDISpecs(_ context.Context, s *state) Result {
 	if len(problems) > 0 {
 		return warn(regen, "%s", strings.Join(problems, "\n"))
 	}
-	return pass("%d specs parse and match the driver", len(files))
+	return pass("%d CDI spec files parse and match the driver", len(files))
 }

@@ -194,10 +194,7 @@ func checkRuntime(ctx context.Context, s *state) Result {
 // under the proc root; false when it cannot be read (another user's
 // process, no proc root).
 func (s *state) dockerdPath() ([]string, bool) {
-	if s.Self == nil || s.Self.Proc == nil {
-		return nil, false
-	}
-	entries, err := fs.ReadDir(s.Self.Proc, ".")
+	entries, err := fs.ReadDir(s.Proc, ".")
 	if err != nil {
 		return nil, false
 	}
@@ -205,11 +202,11 @@ func (s *state) dockerdPath() ([]string, bool) {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
 		}
-		comm, err := fs.ReadFile(s.Self.Proc, e.Name()+"/comm")
+		comm, err := fs.ReadFile(s.Proc, e.Name()+"/comm")
 		if err != nil || strings.TrimSpace(string(comm)) != "dockerd" {
 			continue
 		}
-		env, err := fs.ReadFile(s.Self.Proc, e.Name()+"/environ")
+		env, err := fs.ReadFile(s.Proc, e.Name()+"/environ")
 		if err != nil {
 			return nil, false
 		}

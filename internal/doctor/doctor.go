@@ -45,6 +45,11 @@ type Env struct {
 	Root fs.FS
 	// RootPath is where Root is, for messages and fixes.
 	RootPath string
+	// Proc is the host's /proc (host.proc_root); nil means proc under
+	// Root.
+	Proc fs.FS
+	// ProcPath is where Proc is, for messages ("/proc" when empty).
+	ProcPath string
 	// Docker is the engine; nil when none is configured.
 	Docker Docker
 	// NVML is the library, not yet initialised: the checks call Init and
@@ -83,6 +88,11 @@ func Run(ctx context.Context, env Env) []Result {
 	s := &state{Env: env}
 	if s.RootPath == "" {
 		s.RootPath = "/"
+	}
+	if s.Proc == nil {
+		if sub, err := fs.Sub(s.Root, "proc"); err == nil {
+			s.Proc = sub
+		}
 	}
 	var out []Result
 	for _, c := range checks() {
@@ -204,6 +214,14 @@ func fail(fix, format string, a ...any) Result {
 
 // hostPath is p (relative to the root) as the host names it.
 func (s *state) hostPath(p string) string { return "/" + strings.TrimPrefix(p, "/") }
+
+// procPath is p (relative to the proc root) for messages.
+func (s *state) procPath(p string) string {
+	if s.ProcPath != "" {
+		return s.ProcPath + "/" + p
+	}
+	return "/proc/" + p
+}
 
 func (s *state) exists(p string) bool {
 	_, err := fs.Stat(s.Root, p)

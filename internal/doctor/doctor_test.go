@@ -53,7 +53,7 @@ func h100s() *server.Server {
 
 func fixtureEnv(name string, lib nvml.Interface, d Docker) Env {
 	root := filepath.Join("testdata", name)
-	return Env{Root: os.DirFS(root), RootPath: root, Docker: d, NVML: lib, Self: &Self{Proc: os.DirFS(filepath.Join(root, "proc"))}}
+	return Env{Root: os.DirFS(root), RootPath: root, Docker: d, NVML: lib, Self: &Self{}}
 }
 
 func byID(rs []Result) map[string]Result {
@@ -235,7 +235,7 @@ func BenchmarkHealthy(b *testing.B) {
 // and engine, as `gpumeter doctor` does without --run-test.
 func BenchmarkThisHost(b *testing.B) {
 	cli := dockertest.Client(b)
-	env := Env{Root: os.DirFS("/"), RootPath: "/", Docker: Engine{Client: cli}, Self: &Self{Proc: os.DirFS("/proc")}}
+	env := Env{Root: os.DirFS("/"), RootPath: "/", Docker: Engine{Client: cli}, Proc: os.DirFS("/proc"), Self: &Self{}}
 	for b.Loop() {
 		Run(context.Background(), env)
 	}

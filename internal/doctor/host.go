@@ -14,8 +14,8 @@ import (
 )
 
 const (
-	procVersion = "proc/driver/nvidia/version"
-	procModules = "proc/modules"
+	procVersion = "driver/nvidia/version"
+	procModules = "modules"
 )
 
 func checkRoot(_ context.Context, s *state) Result {
@@ -44,14 +44,14 @@ func parseKernelVersion(data []byte) (string, bool) {
 const installDriver = "install the NVIDIA driver (e.g. `ubuntu-drivers install` or your distribution's nvidia-driver package) and load it with `modprobe nvidia` or a reboot"
 
 func checkKernelDriver(_ context.Context, s *state) Result {
-	data, err := fs.ReadFile(s.Root, procVersion)
+	data, err := fs.ReadFile(s.Proc, procVersion)
 	if err != nil {
-		return fail(installDriver, "%s: %v: the NVIDIA kernel driver is not loaded", s.hostPath(procVersion), unwrapPath(err))
+		return fail(installDriver, "%s: %v: the NVIDIA kernel driver is not loaded", s.procPath(procVersion), unwrapPath(err))
 	}
 	v, ok := parseKernelVersion(data)
 	if !ok {
 		first, _, _ := bytes.Cut(data, []byte("\n"))
-		return warn("report this line to gpumeter", "%s:1: no driver version in %q", s.hostPath(procVersion), first)
+		return warn("report this line to gpumeter", "%s:1: no driver version in %q", s.procPath(procVersion), first)
 	}
 	s.kernelVersion = v
 	return pass("kernel module %s", v)
@@ -70,9 +70,9 @@ func loadedModules(data []byte) []string {
 }
 
 func checkModules(_ context.Context, s *state) Result {
-	data, err := fs.ReadFile(s.Root, procModules)
+	data, err := fs.ReadFile(s.Proc, procModules)
 	if err != nil {
-		return skip("%s: %v", s.hostPath(procModules), unwrapPath(err))
+		return skip("%s: %v", s.procPath(procModules), unwrapPath(err))
 	}
 	mods := loadedModules(data)
 	if slices.Contains(mods, "nouveau") {

@@ -16,8 +16,6 @@ import (
 
 // Self is what the gpumeter checks need from its config.
 type Self struct {
-	// Proc is the host's /proc (host.proc_root).
-	Proc fs.FS
 	// DataDir is the agent's data directory, as this process sees it.
 	DataDir string
 	// Listen is the agent's listen address.
@@ -46,10 +44,7 @@ func selfChecks() []check {
 // checkPIDNamespace reads /proc/1/sched, whose first line names PID 1 by
 // its PID in the initial namespace: 1 there means the host's namespace.
 func checkPIDNamespace(_ context.Context, s *state) Result {
-	if s.Self == nil || s.Self.Proc == nil {
-		return skip("no proc root")
-	}
-	data, err := fs.ReadFile(s.Self.Proc, "1/sched")
+	data, err := fs.ReadFile(s.Proc, "1/sched")
 	if err != nil {
 		return skip("1/sched under host.proc_root: %v", unwrapPath(err))
 	}
@@ -61,10 +56,7 @@ func checkPIDNamespace(_ context.Context, s *state) Result {
 }
 
 func checkCgroupNamespace(_ context.Context, s *state) Result {
-	if s.Self == nil || s.Self.Proc == nil {
-		return skip("no proc root")
-	}
-	data, err := fs.ReadFile(s.Self.Proc, "self/cgroup")
+	data, err := fs.ReadFile(s.Proc, "self/cgroup")
 	if err != nil {
 		return skip("self/cgroup under host.proc_root: %v", unwrapPath(err))
 	}
