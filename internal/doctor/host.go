@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 const (
@@ -20,6 +22,9 @@ const (
 
 func checkRoot(_ context.Context, s *state) Result {
 	fi, err := fs.Stat(s.Root, ".")
+	if errors.Is(err, syscall.ENOTDIR) {
+		return fail("set host.root to the directory where the host's / is mounted", "host.root %s is not a directory", s.RootPath)
+	}
 	if err != nil {
 		return fail("set host.root to the directory where the host's / is mounted", "host.root %s: %v", s.RootPath, err)
 	}
