@@ -229,11 +229,7 @@ func checkDefaultRuntime(ctx context.Context, s *state) Result {
 	if in.DefaultRuntime != "nvidia" {
 		return pass("%s", in.DefaultRuntime)
 	}
-	accept := true
-	if data, err := fs.ReadFile(s.Root, toolkitConfigPath); err == nil && bytes.Contains(data, []byte("accept-nvidia-visible-devices-envvar-when-unprivileged = false")) {
-		accept = false
-	}
-	if !accept {
+	if s.toolkit.read && !s.toolkit.acceptEnvvar {
 		return pass("nvidia, with accept-nvidia-visible-devices-envvar-when-unprivileged = false")
 	}
 	return warn("set accept-nvidia-visible-devices-envvar-when-unprivileged = false in /"+toolkitConfigPath+" (GPUs then come only from --gpus), or drop default-runtime from /"+daemonJSON,

@@ -109,6 +109,8 @@ func TestFailures(t *testing.T) {
 		{fixture: "old-toolkit", id: "toolkit.version", status: Fail, detail: "CVE-2024-0132", fix: "1.17.8 or later"},
 		{fixture: "default-runtime", id: "docker.default_runtime", status: Warn, detail: "NVIDIA_VISIBLE_DEVICES=all", fix: "accept-nvidia-visible-devices-envvar-when-unprivileged = false",
 			engine: func() DockerInfo { e := nvidiaEngine; e.DefaultRuntime = "nvidia"; return e }()},
+		{fixture: "default-runtime-locked", id: "docker.default_runtime", status: Pass, detail: "accept-nvidia-visible-devices-envvar-when-unprivileged = false",
+			engine: func() DockerInfo { e := nvidiaEngine; e.DefaultRuntime = "nvidia"; return e }()},
 		{fixture: "bad-daemon-json", id: "docker.daemon_json", status: Fail, detail: "etc/docker/daemon.json:5: not JSON"},
 		{fixture: "stale-cdi", id: "cdi.specs", status: Fail, detail: "libraries of driver 535.104.05, the driver is 550.54.15", fix: "nvidia-ctk cdi generate"},
 		{fixture: "bad-cdi", id: "cdi.specs", status: Fail, detail: "etc/cdi/nvidia.yaml: does not parse: yaml: line 3"},

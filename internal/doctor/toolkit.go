@@ -140,6 +140,9 @@ const toolkitConfigPath = "etc/nvidia-container-runtime/config.toml"
 type toolkitConfig struct {
 	read      bool
 	noCgroups bool
+	// acceptEnvvar is accept-nvidia-visible-devices-envvar-when-unprivileged
+	// (true when unset, as the toolkit defaults it).
+	acceptEnvvar bool
 }
 
 var knownSections = map[string]bool{
@@ -174,7 +177,7 @@ func checkToolkitConfig(_ context.Context, s *state) Result {
 		}
 		return fail("correct the file, or write a fresh one with `nvidia-ctk config default --output="+p+"`", "%s:%d: %v", p, line, err)
 	}
-	s.toolkit = toolkitConfig{read: true, noCgroups: cfg.CLI.NoCgroups}
+	s.toolkit = toolkitConfig{read: true, noCgroups: cfg.CLI.NoCgroups, acceptEnvvar: cfg.AcceptEnvvarUnprivileged == nil || *cfg.AcceptEnvvarUnprivileged}
 	for i, line := range strings.Split(string(data), "\n") {
 		if m := sectionHeader.FindStringSubmatch(line); m != nil && !knownSections[m[1]] {
 			return warn("remove or rename the section; `nvidia-ctk config default` lists the known ones", "%s:%d: unknown section [%s]: the toolkit ignores it", p, i+1, m[1])
