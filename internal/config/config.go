@@ -26,6 +26,9 @@ type Config struct {
 	SimFile     string
 	NVMLLibrary string
 
+	// HostRoot is where the host's root file system is seen: "/" on the
+	// host, a mount point in a container. doctor reads host files under it.
+	HostRoot   string
 	ProcRoot   string
 	CgroupRoot string
 	PasswdFile string
@@ -181,6 +184,7 @@ func Default() Config {
 		Interval:      time.Second,
 		LogLevel:      "info",
 		Source:        "auto",
+		HostRoot:      "/",
 		ProcRoot:      "/proc",
 		CgroupRoot:    "/sys/fs/cgroup",
 		PasswdFile:    "/etc/passwd",

@@ -19,7 +19,7 @@ func TestParseFull(t *testing.T) {
 	want := Config{
 		Listen: "127.0.0.1:9500", Interval: 2 * time.Second, Hostname: "gpu-node-7", LogLevel: "debug",
 		Source: "nvml", NVMLLibrary: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1",
-		ProcRoot: "/host/proc", CgroupRoot: "/host/sys/fs/cgroup", PasswdFile: "/host/etc/passwd", GroupFile: "/host/etc/group",
+		HostRoot: "/host", ProcRoot: "/host/proc", CgroupRoot: "/host/sys/fs/cgroup", PasswdFile: "/host/etc/passwd", GroupFile: "/host/etc/group",
 		DockerEnabled: true, DockerHost: "unix:///run/docker.sock", DockerKeep: 10 * time.Minute,
 		UserLabel: "lab.user", TeamLabel: "lab.team", ProjectLabel: "lab.project",
 		IdlePower: map[string]float64{"NVIDIA H100 80GB HBM3": 70, "GPU-1234": 55.5},

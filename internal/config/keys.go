@@ -16,6 +16,7 @@ func Keys() []Key {
 		enumKey("source", "GPU source: auto tries NVML and says what to do when it is missing", func(c *Config) *string { return &c.Source }, "auto", "nvml", "sim", "demo"),
 		stringKey("sim_file", "scenario file played by source sim", func(c *Config) *string { return &c.SimFile }),
 		stringKey("nvml_library", "path of libnvidia-ml.so.1", func(c *Config) *string { return &c.NVMLLibrary }).defaultIs("the loader's search path"),
+		stringKey("host.root", "the host's root file system (under a container: where it is mounted); doctor reads driver, toolkit and Docker files under it", func(c *Config) *string { return &c.HostRoot }),
 		stringKey("host.proc_root", "the host's /proc (under a container: where it is mounted)", func(c *Config) *string { return &c.ProcRoot }),
 		stringKey("host.cgroup_root", "the host's cgroup file system", func(c *Config) *string { return &c.CgroupRoot }),
 		stringKey("host.passwd_file", "the host's passwd file, for uid to user names and a job's uid and gid", func(c *Config) *string { return &c.PasswdFile }),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -28,10 +29,13 @@ func (c *Config) Validate() error {
 	if c.DockerKeep < 0 {
 		errs = append(errs, fmt.Errorf("docker.keep_stopped: %s is negative", units.FormatDuration(c.DockerKeep)))
 	}
-	for name, v := range map[string]string{"labels.user": c.UserLabel, "labels.team": c.TeamLabel, "labels.project": c.ProjectLabel, "host.proc_root": c.ProcRoot, "host.cgroup_root": c.CgroupRoot} {
+	for name, v := range map[string]string{"labels.user": c.UserLabel, "labels.team": c.TeamLabel, "labels.project": c.ProjectLabel, "host.root": c.HostRoot, "host.proc_root": c.ProcRoot, "host.cgroup_root": c.CgroupRoot} {
 		if v == "" {
 			errs = append(errs, fmt.Errorf("%s: must not be empty", name))
 		}
+	}
+	if c.HostRoot != "" && !filepath.IsAbs(c.HostRoot) {
+		errs = append(errs, fmt.Errorf("host.root: %q is not an absolute path", c.HostRoot))
 	}
 	for model, w := range c.IdlePower {
 		if w < 0 {

@@ -207,3 +207,7 @@ func (s *Source) Read(ctx context.Context, now time.Time) (gpu.Sample, error) {
 	s.applyTopology(sample.Devices)
 	return sample, nil
 }
+
+// Probe says whether the library at name loads and is NVML, without
+// initialising it: doctor calls Init itself to report its return code.
+func Probe(name string) error { return probeLibrary(name) }
