@@ -11,6 +11,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
@@ -26,7 +27,7 @@ type historyRing struct {
 	mu   sync.Mutex
 	size int
 	gpus map[string]*gpuRing
-	last any // the meter tick added last: a republished one adds nothing
+	last *meter.Tick // the tick added last: a republished one adds nothing
 }
 
 type gpuRing struct {
@@ -59,7 +60,7 @@ func (h *historyRing) add(t *sampler.Tick) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.last == any(t.Tick) {
+	if h.last == t.Tick {
 		return
 	}
 	h.last = t.Tick
