@@ -159,3 +159,31 @@ func testGPUSeriesRetain(t *testing.T, s ledger.Store) {
 		t.Errorf("hour series after Retain: %+v, want 3 hours of 60 readings", got)
 	}
 }
+
+// BenchGPUSeries reads the last 7 days of the month Fill30Days wrote in
+// hour steps (the console's 7-day charts) and the last 24 hours in
+// five-minute steps, checking that every GPU has its points.
+func BenchGPUSeries(b *testing.B, s ledger.Store, m Month) {
+	gs, ok := s.(ledger.GPUSeriesStore)
+	if !ok {
+		b.Fatalf("%T does not read GPU series", s)
+	}
+	ctx := context.Background()
+	for _, w := range []struct {
+		name       string
+		span, step time.Duration
+	}{{"7d", 7 * 24 * time.Hour, time.Hour}, {"24h", 24 * time.Hour, 5 * time.Minute}} {
+		b.Run(w.name, func(b *testing.B) {
+			want := int(w.span / w.step)
+			for b.Loop() {
+				h, err := gs.GPUSeries(ctx, m.Node, m.To.Add(-w.span), m.To, w.step)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(h) != len(m.GPUs) || len(h[0].Points) != want {
+					b.Fatalf("%d GPUs, %d points; want %d and %d", len(h), len(h[0].Points), len(m.GPUs), want)
+				}
+			}
+		})
+	}
+}
