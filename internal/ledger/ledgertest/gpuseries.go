@@ -5,6 +5,9 @@ package ledgertest
 
 import (
 	"context"
+	"errors"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +127,22 @@ func testGPUSeries(t *testing.T, s ledger.Store) {
 	}
 	if got := gpuSeries(t, s, nodeA, at(5, 0), at(6, 0), time.Minute); len(got) != 0 {
 		t.Errorf("empty window: %+v, want none", got)
+	}
+
+	// Readings that cannot be stored are refused with the batch.
+	for name, g := range map[string]ledger.GPUGauges{
+		"Gauges.Samples":   {Samples: -1},
+		"Gauges.UtilSum":   {Samples: 1, UtilSum: math.NaN()},
+		"Gauges.PowerMax":  {Samples: 1, PowerMax: math.Inf(1)},
+		"Gauges.MemorySum": {Samples: 1, MemorySum: 1e30},
+	} {
+		err := s.Write(context.Background(), ledger.Batch{GPUUsage: []ledger.GPUUsage{gpuRow(nodeA, gpuA, at(3, 0), g)}})
+		if !errors.Is(err, ledger.ErrInvalidBatch) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s out of range: %v, want ErrInvalidBatch naming it", name, err)
+		}
+	}
+	if got := gpuSeries(t, s, nodeA, at(3, 0), at(4, 0), time.Minute); len(got) != 0 {
+		t.Errorf("refused batches left points: %+v", got)
 	}
 
 	gs := s.(ledger.GPUSeriesStore)
