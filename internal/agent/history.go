@@ -162,6 +162,8 @@ type gpuHistory struct {
 	node  string
 }
 
+var _ server.History = gpuHistory{}
+
 // Stored reads the node's GPU series from the ledger.
 func (g gpuHistory) Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]apitype.GPUHistory, error) {
 	if g.store == nil {
