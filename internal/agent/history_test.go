@@ -3,13 +3,17 @@ package agent
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -110,5 +114,47 @@ func TestHistoryStored(t *testing.T) {
 	hs.store = nil
 	if _, err := hs.Stored(context.Background(), historyT0, historyT0.Add(time.Hour), time.Hour); !errors.Is(err, server.ErrNoLedger) {
 		t.Errorf("no ledger: %v, want server.ErrNoLedger", err)
+	}
+}
+
+// BenchmarkHistory30Days is the API's GPU history over the 30-day ledger
+// (8 GPUs), as a caller gets it: authentication, the ledger read, the
+// conversion and the JSON, for the 24h and 7d windows.
+//
+//	go test -run '^$' -bench History30Days ./internal/agent/
+func BenchmarkHistory30Days(b *testing.B) {
+	store, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "ledger.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	m := ledgertest.Fill30Days(b, store)
+	secret, tok, err := auth.NewToken("viewer", "grafana", auth.RoleViewer, time.Time{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := server.New(server.Config{
+		History: gpuHistory{historyRing: newHistoryRing(time.Second), store: store, node: m.Node},
+		Auth:    func() *auth.Authenticator { return authn },
+		Limiter: func() *auth.Limiter { return nil },
+		Now:     func() time.Time { return m.To.Add(-time.Second) },
+		Node:    m.Node,
+	})
+	for _, window := range []string{"24h", "7d"} {
+		b.Run(window, func(b *testing.B) {
+			for b.Loop() {
+				req := httptest.NewRequest(http.MethodGet, "/api/v1/gpus/history?window="+window, nil)
+				req.Header.Set("Authorization", "Bearer "+secret)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, req)
+				if w.Code != http.StatusOK || w.Body.Len() < 10_000 {
+					b.Fatalf("%d %.200s", w.Code, w.Body.String())
+				}
+			}
+		})
 	}
 }
