@@ -58,8 +58,9 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	queueUtil  *utilRing  // the GPUs' utilisation over queue.placement_window
-	fair       *fairShare // the queue's fair share and budgets
+	queueUtil  *utilRing    // the GPUs' utilisation over queue.placement_window
+	history    *historyRing // the GPUs' figures of the last hour
+	fair       *fairShare   // the queue's fair share and budgets
 	reloadMu   sync.Mutex
 	closers    []func() error
 	listener   net.Listener
@@ -245,6 +246,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
 	}
+	a.history = newHistoryRing(cfg.Interval)
+	onTick = chain(onTick, a.history.add)
 	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,

@@ -143,12 +143,14 @@ func (s *GPUSums) Add(o GPUSums) {
 	s.PeakUtil = max(s.PeakUtil, o.PeakUtil)
 }
 
-// GPUUsage is one GPU's totals in one minute (or hour).
+// GPUUsage is one GPU's totals in one minute (or hour), and its sampled
+// figures there.
 type GPUUsage struct {
 	Node  string
 	Start time.Time
 	GPU   string
 	GPUSums
+	Gauges GPUGauges
 }
 
 // ContainerUsage is one container's CPU and RAM in one minute (or hour).

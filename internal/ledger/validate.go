@@ -100,8 +100,19 @@ func (b *Batch) Validate() error {
 			number{"EnergyJoules", g.EnergyJoules},
 			number{"IdleEnergyJoules", g.IdleEnergyJoules},
 			number{"PeakUtil", g.PeakUtil},
+			number{"Gauges.UtilSum", g.Gauges.UtilSum},
+			number{"Gauges.UtilMax", g.Gauges.UtilMax},
+			number{"Gauges.MemorySum", g.Gauges.MemorySum},
+			number{"Gauges.MemoryMax", g.Gauges.MemoryMax},
+			number{"Gauges.PowerSum", g.Gauges.PowerSum},
+			number{"Gauges.PowerMax", g.Gauges.PowerMax},
+			number{"Gauges.TempSum", g.Gauges.TempSum},
+			number{"Gauges.TempMax", g.Gauges.TempMax},
 		); err != nil {
 			return invalid("%s: %v", at(), err)
+		}
+		if g.Gauges.Samples < 0 {
+			return invalid("%s: Gauges.Samples %d is negative", at(), g.Gauges.Samples)
 		}
 	}
 	for i, c := range b.ContainerUsage {

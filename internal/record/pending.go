@@ -30,6 +30,13 @@ type gpuKey struct {
 	gpu    string
 }
 
+// gpuRow is one GPU's minute: its sums over the intervals booked there
+// and the readings of the samples taken in it.
+type gpuRow struct {
+	ledger.GPUSums
+	gauges ledger.GPUGauges
+}
+
 type ctrKey struct {
 	minute int64
 	id     string
@@ -39,7 +46,7 @@ type ctrKey struct {
 type pending struct {
 	usage      map[usageKey]*ledger.Sums
 	rowInfo    map[uint64]rowInfo
-	gpus       map[gpuKey]*ledger.GPUSums
+	gpus       map[gpuKey]*gpuRow
 	containers map[ctrKey]*ledger.ContainerUsage
 	meta       map[string]*meta
 	gpuMeta    map[string]ledger.GPU
@@ -79,7 +86,7 @@ func newPending() *pending {
 	return &pending{
 		usage:      map[usageKey]*ledger.Sums{},
 		rowInfo:    map[uint64]rowInfo{},
-		gpus:       map[gpuKey]*ledger.GPUSums{},
+		gpus:       map[gpuKey]*gpuRow{},
 		containers: map[ctrKey]*ledger.ContainerUsage{},
 		meta:       map[string]*meta{},
 		gpuMeta:    map[string]ledger.GPU{},
@@ -216,7 +223,7 @@ func (r *Recorder) batch(p *pending) ledger.Batch {
 		return cmp.Compare(a.GPU, c.GPU)
 	})
 	for k, s := range p.gpus {
-		b.GPUUsage = append(b.GPUUsage, ledger.GPUUsage{Node: r.cfg.Node, Start: time.Unix(k.minute, 0).UTC(), GPU: k.gpu, GPUSums: *s})
+		b.GPUUsage = append(b.GPUUsage, ledger.GPUUsage{Node: r.cfg.Node, Start: time.Unix(k.minute, 0).UTC(), GPU: k.gpu, GPUSums: s.GPUSums, Gauges: s.gauges})
 	}
 	slices.SortFunc(b.GPUUsage, func(a, c ledger.GPUUsage) int {
 		if d := a.Start.Compare(c.Start); d != 0 {

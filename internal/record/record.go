@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -140,15 +141,17 @@ func (r *Recorder) Add(t *sampler.Tick) {
 		// The utilisation booked over the interval is that of the sample
 		// that opened it; the current sample's opens the next one.
 		util := g.Delta.UsedSeconds / g.Delta.Seconds * 100
+		var row *gpuRow
 		for _, pc := range cut.split(span) {
-			minute, f := pc.minute, pc.frac
-			k := gpuKey{minute, key}
-			s := p.gpus[k]
-			if s == nil {
-				s = &ledger.GPUSums{}
-				p.gpus[k] = s
-			}
-			s.Add(gpuPart(&g.Delta, f, util))
+			row = p.gpu(gpuKey{pc.minute, key})
+			row.Add(gpuPart(&g.Delta, pc.frac, util))
+		}
+		// The sample's own readings go with the minute its interval ends
+		// in, so that they ride on a row that holds time: the first sample
+		// of a GPU, which books no interval, gives none.
+		if row != nil && i < len(t.Sample.Devices) && t.Sample.Devices[i].Err == nil && readings(&t.Sample.Devices[i]) {
+			d := &t.Sample.Devices[i]
+			row.gauges.Observe(d.Util, float64(d.MemoryUsed), d.PowerWatts, d.TempC)
 		}
 	}
 	for i := range t.Usage {
@@ -215,4 +218,27 @@ func (r *Recorder) Add(t *sampler.Tick) {
 		}
 	}
 	r.bound()
+}
+
+// gpu returns the pending row of a GPU's minute, adding it if missing.
+func (p *pending) gpu(k gpuKey) *gpuRow {
+	s := p.gpus[k]
+	if s == nil {
+		s = &gpuRow{}
+		p.gpus[k] = s
+	}
+	return s
+}
+
+// readings reports whether a device reported every figure the ledger's
+// GPU history keeps. One that lacks one (a GPU without a power sensor)
+// gives no readings rather than a false zero mixed into the means.
+func readings(d *gpu.Device) bool {
+	for _, f := range d.Missing {
+		switch f {
+		case gpu.FieldUtil, gpu.FieldPower, gpu.FieldTemp:
+			return false
+		}
+	}
+	return true
 }

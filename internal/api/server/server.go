@@ -87,6 +87,8 @@ type Config struct {
 	// FairShare is the fair share of the queue; nil: it is off
 	// (fairshare_off).
 	FairShare FairShare
+	// History is the GPUs' figures over time; nil: not kept.
+	History History
 	// Auth gives the current authenticator; it changes on a reload.
 	Auth    func() *auth.Authenticator
 	Limiter func() *auth.Limiter
@@ -213,6 +215,7 @@ func New(cfg Config) http.Handler {
 	}
 	routes = append(routes, s.jobRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
+	routes = append(routes, s.historyRoutes()...)
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.guard(rt))

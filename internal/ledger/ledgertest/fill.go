@@ -12,8 +12,9 @@ import (
 )
 
 // FillVersion changes whenever Fill30Days writes something different;
-// key caches of a filled ledger on it.
-const FillVersion = 1
+// key caches of a filled ledger on it. Version 2 added the GPUs' sampled
+// figures (ledger schema 9); the plan's random draws are version 1's.
+const FillVersion = 2
 
 // Month describes the ledger Fill30Days writes: one node with 8 GPUs,
 // 2,000 containers over 30 days, each running 1–4 hours on 1 or 2 GPUs
@@ -51,7 +52,7 @@ const (
 
 // Plan30Days describes the month Fill30Days writes, without writing it.
 func Plan30Days() Month {
-	rng := rand.New(rand.NewPCG(20250101, FillVersion))
+	rng := rand.New(rand.NewPCG(20250101, 1))
 	m := Month{
 		From: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC),
 		Node: monthNodeName,
@@ -193,7 +194,8 @@ func Fill30Days(tb testing.TB, s ledger.Store) Month {
 				gs.IdleEnergyJoules = idleWatts * 60
 				gs.EnergyJoules += idleWatts * 60
 			}
-			b.GPUUsage = append(b.GPUUsage, ledger.GPUUsage{Node: m.Node, Start: start, GPU: m.GPUs[g].UUID, GPUSums: gs})
+			b.GPUUsage = append(b.GPUUsage, ledger.GPUUsage{Node: m.Node, Start: start, GPU: m.GPUs[g].UUID, GPUSums: gs,
+				Gauges: minuteGauges(gs, held)})
 		}
 		if (t+1)%batchMinutes == 0 {
 			flush()
@@ -346,4 +348,22 @@ func BenchUsage(b *testing.B, s ledger.Store, m Month, report Report) {
 			b.ReportMetric(float64(rows), "rows")
 		})
 	}
+}
+
+// minuteGauges are a minute's 60 readings of a GPU as a one-second sampler
+// would take them: utilisation and power from the minute's sums,
+// memory and temperature following utilisation.
+func minuteGauges(gs ledger.GPUSums, held bool) ledger.GPUGauges {
+	util := gs.UsedSeconds / 60 * 100
+	power := gs.EnergyJoules / 60
+	mem := 0.0
+	if held {
+		mem = float64(8<<30) + util/100*float64(64<<30)
+	}
+	temp := 32 + util*0.45
+	return ledger.GPUGauges{Samples: 60,
+		UtilSum: 60 * util, UtilMax: min(100, util*1.1),
+		MemorySum: 60 * mem, MemoryMax: mem,
+		PowerSum: 60 * power, PowerMax: power * 1.05,
+		TempSum: 60 * temp, TempMax: temp + 2}
 }

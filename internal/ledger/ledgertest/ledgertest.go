@@ -61,6 +61,8 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"BudgetLifts", testBudgetLifts},
 		{"BudgetLiftAtomic", testBudgetLiftAtomic},
 		{"UsageByOwner", testUsageByOwner},
+		{"GPUSeries", testGPUSeries},
+		{"GPUSeriesRetain", testGPUSeriesRetain},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

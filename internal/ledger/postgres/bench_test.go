@@ -65,3 +65,16 @@ func BenchmarkFairShare30Days(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGPUSeries30Days reads GPU series from the 30-day ledger once
+// its statistics are known, as autovacuum would have them on a ledger a
+// month old (right after the fill the planner has none).
+//
+//	go test -run '^$' -bench BenchmarkGPUSeries30Days ./internal/ledger/postgres/
+func BenchmarkGPUSeries30Days(b *testing.B) {
+	dsn := pgtest.DSN(b)
+	s := open(b, dsn)
+	m := ledgertest.Fill30Days(b, s)
+	rawExec(b, dsn, "ANALYZE")
+	ledgertest.BenchGPUSeries(b, s, m)
+}

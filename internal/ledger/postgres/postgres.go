@@ -48,8 +48,9 @@ type Store struct {
 }
 
 var (
-	_ ledger.Store      = (*Store)(nil)
-	_ ledger.AuditStore = (*Store)(nil)
+	_ ledger.Store          = (*Store)(nil)
+	_ ledger.AuditStore     = (*Store)(nil)
+	_ ledger.GPUSeriesStore = (*Store)(nil)
 )
 
 // Open connects to the database at dsn and migrates it to the schema this

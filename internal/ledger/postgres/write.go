@@ -147,11 +147,15 @@ const (
 			peak_memory_bytes = GREATEST(t.peak_memory_bytes, EXCLUDED.peak_memory_bytes),
 			peak_util_cpct = GREATEST(t.peak_util_cpct, EXCLUDED.peak_util_cpct)`
 	gpuUsageSQL = `INSERT INTO %s AS t (start, gpu_id, seconds_us, allocated_us, idle_us, used_us,
-			unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct)
-		SELECT r.start, g.id, r.s, r.a, r.i, r.u, r.x, r.e, r.ie, r.pu
+			unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct,
+			samples, util_sum_cpct, util_max_cpct, mem_sum_bytes, mem_max_bytes,
+			power_sum_mw, power_max_mw, temp_sum_ccel, temp_max_ccel)
+		SELECT r.start, g.id, r.s, r.a, r.i, r.u, r.x, r.e, r.ie, r.pu,
+			r.n, r.us, r.um, r.ms, r.mm, r.ps, r.pm, r.ts, r.tm
 		FROM unnest($1::bigint[], $2::text[], $3::text[],
-			$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[])
-			AS r(start, node, gpu, s, a, i, u, x, e, ie, pu)
+			$4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],
+			$12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[], $20::bigint[])
+			AS r(start, node, gpu, s, a, i, u, x, e, ie, pu, n, us, um, ms, mm, ps, pm, ts, tm)
 		JOIN nodes n ON n.name = r.node
 		JOIN gpus g ON g.node_id = n.id AND g.uuid = r.gpu
 		ORDER BY r.start, g.id
@@ -163,7 +167,16 @@ const (
 			unattributed_us = t.unattributed_us + EXCLUDED.unattributed_us,
 			energy_mj = t.energy_mj + EXCLUDED.energy_mj,
 			idle_energy_mj = t.idle_energy_mj + EXCLUDED.idle_energy_mj,
-			peak_util_cpct = GREATEST(t.peak_util_cpct, EXCLUDED.peak_util_cpct)`
+			peak_util_cpct = GREATEST(t.peak_util_cpct, EXCLUDED.peak_util_cpct),
+			samples = t.samples + EXCLUDED.samples,
+			util_sum_cpct = t.util_sum_cpct + EXCLUDED.util_sum_cpct,
+			util_max_cpct = GREATEST(t.util_max_cpct, EXCLUDED.util_max_cpct),
+			mem_sum_bytes = t.mem_sum_bytes + EXCLUDED.mem_sum_bytes,
+			mem_max_bytes = GREATEST(t.mem_max_bytes, EXCLUDED.mem_max_bytes),
+			power_sum_mw = t.power_sum_mw + EXCLUDED.power_sum_mw,
+			power_max_mw = GREATEST(t.power_max_mw, EXCLUDED.power_max_mw),
+			temp_sum_ccel = t.temp_sum_ccel + EXCLUDED.temp_sum_ccel,
+			temp_max_ccel = GREATEST(t.temp_max_ccel, EXCLUDED.temp_max_ccel)`
 	containerUsageSQL = `INSERT INTO %s AS t (start, owner_id, cpu_us, ram_byte_s)
 		SELECT r.start, o.id, r.c, r.r
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::bigint[]) AS r(start, node, id, c, r)
@@ -291,12 +304,21 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 		start := make([]int64, n)
 		nodes, gpus := make([]string, n), make([]string, n)
 		sec, a, idle, u, x, e, ie, pu := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+		var gauge [9][]int64 // samples, then sum and max of util, memory, power, temperature
+		for j := range gauge {
+			gauge[j] = make([]int64, n)
+		}
 		for i, row := range t.rows {
 			k, v := row.Key, row.Val
 			start[i], nodes[i], gpus[i] = k.Start, k.Node, k.GPU
 			sec[i], a[i], idle[i], u[i], x[i], e[i], ie[i], pu[i] = v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS, v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil
+			gv := v.Gauges
+			for j, f := range [9]int64{gv.Samples, gv.UtilSum, gv.UtilMax, gv.MemSum, gv.MemMax, gv.PowerSum, gv.PowerMax, gv.TempSum, gv.TempMax} {
+				gauge[j][i] = f
+			}
 		}
-		add(t.table, fmt.Sprintf(gpuUsageSQL, t.table), n, start, nodes, gpus, sec, a, idle, u, x, e, ie, pu)
+		add(t.table, fmt.Sprintf(gpuUsageSQL, t.table), n, start, nodes, gpus, sec, a, idle, u, x, e, ie, pu,
+			gauge[0], gauge[1], gauge[2], gauge[3], gauge[4], gauge[5], gauge[6], gauge[7], gauge[8])
 	}
 	for _, t := range []struct {
 		table string

@@ -177,3 +177,9 @@ func runReport(ctx context.Context, s ledger.Store, by string, from, to time.Tim
 func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
 }
+
+// go test -run '^$' -bench BenchmarkGPUSeries30Days ./internal/ledger/sqlite/
+func BenchmarkGPUSeries30Days(b *testing.B) {
+	path, m := monthLedger(b)
+	ledgertest.BenchGPUSeries(b, open(b, path), m)
+}

@@ -56,8 +56,9 @@ type Store struct {
 }
 
 var (
-	_ ledger.Store      = (*Store)(nil)
-	_ ledger.AuditStore = (*Store)(nil)
+	_ ledger.Store          = (*Store)(nil)
+	_ ledger.AuditStore     = (*Store)(nil)
+	_ ledger.GPUSeriesStore = (*Store)(nil)
 )
 
 // Open opens the ledger at path, creating it if missing and migrating it to

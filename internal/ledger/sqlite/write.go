@@ -111,8 +111,10 @@ const (
 			peak_memory_bytes = max(peak_memory_bytes, excluded.peak_memory_bytes),
 			peak_util_cpct = max(peak_util_cpct, excluded.peak_util_cpct)`
 	gpuUsageSQL = `INSERT INTO %s (start, gpu_id, seconds_us, allocated_us, idle_us, used_us,
-		unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct,
+		samples, util_sum_cpct, util_max_cpct, mem_sum_bytes, mem_max_bytes,
+		power_sum_mw, power_max_mw, temp_sum_ccel, temp_max_ccel)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 		ON CONFLICT (start, gpu_id) DO UPDATE SET
 			seconds_us = seconds_us + excluded.seconds_us,
 			allocated_us = allocated_us + excluded.allocated_us,
@@ -121,7 +123,16 @@ const (
 			unattributed_us = unattributed_us + excluded.unattributed_us,
 			energy_mj = energy_mj + excluded.energy_mj,
 			idle_energy_mj = idle_energy_mj + excluded.idle_energy_mj,
-			peak_util_cpct = max(peak_util_cpct, excluded.peak_util_cpct)`
+			peak_util_cpct = max(peak_util_cpct, excluded.peak_util_cpct),
+			samples = samples + excluded.samples,
+			util_sum_cpct = util_sum_cpct + excluded.util_sum_cpct,
+			util_max_cpct = max(util_max_cpct, excluded.util_max_cpct),
+			mem_sum_bytes = mem_sum_bytes + excluded.mem_sum_bytes,
+			mem_max_bytes = max(mem_max_bytes, excluded.mem_max_bytes),
+			power_sum_mw = power_sum_mw + excluded.power_sum_mw,
+			power_max_mw = max(power_max_mw, excluded.power_max_mw),
+			temp_sum_ccel = temp_sum_ccel + excluded.temp_sum_ccel,
+			temp_max_ccel = max(temp_max_ccel, excluded.temp_max_ccel)`
 	containerUsageSQL = `INSERT INTO %s (start, owner_id, cpu_us, ram_byte_s) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (start, owner_id) DO UPDATE SET
 			cpu_us = cpu_us + excluded.cpu_us,
@@ -264,7 +275,9 @@ func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) 
 			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: g.Key.Node, UUID: g.Key.GPU})
 			v := &g.Val
 			if _, err := st.ExecContext(ctx, g.Key.Start, gid, v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS,
-				v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil); err != nil {
+				v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil,
+				v.Gauges.Samples, v.Gauges.UtilSum, v.Gauges.UtilMax, v.Gauges.MemSum, v.Gauges.MemMax,
+				v.Gauges.PowerSum, v.Gauges.PowerMax, v.Gauges.TempSum, v.Gauges.TempMax); err != nil {
 				return fmt.Errorf("gpu usage: %w", err)
 			}
 		}

@@ -127,6 +127,58 @@ type GPUValues struct {
 	EnergyMJ       int64
 	IdleEnergyMJ   int64
 	PeakUtil       int64 // maximum
+	Gauges         GaugeValues
+}
+
+// GaugeValues are ledger.GPUGauges in stored units.
+type GaugeValues struct {
+	Samples            int64
+	UtilSum, UtilMax   int64 // hundredths of a percent
+	MemSum, MemMax     int64 // bytes
+	PowerSum, PowerMax int64 // milliwatts
+	TempSum, TempMax   int64 // hundredths of a degree Celsius
+}
+
+// Stored units of the gauges beyond UtilScale.
+const (
+	MilliwattsPerWatt = 1000
+	TempScale         = 100 // temperature is stored in hundredths of a degree
+)
+
+// Add sums v and w, the maxima taking the larger.
+func (v GaugeValues) Add(w GaugeValues) GaugeValues {
+	return GaugeValues{
+		Samples: v.Samples + w.Samples,
+		UtilSum: v.UtilSum + w.UtilSum, UtilMax: max(v.UtilMax, w.UtilMax),
+		MemSum: v.MemSum + w.MemSum, MemMax: max(v.MemMax, w.MemMax),
+		PowerSum: v.PowerSum + w.PowerSum, PowerMax: max(v.PowerMax, w.PowerMax),
+		TempSum: v.TempSum + w.TempSum, TempMax: max(v.TempMax, w.TempMax),
+	}
+}
+
+// Gauges converts v back to ledger units.
+func (v GaugeValues) Gauges() ledger.GPUGauges {
+	return ledger.GPUGauges{
+		Samples: v.Samples,
+		UtilSum: float64(v.UtilSum) / UtilScale, UtilMax: float64(v.UtilMax) / UtilScale,
+		MemorySum: float64(v.MemSum), MemoryMax: float64(v.MemMax),
+		PowerSum: float64(v.PowerSum) / MilliwattsPerWatt, PowerMax: float64(v.PowerMax) / MilliwattsPerWatt,
+		TempSum: float64(v.TempSum) / TempScale, TempMax: float64(v.TempMax) / TempScale,
+	}
+}
+
+func gaugeValues(c *conv, g ledger.GPUGauges) GaugeValues {
+	return GaugeValues{
+		Samples:  g.Samples,
+		UtilSum:  c.fixed("Gauges.UtilSum", g.UtilSum, UtilScale),
+		UtilMax:  c.fixed("Gauges.UtilMax", g.UtilMax, UtilScale),
+		MemSum:   c.fixed("Gauges.MemorySum", g.MemorySum, 1),
+		MemMax:   c.fixed("Gauges.MemoryMax", g.MemoryMax, 1),
+		PowerSum: c.fixed("Gauges.PowerSum", g.PowerSum, MilliwattsPerWatt),
+		PowerMax: c.fixed("Gauges.PowerMax", g.PowerMax, MilliwattsPerWatt),
+		TempSum:  c.fixed("Gauges.TempSum", g.TempSum, TempScale),
+		TempMax:  c.fixed("Gauges.TempMax", g.TempMax, TempScale),
+	}
 }
 
 // Add sums v and w, the peak taking the maximum.
@@ -140,6 +192,7 @@ func (v GPUValues) Add(w GPUValues) GPUValues {
 		EnergyMJ:       v.EnergyMJ + w.EnergyMJ,
 		IdleEnergyMJ:   v.IdleEnergyMJ + w.IdleEnergyMJ,
 		PeakUtil:       max(v.PeakUtil, w.PeakUtil),
+		Gauges:         v.Gauges.Add(w.Gauges),
 	}
 }
 
@@ -244,6 +297,7 @@ func Rollup(b *ledger.Batch) (Rows, error) {
 			EnergyMJ:       c.fixed("EnergyJoules", g.EnergyJoules, MillijoulesPerJoule),
 			IdleEnergyMJ:   c.fixed("IdleEnergyJoules", g.IdleEnergyJoules, MillijoulesPerJoule),
 			PeakUtil:       c.fixed("PeakUtil", g.PeakUtil, UtilScale),
+			Gauges:         gaugeValues(&c, g.Gauges),
 		}
 		if c.err != nil {
 			return k, v, fmt.Errorf("%w: gpu usage[%d]: %v", ledger.ErrInvalidBatch, i, c.err)

@@ -1,0 +1,84 @@
+package sqlledger
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
+)
+
+// GPUSeries answers ledger.GPUSeriesStore.GPUSeries.
+func (l Ledger) GPUSeries(ctx context.Context, node string, from, to time.Time, step time.Duration) ([]ledger.GPUHistory, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.GPUHistory, error) { return GPUSeries(ctx, q, node, from, to, step) })
+}
+
+// GPUSeries reads node's GPU figures per step: minute or hour rows, summed
+// into steps aligned to the epoch, the rows without readings left out.
+func GPUSeries(ctx context.Context, q Querier, node string, from, to time.Time, step time.Duration) ([]ledger.GPUHistory, error) {
+	if step < time.Minute || step%time.Minute != 0 {
+		return nil, fmt.Errorf("GPU series step %v: want a positive whole number of minutes", step)
+	}
+	if node == "" {
+		return nil, fmt.Errorf("GPU series: no node")
+	}
+	lo, hi := minuteWindow(ledger.Filter{From: from, To: to})
+	table := "gpu_minute"
+	if step%time.Hour == 0 {
+		table = "gpu_hour"
+		lo, hi = floor(lo, 3600), floor(hi+3599, 3600)
+	}
+	if lo >= hi {
+		return nil, nil
+	}
+	gpus, err := readGPUs(ctx, q, node)
+	if err != nil || len(gpus) == 0 {
+		return nil, err
+	}
+	s := int64(step / time.Second)
+	var qb query
+	// The step is a whole number the caller cannot name freely, so it is
+	// written into the text: a parameter would leave its type to guess.
+	sql := fmt.Sprintf(`SELECT start - start %% %[1]d AS step_start, gpu_id,
+		CAST(SUM(samples) AS BIGINT), CAST(SUM(util_sum_cpct) AS BIGINT), MAX(util_max_cpct),
+		CAST(SUM(mem_sum_bytes) AS BIGINT), MAX(mem_max_bytes),
+		CAST(SUM(power_sum_mw) AS BIGINT), MAX(power_max_mw),
+		CAST(SUM(temp_sum_ccel) AS BIGINT), MAX(temp_max_ccel)
+		FROM %[2]s
+		WHERE start >= %[3]s AND start < %[4]s AND samples > 0
+			AND gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = %[5]s)
+		GROUP BY step_start, gpu_id
+		ORDER BY gpu_id, step_start`, s, table, qb.arg(lo), qb.arg(hi), qb.arg(node))
+	rows, err := q.Query(ctx, sql, qb.args...)
+	if err != nil {
+		return nil, fmt.Errorf("GPU series: %w", err)
+	}
+	defer rows.Close()
+	var out []ledger.GPUHistory
+	last := int64(-1)
+	for rows.Next() {
+		var (
+			start, gpu int64
+			v          GaugeValues
+		)
+		if err := rows.Scan(&start, &gpu, &v.Samples, &v.UtilSum, &v.UtilMax, &v.MemSum, &v.MemMax,
+			&v.PowerSum, &v.PowerMax, &v.TempSum, &v.TempMax); err != nil {
+			return nil, fmt.Errorf("GPU series: %w", err)
+		}
+		if gpu != last || len(out) == 0 {
+			out = append(out, ledger.GPUHistory{GPU: gpus[gpu]})
+			last = gpu
+		}
+		h := &out[len(out)-1]
+		h.Points = append(h.Points, v.Gauges().Point(time.Unix(start, 0)))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("GPU series: %w", err)
+	}
+	slices.SortFunc(out, func(a, b ledger.GPUHistory) int {
+		return cmp.Or(cmp.Compare(a.GPU.Index, b.GPU.Index), cmp.Compare(a.GPU.UUID, b.GPU.UUID))
+	})
+	return out, nil
+}
