@@ -61,8 +61,9 @@ func (a *Agent) Handler() http.Handler {
 			MaxReportWindow: a.cfg.API.MaxReportWindow,
 			MaxReportRows:   a.cfg.API.MaxReportRows,
 		},
-		Logger: a.log.With("part", "api"),
-		Node:   a.node,
+		Logger:          a.log.With("part", "api"),
+		Node:            a.node,
+		SessionLifetime: a.cfg.API.SessionLifetime,
 	}
 	if a.docker != nil {
 		ac.Stopper = a.docker

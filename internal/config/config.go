@@ -106,6 +106,9 @@ type APILimits struct {
 	MaxReportRows     int
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
+	// SessionLifetime is how long a browser stays signed in after it
+	// exchanged a token for a session cookie.
+	SessionLifetime time.Duration
 }
 
 // SocketPath is where the agent's Unix socket is, or "" when it is off.
@@ -218,6 +221,7 @@ func Default() Config {
 			MaxReportRows:     10_000,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       30 * time.Second,
+			SessionLifetime:   12 * time.Hour,
 		},
 		TLS: TLS{ClientAuth: "optional"},
 	}
