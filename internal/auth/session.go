@@ -97,7 +97,9 @@ func (s *Sessions) Start(a *Authenticator, header string) (Session, Identity, er
 	var oldestStart time.Time
 	held := 0
 	for k, o := range s.byKey {
-		if !now.Before(o.expires) {
+		// Sessions that ended by time or with their token go now, so
+		// that the ones kept are bounded by the tokens configured.
+		if _, live := a.byHash[o.token]; !live || !now.Before(o.expires) {
 			delete(s.byKey, k)
 			continue
 		}

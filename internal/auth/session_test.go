@@ -98,6 +98,20 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 	reloaded := build(due)
 	_, _, err = s.Authenticate(reloaded, ses.Secret)
 	wantEnded(t, err)
+	// The next sign-in sweeps the sessions of revoked tokens that were
+	// not used since.
+	idle, _, err := s.Start(build(tok, due), "Bearer "+secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Start(reloaded, "Bearer "+dueSecret); err != nil {
+		t.Fatal(err)
+	}
+	if s.Len() != 2 {
+		t.Errorf("%d sessions kept, want due's two: the revoked token's idle one swept", s.Len())
+	}
+	_, _, err = s.Authenticate(build(tok, due), idle.Secret)
+	wantEnded(t, err)
 	// Its token coming back does not bring the forgotten session back.
 	_, _, err = s.Authenticate(build(tok, due), ses.Secret)
 	wantEnded(t, err)

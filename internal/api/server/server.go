@@ -322,12 +322,7 @@ func (s *server) guard(rt route) http.Handler {
 		if s.cfg.Node != "" {
 			w.Header().Set(apitype.NodeHeader, s.cfg.Node)
 		}
-		if id.Method == auth.MethodSession && !safeMethod(r.Method) && !ses.CheckCSRF(r) {
-			// A cookie is sent by the browser whichever page asks;
-			// only the console can read the CSRF token to send.
-			msg := "a request signed in by a session cookie that may change something must send the session's CSRF token in the " + auth.CSRFHeader + " header (GET /api/v1/session gives it)"
-			s.observe(r, c, "", http.StatusForbidden, apitype.CodeCSRF)
-			writeError(w, http.StatusForbidden, apitype.CodeCSRF, msg)
+		if !s.checkCSRF(w, r, c) {
 			return
 		}
 		ownOnly, err := auth.Authorize(id, rt.act)
@@ -363,11 +358,6 @@ func (s *server) guard(rt route) http.Handler {
 			s.observe(r, c, target, cmp.Or(c.w.status, http.StatusOK), "")
 		}
 	})
-}
-
-// safeMethod says whether a request with method m only reads.
-func safeMethod(m string) bool {
-	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
 }
 
 // forbid refuses c with 403 and audits it.

@@ -101,6 +101,26 @@ func (s *server) authenticate(r *http.Request) (id auth.Identity, ses auth.Sessi
 	return id, auth.Session{}, err
 }
 
+// checkCSRF refuses a call that the session cookie signs in, that may
+// change something and that does not carry the session's CSRF token: the
+// browser sends the cookie whichever page asks, but only a page of the
+// agent's can read the token to send with it. It answers the refusal and
+// returns false.
+func (s *server) checkCSRF(w http.ResponseWriter, r *http.Request, c *call) bool {
+	if c.id.Method != auth.MethodSession || safeMethod(r.Method) || c.session.CheckCSRF(r) {
+		return true
+	}
+	msg := "a request signed in by a session cookie that may change something must send the session's CSRF token in the " + auth.CSRFHeader + " header (GET /api/v1/session gives it)"
+	s.observe(r, c, "", http.StatusForbidden, apitype.CodeCSRF)
+	writeError(w, http.StatusForbidden, apitype.CodeCSRF, msg)
+	return false
+}
+
+// safeMethod says whether a request with method m only reads.
+func safeMethod(m string) bool {
+	return m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions
+}
+
 // tokenFromBody moves the token of a sign-in's JSON body into r's
 // Authorization header, so that guard checks it as any bearer token. The
 // body must say it is JSON: a form on another site cannot send that. A
