@@ -61,9 +61,10 @@ func (a *Agent) Handler() http.Handler {
 			MaxReportWindow: a.cfg.API.MaxReportWindow,
 			MaxReportRows:   a.cfg.API.MaxReportRows,
 		},
-		Logger:  a.log.With("part", "api"),
-		Node:    a.node,
-		History: a.historySource(),
+		Logger:          a.log.With("part", "api"),
+		Node:            a.node,
+		History:         a.historySource(),
+		SessionLifetime: a.cfg.API.SessionLifetime,
 	}
 	if a.docker != nil {
 		ac.Stopper = a.docker

@@ -28,6 +28,9 @@ const (
 	MethodCert      = "cert"
 	MethodSocket    = "socket"
 	MethodAnonymous = "anonymous"
+	// MethodSession is a browser signed in with a token: Name is the
+	// token's ID.
+	MethodSession = "session"
 )
 
 // Caller describes the identity for logs and the audit log.
@@ -62,6 +65,10 @@ const (
 	CodeBadToken      = "bad_token"
 	CodeExpired       = "token_expired"
 	CodeUnknownCert   = "unknown_certificate"
+	// CodeSessionEnded is a session cookie the agent no longer knows: it
+	// ran past its lifetime, was signed out, its token was revoked or
+	// expired, or the agent restarted.
+	CodeSessionEnded = "session_ended"
 )
 
 // Config is what the authenticator accepts.
@@ -154,19 +161,35 @@ func (a *Authenticator) Authenticate(r *http.Request) (Identity, error) {
 
 // token checks a bearer token, the value of an Authorization header.
 func (a *Authenticator) token(header string) (Identity, error) {
+	secret, err := bearer(header)
+	if err != nil {
+		return Identity{}, err
+	}
+	_, id, err := a.lookup(HashToken(secret))
+	return id, err
+}
+
+// bearer is the secret of an Authorization header's bearer token.
+func bearer(header string) (string, error) {
 	scheme, secret, _ := strings.Cut(header, " ")
 	secret = strings.TrimSpace(secret)
 	if !strings.EqualFold(scheme, "Bearer") || secret == "" {
-		return Identity{}, &Error{CodeBadToken, "the Authorization header must be `Bearer <token>`"}
+		return "", &Error{CodeBadToken, "the Authorization header must be `Bearer <token>`"}
 	}
-	t, ok := a.byHash[HashToken(secret)]
+	return secret, nil
+}
+
+// lookup finds the token with hash h as the config holds it now: a token
+// removed by a reload is not found, and an expired one is refused.
+func (a *Authenticator) lookup(h [sha256.Size]byte) (Token, Identity, error) {
+	t, ok := a.byHash[h]
 	if !ok {
-		return Identity{}, &Error{CodeBadToken, "the token is not accepted: it is wrong or has been removed"}
+		return Token{}, Identity{}, &Error{CodeBadToken, "the token is not accepted: it is wrong or has been removed"}
 	}
 	if !t.Expires.IsZero() && !a.now().Before(t.Expires) {
-		return Identity{Method: MethodToken, Name: t.ID, User: t.User}, &Error{CodeExpired, "the token expired at " + t.Expires.UTC().Format(time.RFC3339) + "; ask an admin for a new one"}
+		return t, Identity{Method: MethodToken, Name: t.ID, User: t.User}, &Error{CodeExpired, "the token expired at " + t.Expires.UTC().Format(time.RFC3339) + "; ask an admin for a new one"}
 	}
-	return Identity{User: t.User, Role: t.Role, Method: MethodToken, Name: t.ID}, nil
+	return t, Identity{User: t.User, Role: t.Role, Method: MethodToken, Name: t.ID}, nil
 }
 
 // trustedPeer is the identity of a request from a Unix socket peer that

@@ -28,6 +28,11 @@ const (
 	// only an admin lifts a team's budget.
 	ActFairShareRead Action = "fairshare.read"
 	ActBudgetLift    Action = "budget.lift"
+	// The console's sign-in: every role opens, reads and ends its own
+	// session.
+	ActSessionStart Action = "session.start"
+	ActSessionRead  Action = "session.read"
+	ActSessionEnd   Action = "session.end"
 )
 
 // permission is what a role may do with an action: not at all, on its
@@ -42,12 +47,12 @@ const (
 
 // grants is the whole authorisation policy.
 var grants = map[Role]map[Action]permission{
-	RoleAdmin: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
+	RoleAdmin: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
 		ActFairShareRead: all, ActBudgetLift: all},
-	RoleViewer: {ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
+	RoleViewer: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
 		ActJobRead: all, ActFairShareRead: all},
-	RoleUser: {ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
+	RoleUser: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
 		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
 		ActFairShareRead: own},
 }

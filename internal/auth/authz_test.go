@@ -8,7 +8,8 @@ import (
 
 // actions are every Action of the API.
 var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead,
-	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActFairShareRead, ActBudgetLift}
+	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActFairShareRead, ActBudgetLift,
+	ActSessionStart, ActSessionRead, ActSessionEnd}
 
 // TestAuthorizeMatrix spells out the whole policy, so that any change to
 // grants has to change this table too.
@@ -24,6 +25,7 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
 			ActFairShareRead: all, ActBudgetLift: all,
+			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		RoleUser: {
 			ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own,
@@ -31,6 +33,8 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
 			// A user sees their own fair-share rows; only an admin lifts a budget.
 			ActFairShareRead: own, ActBudgetLift: no,
+			// Every role signs in to the page and out of it.
+			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		RoleViewer: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
@@ -38,18 +42,21 @@ func TestAuthorizeMatrix(t *testing.T) {
 			// Logs can hold secrets: a viewer reads jobs, not their logs.
 			ActJobSubmit: no, ActJobRead: all, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
 			ActFairShareRead: all, ActBudgetLift: no,
+			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		"": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
 			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
 			ActFairShareRead: no, ActBudgetLift: no,
+			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},
 		"root": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
 			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
 			ActFairShareRead: no, ActBudgetLift: no,
+			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},
 	}
 	if len(grants[RoleAdmin]) != len(actions) {

@@ -109,6 +109,9 @@ type APILimits struct {
 	MaxReportRows     int
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
+	// SessionLifetime is how long a browser stays signed in after it
+	// exchanged a token for a session cookie.
+	SessionLifetime time.Duration
 }
 
 // SocketPath is where the agent's Unix socket is, or "" when it is off.
@@ -222,6 +225,7 @@ func Default() Config {
 			MaxReportRows:     10_000,
 			ReadHeaderTimeout: 5 * time.Second,
 			ReadTimeout:       30 * time.Second,
+			SessionLifetime:   12 * time.Hour,
 		},
 		TLS: TLS{ClientAuth: "optional"},
 	}

@@ -56,7 +56,7 @@ func TestParseFull(t *testing.T) {
 		},
 		API: APILimits{
 			Socket: "/run/gpumeter/api.sock", MaxBodyBytes: 16 << 10, RateLimit: 20, RateBurst: 40,
-			MaxReportWindow: 90 * 24 * time.Hour, MaxReportRows: 500, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 20 * time.Second,
+			MaxReportWindow: 90 * 24 * time.Hour, MaxReportRows: 500, ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 20 * time.Second, SessionLifetime: 8 * time.Hour,
 		},
 		TLS:           TLS{CertFile: "/etc/gpumeter/tls/server.crt", KeyFile: "/etc/gpumeter/tls/server.key", ClientCAFile: "/etc/gpumeter/tls/clients.pem", ClientAuth: "required"},
 		WebConfigFile: "/etc/gpumeter/web.yml",

@@ -153,6 +153,7 @@ func Keys() []Key {
 		intKey("api.max_report_rows", "most rows a usage report over the API may return", func(c *Config) *int { return &c.API.MaxReportRows }),
 		durationKey("api.read_header_timeout", "how long a client may take to send its request headers", func(c *Config) *time.Duration { return &c.API.ReadHeaderTimeout }),
 		durationKey("api.read_timeout", "how long a client may take to send its whole request", func(c *Config) *time.Duration { return &c.API.ReadTimeout }),
+		durationKey("api.session_lifetime", "how long a browser stays signed in to the page after it signs in with a token (1m..30d; never past the token's expiry; sessions are kept in memory, so a restart signs everyone out)", func(c *Config) *time.Duration { return &c.API.SessionLifetime }),
 		stringKey("tls.cert_file", "certificate (PEM) the listener serves HTTPS with; re-read on SIGHUP", func(c *Config) *string { return &c.TLS.CertFile }),
 		stringKey("tls.key_file", "private key (PEM) of tls.cert_file", func(c *Config) *string { return &c.TLS.KeyFile }),
 		stringKey("tls.client_ca_file", "CA bundle (PEM) client certificates are verified against", func(c *Config) *string { return &c.TLS.ClientCAFile }),

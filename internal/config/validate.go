@@ -107,6 +107,9 @@ func (c *Config) securityErrors() []error {
 	if c.API.ReadTimeout < c.API.ReadHeaderTimeout || c.API.ReadTimeout > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("api.read_timeout: %s is outside api.read_header_timeout..10m", units.FormatDuration(c.API.ReadTimeout)))
 	}
+	if c.API.SessionLifetime < time.Minute || c.API.SessionLifetime > 30*24*time.Hour {
+		errs = append(errs, fmt.Errorf("api.session_lifetime: %s is outside 1m..30d", units.FormatDuration(c.API.SessionLifetime)))
+	}
 	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
 		errs = append(errs, errors.New("tls.cert_file, tls.key_file: set both or neither"))
 	}

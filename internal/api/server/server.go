@@ -97,6 +97,9 @@ type Config struct {
 	Now     func() time.Time
 	// Node is the node the agent meters, named to callers in NodeHeader.
 	Node string
+	// SessionLifetime is how long a browser stays signed in
+	// (api.session_lifetime); 0 is DefaultSessionLifetime.
+	SessionLifetime time.Duration
 }
 
 // server is the API's handler.
@@ -107,6 +110,9 @@ type server struct {
 	// tick, so each is encoded once a tick.
 	gpusBody, containersBody tickBody
 	stops                    stops
+	// sessions are the signed-in browsers; they outlive reloads, which
+	// change the authenticator they are checked against.
+	sessions *auth.Sessions
 }
 
 // tickBody is a JSON body made from one tick, kept until the next.
@@ -141,7 +147,10 @@ type route struct {
 	method, pattern string
 	act             auth.Action
 	mutating        bool
-	h               func(w http.ResponseWriter, r *http.Request, c *call)
+	// bodyToken: the request may carry its bearer token in a JSON body
+	// ({"token": …}) instead of the Authorization header.
+	bodyToken bool
+	h         func(w http.ResponseWriter, r *http.Request, c *call)
 }
 
 // call is one authenticated request on its way through a handler.
@@ -150,6 +159,9 @@ type call struct {
 	ownOnly bool // the caller may see or touch only its own things
 	source  string
 	act     auth.Action
+	// session is the session that authenticated the call, when a cookie
+	// did.
+	session auth.Session
 	// observed says that the call's refusal is in the audit log already,
 	// so that guard does not count it again as a read.
 	observed bool
@@ -202,7 +214,7 @@ func New(cfg Config) http.Handler {
 	if cfg.Limits.MaxReportRows <= 0 {
 		cfg.Limits.MaxReportRows = 10_000
 	}
-	s := &server{cfg: cfg, mux: http.NewServeMux()}
+	s := &server{cfg: cfg, mux: http.NewServeMux(), sessions: auth.NewSessions(cmp.Or(cfg.SessionLifetime, DefaultSessionLifetime), cfg.Now)}
 	routes := []route{
 		{method: "GET", pattern: "/api/v1/whoami", act: auth.ActWhoami, h: s.whoami},
 		{method: "GET", pattern: "/api/v1/gpus", act: auth.ActGPUsRead, h: s.gpus},
@@ -216,6 +228,7 @@ func New(cfg Config) http.Handler {
 	routes = append(routes, s.jobRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
 	routes = append(routes, s.historyRoutes()...)
+	routes = append(routes, s.sessionRoutes()...)
 	allow := map[string][]string{}
 	for _, rt := range routes {
 		s.mux.Handle(rt.method+" "+rt.pattern, s.guard(rt))
@@ -223,7 +236,7 @@ func New(cfg Config) http.Handler {
 	}
 	s.mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		// A path some route serves was asked with the wrong method.
-		for _, m := range []string{"GET", "POST"} {
+		for _, m := range []string{"GET", "POST", "DELETE"} {
 			probe := r.Clone(r.Context())
 			probe.Method = m
 			if _, pattern := s.mux.Handler(probe); pattern != "/api/" {
@@ -246,7 +259,8 @@ func New(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	// The page holds no data: it asks the API, with the caller's token.
+	// The page holds no data: it asks the API, signed in by its session
+	// cookie.
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-cache")
@@ -266,12 +280,20 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *server) guard(rt route) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		c := &call{source: source(r), act: rt.act}
-		id, authErr := s.cfg.Auth().Authenticate(r)
-		c.id = id
+		if rt.bodyToken && !s.tokenFromBody(w, r, c) {
+			return
+		}
+		id, ses, authErr := s.authenticate(r)
+		c.id, c.session = id, ses
 		// Callers who did not prove who they are share nothing but their
-		// address, so they are limited by it.
+		// address, so they are limited by it; a session shares its
+		// token's allowance.
 		key := "addr:" + hostOf(c.source)
-		if authErr == nil && id.Method != auth.MethodAnonymous {
+		switch {
+		case authErr != nil || id.Method == auth.MethodAnonymous:
+		case id.Method == auth.MethodSession:
+			key = auth.MethodToken + ":" + id.Name
+		default:
 			key = id.Method + ":" + id.Name
 		}
 		if ok, wait, _ := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {
@@ -290,6 +312,9 @@ func (s *server) guard(rt route) http.Handler {
 				code, msg = ae.Code, ae.Msg
 			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="gpumeter"`)
+			if code == auth.CodeSessionEnded {
+				clearSessionCookie(w, r)
+			}
 			s.observe(r, c, "", http.StatusUnauthorized, code)
 			writeError(w, http.StatusUnauthorized, code, msg)
 			return
@@ -299,6 +324,9 @@ func (s *server) guard(rt route) http.Handler {
 		}
 		if s.cfg.Node != "" {
 			w.Header().Set(apitype.NodeHeader, s.cfg.Node)
+		}
+		if !s.checkCSRF(w, r, c) {
+			return
 		}
 		ownOnly, err := auth.Authorize(id, rt.act)
 		if err != nil {
