@@ -23,7 +23,7 @@ const (
 	usedAny = `{__name__=~"gpumeter_(container|host)_gpu_used_seconds_total", ` + fCtr + `}`
 	// modelOf gives each GPU its model under the label the price
 	// series use.
-	modelOf = `label_replace(group by (Hostname, UUID, modelName) (DCGM_FI_DEV_FB_USED{` + fGPU + `}), "model", "$1", "modelName", "(.+)")`
+	modelOf  = `label_replace(group by (Hostname, UUID, modelName) (DCGM_FI_DEV_FB_USED{` + fGPU + `}), "model", "$1", "modelName", "(.+)")`
 	gpuPrice = `max by (Hostname, model, currency) (gpumeter_price_gpu_hour{` + fHost + `})`
 )
 
