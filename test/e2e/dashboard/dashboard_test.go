@@ -8,25 +8,23 @@ import (
 	"encoding/json"
 	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
-// emptyOnDemo are the panels meant to show no data on the demo, which
-// has no GPU queue and whose waste findings need longer than the test
-// waits; the test checks they are indeed empty, so the list stays true.
+// emptyOnDemo are the panels meant to show no data on the demo, whose
+// waste findings need longer than the test waits; the test checks they
+// are indeed empty, so the list stays true.
 var emptyOnDemo = map[string]string{
 	"Open waste findings":     "no finding has held long enough yet",
 	"Waste GPU-hours by rule": "no finding has been reported yet",
-	"Queued jobs":             "the demo runs no queue",
-	"Queue: free GPUs":        "the demo runs no queue",
-	"Queue depth":             "the demo runs no queue",
-	"Queue wait":              "the demo runs no queue",
 }
 
 // The recording rules meant to be empty on the demo: none.
@@ -100,14 +98,47 @@ func loadDashboard(t *testing.T) dash {
 	return d
 }
 
+// demoWithQueue runs `serve --demo` with the GPU queue on and one job
+// queued in it: the demo's containers hold every GPU, so the job waits.
+func demoWithQueue(t *testing.T) *harness.Agent {
+	t.Helper()
+	cli := dockertest.Client(t)
+	image := dockertest.SleeperImage(t, cli)
+	// A short directory: a socket's path has at most 107 bytes.
+	dataDir, err := os.MkdirTemp("", "gd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dataDir) })
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := harness.WriteFile(t, filepath.Join(t.TempDir(), "gpumeter.yaml"), `docker:
+  enabled: true
+queue:
+  enabled: true
+  images: ["gpumeter-test-sleeper:*"]
+  run_as_root_images: ["gpumeter-test-sleeper:*"]
+  gpu_passing: env
+`, 0o600)
+	a := harness.Launch(t, dataDir, "--demo", "--config", cfg, "--interval", "200ms")
+	env := []string{"GPUMETER_URL=unix://" + filepath.Join(dataDir, "api.sock"), "GPUMETER_DATA_DIR=" + dataDir}
+	out, errOut, code := harness.RunCLI(t, env, "submit", "--gpus", "1", "--time-limit", "1h", "--image", image, "--", "sleep", "600")
+	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "j-") {
+		t.Fatalf("submit: exit %d, stdout %q, stderr %s", code, out, errOut)
+	}
+	return a
+}
+
 func TestDashboardAndRulesOnDemo(t *testing.T) {
 	d := loadDashboard(t)
-	a := harness.Serve(t, nil, "--demo", "--interval", "200ms")
+	a := demoWithQueue(t)
 	p := startProm(t, strings.TrimPrefix(a.URL, "http://"))
 
 	// Rates need a few scrapes, and the range a few more.
 	p.waitFor(t, `rate(gpumeter_ticks_total{job="gpumeter"}[4s]) > 0`, 60*time.Second)
 	p.waitFor(t, `user:gpumeter_gpu_held_seconds:rate5m`, 30*time.Second)
+	p.waitFor(t, `gpumeter_queue_jobs{state="queued"} == 1`, 30*time.Second)
 	time.Sleep(5 * time.Second)
 
 	t.Run("variables", func(t *testing.T) {
@@ -195,15 +226,16 @@ func TestDashboardAndRulesOnDemo(t *testing.T) {
 }
 
 // checkRules waits until Prometheus has evaluated every shipped rule, and
-// checks each evaluated without error and each recording rule recorded
-// series.
+// checks each evaluated without error, each alert says what to do and
+// each recording rule recorded series.
 func checkRules(t *testing.T, p *prom) {
 	type rule struct {
-		Name      string `json:"name"`
-		Query     string `json:"query"`
-		Type      string `json:"type"`
-		Health    string `json:"health"`
-		LastError string `json:"lastError"`
+		Name        string            `json:"name"`
+		Query       string            `json:"query"`
+		Type        string            `json:"type"`
+		Health      string            `json:"health"`
+		LastError   string            `json:"lastError"`
+		Annotations map[string]string `json:"annotations"`
 	}
 	var rules []rule
 	deadline := time.Now().Add(30 * time.Second)
@@ -238,6 +270,9 @@ func checkRules(t *testing.T, p *prom) {
 	for _, r := range rules {
 		if r.Health != "ok" || r.LastError != "" {
 			t.Errorf("rule %s: health %s, error %q", r.Name, r.Health, r.LastError)
+		}
+		if r.Type == "alerting" && (r.Annotations["summary"] == "" || r.Annotations["description"] == "") {
+			t.Errorf("alert %s needs both a summary and a description", r.Name)
 		}
 		if r.Type != "recording" {
 			continue
