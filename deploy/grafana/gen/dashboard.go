@@ -92,7 +92,7 @@ func labelVar(name, label, query string) *dashboard.QueryVariableBuilder {
 func build() (dashboard.Dashboard, error) {
 	b := dashboard.NewDashboardBuilder("gpumeter").
 		Uid("gpumeter").
-		Description("GPU use on Docker hosts by user, team and container, from gpumeter's /metrics: held and used GPU time, efficiency, cost at the configured prices, waste findings and the GPU queue.").
+		Description("GPU use on Docker hosts by user, team and container, from gpumeter's /metrics: held and used GPU time, efficiency, cost at the configured prices, waste findings and the GPU queue. Hosts are selected on the Hostname label, dcgm-exporter's spelling before its 4.5.3 renamed it hostname; gpumeter keeps Hostname.").
 		Tags([]string{"gpumeter", "gpu", "nvidia"}).
 		Editable().
 		Tooltip(dashboard.DashboardCursorSyncCrosshair).
