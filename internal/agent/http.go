@@ -83,7 +83,7 @@ func (a *Agent) Handler() http.Handler {
 		ac.Ranks = a.queue
 	}
 	apiHandler := server.New(ac)
-	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra}
+	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra, Prices: (*cost.Model)(&a.cfg.Cost)}
 	if a.queue != nil {
 		ec.Queue = a.queueStats
 	}

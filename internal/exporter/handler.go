@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
@@ -46,6 +47,9 @@ type Config struct {
 	// gpumeter_queue_* series. It is called on the scrape's goroutine and
 	// must not block.
 	Queue func() (QueueStats, bool)
+	// Prices are the cost section, served as gpumeter_price_* series
+	// (see RenderPrices); nil serves none.
+	Prices *cost.Model
 }
 
 // NewHandler is Handler with the GPU queue's series: see Config. They
@@ -63,6 +67,7 @@ func NewHandler(src TickSource, cfg Config) http.Handler {
 	h := &handler{
 		src:        src,
 		queue:      cfg.Queue,
+		prices:     cfg.Prices,
 		reg:        prometheus.NewRegistry(),
 		log:        log,
 		gatherErrs: errs.WithLabelValues("gathering"),
@@ -89,6 +94,7 @@ func NewHandler(src TickSource, cfg Config) http.Handler {
 type handler struct {
 	src                    TickSource
 	queue                  func() (QueueStats, bool)
+	prices                 *cost.Model
 	reg                    *prometheus.Registry
 	log                    *slog.Logger
 	gatherErrs, encodeErrs prometheus.Counter
@@ -106,6 +112,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if q, ok := h.queue(); ok {
 			buf.Write(RenderQueue(buf.AvailableBuffer(), t.Node, q))
 		}
+	}
+	if h.prices != nil {
+		buf.Write(RenderPrices(buf.AvailableBuffer(), t, *h.prices))
 	}
 
 	// Gather returns every family it could gather along with the errors

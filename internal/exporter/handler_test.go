@@ -226,7 +226,7 @@ func TestHandlerLint(t *testing.T) {
 	rules.Idle.Window = 10 * time.Second
 	live := waste.NewLive(waste.LiveConfig{Rules: rules})
 	s := playScenario(t, "../../testdata/shared.yaml", 61, live.Add)
-	h := NewHandler(fixed{everyFamily(s)}, Config{Version: "test", Queue: func() (QueueStats, bool) { return queueStats(), true },
+	h := NewHandler(fixed{everyFamily(s)}, Config{Version: "test", Queue: func() (QueueStats, bool) { return queueStats(), true }, Prices: &testPrices,
 		Extra: []prometheus.Collector{record.New(record.Config{}), audit.NewLog(audit.LogConfig{}), live}})
 	_, body := get(t, h, "gzip")
 
@@ -234,7 +234,7 @@ func TestHandlerLint(t *testing.T) {
 	// lint below sees each of them.
 	fams := parse(t, body)
 	var declared []string
-	for _, line := range strings.Split(string(RenderQueue(Render(nil, everyFamily(s)), "lab-1", queueStats())), "\n") {
+	for _, line := range strings.Split(string(RenderPrices(RenderQueue(Render(nil, everyFamily(s)), "lab-1", queueStats()), everyFamily(s), testPrices)), "\n") {
 		if name, ok := strings.CutPrefix(line, "# TYPE "); ok {
 			declared = append(declared, strings.Fields(name)[0])
 		}
