@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/doctor"
-	"github.com/gpumeter/gpumeter/internal/ledger/backend"
+	"github.com/gpumeter/gpumeter/internal/ledger/postgres"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	gpunvml "github.com/gpumeter/gpumeter/internal/nvml"
 )
@@ -131,14 +131,11 @@ func doctorEnv(cfg *config.Config) doctor.Env {
 
 // openLedgerReadOnly checks the config's SQLite ledger read-only, without
 // migrating it or taking a lease (those are the agent's); one not written
-// yet is no error. A PostgreSQL ledger is opened and closed.
+// yet is no error. A PostgreSQL ledger is checked the same way.
 func openLedgerReadOnly(ctx context.Context, cfg *config.Config) error {
 	if cfg.LedgerDSN != "" {
-		store, err := backend.Open(ctx, cfg.LedgerDSN, "", false)
-		if err != nil {
-			return err
-		}
-		return store.Close()
+		_, err := postgres.Check(ctx, cfg.LedgerDSN)
+		return err
 	}
 	path := cfg.LedgerPath()
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
