@@ -23,6 +23,9 @@ import (
 // the same job.
 func TestEngineTakesTheSpec(t *testing.T) {
 	cli := dockertest.Client(t)
+	// The container names GPUs and is labelled as a job: the queue's own
+	// engine tests, which clean up labelled job containers, wait for it.
+	dockertest.LockGPUs(t)
 	h := newHostTree(t)
 	rules := testRules(h.root)
 	rules.Images = []string{"gpumeter-test-sleeper:*"}
