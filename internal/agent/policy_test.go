@@ -121,9 +121,16 @@ func TestReloadDuringShutdown(t *testing.T) {
 	}
 	sighup()
 	waitLoads(1)
-	evs, err := audit.ReadFile(a.auditFile.Path(), time.Time{}, time.Time{})
-	if err != nil || len(evs) == 0 || evs[len(evs)-1].Action != "config.reload" || evs[len(evs)-1].Outcome != "reloaded" {
-		t.Fatalf("audit log after the SIGHUP: %+v, %v; want the reload", evs, err)
+	// The load has begun; the reload and its audit line follow it.
+	var evs []audit.Event
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		evs, err = audit.ReadFile(a.auditFile.Path(), time.Time{}, time.Time{})
+		if err == nil && len(evs) > 0 && evs[len(evs)-1].Action == "config.reload" && evs[len(evs)-1].Outcome == "reloaded" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit log 10s after the SIGHUP: %+v, %v; want the reload", evs, err)
+		}
 	}
 
 	stop := make(chan struct{})

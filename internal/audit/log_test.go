@@ -443,12 +443,14 @@ func TestObserveNeverBlocks(t *testing.T) {
 	mu.Unlock()
 	stop()
 
-	// Of ten windows, the first has been taken by Run, four waited; the
-	// other five were dropped when the last began, that is 50,000 calls
-	// but the first ones.
+	// Of ten windows, four wait for Run and the first is Run's once it
+	// takes it; the others are dropped when a later one begins: 50,000
+	// calls but the first ones, or 60,000 when the flood closed the
+	// first window before Run took it (a loaded machine, the race
+	// detector).
 	dropped := l.Dropped()
-	if dropped == 0 || dropped > flood/2 {
-		t.Errorf("Dropped() = %d, want some, at most %d", dropped, flood/2)
+	if dropped == 0 || dropped > flood*6/10 {
+		t.Errorf("Dropped() = %d, want some, at most %d", dropped, flood*6/10)
 	}
 	got := s.stored()
 	var evs []audit.Event
