@@ -1,15 +1,10 @@
 package dashboard
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,8 +24,6 @@ type prom struct {
 // loaded.
 func startProm(t *testing.T, targets ...string) *prom {
 	t.Helper()
-	bin := harness.Prometheus(t)
-	dir := t.TempDir()
 	quoted := make([]string, len(targets))
 	for i, tg := range targets {
 		quoted[i] = strconv.Quote(tg)
@@ -45,35 +38,7 @@ scrape_configs:
     static_configs:
       - targets: [%s]
 `, harness.RepoFile("deploy/prometheus/gpumeter-rules.yml"), strings.Join(quoted, ", "))
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(ctx, bin,
-		"--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
-		"--log.level=warn")
-	var log strings.Builder
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", log.String())
-		}
-	})
-	return &prom{api: "http://127.0.0.1:" + strconv.Itoa(port)}
+	return &prom{api: harness.StartPrometheus(t, cfg)}
 }
 
 // series is one element of a query's answer.

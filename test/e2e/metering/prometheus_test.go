@@ -1,15 +1,10 @@
 package metering
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -22,36 +17,11 @@ import (
 // and asks it the questions a Grafana dashboard asks: dcgm-exporter's
 // per-GPU series, and gpumeter's per-user split through PromQL.
 func TestPrometheusScrapes(t *testing.T) {
-	promBin := harness.Prometheus(t)
 	a := harness.Serve(t, nil, "--sim", harness.RepoFile("testdata/shared.yaml"), "--interval", "200ms")
 
-	dir := t.TempDir()
 	target := strings.TrimPrefix(a.URL, "http://")
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\nscrape_configs:\n  - job_name: gpumeter\n    static_configs:\n      - targets: [%q]\n", target)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	port := freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	prom := exec.CommandContext(ctx, promBin,
-		"--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address=127.0.0.1:"+strconv.Itoa(port),
-		"--log.level=warn")
-	var promLog strings.Builder
-	prom.Stdout, prom.Stderr = &promLog, &promLog
-	if err := prom.Start(); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		_ = prom.Wait()
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", promLog.String())
-		}
-	})
-	api := "http://127.0.0.1:" + strconv.Itoa(port)
+	api := harness.StartPrometheus(t, cfg)
 
 	query := func(q string) (map[string]float64, error) {
 		resp, err := http.Get(api + "/api/v1/query?query=" + url.QueryEscape(q))
@@ -133,14 +103,4 @@ func TestPrometheusScrapes(t *testing.T) {
 	waitQuery(`sum by (user) (rate(gpumeter_container_gpu_allocated_seconds_total[5s]))`, func(m map[string]float64) bool {
 		return near(m["alice"], 0.5) && near(m["bob"], 0.5) && near(m["carol"], 1)
 	})
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
