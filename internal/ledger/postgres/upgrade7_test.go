@@ -16,9 +16,19 @@ import (
 // the job survives the migration without a placement, can be given one,
 // and budgets can be lifted.
 func TestUpgradeFromVersion7(t *testing.T) {
+	dsn := ledgerAt(t, 7, "UPDATE job_sequence SET last = 1", fmt.Sprintf(ledgertest.Schema7Job, "false"))
+	ledgertest.AfterSchema7(t, open(t, dsn))
+	checkSchemaVersion(t, dsn)
+}
+
+// ledgerAt writes a ledger at schema version into a new database, as that
+// release left it: its migrations, its meta rows, then rows, the SQL of
+// what it held. It returns the database's DSN.
+func ledgerAt(t *testing.T, version int, rows ...string) string {
+	t.Helper()
 	dsn := pgtest.DSN(t)
 	var stmts []string
-	for v := 1; v <= 7; v++ {
+	for v := 1; v <= version; v++ {
 		names, err := filepath.Glob(filepath.Join("migrations", fmt.Sprintf("%04d_*.sql", v)))
 		if err != nil || len(names) != 1 {
 			t.Fatalf("migration %d: %v %v", v, names, err)
@@ -29,13 +39,15 @@ func TestUpgradeFromVersion7(t *testing.T) {
 		}
 		stmts = append(stmts, string(b))
 	}
-	stmts = append(stmts,
-		"INSERT INTO gpumeter_meta VALUES ('magic', 'gpumeter ledger'), ('schema_version', '7')",
-		"UPDATE job_sequence SET last = 1",
-		fmt.Sprintf(ledgertest.Schema7Job, "false"))
-	rawExec(t, dsn, stmts...)
+	stmts = append(stmts, fmt.Sprintf("INSERT INTO gpumeter_meta VALUES ('magic', 'gpumeter ledger'), ('schema_version', '%d')", version))
+	rawExec(t, dsn, append(stmts, rows...)...)
+	return dsn
+}
 
-	ledgertest.AfterSchema7(t, open(t, dsn))
+// checkSchemaVersion checks that the ledger at dsn is at this release's
+// schema version.
+func checkSchemaVersion(t *testing.T, dsn string) {
+	t.Helper()
 	if n := rawCount(t, dsn, "gpumeter_meta WHERE key = 'schema_version' AND value = '"+strconv.Itoa(postgres.SchemaVersion())+"'"); n != 1 {
 		t.Errorf("schema_version is not %d after the upgrade", postgres.SchemaVersion())
 	}
