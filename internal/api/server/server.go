@@ -1,14 +1,14 @@
 // Package server is the agent's API: the live tick as JSON under
 // /api/v1, usage reports, waste findings, container stops and the audit
 // log, every call authenticated, rate-limited and audited, and a small
-// HTML page at /. The bodies it answers with are apitype's; the
+// console (pages at /, /gpus, /usage, /waste, /jobs and /audit,
+// drawn by internal/web). The bodies it answers with are apitype's; the
 // command line reads them with internal/api/client.
 package server
 
 import (
 	"cmp"
 	"context"
-	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,10 +27,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
+	"github.com/gpumeter/gpumeter/internal/web"
 )
-
-//go:embed static
-var static embed.FS
 
 // TickSource gives the latest tick; *sampler.Sampler is one.
 type TickSource interface {
@@ -259,15 +257,13 @@ func New(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	// The page holds no data: it asks the API, signed in by its session
-	// cookie.
-	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-cache")
-		w.Header().Set("Content-Security-Policy", "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; frame-ancestors 'none'")
-		w.Header().Set("Referrer-Policy", "no-referrer")
-		http.ServeFileFS(w, r, static, "static/index.html")
-	})
+	// The console's templates are in the binary, and a test renders
+	// every page: a parse error cannot reach a running agent.
+	console, err := web.New()
+	if err != nil {
+		panic(err)
+	}
+	s.pageRoutes(console)
 	return s
 }
 

@@ -133,8 +133,8 @@ func TestServeSimAPIAndPs(t *testing.T) {
 	}
 
 	page := harness.Get(t, a.URL+"/")
-	if !strings.Contains(page, "<title>gpumeter</title>") || !strings.Contains(page, "api/v1/containers") {
-		t.Errorf("/ does not serve the live page")
+	if !strings.Contains(page, "<title>Overview · gpumeter</title>") || !strings.Contains(page, `id="gpu-0"`) {
+		t.Errorf("/ does not serve the overview with a tile for GPU 0:\n%s", page)
 	}
 }
 
