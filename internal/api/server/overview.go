@@ -153,4 +153,3 @@ func tiles(t *sampler.Tick, c *call) []web.Tile {
 	}
 	return out
 }
-
