@@ -113,7 +113,27 @@ func Plan30Days() Month {
 // six hours, and returns it.
 func Fill30Days(tb testing.TB, s ledger.Store) Month {
 	tb.Helper()
+	return fill(tb, s, Plan30Days())
+}
+
+// Fill30DaysTo is Fill30Days with the month moved to end at the hour to
+// falls in, so that an agent running now finds the last day and week of
+// it in its ledger.
+func Fill30DaysTo(tb testing.TB, s ledger.Store, to time.Time) Month {
+	tb.Helper()
 	m := Plan30Days()
+	d := to.UTC().Truncate(time.Hour).Sub(m.To)
+	m.From, m.To = m.From.Add(d), m.To.Add(d)
+	for i := range m.Containers {
+		c := &m.Containers[i]
+		c.StartedAt, c.FinishedAt = c.StartedAt.Add(d), c.FinishedAt.Add(d)
+		c.FirstSeen, c.LastSeen = c.FirstSeen.Add(d), c.LastSeen.Add(d)
+	}
+	return fill(tb, s, m)
+}
+
+func fill(tb testing.TB, s ledger.Store, m Month) Month {
+	tb.Helper()
 	ctx := context.Background()
 	// holders[minute*8+gpu] is how many containers hold the GPU then.
 	holders := make([]uint8, monthMinutes*monthGPUs)

@@ -1,0 +1,87 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
+)
+
+// TestConsoleOver30DayLedger serves the console from an agent whose
+// ledger holds the 30 days up to this hour (8 GPUs, 2,000 containers),
+// on the ledger's own node: the pages read the last day and week from
+// it, draw charts with data and say nothing went wrong.
+func TestConsoleOver30DayLedger(t *testing.T) {
+	b := harness.NewBrowser(t) // first: without a browser there is nothing to fill the ledger for
+	dir := t.TempDir()
+	store, err := sqlite.Open(context.Background(), filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	m := ledgertest.Fill30DaysTo(t, store, time.Now())
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("filled the 30-day ledger (%s to %s) in %v", m.From.Format(time.RFC3339), m.To.Format(time.RFC3339), time.Since(began).Round(time.Millisecond))
+
+	scenario := filepath.Join(dir, "node.yaml")
+	err = os.WriteFile(scenario, fmt.Appendf(nil, `version: 1
+node: %s
+duration: 1h
+gpus:
+  - count: 8
+    model: NVIDIA H100 80GB HBM3
+    memory: 80GiB
+    idle_power: 70W
+    max_power: 700W
+containers:
+  - name: live-train
+    labels: {gpumeter.user: user01, gpumeter.team: nlp}
+    gpus: [0, 1]
+    phases: [{at: 0s, util: 60, memory: 30GiB}]
+`, m.Node), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + dir}, "--sim", scenario, "--interval", "200ms")
+	ctx := b.Ctx
+	harness.SignIn(t, ctx, a.URL, a.Token, "e2e (admin)")
+	emulate(t, ctx, viewports[0], "light")
+
+	for _, p := range pages {
+		t.Run(p.name, func(t *testing.T) {
+			path := p.ledgerPath()
+			began := time.Now()
+			open(t, ctx, a.URL+path)
+			t.Logf("%s loaded in %v", path, time.Since(began).Round(time.Millisecond))
+			st := state(t, ctx)
+			if st.Message != "" || !strings.Contains(st.Status, "signed in as e2e (admin)") {
+				t.Errorf("%s: status %q, message %q", path, st.Status, st.Message)
+			}
+			for _, pr := range chartProblems(evaluate[[]chart](t, ctx, "charts", chartsJS), p.charts) {
+				t.Errorf("%s: %s", path, pr)
+			}
+			noErrors(t, b, path)
+		})
+	}
+
+	// The overview's figures for today come from the ledger (and, in
+	// the first hour of a day, from what the agent wrote since).
+	var used string
+	harness.WaitFor(t, 20*time.Second, "the overview's GPU-hours used today", func() bool {
+		open(t, ctx, a.URL+"/")
+		used = evaluate[string](t, ctx, "today's GPU-hours", `(document.getElementById("today-used") || {}).textContent || ""`)
+		f, err := strconv.ParseFloat(strings.Fields(used + " x")[0], 64)
+		return err == nil && f > 0
+	})
+	t.Logf("GPU-hours used today: %s", used)
+}

@@ -1,0 +1,73 @@
+// Package console holds the end-to-end tests of the web console in a
+// real headless Chromium, against the real agent: every page at a
+// desktop and a phone size in the light and the dark theme, with no
+// script errors, no horizontal overflow, charts that have data, text
+// contrast (WCAG AA) from computed styles, the keyboard, the roles,
+// refused input and escaped names, over the demo and over a 30-day
+// ledger; screenshots of each page are kept as test artefacts.
+//
+// The pages are one table (pages, below): a new page is one row.
+package console
+
+import (
+	"flag"
+	"os"
+	"testing"
+
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
+)
+
+// updateDocs writes one screenshot per page, at the desktop size in the
+// light theme, under docs/console for the README.
+var updateDocs = flag.Bool("update-docs", false, "write docs/console/NAME.png, one screenshot per page at 1400x900")
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
+
+// page is one page of the console.
+type page struct {
+	// name names its screenshots: docs/console/NAME.png.
+	name string
+	// path is the page as a link shows it, query string and all.
+	path string
+	// adminOnly pages tell others that they are not for them.
+	adminOnly bool
+	// charts is the least number of charts (figure.chart) the page draws.
+	charts int
+	// bad is the page with a parameter it does not know, answered with
+	// a message (#message) and 400.
+	bad string
+	// ledger is the page as it reads the 30-day ledger (a window of the
+	// last day or week); "" for path.
+	ledger string
+	// names says whether the page shows the names of containers and
+	// their users (the escaping test looks for them as text there).
+	names bool
+}
+
+// pages are the console's pages. Keep in step with web.Nav and
+// internal/api/server's pageRoutes.
+var pages = []page{
+	{name: "overview", path: "/", bad: "/?window=nonsense", names: true},
+}
+
+// ledgerPath is the page as it reads the 30-day ledger.
+func (p page) ledgerPath() string {
+	if p.ledger != "" {
+		return p.ledger
+	}
+	return p.path
+}
+
+// viewport is a size the console must work at.
+type viewport struct {
+	name          string
+	width, height int64
+	phone         bool
+}
+
+var viewports = []viewport{
+	{"desktop", 1400, 900, false},
+	{"phone", 390, 844, true},
+}
+
+var themes = []string{"light", "dark"}
