@@ -17,10 +17,10 @@ import (
 // Chart geometry, in view-box units.
 const (
 	chartW     = 720
-	chartH     = 220
+	chartH     = 232
 	plotLeft   = 56
 	plotRight  = 12
-	plotTop    = 12
+	plotTop    = 24
 	plotBottom = 34
 	// seriesClasses is how many series colours the style sheet has.
 	seriesClasses = 8
