@@ -3,8 +3,6 @@ package console
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -99,20 +97,7 @@ func TestConsoleDemo(t *testing.T) {
 						for _, l := range c.Low {
 							t.Errorf("%s: low contrast: %s", where, l)
 						}
-						shot := screenshot(t, ctx, dir, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
-						if *updateDocs && !vp.phone && theme == "light" {
-							docs := harness.RepoFile("docs/console")
-							if err := os.MkdirAll(docs, 0o755); err != nil {
-								t.Fatal(err)
-							}
-							png, err := os.ReadFile(shot)
-							if err == nil {
-								err = os.WriteFile(filepath.Join(docs, p.name+".png"), png, 0o644)
-							}
-							if err != nil {
-								t.Fatal(err)
-							}
-						}
+						screenshot(t, ctx, dir, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
 						noErrors(t, b, where)
 					}
 				}
@@ -287,7 +272,7 @@ func walkKeyboard(t *testing.T, ctx context.Context, url, spoil string) (problem
 			e.dataset.kb = i;
 			let s = e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + [...e.classList].map(c => "." + c).join("");
 			if (e.getAttribute("href")) s += "[href=" + e.getAttribute("href") + "]";
-			return { sel: s, skip: e.classList.contains("skip"), nav: !!e.closest("nav") };
+			return { sel: s, skip: e.classList.contains("skip"), nav: !!e.closest("header nav") };
 		});
 	})()`)
 	type focus struct {

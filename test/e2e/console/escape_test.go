@@ -56,7 +56,7 @@ containers:
 	emulate(t, ctx, viewports[0], "light")
 	for _, p := range pages {
 		t.Run(p.name, func(t *testing.T) {
-			path := p.ledgerPath()
+			path := p.path
 			open(t, ctx, a.URL+path)
 			st := state(t, ctx)
 			if p.names && !strings.Contains(st.Text, xssContainer) {

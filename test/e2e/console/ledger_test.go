@@ -59,18 +59,29 @@ containers:
 
 	for _, p := range pages {
 		t.Run(p.name, func(t *testing.T) {
-			path := p.ledgerPath()
-			began := time.Now()
-			open(t, ctx, a.URL+path)
-			t.Logf("%s loaded in %v", path, time.Since(began).Round(time.Millisecond))
-			st := state(t, ctx)
-			if st.Message != "" || !strings.Contains(st.Status, "signed in as e2e (admin)") {
-				t.Errorf("%s: status %q, message %q", path, st.Status, st.Message)
+			for _, path := range p.ledgerPaths() {
+				began := time.Now()
+				open(t, ctx, a.URL+path)
+				t.Logf("%s loaded in %v", path, time.Since(began).Round(time.Millisecond))
+				st := state(t, ctx)
+				if st.Message != "" || !strings.Contains(st.Status, "signed in as e2e (admin)") {
+					t.Errorf("%s: status %q, message %q", path, st.Status, st.Message)
+				}
+				for _, pr := range chartProblems(evaluate[[]chart](t, ctx, "charts", chartsJS), p.charts) {
+					t.Errorf("%s: %s", path, pr)
+				}
+				noErrors(t, b, path)
 			}
-			for _, pr := range chartProblems(evaluate[[]chart](t, ctx, "charts", chartsJS), p.charts) {
-				t.Errorf("%s: %s", path, pr)
+			if *updateDocs {
+				// The README's picture of the page: its first window
+				// over a full month, at the desktop size, light.
+				open(t, ctx, a.URL+p.ledgerPaths()[0])
+				docs := harness.RepoFile("docs/console")
+				if err := os.MkdirAll(docs, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("wrote %s", screenshot(t, ctx, docs, p.name))
 			}
-			noErrors(t, b, path)
 		})
 	}
 

@@ -18,7 +18,7 @@ import (
 )
 
 // updateDocs writes one screenshot per page, at the desktop size in the
-// light theme, under docs/console for the README.
+// light theme over the 30-day ledger, under docs/console for the README.
 var updateDocs = flag.Bool("update-docs", false, "write docs/console/NAME.png, one screenshot per page at 1400x900")
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
@@ -36,9 +36,12 @@ type page struct {
 	// bad is the page with a parameter it does not know, answered with
 	// a message (#message) and 400.
 	bad string
-	// ledger is the page as it reads the 30-day ledger (a window of the
-	// last day or week); "" for path.
-	ledger string
+	// ledger are the page as it reads the 30-day ledger (windows of the
+	// last day or week); none for path alone.
+	ledger []string
+	// stops says whether the page has a Stop for a container that wastes
+	// its GPUs (the stop test clicks it).
+	stops bool
 	// names says whether the page shows the names of containers and
 	// their users (the escaping test looks for them as text there).
 	names bool
@@ -48,14 +51,15 @@ type page struct {
 // internal/api/server's pageRoutes.
 var pages = []page{
 	{name: "overview", path: "/", bad: "/?window=nonsense", names: true},
+	{name: "gpus", path: "/gpus?window=1h", charts: 5, bad: "/gpus?window=nonsense", ledger: []string{"/gpus?window=24h", "/gpus?window=7d"}, names: true},
 }
 
-// ledgerPath is the page as it reads the 30-day ledger.
-func (p page) ledgerPath() string {
-	if p.ledger != "" {
+// ledgerPaths are the page as it reads the 30-day ledger.
+func (p page) ledgerPaths() []string {
+	if len(p.ledger) > 0 {
 		return p.ledger
 	}
-	return p.path
+	return []string{p.path}
 }
 
 // viewport is a size the console must work at.
