@@ -1,11 +1,9 @@
 package api
 
 import (
-	"context"
 	"strings"
 	"testing"
 
-	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -75,12 +73,7 @@ func TestSignInInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
 	))
 	harness.WaitStatus(t, ctx, "signed in as e2e (admin)")
-	harness.Step(t, ctx, "end the session", func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		httpOnly := true
-		_, err := cdp.Call(ctx, tg, network.SetCookie, network.SetCookieParams{Name: "gpumeter_session", Value: "ended", URL: a.URL,
-			Path: "/", HTTPOnly: &httpOnly, SameSite: network.CookieSameSiteStrict})
-		return chromedp.Void{}, err
-	})
+	harness.SetSessionCookie(t, ctx, a.URL, "ended")
 	harness.Step(t, ctx, "open a page that sends back", chromedp.Navigate(a.URL+"/?next=%2F%3Fwindow%3D7d"))
 	harness.WaitStatus(t, ctx, "your session has ended")
 	harness.Step(t, ctx, "sign in again", chromedp.Steps(

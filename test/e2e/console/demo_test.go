@@ -185,6 +185,27 @@ func TestConsoleDemo(t *testing.T) {
 		}
 	})
 
+	t.Run("session ended", func(t *testing.T) {
+		// Each page sends a reader whose session ended to sign in, and
+		// back to the page as it was asked for.
+		emulate(t, ctx, viewports[0], "light")
+		for _, p := range pages {
+			harness.SetSessionCookie(t, ctx, a.URL, "ended")
+			open(t, ctx, a.URL+p.path)
+			harness.WaitStatus(t, ctx, "your session has ended")
+			harness.Step(t, ctx, "sign in again", chromedp.Steps(
+				chromedp.SendKeys(chromedp.ID("token"), admin.secret),
+				chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
+			))
+			harness.WaitStatus(t, ctx, "signed in as "+admin.as)
+			if loc := harness.Step(t, ctx, "location", chromedp.Location()); loc != a.URL+p.path {
+				t.Errorf("signed in again from %s, the browser is at %s", p.path, loc)
+			}
+			b.FailedLoads() // the 401 of the page that asked to sign in
+			noErrors(t, b, p.path+" after the session ended")
+		}
+	})
+
 	t.Run("checks fail on a bad page", func(t *testing.T) {
 		// The checks above find what they look for: text too faint,
 		// and a box wider than the phone, put on the page here.

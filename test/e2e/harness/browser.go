@@ -172,3 +172,16 @@ func SignIn(t testing.TB, ctx context.Context, url, token, as string) {
 	))
 	WaitStatus(t, ctx, "signed in as "+as)
 }
+
+// SetSessionCookie makes the browser of ctx hold value as its session
+// cookie for the agent at url, as the agent sets it: a session that is
+// not the agent's, for one that ended.
+func SetSessionCookie(t testing.TB, ctx context.Context, url, value string) {
+	t.Helper()
+	Step(t, ctx, "set the session cookie", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		httpOnly := true
+		_, err := cdp.Call(ctx, tg, network.SetCookie, network.SetCookieParams{Name: "gpumeter_session", Value: value, URL: url,
+			Path: "/", HTTPOnly: &httpOnly, SameSite: network.CookieSameSiteStrict})
+		return err
+	}))
+}
