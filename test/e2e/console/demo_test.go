@@ -170,6 +170,11 @@ func TestConsoleDemo(t *testing.T) {
 						if m := othersRE.FindAllString(st.Text, 5); len(m) > 0 {
 							t.Errorf("%s shows alice others' rows (%q):\n%s", p.path, m, st.Text)
 						}
+						for _, w := range p.userSees {
+							if !strings.Contains(st.Text, w) {
+								t.Errorf("%s does not show alice %q:\n%s", p.path, w, st.Text)
+							}
+						}
 					}
 				}
 				// The cookie alone changes nothing, whatever the role.

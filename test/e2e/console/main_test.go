@@ -39,6 +39,9 @@ type page struct {
 	// ledger are the page as it reads the 30-day ledger (windows of the
 	// last day or week); none for path alone.
 	ledger []string
+	// userSees is what alice, a user of the demo, must see on the page:
+	// her own rows, and others' as "another user".
+	userSees []string
 	// stops says whether the page has a Stop for a container that wastes
 	// its GPUs (the stop test clicks it).
 	stops bool
@@ -50,8 +53,11 @@ type page struct {
 // pages are the console's pages. Keep in step with web.Nav and
 // internal/api/server's pageRoutes.
 var pages = []page{
-	{name: "overview", path: "/", bad: "/?window=nonsense", names: true},
-	{name: "gpus", path: "/gpus?window=1h", charts: 5, bad: "/gpus?window=nonsense", ledger: []string{"/gpus?window=24h", "/gpus?window=7d"}, names: true},
+	{name: "overview", path: "/", bad: "/?window=nonsense", names: true,
+		userSees: []string{"alice-llama-finetune", "another user"}},
+	{name: "gpus", path: "/gpus?window=1h", charts: 5, bad: "/gpus?window=nonsense", names: true,
+		ledger:   []string{"/gpus?window=24h", "/gpus?window=7d"},
+		userSees: []string{"alice-llama-finetune", "another user"}},
 }
 
 // ledgerPaths are the page as it reads the 30-day ledger.
