@@ -58,12 +58,16 @@ func emulate(t testing.TB, ctx context.Context, vp viewport, theme string) {
 	}
 }
 
-// open loads url and waits until the page is drawn: its main element
-// there and the script's first reload, if any, done.
-func open(t testing.TB, ctx context.Context, url string) {
+// open loads url, waits until the page is drawn to its footer, and
+// returns the HTTP status of its answer.
+func open(t testing.TB, ctx context.Context, url string) int64 {
 	t.Helper()
-	harness.Step(t, ctx, "open "+url, chromedp.Navigate(url))
+	resp := harness.Step(t, ctx, "open "+url, chromedp.NavigateResponse(url))
 	harness.Step(t, ctx, "wait for "+url, chromedp.WaitReady(chromedp.CSS("footer")))
+	if resp == nil {
+		t.Fatalf("open %s: no answer", url)
+	}
+	return resp.Status
 }
 
 // pageState is what the checks read of a page in one evaluation.

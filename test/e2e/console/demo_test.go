@@ -79,7 +79,9 @@ func TestConsoleDemo(t *testing.T) {
 					for _, theme := range themes {
 						where := fmt.Sprintf("%s at %dx%d, %s", p.path, vp.width, vp.height, theme)
 						emulate(t, ctx, vp, theme)
-						open(t, ctx, a.URL+p.path)
+						if status := open(t, ctx, a.URL+p.path); status != 200 {
+							t.Errorf("%s: status %d, want 200", where, status)
+						}
 						st := state(t, ctx)
 						if !strings.Contains(st.Status, "signed in as "+admin.as) || st.Message != "" {
 							t.Errorf("%s: status %q, message %q: want signed in as %s and no message", where, st.Status, st.Message, admin.as)
@@ -152,13 +154,17 @@ func TestConsoleDemo(t *testing.T) {
 			t.Run(string(r.role), func(t *testing.T) {
 				harness.SignIn(t, ctx, a.URL, r.secret, r.as)
 				for _, p := range pages {
-					open(t, ctx, a.URL+p.path)
+					status := open(t, ctx, a.URL+p.path)
 					st := state(t, ctx)
 					if p.adminOnly && r.role != auth.RoleAdmin {
-						if !strings.Contains(st.Message, "this page is not for you") {
-							t.Errorf("%s as %s: message %q, want that it is not for them", p.path, r.as, st.Message)
+						if status != 403 || !strings.Contains(st.Message, "this page is not for you") {
+							t.Errorf("%s as %s: status %d, message %q, want 403 and that it is not for them", p.path, r.as, status, st.Message)
 						}
+						b.FailedLoads() // the 403
 						continue
+					}
+					if status != 200 {
+						t.Errorf("%s as %s: status %d, want 200", p.path, r.as, status)
 					}
 					if !strings.Contains(st.Status, "signed in as "+r.as) || st.Message != "" {
 						t.Errorf("%s as %s: status %q, message %q", p.path, r.as, st.Status, st.Message)

@@ -57,7 +57,9 @@ containers:
 	for _, p := range pages {
 		t.Run(p.name, func(t *testing.T) {
 			path := p.path
-			open(t, ctx, a.URL+path)
+			if status := open(t, ctx, a.URL+path); status != 200 {
+				t.Errorf("%s: status %d, want 200", path, status)
+			}
 			st := state(t, ctx)
 			if p.names && !strings.Contains(st.Text, xssContainer) {
 				t.Errorf("%s does not show the container %s as text:\n%s", path, xssContainer, st.Text)

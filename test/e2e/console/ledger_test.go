@@ -52,7 +52,9 @@ containers:
 		t.Run(p.name, func(t *testing.T) {
 			for _, path := range p.ledgerPaths() {
 				began := time.Now()
-				open(t, ctx, a.URL+path)
+				if status := open(t, ctx, a.URL+path); status != 200 {
+					t.Errorf("%s: status %d, want 200", path, status)
+				}
 				t.Logf("%s loaded in %v", path, time.Since(began).Round(time.Millisecond))
 				st := state(t, ctx)
 				if st.Message != "" || !strings.Contains(st.Status, "signed in as e2e (admin)") {
