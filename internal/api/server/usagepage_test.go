@@ -363,6 +363,10 @@ func TestUsagePageBadInput(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 with a message saying %s", c.path, a.status, regexp.MustCompile(`id="message">[^<]*`).FindString(body), c.want)
 		}
 	}
+	few := newUsageFixture(t, func(c *Config) { c.Limits.MaxReportRows = 2 })
+	if a := few.page(t, asAdmin, "/usage?by=user", ""); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "api.max_report_rows") {
+		t.Errorf("3 rows over a limit of 2: %d %.300s", a.status, a.body)
+	}
 	off := newFixture(t, func(c *Config) { c.Reports = nil })
 	if a := off.page(t, asAdmin, "/usage", ""); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), "the ledger is off") {
 		t.Errorf("ledger off: %d %.300s", a.status, a.body)
