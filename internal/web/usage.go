@@ -1,6 +1,9 @@
 package web
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // Link is one link the page offers; Current marks the one the page shows.
 type Link struct {
@@ -68,6 +71,21 @@ func UsageChart(from, to time.Time, starts []time.Time, step time.Duration, loc 
 		title = "GPU-hours used and held per day"
 	}
 	return StackedBars("usage-chart", title, from, to, starts, step, loc,
-		Axis{Label: "GPU-hours", Format: func(v float64) string { return trim(v, 2) + " h" }},
+		Axis{Label: "GPU-hours", Format: axisHours},
 		[]Band{{Name: "used", Values: used}, {Name: "held, not used", Values: heldIdle}})
+}
+
+// axisHours writes a tick of GPU-hours with three significant digits (two
+// below 0.01 h, so that the label fits left of the plot), so that the
+// ticks of a window of minutes do not all read 0 h.
+func axisHours(v float64) string {
+	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+		return trim(v, 0) + " h"
+	}
+	digits := 3
+	if math.Abs(v) < 0.01 {
+		digits = 2
+	}
+	prec := max(0, digits-1-int(math.Floor(math.Log10(math.Abs(v)))))
+	return trim(v, prec) + " h"
 }

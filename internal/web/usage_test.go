@@ -107,3 +107,11 @@ func TestUsageChartDays(t *testing.T) {
 		t.Errorf("top tick %q, want 5 h (the highest stack, 4 h, rounded up)", top)
 	}
 }
+
+func TestAxisHours(t *testing.T) {
+	for v, want := range map[float64]string{0: "0 h", 0.0025: "0.0025 h", 0.00376: "0.0038 h", 0.05: "0.05 h", 0.5: "0.5 h", 1.25: "1.25 h", 12.5: "12.5 h", 250: "250 h", 1234.6: "1235 h"} {
+		if got := axisHours(v); got != want {
+			t.Errorf("axisHours(%v) = %q, want %q", v, got, want)
+		}
+	}
+}
