@@ -326,6 +326,14 @@ func TestUsagePageWindows(t *testing.T) {
 			t.Errorf("%s in %q: %d %s, want from %s to %s", c.path, c.zone, a.status, m, c.from, c.to)
 		}
 	}
+	// Every grouping the report offers, the page shows.
+	for _, by := range report.Groupings() {
+		a := f.page(t, asAdmin, "/usage?window=7d&by="+by, "")
+		keys, _ := rowKeys(a.body)
+		if a.status != http.StatusOK || len(keys) == 0 || !strings.Contains(string(a.body), `<option value="`+by+`" selected>`) {
+			t.Errorf("by %s: %d, rows %q", by, a.status, keys)
+		}
+	}
 	// The custom window's inputs show its days, the last one included.
 	a := f.page(t, asAdmin, "/usage?window=7d", "")
 	for _, want := range []string{`id="from" name="from" type="date" value="2026-10-26"`, `id="to" name="to" type="date" value="2026-11-02"`,
