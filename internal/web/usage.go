@@ -9,6 +9,8 @@ import (
 type Link struct {
 	Label, Href string
 	Current     bool
+	// File is the name a download is saved under.
+	File string
 }
 
 // UsageRow is one row of the usage table.

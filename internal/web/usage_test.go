@@ -21,7 +21,7 @@ func usageView() *Usage {
 		Presets:  []Link{{Label: "24 h", Href: "/usage?window=24h", Current: true}, {Label: "7 days", Href: "/usage?window=7d"}},
 		FromDate: "2026-11-01", ToDate: "2026-11-02", Team: `"><b>team`,
 		Crumbs:    []Link{{Label: "all teams", Href: "/usage?by=team"}, {Label: `team "><b>team`, Current: true}},
-		Downloads: []Link{{Label: "CSV", Href: "/api/v1/usage.csv?by=user"}},
+		Downloads: []Link{{Label: "CSV", Href: "/api/v1/usage.csv?by=user", File: "usage.csv"}},
 		Chart:     UsageChart(from, to, starts, time.Hour, loc, []float64{1, 0.5}, []float64{1, 0}),
 		Rows: []UsageRow{{Key: "<script>alert(1)</script>", Href: "/usage?by=container&user=%3Cscript%3E", Allocated: 2, Used: 1, Held: &held,
 			Efficiency: 0.5, EnergyKWh: 0.25, PeakMemory: 8 << 30, Cost: 4, Currency: "EUR", Containers: 1}},
@@ -60,7 +60,7 @@ func TestUsageRender(t *testing.T) {
 		`<label for="by">Group by`, `<option value="user" selected>user</option>`,
 		`<a href="/usage?window=24h" aria-current="true">24 h</a>`,
 		`<span aria-current="page">team &#34;&gt;&lt;b&gt;team</span>`,
-		`<a class="button" href="/api/v1/usage.csv?by=user" download>CSV</a>`,
+		`<a class="button" href="/api/v1/usage.csv?by=user" download="usage.csv">CSV</a>`,
 		`time (Europe/Berlin)`, `<title>2026-11-01 12:00 used: 1 h</title>`, `<title>2026-11-01 12:00 held, not used: 1 h</title>`,
 	} {
 		if !strings.Contains(out, want) {

@@ -264,10 +264,12 @@ func usageDownloads(req report.Request) []web.Link {
 		w.Set("format", format)
 		return w.Encode()
 	}
+	// usage-by-user-20261101T1100Z-20261102T1100Z: the window in UTC.
+	name := "usage-by-" + req.By + "-" + req.From.UTC().Format("20060102T1504Z") + "-" + req.To.UTC().Format("20060102T1504Z")
 	return []web.Link{
-		{Label: "CSV", Href: "/api/v1/usage.csv?" + v.Encode()},
-		{Label: "JSON", Href: "/api/v1/usage?" + with("json")},
-		{Label: "FOCUS CSV", Href: "/api/v1/usage?" + with("focus")},
+		{Label: "CSV", Href: "/api/v1/usage.csv?" + v.Encode(), File: name + ".csv"},
+		{Label: "JSON", Href: "/api/v1/usage?" + with("json"), File: name + ".json"},
+		{Label: "FOCUS CSV", Href: "/api/v1/usage?" + with("focus"), File: name + "-focus.csv"},
 	}
 }
 

@@ -125,7 +125,7 @@ func (f *fixture) page(t *testing.T, caller, path, zone string) answer {
 
 var (
 	rowKeyRE = regexp.MustCompile(`<th scope="row" class="key">(?:<a href="([^"]*)">)?([^<]*)`)
-	hrefRE   = regexp.MustCompile(`<a class="button" href="([^"]*)" download>([^<]*)</a>`)
+	hrefRE   = regexp.MustCompile(`<a class="button" href="([^"]*)" download="[^"]+">([^<]*)</a>`)
 	rectRE   = regexp.MustCompile(`<rect class="c(\d)"[^>]*><title>([^<]*)</title>`)
 )
 
@@ -192,6 +192,9 @@ func TestUsagePageAdmin(t *testing.T) {
 
 	// The downloads are the API's report of the same window: the same
 	// rows, as the session cookie or a token gets them.
+	if !strings.Contains(body, `download="usage-by-user-20261101T1100Z-20261102T1100Z.csv"`) {
+		t.Error("the CSV download has no file name naming its grouping and window")
+	}
 	dl := downloads(a.body)
 	if len(dl) != 3 || !strings.HasPrefix(dl["CSV"], "/api/v1/usage.csv?") || !strings.Contains(dl["FOCUS CSV"], "format=focus") {
 		t.Fatalf("downloads %v", dl)
