@@ -86,6 +86,7 @@ func (s *server) pageRoutes(console *web.Console) {
 func (s *server) morePages() []pageDef {
 	var pages []pageDef
 	pages = append(pages, s.gpusPages()...)
+	pages = append(pages, s.usagePages()...)
 	return pages
 }
 
