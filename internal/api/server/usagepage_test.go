@@ -97,9 +97,9 @@ func newUsageFixture(t *testing.T, edit func(*Config)) *fixture {
 	})
 }
 
-// page gets path as caller with the browser's zone cookie set to zone
+// pageIn gets path as caller with the browser's zone cookie set to zone
 // ("" for none).
-func (f *fixture) page(t *testing.T, caller, path, zone string) answer {
+func (f *fixture) pageIn(t *testing.T, caller, path, zone string) answer {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, f.url+path, nil)
 	if err != nil {
@@ -152,7 +152,7 @@ func downloads(body []byte) map[string]string {
 
 func TestUsagePageAdmin(t *testing.T) {
 	f := newUsageFixture(t, nil)
-	a := f.page(t, asAdmin, "/usage?window=24h&by=user", "")
+	a := f.pageIn(t, asAdmin, "/usage?window=24h&by=user", "")
 	if a.status != http.StatusOK {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
@@ -220,12 +220,12 @@ func TestUsagePageAdmin(t *testing.T) {
 
 func TestUsagePageDrillDown(t *testing.T) {
 	f := newUsageFixture(t, nil)
-	a := f.page(t, asViewer, "/usage?by=team", "")
+	a := f.pageIn(t, asViewer, "/usage?by=team", "")
 	keys, links := rowKeys(a.body)
 	if a.status != http.StatusOK || strings.Join(keys, "|") != "ml|vision" {
 		t.Fatalf("%d, rows %q, want ml and vision", a.status, keys)
 	}
-	a = f.page(t, asViewer, links["ml"], "")
+	a = f.pageIn(t, asViewer, links["ml"], "")
 	keys, links = rowKeys(a.body)
 	if a.status != http.StatusOK || strings.Join(keys, "|") != "alice|"+evilName {
 		t.Fatalf("team ml: %d, rows %q, want alice and %s", a.status, keys, evilName)
@@ -233,7 +233,7 @@ func TestUsagePageDrillDown(t *testing.T) {
 	if !strings.Contains(string(a.body), `<span aria-current="page">team ml</span>`) {
 		t.Error("team ml's page has no breadcrumb naming it")
 	}
-	a = f.page(t, asViewer, links["alice"], "")
+	a = f.pageIn(t, asViewer, links["alice"], "")
 	keys, _ = rowKeys(a.body)
 	if a.status != http.StatusOK || strings.Join(keys, "|") != "alice-train" {
 		t.Fatalf("alice: %d, rows %q, want alice-train", a.status, keys)
@@ -246,7 +246,7 @@ func TestUsagePageDrillDown(t *testing.T) {
 		}
 	}
 	// The window is kept down the drill.
-	a = f.page(t, asViewer, "/usage?by=team&window=7d", "")
+	a = f.pageIn(t, asViewer, "/usage?by=team&window=7d", "")
 	if _, links := rowKeys(a.body); links["ml"] != "/usage?by=user&team=ml&window=7d" {
 		t.Errorf("7 days by team: ml leads to %q", links["ml"])
 	}
@@ -260,7 +260,7 @@ func TestUsagePageRoles(t *testing.T) {
 	// A user sees their own rows, whatever the grouping, and not the
 	// node's idle pool.
 	for _, by := range []string{"user", "team", "container"} {
-		a := f.page(t, asAlice, "/usage?by="+by, "")
+		a := f.pageIn(t, asAlice, "/usage?by="+by, "")
 		keys, _ := rowKeys(a.body)
 		want := map[string]string{"user": "alice", "team": "ml", "container": "alice-train"}[by]
 		if a.status != http.StatusOK || strings.Join(keys, "|") != want {
@@ -271,16 +271,16 @@ func TestUsagePageRoles(t *testing.T) {
 		}
 	}
 	// Her chart is hers: 0.5 h used at 08:00, not the other user's.
-	a := f.page(t, asAlice, "/usage", "")
+	a := f.pageIn(t, asAlice, "/usage", "")
 	if !strings.Contains(string(a.body), "2026-11-02 08:00 used: 0.5 h") {
 		t.Error("alice's chart does not show her own 0.5 h at 08:00")
 	}
-	a = f.page(t, asAlice, "/usage?by=container&user=bob", "")
+	a = f.pageIn(t, asAlice, "/usage?by=container&user=bob", "")
 	if a.status != http.StatusForbidden || !strings.Contains(string(a.body), `id="message"`) || strings.Contains(string(a.body), "bob-train") {
 		t.Errorf("alice asking for bob's usage: %d %.300s", a.status, a.body)
 	}
 	// A viewer sees every row and the idle pool, and has no buttons.
-	a = f.page(t, asViewer, "/usage", "")
+	a = f.pageIn(t, asViewer, "/usage", "")
 	if keys, _ := rowKeys(a.body); a.status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.body), `id="idle-row"`) {
 		t.Errorf("viewer: %d, rows %q", a.status, keys)
 	}
@@ -303,7 +303,7 @@ func TestUsagePageRoles(t *testing.T) {
 	if js := br.do(t, http.MethodGet, dl["JSON"], ""); js.status != http.StatusOK || json.Unmarshal(js.body, &rep) != nil || len(rep.Rows) != 1 {
 		t.Errorf("alice's JSON download by cookie: %d %.300s", js.status, js.body)
 	}
-	if a := f.page(t, asNone, "/usage", ""); a.status != http.StatusUnauthorized || !strings.Contains(string(a.body), `id="login"`) {
+	if a := f.pageIn(t, asNone, "/usage", ""); a.status != http.StatusUnauthorized || !strings.Contains(string(a.body), `id="login"`) {
 		t.Errorf("no token: %d, want the sign-in form", a.status)
 	}
 }
@@ -322,7 +322,7 @@ func TestUsagePageWindows(t *testing.T) {
 		{"/usage?window=custom&from=2026-10-29&to=2026-11-02", "", "2026-10-29T00:00:00Z", "2026-11-03T00:00:00Z"},
 		{"/usage?from=2026-11-02&to=2026-11-02&by=gpu", "Asia/Tokyo", "2026-11-01T15:00:00Z", "2026-11-02T15:00:00Z"},
 	} {
-		a := f.page(t, asAdmin, c.path, c.zone)
+		a := f.pageIn(t, asAdmin, c.path, c.zone)
 		body := string(a.body)
 		if a.status != http.StatusOK || !strings.Contains(body, `From <time datetime="`+c.from+`"`) || !strings.Contains(body, `to <time datetime="`+c.to+`"`) {
 			m := regexp.MustCompile(`id="window">[^\n]*`).FindString(body)
@@ -331,14 +331,14 @@ func TestUsagePageWindows(t *testing.T) {
 	}
 	// Every grouping the report offers, the page shows.
 	for _, by := range report.Groupings() {
-		a := f.page(t, asAdmin, "/usage?window=7d&by="+by, "")
+		a := f.pageIn(t, asAdmin, "/usage?window=7d&by="+by, "")
 		keys, _ := rowKeys(a.body)
 		if a.status != http.StatusOK || len(keys) == 0 || !strings.Contains(string(a.body), `<option value="`+by+`" selected>`) {
 			t.Errorf("by %s: %d, rows %q", by, a.status, keys)
 		}
 	}
 	// The custom window's inputs show its days, the last one included.
-	a := f.page(t, asAdmin, "/usage?window=7d", "")
+	a := f.pageIn(t, asAdmin, "/usage?window=7d", "")
 	for _, want := range []string{`id="from" name="from" type="date" value="2026-10-26"`, `id="to" name="to" type="date" value="2026-11-02"`,
 		`href="/usage?by=user&amp;window=month">this month</a>`, `href="/usage?by=user&amp;window=7d" aria-current="true">7 days</a>`} {
 		if !strings.Contains(string(a.body), want) {
@@ -368,24 +368,24 @@ func TestUsagePageBadInput(t *testing.T) {
 		{"/usage?user=%zz", "not valid in a URL"},
 		{"/usage?window=" + url.QueryEscape(evilName), "&lt;script&gt;"},
 	} {
-		a := f.page(t, asAdmin, c.path, "")
+		a := f.pageIn(t, asAdmin, c.path, "")
 		body := strings.ReplaceAll(string(a.body), "&#34;", `"`)
 		if a.status != http.StatusBadRequest || !strings.Contains(body, `id="message"`) || !strings.Contains(body, c.want) || strings.Contains(body, evilName) {
 			t.Errorf("%s: %d %s, want 400 with a message saying %s", c.path, a.status, regexp.MustCompile(`id="message">[^<]*`).FindString(body), c.want)
 		}
 	}
 	few := newUsageFixture(t, func(c *Config) { c.Limits.MaxReportRows = 2 })
-	if a := few.page(t, asAdmin, "/usage?by=user", ""); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "api.max_report_rows") {
+	if a := few.pageIn(t, asAdmin, "/usage?by=user", ""); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "api.max_report_rows") {
 		t.Errorf("3 rows over a limit of 2: %d %.300s", a.status, a.body)
 	}
 	off := newFixture(t, func(c *Config) { c.Reports = nil })
-	if a := off.page(t, asAdmin, "/usage", ""); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), "the ledger is off") {
+	if a := off.pageIn(t, asAdmin, "/usage", ""); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), "the ledger is off") {
 		t.Errorf("ledger off: %d %.300s", a.status, a.body)
 	}
 	// Without the hourly sums the table still stands, and the chart says
 	// why it is empty.
 	noSeries := newUsageFixture(t, func(c *Config) { c.Usage = nil })
-	a := noSeries.page(t, asAdmin, "/usage", "")
+	a := noSeries.pageIn(t, asAdmin, "/usage", "")
 	if keys, _ := rowKeys(a.body); a.status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.body), "hourly sums are not read") {
 		t.Errorf("no hourly sums: %d, rows %q", a.status, keys)
 	}
@@ -396,7 +396,7 @@ func TestUsagePageBadInput(t *testing.T) {
 func TestUsagePageAudited(t *testing.T) {
 	f := newUsageFixture(t, nil)
 	f.audit.take()
-	f.page(t, asAlice, "/usage?by=team", "")
+	f.pageIn(t, asAlice, "/usage?by=team", "")
 	ev := f.audit.take()
 	if len(ev) != 1 || ev[0].Action != string(auth.ActUsageRead) || ev[0].Caller == "" || !strings.Contains(ev[0].Target, "/usage?by=team") {
 		t.Errorf("audit %+v, want one usage read by alice", ev)
