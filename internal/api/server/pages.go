@@ -83,7 +83,13 @@ func (s *server) pageRoutes(console *web.Console) {
 }
 
 // morePages are the pages beyond the overview; each has its file.
-func (s *server) morePages() []pageDef { return nil }
+func (s *server) morePages() []pageDef {
+	var pages []pageDef
+	pages = append(pages, s.wastePages()...)
+	pages = append(pages, s.jobsPages()...)
+	pages = append(pages, s.auditPages()...)
+	return pages
+}
 
 // setPageHeaders are the headers of every page: nothing but the agent's
 // own script and style, no framing, no referrer, never cached.
