@@ -21,6 +21,11 @@ func (s *server) auditPages() []pageDef {
 // auditWindows are the page's window presets: the API's since.
 var auditWindows = []string{"1h", "24h", "7d"}
 
+// auditPageLimit is how many events the page shows unless limit asks
+// for more (up to the API's api.max_audit_events): a page of ten thousand
+// rows is 3 MB that nobody reads through.
+const auditPageLimit = 500
+
 // auditPage reads the window as GET /api/v1/audit does, with window for
 // its since limited to the presets, and shows the events newest first.
 func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
@@ -49,6 +54,9 @@ func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
 	})
 	if err != nil {
 		return nil, badPage("the audit page cannot show that: %v", err)
+	}
+	if !raw.Has("limit") {
+		aq.Limit = min(aq.Limit, auditPageLimit)
 	}
 	v := &web.Audit{Frame: f, From: aq.From, To: aq.To, Limit: aq.Limit}
 	current := window

@@ -426,6 +426,25 @@ func TestAuditPage(t *testing.T) {
 		t.Errorf("the container's name is not shown escaped")
 	}
 
+	// Without limit the page shows its 500, below the API's most; the
+	// events are recorded oldest first, as the log keeps them.
+	g := newFixture(t, func(c *Config) { c.Limits.MaxAuditEvents = 1000 })
+	for i := range 501 {
+		if err := g.audit.Act(context.Background(), audit.Event{Time: now.Add(-time.Duration(501-i) * time.Second), Kind: "api", Action: "usage.read"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body = checkHTMLPage(t, g.get(t, asAdmin, "/audit"), http.StatusOK)
+	if got := rows(body); len(got) != 500 || got[0] != iso(time.Second) {
+		t.Errorf("%d rows from %v, want the newest 500", len(got), got[:1])
+	}
+	if !strings.Contains(body, "more than 500 events") {
+		t.Errorf("the page's own limit is not said")
+	}
+	if got := rows(checkHTMLPage(t, g.get(t, asAdmin, "/audit?limit=1000"), http.StatusOK)); len(got) != 501 {
+		t.Errorf("limit=1000: %d rows, want 501", len(got))
+	}
+
 	for _, caller := range []string{asAlice, asViewer} {
 		body := checkHTMLPage(t, f.pageAs(t, caller, true, "/audit"), http.StatusForbidden)
 		if msg := pageMessage(body); !strings.HasPrefix(msg, "this page is not for you: ") || len(rows(body)) != 0 {
