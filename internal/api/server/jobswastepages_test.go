@@ -78,8 +78,9 @@ func pageMessage(body string) string {
 }
 
 // pageWaste holds findings of alice's running container (named to
-// break the page), her stopped one, bob's running one and carol's
-// processes outside containers.
+// break the page), her stopped one, bob's running one (once more for a
+// finding that no longer holds) and carol's processes outside
+// containers.
 func pageWaste() *waste.Report {
 	finding := func(id, rule, ctrID, ctr, owner string, hours float64, ev map[string]float64) waste.Finding {
 		kind := waste.OwnerContainer
@@ -97,7 +98,9 @@ func pageWaste() *waste.Report {
 		finding("stalled-old", waste.RuleStalled, aliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
 		finding("idle-bob", waste.RuleIdle, bobTrain, "bob-train", "bob", 2, idle),
 		finding("outside-carol", waste.RuleOutside, "", "", "carol", 0.5, map[string]float64{waste.EvPresentHours: 0.5, waste.EvMemoryBytes: 1 << 30}),
+		finding("old-bob", waste.RuleTooOld, bobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
 	}}
+	raw.Findings[4].Active = false // it held, and holds no more
 	return raw.Only(func(*waste.Finding) bool { return true })
 }
 
@@ -115,7 +118,7 @@ func findingIDs(body string) []string {
 // container through the API with the rule as its reason.
 func TestWastePageRoles(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Waste = fixedWaste{pageWaste()} })
-	all := []string{"idle-script", "idle-bob", "stalled-old", "outside-carol"}
+	all := []string{"idle-script", "idle-bob", "stalled-old", "outside-carol", "old-bob"}
 	for _, tt := range []struct {
 		name, caller string
 		session      bool
@@ -127,7 +130,7 @@ func TestWastePageRoles(t *testing.T) {
 		{"admin by token", asAdmin, false, all, nil, "Sign in to the console to stop containers"},
 		{"viewer", asViewer, true, all, nil, ""},
 		{"alice", asAlice, true, []string{"idle-script", "stalled-old"}, nil, ""},
-		{"bob", asBob, true, []string{"idle-bob"}, nil, ""},
+		{"bob", asBob, true, []string{"idle-bob", "old-bob"}, nil, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			body := checkHTMLPage(t, f.pageAs(t, tt.caller, tt.session, "/waste"), http.StatusOK)
@@ -164,7 +167,8 @@ func TestWastePageRoles(t *testing.T) {
 		// Per finding, and totals per rule.
 		`<td class="num">3 h</td>`, `<td class="num">6.00 EUR</td>`,
 		`<td>idle</td><td class="num">2</td><td class="num">2</td><td class="num">5 h</td><td class="num">10.00 EUR</td>`,
-		`<tr class="total"><td>Total</td><td class="num">4</td><td class="num">4</td><td class="num">6.5 h</td><td class="num">13.00 EUR</td>`,
+		`<tr class="total"><td>Total</td><td class="num">5</td><td class="num">4</td><td class="num">6.75 h</td><td class="num">13.50 EUR</td>`,
+		`<tr id="finding-old-bob" class="finding inactive">`, "<dt>running for</dt><dd>3d 0h</dd>",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the admin's page lacks %s", want)
@@ -192,15 +196,20 @@ func TestWastePageRoles(t *testing.T) {
 	}
 }
 
-// TestWastePageOffAndBadInput: waste off says so; a parameter is a
-// message, not a page.
+// TestWastePageOffAndBadInput: waste off says so, and so does Docker
+// off to an admin; a parameter is a message, not a page.
 func TestWastePageOffAndBadInput(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.Waste = nil })
 	body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
 	if !strings.Contains(body, "The live waste rules are off on this agent (waste.enabled: false)") || len(buttons(body)) != 0 {
 		t.Errorf("the page with waste off:\n%s", body)
 	}
-	f = newFixture(t, func(c *Config) { c.Waste = fixedWaste{pageWaste()} })
+	// Without Docker there is nothing to stop with, and the page says so.
+	f = newFixture(t, func(c *Config) { c.Waste, c.Stopper = fixedWaste{pageWaste()}, nil })
+	body = checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
+	if len(buttons(body)) != 0 || !strings.Contains(body, "The agent does not manage containers here (docker.enabled: false)") {
+		t.Errorf("the page without Docker:\n%s", body)
+	}
 	body = checkHTMLPage(t, f.get(t, asViewer, "/waste?rule=idle"), http.StatusBadRequest)
 	if msg := pageMessage(body); !strings.Contains(msg, `the waste page takes no parameters (it was given "rule=idle")`) {
 		t.Errorf("message %q", msg)

@@ -33,7 +33,8 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 	rep := s.visibleFindings(c)
 	v.From, v.To, v.Currency = rep.From, rep.To, rep.Currency
 	// A stop is an admin's, from a session whose CSRF token the script
-	// sends, of a container the latest sample shows running.
+	// sends, of a container the latest sample shows running, for a
+	// finding that holds now.
 	mayStop := false
 	if ownOnly, err := auth.Authorize(c.id, auth.ActContainerStop); err == nil && !ownOnly && c.id.Role == auth.RoleAdmin {
 		switch {
@@ -66,7 +67,8 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 		for _, k := range slices.Sorted(maps.Keys(fd.Evidence)) {
 			row.Evidence = append(row.Evidence, web.Evidence{Key: k, Value: fd.Evidence[k], Rule: fd.Rule})
 		}
-		if mayStop && fd.ContainerID != "" && running[fd.ContainerID] {
+		// A finding that no longer holds is history, not a reason to stop.
+		if mayStop && fd.Active && fd.ContainerID != "" && running[fd.ContainerID] {
 			b, err := stopButton(fd)
 			if err != nil {
 				return nil, err
