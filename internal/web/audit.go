@@ -9,7 +9,10 @@ type Audit struct {
 	From, To time.Time
 	// Presets are the window links, the current one marked.
 	Presets []NavItem
-	Events  []AuditRow
+	// FromField and ToField are what the form's fields hold: the query's
+	// from and to as given.
+	FromField, ToField string
+	Events             []AuditRow
 	// Truncated says the window holds more events than Limit, the newest
 	// of which are shown.
 	Truncated bool

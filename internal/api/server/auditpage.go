@@ -36,6 +36,12 @@ func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
 	if err != nil {
 		return nil, badPage("the audit page cannot show that: %v", err)
 	}
+	// The page's form sends the fields left empty: those are not given.
+	for _, k := range []string{"to", "limit"} {
+		if vs, ok := raw[k]; ok && len(vs) == 1 && vs[0] == "" {
+			delete(raw, k)
+		}
+	}
 	window := raw.Get("window")
 	if raw.Has("window") && !slices.Contains(auditWindows, window) {
 		return nil, badPage("the audit page does not know the window %q: it shows 1h, 24h or 7d, or from=…&to=… (RFC 3339 or a date)", window)
@@ -58,7 +64,7 @@ func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
 	if !raw.Has("limit") {
 		aq.Limit = min(aq.Limit, auditPageLimit)
 	}
-	v := &web.Audit{Frame: f, From: aq.From, To: aq.To, Limit: aq.Limit}
+	v := &web.Audit{Frame: f, From: aq.From, To: aq.To, Limit: aq.Limit, FromField: raw.Get("from"), ToField: raw.Get("to")}
 	current := window
 	if current == "" && !raw.Has("from") {
 		current = "24h"

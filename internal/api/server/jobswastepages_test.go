@@ -412,6 +412,8 @@ func TestAuditPage(t *testing.T) {
 		"?window=1h": {iso(30 * time.Minute)},
 		"?window=7d": {iso(30 * time.Minute), iso(2 * time.Hour), iso(72 * time.Hour)},
 		"?from=" + iso(100*time.Hour) + "&to=" + iso(time.Hour): {iso(2 * time.Hour), iso(72 * time.Hour)},
+		// The form sends an empty to: now.
+		"?from=" + iso(100*time.Hour) + "&to=": {iso(30 * time.Minute), iso(2 * time.Hour), iso(72 * time.Hour)},
 	} {
 		body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/audit"+query), http.StatusOK)
 		if got := rows(body); !slices.Equal(got, want) {
