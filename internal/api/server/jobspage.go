@@ -53,6 +53,7 @@ func (s *server) jobsPage(r *http.Request, c *call, f web.Frame) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	v.Jobs = make([]web.JobRow, 0, len(jobs))
 	for _, j := range jobs {
 		v.Jobs = append(v.Jobs, jobRow(s.jobJSON(j), c, f.CanAct()))
 	}
