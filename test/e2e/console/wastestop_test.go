@@ -73,6 +73,11 @@ containers:
 		return out
 	}
 	run("sign in by the link", chromedp.Navigate(a.URL+"/waste#token="+a.Token))
+	// The page signs in after it loads and then loads itself again: a
+	// navigation before then would cut the sign-in off.
+	harness.WaitFor(t, 20*time.Second, "the sign-in", func() bool {
+		return strings.Contains(eval("read the status", `(document.getElementById("status") || {}).textContent || ""`), "signed in as")
+	})
 	button := fmt.Sprintf(`button[data-path="/api/v1/containers/%s/stop"]`, idle.ID)
 	harness.WaitFor(t, 30*time.Second, "the idle finding's Stop button", func() bool {
 		run("reload the waste page", chromedp.Navigate(a.URL+"/waste"))
