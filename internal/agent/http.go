@@ -19,6 +19,9 @@ import (
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
+// Both ledgers read the usage page's hourly sums.
+var _ server.UsageSeries = ledger.OwnerUsageReader(nil)
+
 // Listen opens the listeners, so that a caller learns a bad address
 // before Run and can read the chosen port (":0" in tests).
 func (a *Agent) Listen() (net.Addr, error) {
@@ -72,6 +75,9 @@ func (a *Agent) Handler() http.Handler {
 			// A job's container stopped through the API ends cancelled.
 			ac.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonCancelled}
 		}
+	}
+	if u, ok := a.store.(ledger.OwnerUsageReader); ok && reports != nil {
+		ac.Usage = u
 	}
 	if a.audit != nil {
 		extra = append(extra, a.audit)

@@ -12,7 +12,7 @@ import (
 // carries its unit.
 var funcs = template.FuncMap{
 	"bytes":   func(v any) string { return FormatBytes(toFloat(v)) },
-	"hours":   func(h float64) string { return trim(h, 2) + " h" },
+	"hours":   FormatHours,
 	"pct":     FormatPercent,
 	"pctp":    func(p *float64) string { return optional(p, FormatPercent) },
 	"ratio":   func(r float64) string { return FormatPercent(100 * r) },
@@ -113,4 +113,14 @@ func toFloat(v any) float64 {
 		return float64(n)
 	}
 	return math.NaN()
+}
+
+// FormatHours writes GPU-hours with two decimals, and a small non-zero
+// figure with two significant digits, so that a few minutes of use do
+// not read as none.
+func FormatHours(h float64) string {
+	if a := math.Abs(h); a > 0 && a < 0.01 {
+		return strconv.FormatFloat(h, 'g', 2, 64) + " h"
+	}
+	return trim(h, 2) + " h"
 }

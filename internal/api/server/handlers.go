@@ -308,38 +308,17 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 				req.Format = "json"
 			}
 		}
-		now := s.cfg.Now()
-		if err == nil {
-			err = req.Validate(now)
-		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 			return
 		}
-		if c.ownOnly {
-			if req.User != "" && req.User != c.id.User {
-				s.forbid(w, r, c, "usage user="+req.User, auth.AuthorizeOwner(c.id, c.act, req.User))
+		rep, fault := s.usageReport(r.Context(), c, &req)
+		if fault != nil {
+			if fault.denied != nil {
+				s.forbid(w, r, c, fault.target, fault.denied)
 				return
 			}
-			req.User = c.id.User
-		}
-		// The window as asked: its ends were rounded out to minutes.
-		if span := req.Span(); span > s.cfg.Limits.MaxReportWindow {
-			writeError(w, http.StatusBadRequest, apitype.CodeWindowTooLong, fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows",
-				units.FormatDuration(span), units.FormatDuration(s.cfg.Limits.MaxReportWindow)))
-			return
-		}
-		rep, err := s.cfg.Reports.Report(r.Context(), req)
-		if errors.Is(err, cost.ErrInvalidCost) {
-			writeError(w, http.StatusInternalServerError, "bad_config", "the agent's cost settings do not fit the GPUs in the ledger; the agent's log says which")
-			return
-		}
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, "ledger_error", "could not read the ledger; the agent's log says why")
-			return
-		}
-		if n := len(rep.Rows); n > s.cfg.Limits.MaxReportRows {
-			writeError(w, http.StatusBadRequest, apitype.CodeTooManyRows, fmt.Sprintf("the report has %d rows, more than the %d the API returns (api.max_report_rows): filter it or group by a coarser key", n, s.cfg.Limits.MaxReportRows))
+			writeError(w, fault.status, fault.code, fault.msg)
 			return
 		}
 		var buf bytes.Buffer
@@ -364,6 +343,53 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 		w.Header().Set("Cache-Control", "no-store")
 		_, _ = w.Write(buf.Bytes())
 	}
+}
+
+// usageFault is why a usage report cannot be made as asked: an answer
+// with status, code and message, or a denial, which is audited as one.
+type usageFault struct {
+	status    int
+	code, msg string
+	// denied is set when the caller may not see what they asked for;
+	// target names it for the audit log.
+	denied error
+	target string
+}
+
+// usageReport validates req, holds it to the caller's role (a user sees
+// only their own usage) and to the API's limits, and builds the report:
+// the checks the API's usage endpoints and the console's usage page
+// share, so that neither shows what the other refuses.
+func (s *server) usageReport(ctx context.Context, c *call, req *report.Request) (*report.Report, *usageFault) {
+	if err := req.Validate(s.cfg.Now()); err != nil {
+		return nil, &usageFault{status: http.StatusBadRequest, code: apitype.CodeBadRequest, msg: err.Error()}
+	}
+	if c.ownOnly {
+		if req.User != "" && req.User != c.id.User {
+			return nil, &usageFault{status: http.StatusForbidden, code: apitype.CodeForbidden,
+				denied: auth.AuthorizeOwner(c.id, c.act, req.User), target: "usage user=" + req.User}
+		}
+		req.User = c.id.User
+	}
+	// The window as asked: its ends were rounded out to minutes.
+	if span := req.Span(); span > s.cfg.Limits.MaxReportWindow {
+		return nil, &usageFault{status: http.StatusBadRequest, code: apitype.CodeWindowTooLong,
+			msg: fmt.Sprintf("the window is %s long; the API reports at most %s at once (api.max_report_window): ask for shorter windows",
+				units.FormatDuration(span), units.FormatDuration(s.cfg.Limits.MaxReportWindow))}
+	}
+	rep, err := s.cfg.Reports.Report(ctx, *req)
+	if errors.Is(err, cost.ErrInvalidCost) {
+		return nil, &usageFault{status: http.StatusInternalServerError, code: "bad_config",
+			msg: "the agent's cost settings do not fit the GPUs in the ledger; the agent's log says which"}
+	}
+	if err != nil {
+		return nil, &usageFault{status: http.StatusInternalServerError, code: "ledger_error", msg: "could not read the ledger; the agent's log says why"}
+	}
+	if n := len(rep.Rows); n > s.cfg.Limits.MaxReportRows {
+		return nil, &usageFault{status: http.StatusBadRequest, code: apitype.CodeTooManyRows,
+			msg: fmt.Sprintf("the report has %d rows, more than the %d the API returns (api.max_report_rows): filter it or group by a coarser key", n, s.cfg.Limits.MaxReportRows)}
+	}
+	return rep, nil
 }
 
 func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {

@@ -86,6 +86,10 @@ func (s *server) pageRoutes(console *web.Console) {
 func (s *server) morePages() []pageDef {
 	var pages []pageDef
 	pages = append(pages, s.gpusPages()...)
+	pages = append(pages, s.usagePages()...)
+	pages = append(pages, s.wastePages()...)
+	pages = append(pages, s.jobsPages()...)
+	pages = append(pages, s.auditPages()...)
 	return pages
 }
 

@@ -87,6 +87,9 @@ type Config struct {
 	FairShare FairShare
 	// History is the GPUs' figures over time; nil: not kept.
 	History History
+	// Usage is the ledger's use per owner and hour, which the usage page
+	// draws; nil: the ledger is off.
+	Usage UsageSeries
 	// Auth gives the current authenticator; it changes on a reload.
 	Auth    func() *auth.Authenticator
 	Limiter func() *auth.Limiter

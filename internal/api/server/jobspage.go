@@ -1,0 +1,123 @@
+package server
+
+import (
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/web"
+)
+
+// jobsPages is the page of the queue.
+func (s *server) jobsPages() []pageDef {
+	return []pageDef{
+		{path: "/jobs", name: web.PageJobs, title: "Jobs", act: auth.ActJobRead, refresh: 15, view: s.jobsPage},
+	}
+}
+
+// jobsPage lists the jobs as GET /api/v1/jobs does, with all_users=1 for
+// the roles that see everyone's: a user's own, everyone's for admins and
+// viewers. It takes the API's state and all parameters.
+func (s *server) jobsPage(r *http.Request, c *call, f web.Frame) (any, error) {
+	q, err := query(r)
+	if err == nil {
+		err = onlyParams(q, "all", "state")
+	}
+	var all bool
+	if err == nil {
+		all, err = flagParam(q.Get("all"), "all")
+	}
+	var states []string
+	if err == nil {
+		states, err = apitype.ParseJobStates(q["state"])
+	}
+	if err != nil {
+		return nil, badPage("the jobs page cannot show that: %v", err)
+	}
+	v := &web.Jobs{Frame: f, Everyone: !c.ownOnly, States: states, All: all}
+	v.Filters = jobFilters(q)
+	if s.cfg.Jobs == nil {
+		v.Note = "The GPU job queue is off on this agent; an admin turns it on with queue.enabled: true."
+		return v, nil
+	}
+	jf := ledger.JobFilter{States: states, IncludeEnded: all}
+	if c.ownOnly {
+		jf.User = c.id.User
+	}
+	jobs, err := s.cfg.Jobs.Jobs(r.Context(), jf)
+	if err != nil {
+		return nil, err
+	}
+	v.Jobs = make([]web.JobRow, 0, len(jobs))
+	for _, j := range jobs {
+		v.Jobs = append(v.Jobs, jobRow(s.jobJSON(j), c, f.CanAct()))
+	}
+	return v, nil
+}
+
+// jobFilters are the page's filter links; the one q asks for is marked.
+func jobFilters(q url.Values) []web.NavItem {
+	cur := url.Values{}
+	for k, vs := range q {
+		cur[k] = slices.Clone(vs)
+	}
+	items := []web.NavItem{
+		{Path: "/jobs", Label: "Waiting and running"},
+		{Path: "/jobs?state=queued", Label: "Queued"},
+		{Path: "/jobs?state=running", Label: "Running"},
+		{Path: "/jobs?all=1", Label: "All, with ended"},
+	}
+	enc := cur.Encode()
+	for i := range items {
+		_, raw, _ := strings.Cut(items[i].Path, "?")
+		items[i].Current = raw == enc
+	}
+	return items
+}
+
+// jobRow is a job as the page shows it, with the buttons the caller may
+// use on it now: the role as AuthorizeOwner decides for the job's owner,
+// and the state as the queue's state machine allows.
+func jobRow(j apitype.Job, c *call, canAct bool) web.JobRow {
+	row := web.JobRow{
+		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State, Held: j.Held,
+		Reason: j.Reason, ReasonText: j.ReasonText, GPUsRequested: j.GPUsRequested, GPUMemory: j.GPUMemoryRequested,
+		GPUs: j.GPUs, Image: j.Image, Command: j.Command, TimeLimit: j.TimeLimit, Class: j.Class,
+		Submitted: j.SubmittedAt, Started: j.StartedAt, Ended: j.EndedAt, Estimated: j.EstimatedStart, ExitCode: j.ExitCode,
+	}
+	if j.Position != nil {
+		row.Position = *j.Position
+	}
+	if !canAct {
+		return row
+	}
+	st := queue.State(j.State)
+	label := j.ID
+	if j.Name != "" {
+		label += " (" + j.Name + ")"
+	}
+	button := func(verb, doing, done string, danger bool) web.Button {
+		return web.Button{
+			Label: strings.ToUpper(verb[:1]) + verb[1:], Method: http.MethodPost, Path: "/api/v1/jobs/" + url.PathEscape(j.ID) + "/" + verb,
+			Confirm: strings.ToUpper(verb[:1]) + verb[1:] + " job " + label + " of " + j.User + "?",
+			Doing:   doing + " " + j.ID, Done: done + " " + j.ID, Danger: danger,
+		}
+	}
+	if auth.AuthorizeOwner(c.id, auth.ActJobCancel, j.User) == nil && queue.CanTransition(st, queue.Cancelled) {
+		row.Buttons = append(row.Buttons, button("cancel", "cancelling", "cancelled", true))
+	}
+	// Hold and release keep a job queued: they only set its held flag.
+	if auth.AuthorizeOwner(c.id, auth.ActJobHold, j.User) == nil && st == queue.Queued {
+		if j.Held {
+			row.Buttons = append(row.Buttons, button("release", "releasing", "released", false))
+		} else {
+			row.Buttons = append(row.Buttons, button("hold", "holding", "held", false))
+		}
+	}
+	return row
+}

@@ -1,0 +1,43 @@
+package web
+
+import "time"
+
+// Jobs is the page at /jobs: the queue as the reader may see it.
+type Jobs struct {
+	Frame
+	// Note says why there is no queue to show (it is off); the rest is
+	// then empty.
+	Note string
+	// Everyone says the list holds every user's jobs, not only the
+	// reader's.
+	Everyone bool
+	// States are the states the list is filtered to, none for every
+	// live one; All includes the ended jobs.
+	States []string
+	All    bool
+	// Filters are the links that change the filter, the current one
+	// marked.
+	Filters []NavItem
+	Jobs    []JobRow
+}
+
+// JobRow is one job.
+type JobRow struct {
+	ID, Name, User, Team, State string
+	Held                        bool
+	Reason, ReasonText          string
+	GPUsRequested               int
+	GPUMemory                   uint64 // bytes on one shared GPU; 0 for whole GPUs
+	GPUs                        []string
+	Image                       string
+	Command                     []string
+	TimeLimit, Class            string
+	Submitted, Started, Ended   *time.Time
+	Estimated                   *time.Time
+	// Position is the job's place among the queued, 1 first; 0 when it
+	// has none.
+	Position int
+	ExitCode *int
+	// Buttons are what the reader may do with the job now.
+	Buttons []Button
+}
