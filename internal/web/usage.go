@@ -50,7 +50,7 @@ type Usage struct {
 	// window's first and last day in the reader's zone.
 	FromDate, ToDate string
 	// User and Team are the filters the page carries along.
-	User, Team string
+	FilterUser, FilterTeam string
 	// Crumbs lead back up the drill-down; the last one is the page.
 	Crumbs    []Link
 	Downloads []Link

@@ -19,7 +19,7 @@ func usageView() *Usage {
 		Frame: Frame{Page: PageUsage, Title: "Usage", Loc: loc, Zone: "Europe/Berlin", Now: to, User: "root", Role: "admin", Method: "token", Nav: Nav("/usage", "admin")},
 		From:  from, To: to, Window: "24h", By: "user", Groupings: []string{"user", "team"},
 		Presets:  []Link{{Label: "24 h", Href: "/usage?window=24h", Current: true}, {Label: "7 days", Href: "/usage?window=7d"}},
-		FromDate: "2026-11-01", ToDate: "2026-11-02", Team: `"><b>team`,
+		FromDate: "2026-11-01", ToDate: "2026-11-02", FilterTeam: `"><b>team`,
 		Crumbs:    []Link{{Label: "all teams", Href: "/usage?by=team"}, {Label: `team "><b>team`, Current: true}},
 		Downloads: []Link{{Label: "CSV", Href: "/api/v1/usage.csv?by=user", File: "usage.csv"}},
 		Chart:     UsageChart(from, to, starts, time.Hour, loc, []float64{1, 0.5}, []float64{1, 0}),

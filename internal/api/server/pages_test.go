@@ -203,3 +203,16 @@ func TestGPUsPage(t *testing.T) {
 		t.Errorf("a failing ledger: %d %q, want 500 with a message and not the error", status, message(body))
 	}
 }
+
+// TestEveryPageSaysWho: every page's layout names the reader and has the
+// navigation, whatever fields its own view has.
+func TestEveryPageSaysWho(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.History = historyOf{} })
+	f.resample()
+	for _, path := range []string{"/", "/gpus", "/usage", "/waste", "/jobs", "/audit"} {
+		_, body := f.page(t, asAdmin, path)
+		if !strings.Contains(body, `<span id="status">signed in as root (admin)</span>`) || !strings.Contains(body, `aria-current="page"`) {
+			t.Errorf("%s does not say who is signed in, or which page it is:\n%.3000s", path, body)
+		}
+	}
+}

@@ -179,7 +179,7 @@ func (s *server) usagePage(r *http.Request, c *call, f web.Frame) (any, error) {
 		return nil, &pageError{fault.status, fault.msg}
 	}
 	v := &web.Usage{Frame: f, From: *req.From, To: *req.To, Window: q.window, By: q.by, Groupings: report.Groupings(),
-		User: q.user, Team: q.team, Currency: rep.Currency, Filtered: rep.Filtered, Notes: rep.Notes}
+		FilterUser: q.user, FilterTeam: q.team, Currency: rep.Currency, Filtered: rep.Filtered, Notes: rep.Notes}
 	v.FromDate = from.In(loc).Format(time.DateOnly)
 	v.ToDate = to.Add(-time.Nanosecond).In(loc).Format(time.DateOnly)
 	if q.window == windowCustom {
