@@ -96,19 +96,37 @@ func state(t testing.TB, ctx context.Context) pageState {
 // grows to what overflows it.
 const overflowJS = `((w) => {
 	if (document.documentElement.scrollWidth <= w) return [];
-	const out = [];
+	// The deepest elements that reach past the right edge, by their box
+	// or by content that overflows them (a long word, a wide child).
+	const wide = [];
 	for (const el of document.body.querySelectorAll("*")) {
-		if (el.closest(".table-wrap")) continue;
+		// What is inside a .table-wrap scrolls there, but for a box
+		// positioned against an ancestor outside it, which the wrapper
+		// does not clip (a visually hidden label, say).
+		const wrap = el.parentElement && el.parentElement.closest(".table-wrap");
+		if (wrap) {
+			const pos = getComputedStyle(el).position;
+			if (!((pos === "absolute" || pos === "fixed") && !(el.offsetParent && wrap.contains(el.offsetParent)))) continue;
+		}
 		const r = el.getBoundingClientRect();
-		if (r.width > 0 && r.right > w + 0.5) out.push(describe(el) + " right " + Math.round(r.right) + "px");
-		if (out.length >= 10) break;
+		if (r.width === 0 && r.height === 0) continue;
+		const cs = getComputedStyle(el);
+		const content = cs.overflowX === "visible" ? r.left + el.scrollWidth : r.right;
+		if (Math.max(r.right, content) > w + 0.5) wide.push([el, Math.round(Math.max(r.right, content))]);
 	}
+	const deepest = wide.filter(([el]) => !wide.some(([o]) => o !== el && el.contains(o)));
+	const out = deepest.slice(0, 10).map(([el, right]) => describe(el) + " reaches " + right + "px");
 	return out.length ? out : ["the document is " + document.documentElement.scrollWidth + "px wide in " + w + "px"];
 	function describe(el) {
-		let s = el.tagName.toLowerCase();
-		if (el.id) s += "#" + el.id;
-		for (const c of el.classList) s += "." + c;
-		return s;
+		const parts = [];
+		for (let e = el; e && e !== document.body && parts.length < 3; e = e.parentElement) {
+			let s = e.tagName.toLowerCase();
+			if (e.id) s += "#" + e.id;
+			for (const c of e.classList) s += "." + c;
+			parts.unshift(s);
+		}
+		const named = el.parentElement && el.parentElement.closest("[id]");
+		return parts.join(" > ") + (named && named !== document.body ? " in #" + named.id : "");
 	}
 })(%d)`
 

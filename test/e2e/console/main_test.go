@@ -33,6 +33,9 @@ type page struct {
 	adminOnly bool
 	// charts is the least number of charts (figure.chart) the page draws.
 	charts int
+	// demoShows is text the page shows on the demo once it has run a
+	// little (the pages test waits for it).
+	demoShows string
 	// bad is the page with a parameter it does not know, answered with
 	// a message (#message) and 400.
 	bad string
@@ -45,19 +48,25 @@ type page struct {
 	// stops says whether the page has a Stop for a container that wastes
 	// its GPUs (the stop test clicks it).
 	stops bool
-	// names says whether the page shows the names of containers and
-	// their users (the escaping test looks for them as text there).
-	names bool
+	// xss is the page as it shows the name of a container (the escaping
+	// test looks for it there as text); "" for a page that shows none.
+	xss string
 }
 
 // pages are the console's pages. Keep in step with web.Nav and
 // internal/api/server's pageRoutes.
 var pages = []page{
-	{name: "overview", path: "/", bad: "/?window=nonsense", names: true,
+	{name: "overview", path: "/", bad: "/?window=nonsense", xss: "/",
 		userSees: []string{"alice-llama-finetune", "another user"}},
-	{name: "gpus", path: "/gpus?window=1h", charts: 5, bad: "/gpus?window=nonsense", names: true,
+	{name: "gpus", path: "/gpus?window=1h", charts: 5, bad: "/gpus?window=nonsense", xss: "/gpus?window=1h",
 		ledger:   []string{"/gpus?window=24h", "/gpus?window=7d"},
 		userSees: []string{"alice-llama-finetune", "another user"}},
+	{name: "usage", path: "/usage?window=7d", charts: 1, bad: "/usage?window=nonsense", xss: "/usage?window=24h&by=container",
+		ledger:   []string{"/usage?window=24h", "/usage?window=7d", "/usage?window=30d&by=team"},
+		userSees: []string{"alice"}},
+	{name: "waste", path: "/waste", bad: "/waste?window=nonsense", xss: "/waste", stops: true, demoShows: "erin-dev"},
+	{name: "jobs", path: "/jobs", bad: "/jobs?state=nonsense"},
+	{name: "audit", path: "/audit?window=24h", adminOnly: true, bad: "/audit?window=nonsense"},
 }
 
 // ledgerPaths are the page as it reads the 30-day ledger.
