@@ -2,77 +2,24 @@ package console
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
-// usageBrowser is a headless Chromium of the test's own that notes what
-// the pages threw, logged as errors or had refused (a blocked inline
-// style or script is a log entry).
-type usageBrowser struct {
-	ctx  context.Context
-	mu   sync.Mutex
-	errs []string
-}
-
-func newUsageBrowser(t *testing.T) *usageBrowser {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(harness.Chromium(t)), chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1400, 900))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	b := &usageBrowser{ctx: ctx}
-	if err := chromedp.Listen(ctx, func(ev any) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		switch e := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			b.errs = append(b.errs, "exception: "+e.ExceptionDetails.Text)
-		case *runtime.EventConsoleAPICalled:
-			if e.Type == runtime.ConsoleAPICalledTypeError {
-				b.errs = append(b.errs, fmt.Sprintf("console.error: %v", e.Args))
-			}
-		case *log.EventEntryAdded:
-			if e.Entry.Level == log.EntryLevelError {
-				b.errs = append(b.errs, fmt.Sprintf("log (%s): %s %s", e.Entry.Source, e.Entry.Text, e.Entry.URL))
-			}
-		}
-	}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return b
-}
-
-func run[T any](t *testing.T, b *usageBrowser, what string, a chromedp.Action[T]) T {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-	return v
-}
-
 // until evaluates expr until it is true, through the page's own
 // navigations.
-func until(t *testing.T, b *usageBrowser, what, expr string) {
+func until(t *testing.T, b *harness.Browser, what, expr string) {
 	t.Helper()
 	var err error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(b.Ctx, 5*time.Second)
 		var ok bool
 		ok, err = chromedp.Run(ctx, chromedp.Evaluate[bool](expr))
 		cancel()
@@ -80,7 +27,7 @@ func until(t *testing.T, b *usageBrowser, what, expr string) {
 			return
 		}
 	}
-	loc, _ := chromedp.Run(b.ctx, chromedp.Location())
+	loc, _ := chromedp.Run(b.Ctx, chromedp.Location())
 	t.Fatalf("%s: never true at %s (%v): %s", what, loc, err, expr)
 }
 
@@ -97,61 +44,61 @@ func TestUsagePageInBrowser(t *testing.T) {
 		status, _, body := harness.Fetch(t, a.URL+"/api/v1/usage?by=team&since=1h&format=json")
 		return status == http.StatusOK && strings.Contains(string(body), `"nlp"`) && strings.Contains(string(body), `"vision"`)
 	})
-	b := newUsageBrowser(t)
-	run(t, b, "sign in by the demo's link", chromedp.Navigate(a.URL+"/#token="+a.Token))
+	b := harness.NewBrowser(t)
+	harness.Step(t, b.Ctx, "sign in by the demo's link", chromedp.Navigate(a.URL+"/#token="+a.Token))
 	until(t, b, "signed in", `(document.getElementById("status") || {}).textContent.includes("signed in as")`)
 
-	run(t, b, "open the usage by team", chromedp.Navigate(a.URL+"/usage?by=team"))
+	harness.Step(t, b.Ctx, "open the usage by team", chromedp.Navigate(a.URL+"/usage?by=team"))
 	until(t, b, "team rows", usageRowsJS+`.split("|").includes("nlp")`)
-	if n := run(t, b, "chart bars", chromedp.Evaluate[int](`document.querySelectorAll("#usage-chart svg rect").length`)); n == 0 {
+	if n := harness.Step(t, b.Ctx, "chart bars", chromedp.Evaluate[int](`document.querySelectorAll("#usage-chart svg rect").length`)); n == 0 {
 		t.Error("the chart has no bars")
 	}
-	if got := run(t, b, "label of the grouping", chromedp.Evaluate[string](`document.querySelector("label[for=by]").textContent.trim().split("\n")[0]`)); got != "Group by" {
+	if got := harness.Step(t, b.Ctx, "label of the grouping", chromedp.Evaluate[string](`document.querySelector("label[for=by]").textContent.trim().split("\n")[0]`)); got != "Group by" {
 		t.Errorf("the grouping's label is %q", got)
 	}
 
 	// From the keyboard: the next grouping, then Tab to the button and
 	// Enter.
-	run(t, b, "choose a grouping with the keyboard", chromedp.Steps(
+	harness.Step(t, b.Ctx, "choose a grouping with the keyboard", chromedp.Steps(
 		chromedp.Focus(chromedp.ID("by")), chromedp.KeyEvent(kb.ArrowDown), chromedp.KeyEvent("\t"), chromedp.KeyEvent("\r")))
 	until(t, b, "grouped by project", `location.search.includes("by=project") && document.getElementById("table-h").textContent === "By project"`)
 
 	// Drill down: team nlp, then its user.
-	run(t, b, "back to teams", chromedp.Navigate(a.URL+"/usage?by=team&window=7d"))
+	harness.Step(t, b.Ctx, "back to teams", chromedp.Navigate(a.URL+"/usage?by=team&window=7d"))
 	until(t, b, "team rows", usageRowsJS+`.split("|").includes("nlp")`)
-	run(t, b, "open team nlp", chromedp.Evaluate[bool](`[...document.querySelectorAll("#usage-table tbody th a")].find(l => l.textContent === "nlp").click() || true`))
+	harness.Step(t, b.Ctx, "open team nlp", chromedp.Evaluate[bool](`[...document.querySelectorAll("#usage-table tbody th a")].find(l => l.textContent === "nlp").click() || true`))
 	until(t, b, "team nlp's users", `location.search.includes("team=nlp") && location.search.includes("window=7d") && `+usageRowsJS+` === "alice"`)
-	if crumb := run(t, b, "breadcrumb", chromedp.Evaluate[string](`document.querySelector("nav.crumbs [aria-current=page]").textContent`)); crumb != "team nlp" {
+	if crumb := harness.Step(t, b.Ctx, "breadcrumb", chromedp.Evaluate[string](`document.querySelector("nav.crumbs [aria-current=page]").textContent`)); crumb != "team nlp" {
 		t.Errorf("the breadcrumb ends at %q, want team nlp", crumb)
 	}
 
 	// The downloads, with the session cookie alone.
-	got := run(t, b, "download the CSV", chromedp.Evaluate[string](`fetch(document.querySelector(".downloads a").href).then(r => r.text().then(x => r.status + " " + r.headers.get("content-type") + " " + x.split("\n").length))`, chromedp.EvalAwaitPromise))
+	got := harness.Step(t, b.Ctx, "download the CSV", chromedp.Evaluate[string](`fetch(document.querySelector(".downloads a").href).then(r => r.text().then(x => r.status + " " + r.headers.get("content-type") + " " + x.split("\n").length))`, chromedp.EvalAwaitPromise))
 	if !strings.HasPrefix(got, "200 text/csv; charset=utf-8 ") {
 		t.Errorf("the CSV download: %s", got)
 	}
-	keys := run(t, b, "download the JSON", chromedp.Evaluate[string](`fetch([...document.querySelectorAll(".downloads a")].find(l => l.textContent === "JSON").href).then(r => r.json()).then(j => j.rows.map(r => r.key).join("|"))`, chromedp.EvalAwaitPromise))
-	if rows := run(t, b, "rows", chromedp.Evaluate[string](usageRowsJS)); keys != rows {
+	keys := harness.Step(t, b.Ctx, "download the JSON", chromedp.Evaluate[string](`fetch([...document.querySelectorAll(".downloads a")].find(l => l.textContent === "JSON").href).then(r => r.json()).then(j => j.rows.map(r => r.key).join("|"))`, chromedp.EvalAwaitPromise))
+	if rows := harness.Step(t, b.Ctx, "rows", chromedp.Evaluate[string](usageRowsJS)); keys != rows {
 		t.Errorf("the JSON download has rows %q, the page %q", keys, rows)
 	}
 
 	// A custom window from the date inputs.
 	today := time.Now().UTC().Format(time.DateOnly)
-	run(t, b, "a custom window", chromedp.Steps(
+	harness.Step(t, b.Ctx, "a custom window", chromedp.Steps(
 		chromedp.SetValue(chromedp.ID("from"), today), chromedp.SetValue(chromedp.ID("to"), today),
 		chromedp.Click(chromedp.CSS(`#custom-form button[type="submit"]`))))
 	until(t, b, "the custom window in the address", `location.search.includes("window=custom") && location.search.includes("from=`+today+`") && location.search.includes("team=nlp")`)
 
-	run(t, b, "an unknown window", chromedp.Navigate(a.URL+"/usage?window=1y"))
+	harness.Step(t, b.Ctx, "an unknown window", chromedp.Navigate(a.URL+"/usage?window=1y"))
 	until(t, b, "the message", `(document.getElementById("message") || {textContent: ""}).textContent.includes("does not know the window")`)
 
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, e := range b.errs {
+	for _, e := range b.Errors() {
+		t.Errorf("the pages: %s", e)
+	}
+	for _, e := range b.FailedLoads() {
 		// Answers that are errors on purpose: the sign-in page before the
-		// token is taken (401), the unknown window (400). The layout has
-		// no icon, so the browser's guess at one is a 404.
-		if strings.HasPrefix(e, "log (network)") && (strings.Contains(e, "/#token=") || strings.Contains(e, "window=1y") || strings.HasSuffix(e, "/favicon.ico")) {
+		// token is taken (401), the unknown window (400).
+		if strings.Contains(e, "/#token=") || strings.Contains(e, "window=1y") {
 			continue
 		}
 		t.Errorf("the pages: %s", e)

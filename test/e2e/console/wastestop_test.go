@@ -1,16 +1,13 @@
 package console
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpumeter/gpumeter/internal/dockertest"
@@ -53,24 +50,15 @@ containers:
 		"GPUMETER_WASTE_LOW_EFFICIENCY_ENABLED=false", "GPUMETER_WASTE_OUTSIDE_ENABLED=false",
 	}, "--sim", scenario, "--interval", "100ms", "--docker-host", cli.DaemonHost())
 
-	ctx, errs := wasteBrowser(t)
+	b := harness.NewBrowser(t)
+	ctx := b.Ctx
 	run := func(what string, a chromedp.Action[chromedp.Void]) {
 		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		if _, err := chromedp.Run(sctx, a); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
+		harness.Step(t, ctx, what, a)
 	}
 	eval := func(what, js string) string {
 		t.Helper()
-		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		defer cancel()
-		out, err := chromedp.Run(sctx, chromedp.Evaluate[string](js))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return out
+		return harness.Step(t, ctx, what, chromedp.Evaluate[string](js))
 	}
 	run("sign in by the link", chromedp.Navigate(a.URL+"/waste#token="+a.Token))
 	// The page signs in after it loads and then loads itself again: a
@@ -107,52 +95,7 @@ containers:
 		run("open the audit page", chromedp.Navigate(a.URL+"/audit?window=1h"))
 		return strings.Contains(eval("read the audit table", `(document.getElementById("audit") || {}).textContent || ""`), "containers.stop")
 	})
-	for _, e := range errs.take() {
+	for _, e := range b.Errors() {
 		t.Errorf("the page: %s", e)
 	}
-}
-
-// wasteErrors are what the pages threw or logged as errors.
-type wasteErrors struct {
-	mu   sync.Mutex
-	msgs []string
-}
-
-func (p *wasteErrors) take() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := p.msgs
-	p.msgs = nil
-	return out
-}
-
-// wasteBrowser starts a headless Chromium of the test's own that keeps
-// the pages' errors.
-func wasteBrowser(t *testing.T) (context.Context, *wasteErrors) {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(harness.Chromium(t)), chromedp.NoSandbox,
-		chromedp.UserDataDir(t.TempDir()), chromedp.Flag("disable-gpu", true))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(alloc)
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	errs := &wasteErrors{}
-	if err := chromedp.Listen(ctx, func(ev any) {
-		errs.mu.Lock()
-		defer errs.mu.Unlock()
-		switch e := ev.(type) {
-		case *runtime.EventExceptionThrown:
-			errs.msgs = append(errs.msgs, "exception: "+e.ExceptionDetails.Text)
-		case *runtime.EventConsoleAPICalled:
-			if e.Type == runtime.ConsoleAPICalledTypeError {
-				var parts []string
-				for _, a := range e.Args {
-					parts = append(parts, string(a.Value)+a.Description)
-				}
-				errs.msgs = append(errs.msgs, "console.error: "+strings.Join(parts, " "))
-			}
-		}
-	}); err != nil {
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx, errs
 }
