@@ -286,7 +286,7 @@ func TestAgentGone(t *testing.T) {
 	}
 	d.send(SnapshotMsg{Err: gone})
 	frame := d.m.Plain()
-	for _, want := range []string{"agent not answering", "connection refused", "retrying every 1s (2 failed)", "alice-train"} {
+	for _, want := range []string{"agent not answering (2 failed, retrying every 1s, showing the snapshot of 10:00:00): dial unix", "connection refused", "alice-train"} {
 		if !strings.Contains(frame, want) {
 			t.Errorf("the frame lacks %q:\n%s", want, frame)
 		}

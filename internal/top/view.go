@@ -119,10 +119,13 @@ func (m Model) title() string {
 // status says how the view is set, or that the agent does not answer.
 func (m Model) status() string {
 	if m.err != nil {
-		msg := fmt.Sprintf("agent not answering: %v; retrying every %s (%d failed)", m.err, m.opts.Interval, m.failures)
+		// What to expect comes first: the agent's error may be long, and
+		// the line is cut at the terminal's width.
+		msg := fmt.Sprintf("agent not answering (%d failed, retrying every %s", m.failures, m.opts.Interval)
 		if m.snap != nil {
-			msg += "; showing the snapshot of " + m.snap.Time.UTC().Format("15:04:05")
+			msg += ", showing the snapshot of " + m.snap.Time.UTC().Format("15:04:05")
 		}
+		msg += fmt.Sprintf("): %v", m.err)
 		return errorStyle.Render(msg)
 	}
 	if m.snap == nil {
