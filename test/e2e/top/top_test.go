@@ -225,6 +225,14 @@ func TestInTerminal(t *testing.T) {
 	}
 	term.keys("echo status-$?", "Enter")
 	term.await("top's exit status", func(s string) bool { return strings.Contains(s, "status-0") })
+
+	// A token the agent refuses ends top with the refusal said, and the
+	// terminal as it was.
+	term.keys("clear", "Enter", "GPUMETER_TOKEN=gpm_"+strings.Repeat("x", 43)+" "+cmdline+"; echo status-$?", "Enter")
+	s = term.await("top's refusal", func(s string) bool { return strings.Contains(s, "status-1") })
+	if term.altScreen() || !strings.Contains(s, "gpumeter: ") || !strings.Contains(s, "token") {
+		t.Errorf("a refused token: alternate screen %v, screen:\n%s", term.altScreen(), s)
+	}
 }
 
 // TestAgentGoesAway: top says that the agent stopped answering and keeps
