@@ -255,7 +255,7 @@ func containerRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) 
 			"container  "+c.ID,
 			"image      "+dash(c.Image),
 			"team       "+dash(c.Team)+"   project "+dash(c.Project),
-			"requested  "+dash(c.GPURequest)+" GPUs",
+			"GPU request "+dash(c.GPURequest),
 			fmt.Sprintf("CPU time   %.1f s   RAM %s", c.CPUSeconds, bytesHuman(c.MemoryBytes)))
 		if c.StatsError != "" {
 			r.detail = append(r.detail, "stats      "+c.StatsError)
