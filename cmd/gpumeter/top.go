@@ -7,6 +7,7 @@ import (
 	"os"
 
 	tea "charm.land/bubbletea/v2"
+	"github.com/charmbracelet/x/term"
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
@@ -80,6 +81,9 @@ answering top says so and keeps trying.
 				next, _ := m.Update(top.SnapshotMsg{Snapshot: s})
 				_, err = fmt.Fprintln(cmd.OutOrStdout(), next.(top.Model).Plain())
 				return err
+			}
+			if !term.IsTerminal(os.Stdout.Fd()) {
+				return errors.New("top draws on a terminal and standard output is not one; --once prints one frame as plain text")
 			}
 			return runTop(ctx, m)
 		},

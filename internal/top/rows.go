@@ -272,7 +272,7 @@ func containerRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) 
 	}
 	for i := range snap.Unresolved {
 		s := &snap.Unresolved[i]
-		r := row{key: fmt.Sprintf("x:%d:%s", s.GPU, s.Owner), name: "(unknown owner)", cpu: -1, age: -1}
+		r := row{key: fmt.Sprintf("x:%d:%d", s.GPU, i), name: "(unknown owner)", cpu: -1, age: -1}
 		sharesInto(&r, snap.Unresolved[i:i+1])
 		r.detail = append([]string{"processes whose owner could not be found"}, shareLines(snap.Unresolved[i:i+1])...)
 		rows = append(rows, r)

@@ -101,6 +101,17 @@ func TestOnce(t *testing.T) {
 		t.Errorf("alice's snapshot: containers %v, host users %+v, %d GPUs; want her container alone and 4 GPUs", names, snap.HostUsers, len(snap.GPUs))
 	}
 
+	// --user keeps the rows of one user, here for the admin.
+	out, errOut, code = harness.RunCLI(t, []string{"GPUMETER_TOKEN=" + d.admin}, "top", "--once", "--url", d.URL, "--user", "carol", "--sort", "name")
+	if code != 0 || !strings.Contains(out, "carol-notebook") || strings.Contains(out, "alice-llama") || !strings.Contains(out, "user: carol") {
+		t.Errorf("--user carol: exit %d, stderr %s, frame:\n%s", code, errOut, out)
+	}
+	// Without a terminal and without --once, top says what to do.
+	_, errOut, code = harness.RunCLI(t, []string{"GPUMETER_TOKEN=" + d.admin}, "top", "--url", d.URL)
+	if code == 0 || !strings.Contains(errOut, "--once") {
+		t.Errorf("top into a pipe: exit %d, stderr %s", code, errOut)
+	}
+
 	// Bad flags are named.
 	_, errOut, code = harness.RunCLI(t, []string{"GPUMETER_TOKEN=" + d.admin}, "top", "--once", "--url", d.URL, "--interval", "100ms")
 	if code == 0 || !strings.Contains(errOut, "--interval") {
