@@ -157,7 +157,9 @@ func (term *terminal) tmux(verb string, args ...string) string {
 func (term *terminal) screen() string { return term.tmux("capture-pane", "-p", "-t", "0") }
 
 // keys types keys into the pane, as tmux send-keys names them.
-func (term *terminal) keys(keys ...string) { term.tmux("send-keys", append([]string{"-t", "0"}, keys...)...) }
+func (term *terminal) keys(keys ...string) {
+	term.tmux("send-keys", append([]string{"-t", "0"}, keys...)...)
+}
 
 // await waits until the screen passes ok, and returns it.
 func (term *terminal) await(what string, ok func(string) bool) string {
