@@ -101,17 +101,18 @@ answering top says so and keeps trying.
 }
 
 // runTop runs the view on the terminal until q, ctrl-c, a fatal error or
-// a signal. Bubble Tea restores the terminal on each of these; a SIGTERM
-// or SIGINT cancels ctx (see main), which ends the program the same way.
+// a signal, and Bubble Tea restores the terminal on each. A SIGTERM or
+// SIGINT reaches Bubble Tea's own handler, which quits as q does; the
+// program is not given ctx, which the same signal cancels (see main),
+// because a cancelled context makes it close the terminal's reader while
+// its read loop still runs (a race in bubbletea v2.1.1's kill path). The
+// fetches still run under ctx, so none outlives the signal.
 func runTop(ctx context.Context, m top.Model) error {
-	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithOutput(os.Stdout))
+	p := tea.NewProgram(m, tea.WithOutput(os.Stdout))
 	final, err := p.Run()
 	if err != nil {
-		if errors.Is(err, tea.ErrProgramKilled) && ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, tea.ErrInterrupted) {
 			return nil // a signal asked top to stop
-		}
-		if errors.Is(err, tea.ErrInterrupted) {
-			return nil
 		}
 		return fmt.Errorf("terminal: %w", err)
 	}

@@ -176,6 +176,15 @@ func (term *terminal) await(what string, ok func(string) bool) string {
 	return ""
 }
 
+// shellBack waits until the pane's shell runs in the foreground again,
+// so that what is typed next goes to it.
+func (term *terminal) shellBack() {
+	term.t.Helper()
+	harness.WaitFor(term.t, 20*time.Second, "the shell in the foreground", func() bool {
+		return strings.TrimSpace(term.tmux("display-message", "-p", "-t", "0", "#{pane_current_command}")) == "sh"
+	})
+}
+
 // altScreen says whether the pane is in the alternate screen.
 func (term *terminal) altScreen() bool {
 	return strings.TrimSpace(term.tmux("display-message", "-p", "-t", "0", "#{alternate_on}")) == "1"
@@ -214,6 +223,7 @@ func TestInTerminal(t *testing.T) {
 		t.Errorf("by user, the rows still name containers:\n%s", s)
 	}
 	term.keys("q")
+	term.shellBack()
 	s = term.await("the shell again", func(s string) bool { return !strings.Contains(s, "group: user") })
 	if term.altScreen() {
 		t.Errorf("q left the terminal in the alternate screen:\n%s", s)
@@ -232,6 +242,7 @@ func TestInTerminal(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
+	term.shellBack()
 	s = term.await("the shell after SIGTERM", func(s string) bool { return !strings.Contains(s, "group: container") })
 	if term.altScreen() {
 		t.Errorf("SIGTERM left the terminal in the alternate screen:\n%s", s)
@@ -263,6 +274,7 @@ func TestAgentGoesAway(t *testing.T) {
 	}
 	term.await("a count of failed tries that grows", func(s string) bool { return strings.Contains(s, "(3 failed,") })
 	term.keys("q")
+	term.shellBack()
 	term.await("the shell again", func(s string) bool { return !strings.Contains(s, "agent not answering") })
 	if term.altScreen() {
 		t.Error("q left the terminal in the alternate screen")
