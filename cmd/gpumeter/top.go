@@ -102,16 +102,24 @@ answering top says so and keeps trying.
 
 // runTop runs the view on the terminal until q, ctrl-c, a fatal error or
 // a signal, and Bubble Tea restores the terminal on each. A SIGTERM or
-// SIGINT reaches Bubble Tea's own handler, which quits as q does; the
-// program is not given ctx, which the same signal cancels (see main),
-// because a cancelled context makes it close the terminal's reader while
-// its read loop still runs (a race in bubbletea v2.1.1's kill path). The
-// fetches still run under ctx, so none outlives the signal.
+// SIGINT reaches Bubble Tea's own handler, and both quit as q does. The
+// program is not given ctx, which the same signals cancel (see main), and
+// an interrupt is turned into a quit, because bubbletea v2.1.1 takes
+// either for a kill, whose shutdown closes the terminal's reader while its
+// read loop still runs (a data race, charmbracelet/bubbletea#1599, fixed
+// after that release). The fetches still run under ctx, so none outlives
+// the signal.
 func runTop(ctx context.Context, m top.Model) error {
-	p := tea.NewProgram(m, tea.WithOutput(os.Stdout))
+	quitOnInterrupt := func(_ tea.Model, msg tea.Msg) tea.Msg {
+		if _, ok := msg.(tea.InterruptMsg); ok {
+			return tea.QuitMsg{}
+		}
+		return msg
+	}
+	p := tea.NewProgram(m, tea.WithOutput(os.Stdout), tea.WithFilter(quitOnInterrupt))
 	final, err := p.Run()
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, tea.ErrInterrupted) {
+		if ctx.Err() != nil {
 			return nil // a signal asked top to stop
 		}
 		return fmt.Errorf("terminal: %w", err)

@@ -192,7 +192,8 @@ func (term *terminal) altScreen() bool {
 
 // TestInTerminal runs top in a real terminal: the GPU bars and a row
 // show, g changes the grouping, q leaves the alternate screen with the
-// shell back, and so does a SIGTERM; the terminal is usable after each.
+// shell back, and so do a SIGTERM and a SIGINT; the terminal is usable
+// after each.
 func TestInTerminal(t *testing.T) {
 	d := serveDemo(t)
 	term := newTerminal(t, "GPUMETER_TOKEN="+d.admin)
@@ -249,6 +250,22 @@ func TestInTerminal(t *testing.T) {
 	}
 	term.keys("echo status-$?", "Enter")
 	term.await("top's exit status", func(s string) bool { return strings.Contains(s, "status-0") })
+
+	// So does a SIGINT from outside the terminal.
+	term.keys("clear", "Enter", cmdline, "Enter")
+	term.await("top once more", func(s string) bool { return strings.Contains(s, "group: container") })
+	if err := syscall.Kill(topPID(t, term), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	term.shellBack()
+	s = term.await("the shell after SIGINT", func(s string) bool { return !strings.Contains(s, "group: container") })
+	if term.altScreen() {
+		t.Errorf("SIGINT left the terminal in the alternate screen:\n%s", s)
+	}
+	term.keys("echo status-$?", "Enter")
+	term.await("top's exit status", func(s string) bool {
+		return strings.Count(s, "status-0") == 1 && strings.Contains(s, "shell$ echo status-$?\nstatus-0")
+	})
 
 	// A token the agent refuses ends top with the refusal said, and the
 	// terminal as it was.
