@@ -46,6 +46,6 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
 		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newLogs(), newWait(),
-		newFairShare(), newBudget(), newDoctor())
+		newFairShare(), newBudget(), newDoctor(), newTop())
 	return root
 }

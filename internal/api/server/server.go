@@ -225,6 +225,7 @@ func New(cfg Config) http.Handler {
 		{method: "GET", pattern: "/api/v1/usage.csv", act: auth.ActUsageRead, h: s.usage("csv")},
 		{method: "GET", pattern: "/api/v1/waste", act: auth.ActWasteRead, h: s.waste},
 		{method: "GET", pattern: "/api/v1/audit", act: auth.ActAuditRead, h: s.audit},
+		{method: "GET", pattern: "/api/v1/snapshot", act: auth.ActGPUsRead, h: s.snapshot},
 	}
 	routes = append(routes, s.jobRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
