@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -127,7 +128,7 @@ func (r *row) cell(c Column) string {
 	case ColSM:
 		return strconv.FormatFloat(r.sm, 'f', 0, 64)
 	case ColMem:
-		return bytesHuman(r.mem)
+		return units.HumanSize(r.mem)
 	case ColCPU:
 		if r.cpu < 0 {
 			return "-"
@@ -256,7 +257,7 @@ func containerRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) 
 			"image      "+dash(c.Image),
 			"team       "+dash(c.Team)+"   project "+dash(c.Project),
 			"GPU request "+dash(c.GPURequest),
-			fmt.Sprintf("CPU time   %.1f s   RAM %s", c.CPUSeconds, bytesHuman(c.MemoryBytes)))
+			fmt.Sprintf("CPU time   %.1f s   RAM %s", c.CPUSeconds, units.HumanSize(c.MemoryBytes)))
 		if c.StatsError != "" {
 			r.detail = append(r.detail, "stats      "+c.StatsError)
 		}
@@ -296,7 +297,7 @@ func shareLines(shares []apitype.GPUShare) []string {
 	var out []string
 	for _, s := range shares {
 		out = append(out, fmt.Sprintf("GPU %d  share %.2f  SM %.0f%%  memory %s  %d processes  allocated %.3f GPU-h  used %.3f GPU-h  energy %.4f kWh",
-			s.GPU, s.Share, s.SMPercent, bytesHuman(s.MemoryBytes), s.Processes, s.AllocatedSeconds/3600, s.UsedSeconds/3600, s.EnergyJoules/3.6e6))
+			s.GPU, s.Share, s.SMPercent, units.HumanSize(s.MemoryBytes), s.Processes, s.AllocatedSeconds/3600, s.UsedSeconds/3600, s.EnergyJoules/3.6e6))
 	}
 	return out
 }
@@ -329,7 +330,7 @@ func userRows(ctrRows []row, fs findings) []row {
 		}
 		u.age = max(u.age, c.age) // the longest running
 		u.jobs = append(u.jobs, c.jobs...)
-		u.detail = append(u.detail, fmt.Sprintf("%-28s GPU %-9s SM %3.0f%%  memory %s", c.name, c.gpuText(), c.sm, bytesHuman(c.mem)))
+		u.detail = append(u.detail, fmt.Sprintf("%-28s GPU %-9s SM %3.0f%%  memory %s", c.name, c.gpuText(), c.sm, units.HumanSize(c.mem)))
 	}
 	rows := make([]row, 0, len(order))
 	for _, name := range order {
@@ -375,7 +376,7 @@ func processRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) []
 			r.detail = []string{
 				fmt.Sprintf("PID %d  %s process on GPU %d (%s)", p.PID, p.Type, g.Index, g.UUID),
 				fmt.Sprintf("owner %s %s", p.OwnerKind, dash(p.Owner)),
-				fmt.Sprintf("SM %.0f%%  memory %s", p.SMPercent, bytesHuman(p.MemoryBytes)),
+				fmt.Sprintf("SM %.0f%%  memory %s", p.SMPercent, units.HumanSize(p.MemoryBytes)),
 			}
 			rows = append(rows, r)
 		}
@@ -388,20 +389,6 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// bytesHuman writes b in binary units, as gpumeter ps does.
-func bytesHuman(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return strconv.FormatUint(b, 10) + " B"
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit && exp < 3; n /= unit {
-		div *= unit
-		exp++
-	}
-	return strconv.FormatFloat(float64(b)/float64(div), 'f', 1, 64) + " " + string("KMGT"[exp]) + "iB"
 }
 
 // ageText writes d as top does: minutes and seconds under an hour, then
