@@ -22,7 +22,7 @@ import (
 // startQueueAgent serves the agent's API with a real queue over a real
 // SQLite ledger, without an engine (jobs stay queued), and points the
 // commands at it with alice's token.
-func startQueueAgent(t *testing.T) {
+func startQueueAgent(t testing.TB) {
 	t.Helper()
 	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
 	if err != nil {
