@@ -14,8 +14,8 @@
 # Without a registry, or with a binary built elsewhere, the target
 # "prebuilt" takes it from the build context instead of compiling:
 #
-#   docker build --target prebuilt --build-arg BASE=my-glibc-base \
-#     -f Dockerfile -t gpumeter:dev DIR_WITH_GPUMETER_BINARY
+#   docker build --target prebuilt --build-arg BINARY=gpumeter \
+#     --build-arg BASE=my-glibc-base -t gpumeter:dev .
 #
 # How to run it is in the README ("Running it on a GPU host").
 
@@ -48,13 +48,18 @@ EXPOSE 9400
 ENTRYPOINT ["/usr/local/bin/gpumeter"]
 CMD ["serve"]
 
-# A binary from the build context (BINARY, default ./gpumeter), built
-# elsewhere with the same stamping:
+# The run-time image with a binary from the build context, named by
+# BINARY (--build-arg BINARY=gpumeter for ./gpumeter), built elsewhere with
+# the same stamping:
 #   go build -ldflags "-X main.version=... -X main.commit=... -X main.buildDate=..."
 # This stage comes before the builder's, so that the classic builder,
-# which builds every stage up to the target, never needs BUILDER.
+# which builds every stage up to its target, never needs BUILDER here. It
+# also builds this stage for the default image, where no binary is in the
+# context: BINARY's default, this file, is there only so that that COPY
+# does not fail. An image of this target built without BINARY fails to
+# start ("exec format error").
 FROM runtime AS prebuilt
-ARG BINARY=gpumeter
+ARG BINARY=Dockerfile
 COPY --chown=0:0 ${BINARY} /usr/local/bin/gpumeter
 
 FROM ${BUILDER} AS build
