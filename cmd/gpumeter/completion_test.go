@@ -125,7 +125,7 @@ func TestEveryChoiceFlagCompletes(t *testing.T) {
 }
 
 func TestCompleteJobIDs(t *testing.T) {
-	startQueueAgent(t)
+	admin := startQueueAgent(t)
 	for range 3 {
 		if _, _, err := runCmd(t, submitArgs...); err != nil {
 			t.Fatal(err)
@@ -166,6 +166,12 @@ func TestCompleteJobIDs(t *testing.T) {
 	out, _, err := runCmd(t, "__complete", "release", "")
 	if err != nil || !strings.Contains(out, "j-000002\ttrain (queued, held)\n") {
 		t.Errorf("release completion %q (%v), want the id described as train (queued, held)", out, err)
+	}
+	// An admin completes everyone's jobs, each described with its user.
+	t.Setenv("GPUMETER_TOKEN", admin)
+	out, _, err = runCmd(t, "__complete", "cancel", "")
+	if err != nil || out != "j-000001\ttrain (queued) by alice\nj-000002\ttrain (queued, held) by alice\n:4\n" {
+		t.Errorf("cancel completion as an admin %q (%v), want alice's two live jobs, named as hers", out, err)
 	}
 }
 
