@@ -57,7 +57,8 @@ CMD ["serve"]
 # also builds this stage for the default image, where no binary is in the
 # context: BINARY's default, this file, is there only so that that COPY
 # does not fail. An image of this target built without BINARY fails to
-# start ("exec format error").
+# start ("exec format error"). It has the CA certificates BASE has, if any
+# (webhooks over https need them).
 FROM runtime AS prebuilt
 ARG BINARY=Dockerfile
 COPY --chown=0:0 ${BINARY} /usr/local/bin/gpumeter
@@ -76,6 +77,9 @@ RUN CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
       -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.buildDate=${BUILD_DATE}" \
       -o /out/gpumeter ./cmd/gpumeter
 
-# The default target: the run-time image with the binary built above.
+# The default target: the run-time image with the binary built above, and
+# the builder's CA certificates, for webhooks and a PostgreSQL ledger over
+# TLS (debian:bookworm-slim has none).
 FROM runtime
+COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 COPY --from=build --chown=0:0 /out/gpumeter /usr/local/bin/gpumeter
