@@ -194,6 +194,16 @@ func serveDemo(t *testing.T, cli *client.Client, img, sock string, sockGID int) 
 		}
 	}
 
+	// --pid=host and --cgroupns=host: the agent is in the engine's
+	// namespaces, which are this test's (it reads the agent's /proc).
+	for _, ns := range []string{"pid", "cgroup"} {
+		mine, err1 := os.Readlink("/proc/self/ns/" + ns)
+		agents, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", in.State.Pid, ns))
+		if err1 != nil || err2 != nil || mine != agents {
+			t.Errorf("the agent's %s namespace is %q (%v), this test's %q (%v): want the host's", ns, agents, err2, mine, err1)
+		}
+	}
+
 	// The host's CLI finds the agent through api.sock in the data
 	// directory; root needs no token on it.
 	if os.Geteuid() == 0 {
