@@ -125,6 +125,7 @@ func completeContainers(cf *clientFlags) cobra.CompletionFunc {
 	})
 }
 
+// ownerOf is the user a container is booked to, as a description says it.
 func ownerOf(c apitype.Container) string {
 	if c.User == "" {
 		return "no user"
@@ -143,7 +144,8 @@ func completeJobs(cf *clientFlags, many, all bool, keep func(apitype.Job) bool) 
 		}
 		// A user asking for all_users is refused and audited; ask only
 		// for what the role may see.
-		jobs, err := c.Jobs(ctx, client.JobsQuery{All: all, AllUsers: who.Role == "admin" || who.Role == "viewer"})
+		everyone := who.Role == string(config.RoleAdmin) || who.Role == string(config.RoleViewer)
+		jobs, err := c.Jobs(ctx, client.JobsQuery{All: all, AllUsers: everyone})
 		if err != nil {
 			return nil, err
 		}
@@ -159,7 +161,7 @@ func completeJobs(cf *clientFlags, many, all bool, keep func(apitype.Job) bool) 
 			if j.Name != "" {
 				desc = j.Name + " (" + desc + ")"
 			}
-			if who.Role != "user" && j.User != "" {
+			if everyone && j.User != "" {
 				desc += " by " + j.User
 			}
 			out = append(out, cobra.CompletionWithDesc(client.Clean(j.ID), client.Clean(desc)))
