@@ -54,6 +54,7 @@ and the GPU-hours and energy booked since the agent started.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	completeValues(cmd, "format", "table", "json")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "also show stopped containers and containers without GPUs")
 	return cmd
 }

@@ -97,6 +97,8 @@ answering top says so and keeps trying.
 	f.BoolVar(&reverse, "reverse", false, "sort the other way round")
 	f.StringVar(&user, "user", "", "show only the rows of users whose name contains NAME")
 	f.IntVar(&width, "width", 0, "with --once, cut lines to this many columns (0: as long as they are)")
+	completeValues(cmd, "group", top.GroupNames()...)
+	completeValues(cmd, "sort", top.ColumnNames()...)
 	return cmd
 }
 

@@ -75,6 +75,18 @@ var columns = []struct {
 
 func (c Column) String() string { return columns[c].name }
 
+// ColumnNames are the names --sort takes, in the table's order.
+func ColumnNames() []string {
+	out := make([]string, len(columns))
+	for i, c := range columns {
+		out[i] = c.name
+	}
+	return out
+}
+
+// GroupNames are the names --group takes.
+func GroupNames() []string { return slices.Clone(groupNames) }
+
 // ParseColumn reads a column by name, as the table's help line names
 // them.
 func ParseColumn(s string) (Column, error) {
