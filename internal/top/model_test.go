@@ -313,7 +313,7 @@ func TestFrame(t *testing.T) {
 	frame := d.m.Plain()
 	lines := strings.Split(frame, "\n")
 	for _, want := range []string{"node lab-1", "queue: 2 queued, 1 running", "waste: 1 active",
-		"GPU 0  H100", "util ██████░░ 80%", "▅▅▆▇", "mem ████░░░░ 40.0/80G", "pwr ████████ 300W", "temp █████░░░ 60C",
+		"GPU 0  H100", "util ██████░░ 80%", "▅▅▆▇", "mem ████░░░░ 40.0/80G", "pwr ████████ 300W", "pwr ██░░░░░░ 90W", "temp █████░░░ 60C",
 		"j-000001", "idle", "q quit"} {
 		if !strings.Contains(frame, want) {
 			t.Errorf("the frame lacks %q:\n%s", want, frame)

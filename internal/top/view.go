@@ -154,9 +154,13 @@ func (m Model) gpuLine(g apitype.GPU) string {
 	if g.MemoryTotalBytes > 0 {
 		memPct = 100 * float64(g.MemoryUsedBytes) / float64(g.MemoryTotalBytes)
 	}
-	// The power bar is out of the highest power seen: the API does not
-	// give the GPU's limit.
-	peak := slices.Max(append([]float64{1}, h.power...))
+	// The power bar is out of the highest power seen on any GPU of the
+	// node: the API does not give the GPU's limit, and one GPU's own
+	// highest would show a lone reading as a full bar.
+	peak := 1.0
+	for _, o := range m.history {
+		peak = max(peak, slices.Max(append([]float64{1}, o.power...)))
+	}
 	return strings.Join([]string{name,
 		meter("util", value(g.UtilPercent), 100, figure(g.UtilPercent, "%", 4), h.util, 100),
 		meter("mem", memPct, 100, fmt.Sprintf("%-10s", memPair(g.MemoryUsedBytes, g.MemoryTotalBytes)), h.mem, 100),
