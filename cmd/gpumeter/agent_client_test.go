@@ -113,7 +113,7 @@ func (fa *fakeAgent) next(t *testing.T) seen {
 
 // clientEnvironment keeps the tests from the developer's own client
 // settings: no client config, and the token the fake agent accepts.
-func clientEnvironment(t *testing.T, url string) {
+func clientEnvironment(t testing.TB, url string) {
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 	t.Setenv("GPUMETER_CLIENT_CONFIG", "")
 	t.Setenv("GPUMETER_CA_FILE", "")

@@ -118,6 +118,7 @@ agent or ledger was read.`,
 	f.StringVar(&to, "to", "", "window end (exclusive): RFC 3339 or a date; default now")
 	f.IntVar(&limit, "limit", 0, "at most this many events, the newest (default: the agent's api limit, or 10000 from a file or a ledger)")
 	f.StringVar(&form, "format", "table", "output: table or json")
+	completeValues(cmd, "format", "table", "json")
 	f.StringVar(&file, "file", "", "read this audit.jsonl instead of asking the agent")
 	return cmd
 }

@@ -86,12 +86,14 @@ container.`,
 	f := cmd.Flags()
 	f.StringVarP(&configPath, "config", "c", "", "config file (default $GPUMETER_CONFIG, else "+defaultConfigPath+" if it exists)")
 	f.StringVar(&format, "format", "table", "output: table or json")
+	completeValues(cmd, "format", "table", "json")
 	f.StringVar(&runImage, "run-test", "", "also run this image with --gpus all (nvidia-smi -L, or the command after --) and compare its GPUs with NVML's")
 	for _, k := range config.Keys() {
 		if strings.HasPrefix(k.Name, "host.") || k.Name == "docker.host" || k.Name == "docker.enabled" || k.Name == "nvml_library" || k.Name == "data_dir" || k.Name == "listen" || k.Name == "queue.gpu_passing" {
 			keyFlag(f, k)
 		}
 	}
+	completeKeyFlags(cmd)
 	return cmd
 }
 

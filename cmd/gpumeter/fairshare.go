@@ -47,6 +47,7 @@ the totals; admins and viewers every row.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	completeValues(cmd, "format", "table", "json")
 	return cmd
 }
 

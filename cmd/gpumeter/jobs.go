@@ -59,6 +59,8 @@ the ended ones, as ps -a does. A waiting job's row says why it waits.
 	f.BoolVar(&q.AllUsers, "all-users", false, "list everyone's jobs (admins and viewers)")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (queued, starting, running, succeeded, failed, timeout, cancelled, lost)")
 	f.StringVar(&format, "format", "table", "output format: table or json")
+	completeValues(cmd, "state", jobStates()...)
+	completeValues(cmd, "format", "table", "json")
 	return cmd
 }
 
@@ -91,6 +93,8 @@ func newJob() *cobra.Command {
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
+	completeValues(cmd, "format", "text", "json")
+	cmd.ValidArgsFunction = completeJobs(&cf, false, true, nil)
 	return cmd
 }
 
@@ -130,6 +134,7 @@ has. Every job named is tried; the exit status is 1 if any could not be.`,
 		},
 	}
 	cf.register(cmd)
+	cmd.ValidArgsFunction = completeJobs(&cf, true, false, func(j apitype.Job) bool { return !j.Ended() })
 	return cmd
 }
 
@@ -162,6 +167,8 @@ func newHold(release bool) *cobra.Command {
 		},
 	}
 	cf.register(cmd)
+	// Only a queued job can be held, and only a held one released.
+	cmd.ValidArgsFunction = completeJobs(&cf, false, false, func(j apitype.Job) bool { return j.State == "queued" && j.Held == release })
 	return cmd
 }
 
@@ -191,6 +198,7 @@ hold secrets.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on printing while the job runs")
+	cmd.ValidArgsFunction = completeJobs(&cf, false, true, nil)
 	return cmd
 }
 

@@ -21,8 +21,9 @@ import (
 
 // startQueueAgent serves the agent's API with a real queue over a real
 // SQLite ledger, without an engine (jobs stay queued), and points the
-// commands at it with alice's token.
-func startQueueAgent(t *testing.T) {
+// commands at it with alice's token. It returns the secret of an admin's
+// token the agent also accepts.
+func startQueueAgent(t testing.TB) (adminSecret string) {
 	t.Helper()
 	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
 	if err != nil {
@@ -46,7 +47,11 @@ func startQueueAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	adminSecret, admin, err := auth.NewToken("ops-1", "ops", auth.RoleAdmin, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok, admin}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,6 +63,7 @@ func startQueueAgent(t *testing.T) {
 	t.Cleanup(srv.Close)
 	clientEnvironment(t, srv.URL)
 	t.Setenv("GPUMETER_TOKEN", secret)
+	return adminSecret
 }
 
 var submitArgs = []string{"submit", "--gpus", "1", "--time-limit", "4h", "--image", "gpumeter/sleeper:1", "--name", "train", "--env", "SEED=7", "--memory", "8GiB", "--", "sleep", "60"}

@@ -152,6 +152,7 @@ lease. It exits 1 when the integrity check finds a fault.`,
 	}
 	lt.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "table", "output: table or json")
+	completeValues(cmd, "format", "table", "json")
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -46,6 +47,11 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
 		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newLogs(), newWait(),
-		newFairShare(), newBudget(), newDoctor())
+		newFairShare(), newBudget(), newDoctor(), newTop())
+	// --version prints what `gpumeter version` does.
+	var v strings.Builder
+	_ = writeVersion(&v, readBuildInfo())
+	root.Version = v.String()
+	root.SetVersionTemplate("{{.Version}}")
 	return root
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/container"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 func newPs() *cobra.Command {
@@ -53,6 +54,7 @@ and the GPU-hours and energy booked since the agent started.`,
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
+	completeValues(cmd, "format", "table", "json")
 	cmd.Flags().BoolVarP(&all, "all", "a", false, "also show stopped containers and containers without GPUs")
 	return cmd
 }
@@ -71,7 +73,7 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 				share = strconv.FormatFloat(s.Share, 'f', 2, 64)
 			}
 			sm = strconv.FormatFloat(s.SMPercent, 'f', 0, 64) + "%"
-			mem = bytesHuman(s.MemoryBytes)
+			mem = units.HumanSize(s.MemoryBytes)
 			alloc = strconv.FormatFloat(s.AllocatedSeconds/3600, 'f', 3, 64)
 			used = strconv.FormatFloat(s.UsedSeconds/3600, 'f', 3, 64)
 			kwh = strconv.FormatFloat(s.EnergyJoules/3.6e6, 'f', 4, 64)
@@ -109,17 +111,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func bytesHuman(b uint64) string {
-	const unit = 1024
-	if b < unit {
-		return strconv.FormatUint(b, 10) + " B"
-	}
-	div, exp := uint64(unit), 0
-	for n := b / unit; n >= unit && exp < 3; n /= unit {
-		div *= unit
-		exp++
-	}
-	return strconv.FormatFloat(float64(b)/float64(div), 'f', 1, 64) + " " + string("KMGT"[exp]) + "iB"
 }

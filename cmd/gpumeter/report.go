@@ -92,6 +92,8 @@ job)", so that the rows still add up to the host.`,
 	f.StringArrayVar(&labels, "label", nil, "only containers with this label, key=value (repeatable)")
 	f.StringVar(&req.Node, "node", "", "only this node")
 	f.StringVar(&req.Format, "format", "table", "output: table, csv, json or focus (FOCUS 1.2 CSV)")
+	completeValues(cmd, "by", report.Groupings()...)
+	completeValues(cmd, "format", "table", "csv", "json", "focus")
 	return cmd
 }
 

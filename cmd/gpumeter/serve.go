@@ -88,6 +88,7 @@ then flags, each overriding the one before.`,
 	annotate(f, "demo", "GPU source")
 	cmd.SetUsageFunc(groupedUsage)
 	cmd.SetFlagErrorFunc(suggestFlag)
+	completeKeyFlags(cmd)
 	return cmd
 }
 

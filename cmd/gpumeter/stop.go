@@ -58,6 +58,7 @@ the call, with --reason, in its audit log.`,
 	f := cmd.Flags()
 	f.StringVar(&req.Timeout, "timeout", "", "how long Docker waits before it kills the container, at most 10m (default 10s)")
 	f.StringVar(&req.Reason, "reason", "", "why, for the audit log (at most 500 characters)")
+	cmd.ValidArgsFunction = completeContainers(&cf)
 	return cmd
 }
 

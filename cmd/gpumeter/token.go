@@ -106,6 +106,7 @@ reads their own usage; viewer reads everything and changes nothing.`,
 	f.StringVar(&id, "name", "", "the token's ID in auth.tokens and the audit log (default USER-<6 random hex digits>)")
 	f.StringVar(&expires, "expires", "", "how long the token is valid, e.g. 90d or 12h (default: it never expires)")
 	f.StringVar(&format, "format", "text", "output: text or json")
+	completeValues(cmd, "format", "text", "json")
 	return cmd
 }
 
@@ -140,7 +141,8 @@ Add this line under auth.tokens in the agent's config (%s):
 
   %s
 
-then reload the agent with SIGHUP (systemctl reload gpumeter, or kill -HUP <pid of gpumeter serve>).
+then reload the agent with SIGHUP: systemctl reload gpumeter (deploy/systemd/gpumeter.service),
+docker kill --signal HUP gpumeter (the image), or kill -HUP <pid of gpumeter serve>.
 `, t.User, t.Role, expiry, secret, defaultConfigPath, configLine(t))
 	return err
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // runCmd runs the command line args in this process, as main would.
-func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
+func runCmd(t testing.TB, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -66,6 +66,7 @@ wait itself failed (no such job, the agent unreachable).`,
 		},
 	}
 	cf.register(cmd)
+	cmd.ValidArgsFunction = completeJobs(&cf, false, true, nil)
 	return cmd
 }
 

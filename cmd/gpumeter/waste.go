@@ -90,11 +90,13 @@ was read.`,
 	f := cmd.Flags()
 	f.StringVar(&req.Node, "node", "", "only this node")
 	f.StringVar(&format, "format", "table", "output: table, csv or json")
+	completeValues(cmd, "format", "table", "csv", "json")
 	for _, k := range config.Keys() {
 		if strings.HasPrefix(k.Name, "waste.") && k.Name != "waste.enabled" {
 			keyFlag(f, k)
 		}
 	}
+	completeKeyFlags(cmd)
 	return cmd
 }
 

@@ -47,6 +47,7 @@ func newWhoami() *cobra.Command {
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
+	completeValues(cmd, "format", "text", "json")
 	return cmd
 }
 

@@ -36,6 +36,8 @@ type Key struct {
 	// example is a value the flag and the environment accept, shown in
 	// help.
 	example string
+	// values are the only values an enum key takes.
+	values []string
 }
 
 // Env is the environment variable that overrides the key.
@@ -60,6 +62,10 @@ func (k Key) IsMap() bool { return k.isMap }
 // (--ledger-enabled) can mean true.
 func (k Key) IsBool() bool { return k.boolean }
 
+// Values lists the values the key takes when it takes only some, for
+// shell completion; nil when it takes any of its kind.
+func (k Key) Values() []string { return slices.Clone(k.values) }
+
 func stringKey(name, help string, p func(*Config) *string) Key {
 	return Key{Name: name, Help: help, kind: "string",
 		set: func(c *Config, _, v string) error { *p(c) = v; return nil },
@@ -67,7 +73,7 @@ func stringKey(name, help string, p func(*Config) *string) Key {
 }
 
 func enumKey(name, help string, p func(*Config) *string, allowed ...string) Key {
-	return Key{Name: name, Help: help + " (" + strings.Join(allowed, ", ") + ")", kind: "string",
+	return Key{Name: name, Help: help + " (" + strings.Join(allowed, ", ") + ")", kind: "string", values: allowed,
 		set: func(c *Config, _, v string) error {
 			if !slices.Contains(allowed, v) {
 				return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))

@@ -264,8 +264,14 @@ func buildSleeper(cli *client.Client) error {
 		return err
 	}
 	defer res.Body.Close()
-	// The build reports failure inside its JSON stream, not as an HTTP error.
-	dec := json.NewDecoder(res.Body)
+	return StreamError(res.Body)
+}
+
+// StreamError reads the JSON message stream of an image build, import or
+// pull to its end and returns the error it reports: those calls report
+// failure inside the stream, not as an HTTP error.
+func StreamError(r io.Reader) error {
+	dec := json.NewDecoder(r)
 	for {
 		var msg struct {
 			Error string `json:"error"`
@@ -273,7 +279,7 @@ func buildSleeper(cli *client.Client) error {
 		if err := dec.Decode(&msg); errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
-			return fmt.Errorf("read build output: %w", err)
+			return fmt.Errorf("read the engine's output: %w", err)
 		}
 		if msg.Error != "" {
 			return errors.New(msg.Error)

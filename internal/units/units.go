@@ -136,6 +136,22 @@ func FormatSize(n uint64) string {
 	return strconv.FormatUint(n, 10)
 }
 
+// HumanSize writes n for people, in binary units with one decimal above
+// a KiB: 512 B, 1.5 KiB, 80.0 GiB (up to TiB), as the command line's
+// tables show memory.
+func HumanSize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 3; m /= unit {
+		div *= unit
+		exp++
+	}
+	return strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64) + " " + string("KMGT"[exp]) + "iB"
+}
+
 // maxPower bounds a power: far above any GPU's, and far from the
 // overflow of an energy counter over any duration.
 const maxPower = 1e6

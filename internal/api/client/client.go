@@ -158,6 +158,14 @@ func (c *Client) GPUs(ctx context.Context) (apitype.GPUsResponse, error) {
 	return out, err
 }
 
+// Snapshot fetches /api/v1/snapshot: the GPUs, containers, live waste
+// findings and queue of one tick, as the caller may see them.
+func (c *Client) Snapshot(ctx context.Context) (apitype.Snapshot, error) {
+	var out apitype.Snapshot
+	err := c.getJSON(ctx, "/api/v1/snapshot", nil, liveTimeout, &out)
+	return out, err
+}
+
 // Usage fetches the usage report that q asks for from /api/v1/usage: the
 // parameters as report.RequestFromQuery reads them, with no format or
 // format=json.

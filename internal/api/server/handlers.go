@@ -104,28 +104,32 @@ func (s *server) containers(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	out := ContainersFromTick(t)
-	{
-		kept := out.Containers[:0]
-		for _, ct := range out.Containers {
-			// A container the inventory does not know is listed with the
-			// placeholder user "unresolved": it is nobody's, even for a
-			// user who happens to be called that.
-			if ct.Resolved && c.owns(ct.User) {
-				kept = append(kept, ct)
-			}
-		}
-		out.Containers = kept
-		users := out.HostUsers[:0]
-		for _, h := range out.HostUsers {
-			if c.owns(h.User) {
-				users = append(users, h)
-			}
-		}
-		out.HostUsers = users
-		// Nobody owns an unresolved process, so no user sees it.
-		out.Unresolved = []apitype.GPUShare{}
-	}
+	filterContainers(&out, c)
 	writeJSON(w, out)
+}
+
+// filterContainers keeps the containers and host users that are the
+// caller's.
+func filterContainers(out *apitype.ContainersResponse, c *call) {
+	kept := out.Containers[:0]
+	for _, ct := range out.Containers {
+		// A container the inventory does not know is listed with the
+		// placeholder user "unresolved": it is nobody's, even for a
+		// user who happens to be called that.
+		if ct.Resolved && c.owns(ct.User) {
+			kept = append(kept, ct)
+		}
+	}
+	out.Containers = kept
+	users := out.HostUsers[:0]
+	for _, h := range out.HostUsers {
+		if c.owns(h.User) {
+			users = append(users, h)
+		}
+	}
+	out.HostUsers = users
+	// Nobody owns an unresolved process, so no user sees it.
+	out.Unresolved = []apitype.GPUShare{}
 }
 
 // stops are the stops under way and the recent ones, until a tick taken
@@ -401,11 +405,16 @@ func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, "/api/v1/waste takes no parameters: it lists the live findings")
 		return
 	}
-	rep := s.cfg.Waste.Report()
-	if c.ownOnly {
-		rep = rep.Only(func(f *waste.Finding) bool { return f.Owner != "" && c.owns(f.Owner) })
+	writeJSON(w, filterWaste(s.cfg.Waste.Report(), c))
+}
+
+// filterWaste keeps the findings that are the caller's: a finding of no
+// known owner is nobody's.
+func filterWaste(rep *waste.Report, c *call) *waste.Report {
+	if !c.ownOnly {
+		return rep
 	}
-	writeJSON(w, rep)
+	return rep.Only(func(f *waste.Finding) bool { return f.Owner != "" && c.owns(f.Owner) })
 }
 
 func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {

@@ -177,14 +177,12 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return
 	}
-	f := ledger.JobFilter{User: c.id.User, States: states, IncludeEnded: all}
-	if allUsers {
-		if c.ownOnly {
-			s.forbid(w, r, c, "jobs all_users=1", fmt.Errorf("all_users: %s, a %s, sees only their own jobs; admins and viewers list everyone's", c.id.User, c.id.Role))
-			return
-		}
-		f.User = ""
+	user, err := jobsUser(c, allUsers)
+	if err != nil {
+		s.forbid(w, r, c, "jobs all_users=1", err)
+		return
 	}
+	f := ledger.JobFilter{User: user, States: states, IncludeEnded: all}
 	jobs, err := s.cfg.Jobs.Jobs(r.Context(), f)
 	if err != nil {
 		s.jobError(w, r, c, "", err)
@@ -195,6 +193,18 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 		out.Jobs = append(out.Jobs, s.jobJSON(j))
 	}
 	writeJSON(w, out)
+}
+
+// jobsUser is the user whose jobs a listing for c shows: c's own, or
+// with allUsers everyone's (""), which a user may not ask for.
+func jobsUser(c *call, allUsers bool) (string, error) {
+	if !allUsers {
+		return c.id.User, nil
+	}
+	if c.ownOnly {
+		return "", fmt.Errorf("all_users: %s, a %s, sees only their own jobs; admins and viewers list everyone's", c.id.User, c.id.Role)
+	}
+	return "", nil
 }
 
 func (s *server) getJob(w http.ResponseWriter, r *http.Request, c *call) {

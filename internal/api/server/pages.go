@@ -152,15 +152,7 @@ func (s *server) pageGuard(console *web.Console, p pageDef) http.Handler {
 		f := web.Frame{Page: p.name, Title: p.title, Node: s.cfg.Node, Now: s.cfg.Now()}
 		f.Loc, f.Zone, f.ZoneNote = zoneOf(r)
 		target := r.Method + " " + r.URL.RequestURI()
-		key := "addr:" + hostOf(c.source)
-		switch {
-		case authErr != nil || id.Method == auth.MethodAnonymous:
-		case id.Method == auth.MethodSession:
-			key = auth.MethodToken + ":" + id.Name
-		default:
-			key = id.Method + ":" + id.Name
-		}
-		if ok, wait, _ := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {
+		if ok, wait, _ := s.cfg.Limiter().Allow(limitKey(id, authErr, c.source), s.cfg.Now()); !ok {
 			w.Header().Set("Retry-After", fmt.Sprint(max(1, int((wait+time.Second-1)/time.Second))))
 			s.observe(r, c, target, http.StatusTooManyRequests, "rate limited")
 			f.Message = fmt.Sprintf("too many requests from %s; try again in a few seconds", describe(id, authErr, c.source))

@@ -225,6 +225,7 @@ func New(cfg Config) http.Handler {
 		{method: "GET", pattern: "/api/v1/usage.csv", act: auth.ActUsageRead, h: s.usage("csv")},
 		{method: "GET", pattern: "/api/v1/waste", act: auth.ActWasteRead, h: s.waste},
 		{method: "GET", pattern: "/api/v1/audit", act: auth.ActAuditRead, h: s.audit},
+		{method: "GET", pattern: "/api/v1/snapshot", act: auth.ActGPUsRead, h: s.snapshot},
 	}
 	routes = append(routes, s.jobRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
@@ -284,18 +285,7 @@ func (s *server) guard(rt route) http.Handler {
 		}
 		id, ses, authErr := s.authenticate(r)
 		c.id, c.session = id, ses
-		// Callers who did not prove who they are share nothing but their
-		// address, so they are limited by it; a session shares its
-		// token's allowance.
-		key := "addr:" + hostOf(c.source)
-		switch {
-		case authErr != nil || id.Method == auth.MethodAnonymous:
-		case id.Method == auth.MethodSession:
-			key = auth.MethodToken + ":" + id.Name
-		default:
-			key = id.Method + ":" + id.Name
-		}
-		if ok, wait, _ := s.cfg.Limiter().Allow(key, s.cfg.Now()); !ok {
+		if ok, wait, _ := s.cfg.Limiter().Allow(limitKey(id, authErr, c.source), s.cfg.Now()); !ok {
 			secs := max(1, int((wait+time.Second-1)/time.Second))
 			w.Header().Set("Retry-After", strconv.Itoa(secs))
 			// Every refusal is observed; the audit log sums them per
@@ -360,6 +350,19 @@ func (s *server) guard(rt route) http.Handler {
 			s.observe(r, c, target, cmp.Or(c.w.status, http.StatusOK), "")
 		}
 	})
+}
+
+// limitKey is whose allowance a request spends. Callers who did not
+// prove who they are share nothing but their address, so they are
+// limited by it; a session shares its token's allowance.
+func limitKey(id auth.Identity, authErr error, src string) string {
+	switch {
+	case authErr != nil || id.Method == auth.MethodAnonymous:
+		return "addr:" + hostOf(src)
+	case id.Method == auth.MethodSession:
+		return auth.MethodToken + ":" + id.Name
+	}
+	return id.Method + ":" + id.Name
 }
 
 // forbid refuses c with 403 and audits it.

@@ -496,6 +496,7 @@ func TestEndpointsByRole(t *testing.T) {
 		{"GET", "/api/v1/usage", "", auth.ActUsageRead, nil},
 		{"GET", "/api/v1/usage.csv", "", auth.ActUsageRead, nil},
 		{"GET", "/api/v1/waste", "", auth.ActWasteRead, nil},
+		{"GET", "/api/v1/snapshot", "", auth.ActGPUsRead, nil},
 		{"GET", "/api/v1/audit", "", auth.ActAuditRead, map[string]bool{asAlice: true, asBob: true, asViewer: true}},
 		{"POST", stopPath, `{"reason":"done"}`, auth.ActContainerStop, map[string]bool{asBob: true, asViewer: true}},
 	}

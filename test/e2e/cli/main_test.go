@@ -1,6 +1,7 @@
 // Package cli holds the end-to-end tests of what the command line tells a
 // person: bad input to serve, report, simulate and waste, serve's help
-// and config messages, and the data directory's modes and checks.
+// and config messages, the data directory's modes and checks, and shell
+// completion.
 package cli
 
 import (

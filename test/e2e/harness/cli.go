@@ -87,3 +87,14 @@ func Chromium(t *testing.T) string {
 	testenv.SkipUnlessCI(t, "no Chromium installed (apt-get install chromium)")
 	return ""
 }
+
+// Tool is the path of the command name, which the Debian package pkg
+// installs; without it the test is skipped, or fails when CI is set.
+func Tool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		testenv.SkipUnlessCI(t, "%s is not installed (apt-get install %s): %v", name, pkg, err)
+	}
+	return p
+}
