@@ -1,8 +1,13 @@
 package console
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
@@ -52,16 +58,32 @@ var othersRE = regexp.MustCompile(`carol-notebook|dave-eval|frank-pretrain|erin-
 // with parameters it does not know; and signed in as each role.
 func TestConsoleDemo(t *testing.T) {
 	roles, tokens := demoRoles(t)
-	admin := roles[0]
+	admin, alice := roles[0], roles[1]
+	// bob is another user with a job in the queue.
+	bobSecret, bob, err := auth.NewToken("bob", "bob", auth.RoleUser, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens += ",bob=" + bob.Entry()
+	// The queue holds a job of alice's and one of bob's, waiting: the
+	// demo's scenario holds every GPU.
+	dir := t.TempDir()
+	passwd := harness.WriteText(t, filepath.Join(dir, "passwd"), "root:x:0:0::/root:/bin/sh\nalice:x:2001:2001::/home/alice:/bin/sh\nbob:x:2002:2002::/home/bob:/bin/sh\n")
+	group := harness.WriteText(t, filepath.Join(dir, "group"), "root:x:0:\nalice:x:2001:\nbob:x:2002:\n")
+	queue := []string{"GPUMETER_QUEUE_ENABLED=true", "GPUMETER_QUEUE_IMAGES=pytorch/*", "GPUMETER_QUEUE_DEFAULT_TIME_LIMIT=1h",
+		"GPUMETER_HOST_PASSWD_FILE=" + passwd, "GPUMETER_HOST_GROUP_FILE=" + group}
 	// The demo's idle container is found within seconds, not the rule's
 	// default window, so that the waste page has findings.
-	a := harness.Serve(t, []string{tokens, "GPUMETER_LEDGER_FLUSH_INTERVAL=1s", "GPUMETER_WASTE_IDLE_WINDOW=2s"}, "--demo", "--interval", "200ms")
+	a := harness.Serve(t, append(queue, tokens, "GPUMETER_LEDGER_FLUSH_INTERVAL=1s", "GPUMETER_WASTE_IDLE_WINDOW=2s"), "--demo", "--interval", "200ms")
+	for _, j := range []struct{ secret, name string }{{alice.secret, "alice-train"}, {bobSecret, "bob-train"}} {
+		submitJob(t, a.URL, j.secret, apitype.JobRequest{GPUs: 1, Image: "pytorch/pytorch:2.4.0", Name: j.name, Command: []string{"python", "train.py"}})
+	}
 	b := harness.NewBrowser(t)
 	ctx := b.Ctx
 	harness.SignIn(t, ctx, a.URL, admin.secret, admin.as)
 	noErrors(t, b, "sign-in")
-	dir := artefactDir(t)
-	t.Logf("screenshots in %s", dir)
+	shots := artefactDir(t)
+	t.Logf("screenshots in %s", shots)
 
 	t.Run("pages", func(t *testing.T) {
 		for _, p := range pages {
@@ -108,7 +130,7 @@ func TestConsoleDemo(t *testing.T) {
 						for _, l := range c.Low {
 							t.Errorf("%s: low contrast: %s", where, l)
 						}
-						screenshot(t, ctx, dir, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
+						screenshot(t, ctx, shots, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
 						noErrors(t, b, where)
 					}
 				}
@@ -181,8 +203,18 @@ func TestConsoleDemo(t *testing.T) {
 					if r.role == auth.RoleViewer && len(st.Buttons) > 0 {
 						t.Errorf("%s shows a viewer buttons: %v", p.path, st.Buttons)
 					}
+					if r.role != auth.RoleViewer && p.buttons && len(st.Buttons) == 0 {
+						t.Errorf("%s shows %s no buttons", p.path, r.as)
+					}
 					if r.role == auth.RoleUser {
-						if m := othersRE.FindAllString(st.Text, 5); len(m) > 0 {
+						text := st.Text
+						if p.othersIn != "" {
+							text = evaluate[string](t, ctx, "the page without "+p.othersIn, fmt.Sprintf(`(() => {
+								for (const e of document.querySelectorAll(%q)) e.textContent = "";
+								return document.body.innerText;
+							})()`, p.othersIn))
+						}
+						if m := othersRE.FindAllString(text, 5); len(m) > 0 {
 							t.Errorf("%s shows alice others' rows (%q):\n%s", p.path, m, st.Text)
 						}
 						for _, w := range p.userSees {
@@ -280,7 +312,7 @@ func TestConsoleDemo(t *testing.T) {
 
 	t.Run("user sees own", func(t *testing.T) {
 		// On the overview, GPU 0's other holder is another user's.
-		harness.SignIn(t, ctx, a.URL, roles[1].secret, roles[1].as)
+		harness.SignIn(t, ctx, a.URL, alice.secret, alice.as)
 		open(t, ctx, a.URL+"/")
 		holders := evaluate[[]string](t, ctx, "GPU 0's holders", `[...document.querySelectorAll("#gpu-0 .holder")].map(e => e.textContent)`)
 		slices.Sort(holders)
@@ -376,4 +408,28 @@ func walkKeyboard(t *testing.T, ctx context.Context, url, spoil string) (problem
 		problems = append(problems, fmt.Sprintf("Enter on the skip link focuses %q, want main", id))
 	}
 	return problems, false
+}
+
+// submitJob submits req to the agent at url with the bearer token secret.
+func submitJob(t *testing.T, url, secret string, req apitype.JobRequest) {
+	t.Helper()
+	body, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr, err := http.NewRequest(http.MethodPost, url+"/api/v1/jobs", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("Authorization", "Bearer "+secret)
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		t.Fatalf("submit %s: %d %s", req.Name, resp.StatusCode, out)
+	}
 }
