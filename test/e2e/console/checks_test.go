@@ -296,6 +296,17 @@ func artefactDir(t testing.TB) string {
 	return artefacts.dir
 }
 
+// docsDir is docs/console, where -update-docs writes the README's
+// screenshots.
+func docsDir(t testing.TB) string {
+	t.Helper()
+	dir := harness.RepoFile("docs/console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // screenshot saves the viewport as dir/name.png and returns the path.
 func screenshot(t testing.TB, ctx context.Context, dir, name string) string {
 	t.Helper()

@@ -131,6 +131,9 @@ func TestConsoleDemo(t *testing.T) {
 							t.Errorf("%s: low contrast: %s", where, l)
 						}
 						screenshot(t, ctx, shots, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
+						if *updateDocs && p.docsFromDemo && !vp.phone && theme == "light" {
+							t.Logf("wrote %s", screenshot(t, ctx, docsDir(t), p.name))
+						}
 						noErrors(t, b, where)
 					}
 				}

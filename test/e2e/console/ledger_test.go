@@ -65,15 +65,11 @@ containers:
 				}
 				noErrors(t, b, path)
 			}
-			if *updateDocs {
+			if *updateDocs && !p.docsFromDemo {
 				// The README's picture of the page: its first window
 				// over a full month, at the desktop size, light.
 				open(t, ctx, a.URL+p.ledgerPaths()[0])
-				docs := harness.RepoFile("docs/console")
-				if err := os.MkdirAll(docs, 0o755); err != nil {
-					t.Fatal(err)
-				}
-				t.Logf("wrote %s", screenshot(t, ctx, docs, p.name))
+				t.Logf("wrote %s", screenshot(t, ctx, docsDir(t), p.name))
 			}
 		})
 	}

@@ -18,7 +18,8 @@ import (
 )
 
 // updateDocs writes one screenshot per page, at the desktop size in the
-// light theme over the 30-day ledger, under docs/console for the README.
+// light theme over the 30-day ledger (or the demo, for the pages that
+// say so), under docs/console for the README.
 var updateDocs = flag.Bool("update-docs", false, "write docs/console/NAME.png, one screenshot per page at 1400x900")
 
 func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
@@ -54,6 +55,9 @@ type page struct {
 	// stops says whether the page has a Stop for a container that wastes
 	// its GPUs (the stop test clicks it).
 	stops bool
+	// docsFromDemo takes the README's screenshot of the page from the
+	// demo, which has findings and jobs, not from the 30-day ledger.
+	docsFromDemo bool
 	// xss is the page as it shows the name of a container (the escaping
 	// test looks for it there as text); "" for a page that shows none.
 	xss string
@@ -70,8 +74,8 @@ var pages = []page{
 	{name: "usage", path: "/usage?window=7d", charts: 1, bad: "/usage?window=nonsense", xss: "/usage?window=24h&by=container",
 		ledger:   []string{"/usage?window=24h", "/usage?window=7d", "/usage?window=30d&by=team"},
 		userSees: []string{"alice"}},
-	{name: "waste", path: "/waste", bad: "/waste?window=nonsense", xss: "/waste", stops: true, demoShows: "erin-dev"},
-	{name: "jobs", path: "/jobs", bad: "/jobs?state=nonsense", demoShows: "alice-train", buttons: true,
+	{name: "waste", path: "/waste", bad: "/waste?window=nonsense", xss: "/waste", stops: true, demoShows: "erin-dev", docsFromDemo: true},
+	{name: "jobs", path: "/jobs", bad: "/jobs?state=nonsense", demoShows: "alice-train", buttons: true, docsFromDemo: true,
 		userSees: []string{"alice-train"},
 		// The queue's reason for a waiting job names who holds each GPU
 		// ("GPU 1 is held by dave's container dave-eval"), to a user too,
