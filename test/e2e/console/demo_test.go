@@ -70,8 +70,12 @@ func TestConsoleDemo(t *testing.T) {
 	dir := t.TempDir()
 	passwd := harness.WriteText(t, filepath.Join(dir, "passwd"), "root:x:0:0::/root:/bin/sh\nalice:x:2001:2001::/home/alice:/bin/sh\nbob:x:2002:2002::/home/bob:/bin/sh\n")
 	group := harness.WriteText(t, filepath.Join(dir, "group"), "root:x:0:\nalice:x:2001:\nbob:x:2002:\n")
+	// The queue's Docker is a socket nobody listens on: the real engine's
+	// containers, of other tests too, stay out of the demo, and no job
+	// can start.
 	queue := []string{"GPUMETER_QUEUE_ENABLED=true", "GPUMETER_QUEUE_IMAGES=pytorch/*", "GPUMETER_QUEUE_DEFAULT_TIME_LIMIT=1h",
-		"GPUMETER_HOST_PASSWD_FILE=" + passwd, "GPUMETER_HOST_GROUP_FILE=" + group}
+		"GPUMETER_HOST_PASSWD_FILE=" + passwd, "GPUMETER_HOST_GROUP_FILE=" + group,
+		"GPUMETER_DOCKER_HOST=unix://" + filepath.Join(dir, "no-docker.sock")}
 	// The demo's idle container is found within seconds, not the rule's
 	// default window, so that the waste page has findings.
 	a := harness.Serve(t, append(queue, tokens, "GPUMETER_LEDGER_FLUSH_INTERVAL=1s", "GPUMETER_WASTE_IDLE_WINDOW=2s"), "--demo", "--interval", "200ms")
