@@ -74,15 +74,15 @@ func TestSignInInBrowser(t *testing.T) {
 	))
 	harness.WaitStatus(t, ctx, "signed in as e2e (admin)")
 	harness.SetSessionCookie(t, ctx, a.URL, "ended")
-	harness.Step(t, ctx, "open a page that sends back", chromedp.Navigate(a.URL+"/?next=%2F%3Fwindow%3D7d"))
+	harness.Step(t, ctx, "open a page that sends back", chromedp.Navigate(a.URL+"/?next=%2Fusage%3Fwindow%3D7d"))
 	harness.WaitStatus(t, ctx, "your session has ended")
 	harness.Step(t, ctx, "sign in again", chromedp.Steps(
 		chromedp.SendKeys(chromedp.ID("token"), a.Token),
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
 	))
 	harness.WaitStatus(t, ctx, "signed in as e2e (admin)")
-	if loc := harness.Step(t, ctx, "location", chromedp.Location()); loc != a.URL+"/?window=7d" {
-		t.Errorf("after signing in again the page is at %s, want %s/?window=7d", loc, a.URL)
+	if loc := harness.Step(t, ctx, "location", chromedp.Location()); loc != a.URL+"/usage?window=7d" {
+		t.Errorf("after signing in again the page is at %s, want %s/usage?window=7d", loc, a.URL)
 	}
 
 	// A bad token in the address says so.
