@@ -127,16 +127,18 @@ func TestConsoleDemo(t *testing.T) {
 						for _, pr := range chartProblems(evaluate[[]chart](t, ctx, "charts", chartsJS), p.charts) {
 							t.Errorf("%s: %s", where, pr)
 						}
+						screenshot(t, ctx, shots, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
+						if *updateDocs && p.docsFromDemo && !vp.phone && theme == "light" {
+							t.Logf("wrote %s", screenshot(t, ctx, docsDir(t), p.name))
+						}
+						// What opens (a finding's evidence) is read open.
+						evaluate[bool](t, ctx, "open the details", `(document.querySelectorAll("details").forEach(d => d.open = true), true)`)
 						c := evaluate[contrast](t, ctx, "contrast", contrastJS)
 						if c.Checked == 0 {
 							t.Errorf("%s: no text to check the contrast of", where)
 						}
 						for _, l := range c.Low {
 							t.Errorf("%s: low contrast: %s", where, l)
-						}
-						screenshot(t, ctx, shots, fmt.Sprintf("%s-%dx%d-%s", p.name, vp.width, vp.height, theme))
-						if *updateDocs && p.docsFromDemo && !vp.phone && theme == "light" {
-							t.Logf("wrote %s", screenshot(t, ctx, docsDir(t), p.name))
 						}
 						noErrors(t, b, where)
 					}
