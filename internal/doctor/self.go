@@ -41,18 +41,33 @@ func selfChecks() []check {
 	}
 }
 
-// checkPIDNamespace reads /proc/1/sched, whose first line names PID 1 by
-// its PID in the initial namespace: 1 there means the host's namespace.
+// hostPIDNamespace is the link /proc/PID/ns/pid has in the initial PID
+// namespace: the kernel gives that namespace a fixed inode
+// (PROC_PID_INIT_INO, 0xEFFFFFFC).
+const hostPIDNamespace = "pid:[4026531836]"
+
+// checkPIDNamespace asks which PID namespace PID 1 is in, by its
+// ns/pid link; where that cannot be read (it needs the right to trace
+// PID 1), by /proc/1/sched, whose first line names PID 1 by its PID in
+// the initial namespace on kernels that write it so (newer kernels write
+// the reader's view, 1, which then proves nothing).
 func checkPIDNamespace(_ context.Context, s *state) Result {
+	const fix = "run the agent's container with --pid=host, or set host.proc_root to the host's /proc"
+	if ns, err := fs.ReadLink(s.Proc, "1/ns/pid"); err == nil {
+		if ns == hostPIDNamespace {
+			return pass("PID 1 is in the host's PID namespace (%s)", ns)
+		}
+		return fail(fix, "PID 1 is in PID namespace %s, not the host's %s: other users' processes, and their GPU use, cannot be attributed", ns, hostPIDNamespace)
+	}
 	data, err := fs.ReadFile(s.Proc, "1/sched")
 	if err != nil {
-		return skip("1/sched under host.proc_root: %v", unwrapPath(err))
+		return skip("neither 1/ns/pid nor 1/sched under host.proc_root can be read: %v", unwrapPath(err))
 	}
 	first, _, _ := bytes.Cut(data, []byte("\n"))
 	if bytes.Contains(first, []byte("(1,")) {
-		return pass("PID 1 is the host's (%s)", strings.TrimSpace(string(first)))
+		return pass("PID 1 is the host's (%s; its ns/pid link could not be read, and a newer kernel writes 1 here in any namespace)", strings.TrimSpace(string(first)))
 	}
-	return fail("run the agent's container with --pid=host, or set host.proc_root to the host's /proc", "PID 1 here is not the host's (%s): other users' processes, and their GPU use, cannot be attributed", strings.TrimSpace(string(first)))
+	return fail(fix, "PID 1 here is not the host's (%s): other users' processes, and their GPU use, cannot be attributed", strings.TrimSpace(string(first)))
 }
 
 func checkCgroupNamespace(_ context.Context, s *state) Result {
