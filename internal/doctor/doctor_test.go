@@ -120,7 +120,7 @@ func TestFailures(t *testing.T) {
 			engine: DockerInfo{APIVersion: "1.41", ServerVersion: "20.10.24", CgroupDriver: "cgroupfs", Runtimes: []string{"runc"}, DefaultRuntime: "runc"}},
 		{fixture: "hook-off-path", id: "docker.nvidia_runtime", status: Fail, detail: "none of dockerd's PATH (/opt/docker/bin)", fix: "systemctl restart docker"},
 		{fixture: "container-ns", id: "gpumeter.pid_namespace", status: Fail, detail: "PID 1 is in PID namespace pid:[4026532201]", fix: "--pid=host"},
-		{fixture: "hook-off-path", id: "gpumeter.pid_namespace", status: Pass, detail: "its ns/pid link could not be read"},
+		{fixture: "hook-off-path", id: "gpumeter.pid_namespace", status: Warn, detail: "its ns/pid link could not be read", fix: "as root"},
 		{fixture: "container-ns", id: "gpumeter.cgroup_namespace", status: Warn, fix: "--cgroupns=host"},
 		{fixture: "healthy", id: "cdi.enabled", status: Skip, detail: "older than 1.44",
 			engine: DockerInfo{APIVersion: "1.41", ServerVersion: "20.10.24", CgroupDriver: "cgroupfs", Runtimes: []string{"runc"}, DefaultRuntime: "runc"}},

@@ -50,7 +50,7 @@ const hostPIDNamespace = "pid:[4026531836]"
 // ns/pid link; where that cannot be read (it needs the right to trace
 // PID 1), by /proc/1/sched, whose first line names PID 1 by its PID in
 // the initial namespace on kernels that write it so (newer kernels write
-// the reader's view, 1, which then proves nothing).
+// the reader's view, 1, which then proves nothing and is only a warning).
 func checkPIDNamespace(_ context.Context, s *state) Result {
 	const fix = "run the agent's container with --pid=host, or set host.proc_root to the host's /proc"
 	if ns, err := fs.ReadLink(s.Proc, "1/ns/pid"); err == nil {
@@ -65,7 +65,7 @@ func checkPIDNamespace(_ context.Context, s *state) Result {
 	}
 	first, _, _ := bytes.Cut(data, []byte("\n"))
 	if bytes.Contains(first, []byte("(1,")) {
-		return pass("PID 1 is the host's (%s; its ns/pid link could not be read, and a newer kernel writes 1 here in any namespace)", strings.TrimSpace(string(first)))
+		return warn("run gpumeter doctor as root, so that it may read /proc/1/ns/pid", "PID 1 may be the host's (%s), but its ns/pid link could not be read, and newer kernels write 1 here in any namespace", strings.TrimSpace(string(first)))
 	}
 	return fail(fix, "PID 1 here is not the host's (%s): other users' processes, and their GPU use, cannot be attributed", strings.TrimSpace(string(first)))
 }
