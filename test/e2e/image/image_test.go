@@ -115,6 +115,26 @@ func TestImage(t *testing.T) {
 		}
 	})
 
+	t.Run("PID namespace", func(t *testing.T) {
+		// Without --pid=host the agent's PID 1 is itself: doctor must
+		// say so, not pass. With it, PID 1 is the host's init, whose
+		// namespace link the image's user may not read: a warning at
+		// most.
+		for _, tt := range []struct {
+			name, pid string
+			ok        func(string) bool
+			want      string
+		}{
+			{"without --pid=host", "", func(s string) bool { return s == "FAIL" }, "FAIL"},
+			{"with --pid=host", "host", func(s string) bool { return s == "PASS" || s == "WARN" }, "PASS or WARN"},
+		} {
+			_, out, stderr := runToEnd(t, cli, img, func(hc *mcontainer.HostConfig) { hc.PidMode = mcontainer.PidMode(tt.pid); hc.CapDrop = []string{"ALL"} }, "doctor", "--format", "json")
+			if got := doctorStatus(t, out, "gpumeter.pid_namespace"); !tt.ok(got) {
+				t.Errorf("%s: doctor's gpumeter.pid_namespace is %s, want %s; stdout:\n%s\nstderr: %s", tt.name, got, tt.want, out, stderr)
+			}
+		}
+	})
+
 	t.Run("serve --demo", func(t *testing.T) { serveDemo(t, cli, img, sock, sockGID) })
 }
 
