@@ -334,6 +334,16 @@ func (l *Log) MaxWindowBytes() int {
 func (l *Log) Events(ctx context.Context, from, to time.Time, limit int) ([]Event, bool, error) {
 	var events []Event
 	switch {
+	case l.store != nil && limit > 0:
+		got, more, err := l.store.AuditNewest(ctx, ledger.Filter{From: from, To: to}, limit)
+		if err != nil {
+			return nil, false, err
+		}
+		events = make([]Event, len(got))
+		for i, e := range got {
+			events[i] = FromLedger(e)
+		}
+		return events, more, nil
 	case l.store != nil:
 		got, err := l.store.AuditEvents(ctx, ledger.Filter{From: from, To: to})
 		if err != nil {

@@ -379,6 +379,14 @@ func (s *stuckStore) AuditEvents(context.Context, ledger.Filter) ([]ledger.Audit
 	return append([]ledger.AuditEvent(nil), s.events...), nil
 }
 
+func (s *stuckStore) AuditNewest(ctx context.Context, f ledger.Filter, n int) ([]ledger.AuditEvent, bool, error) {
+	all, _ := s.AuditEvents(ctx, f)
+	if len(all) > n {
+		return all[len(all)-n:], true, nil
+	}
+	return all, false, nil
+}
+
 func (s *stuckStore) stored() []ledger.AuditEvent {
 	got, _ := s.AuditEvents(context.Background(), ledger.Filter{})
 	return got
@@ -547,6 +555,10 @@ func (failingStore) Audit(context.Context, []ledger.AuditEvent) error {
 
 func (failingStore) AuditEvents(context.Context, ledger.Filter) ([]ledger.AuditEvent, error) {
 	return nil, errors.New("disk I/O error")
+}
+
+func (failingStore) AuditNewest(context.Context, ledger.Filter, int) ([]ledger.AuditEvent, bool, error) {
+	return nil, false, errors.New("disk I/O error")
 }
 
 // TestWriteErrors: an action that could not be written everywhere is an

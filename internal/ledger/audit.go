@@ -41,4 +41,8 @@ type AuditStore interface {
 	// AuditEvents returns the events in the filter's window, by the
 	// exact time (not truncated to the minute), oldest first.
 	AuditEvents(ctx context.Context, f Filter) ([]AuditEvent, error)
+	// AuditNewest returns the newest n (n > 0) events in the filter's
+	// window, oldest first, and whether the window holds more, without
+	// reading the rest of it.
+	AuditNewest(ctx context.Context, f Filter, n int) ([]AuditEvent, bool, error)
 }

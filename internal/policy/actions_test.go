@@ -44,6 +44,10 @@ func (s *hungStore) AuditEvents(context.Context, ledger.Filter) ([]ledger.AuditE
 	return nil, nil
 }
 
+func (s *hungStore) AuditNewest(context.Context, ledger.Filter, int) ([]ledger.AuditEvent, bool, error) {
+	return nil, false, nil
+}
+
 func (s *hungStore) stored() []ledger.AuditEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -53,6 +53,30 @@ func testAudit(t *testing.T, s ledger.Store) {
 	if diff := gocmp.Diff(want[1:2], got); diff != "" {
 		t.Errorf("AuditEvents in a window and node (-want +got):\n%s", diff)
 	}
+	// The newest of a window, oldest first, and whether there are more.
+	for _, tc := range []struct {
+		f    ledger.Filter
+		n    int
+		want []ledger.AuditEvent
+		more bool
+	}{
+		{ledger.Filter{}, 2, want[3:], true},
+		{ledger.Filter{}, 5, want, false},
+		{ledger.Filter{}, 50, want, false},
+		{ledger.Filter{From: at.Add(time.Second), To: at.Add(4 * time.Second)}, 1, want[3:4], true},
+		{ledger.Filter{Node: "n2"}, 3, want[1:2], false},
+	} {
+		got, more, err := as.AuditNewest(ctx, tc.f, tc.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := gocmp.Diff(tc.want, got); diff != "" || more != tc.more {
+			t.Errorf("AuditNewest(%+v, %d): more %v, want %v (-want +got):\n%s", tc.f, tc.n, more, tc.more, diff)
+		}
+	}
+	if _, _, err := as.AuditNewest(ctx, ledger.Filter{}, 0); err == nil {
+		t.Error("AuditNewest of 0 events did not fail")
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	if err := as.Audit(cctx, events); err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,32 @@ func AuditArgs(e ledger.AuditEvent) ([]any, error) {
 
 // AuditEvents reads the audit events in f's window, oldest first.
 func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.AuditEvent, error) {
+	return auditEvents(ctx, q, f, 0)
+}
+
+// AuditNewest reads the newest n (n > 0) audit events in f's window,
+// oldest first, and says whether the window holds more.
+func AuditNewest(ctx context.Context, q Querier, f ledger.Filter, n int) ([]ledger.AuditEvent, bool, error) {
+	if n <= 0 {
+		return nil, false, fmt.Errorf("audit events: the newest %d is not a number of events", n)
+	}
+	// One more than asked says whether there are more; the index on
+	// at_us serves the newest first without reading the whole window.
+	out, err := auditEvents(ctx, q, f, n+1)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(out) > n
+	if more {
+		out = out[:n]
+	}
+	slices.Reverse(out)
+	return out, more, nil
+}
+
+// auditEvents reads f's window oldest first, or with newest > 0 the
+// newest that many, newest first.
+func auditEvents(ctx context.Context, q Querier, f ledger.Filter, newest int) ([]ledger.AuditEvent, error) {
 	var qb query
 	var where []string
 	if !f.From.IsZero() {
@@ -49,7 +76,12 @@ func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.Audi
 	if len(where) > 0 {
 		sql += " WHERE " + strings.Join(where, " AND ")
 	}
-	rows, err := q.Query(ctx, sql+" ORDER BY at_us, id", qb.args...)
+	if newest > 0 {
+		sql += " ORDER BY at_us DESC, id DESC LIMIT " + qb.arg(int64(newest))
+	} else {
+		sql += " ORDER BY at_us, id"
+	}
+	rows, err := q.Query(ctx, sql, qb.args...)
 	if err != nil {
 		return nil, err
 	}

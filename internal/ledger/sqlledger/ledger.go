@@ -121,6 +121,19 @@ func (l Ledger) AuditEvents(ctx context.Context, f ledger.Filter) ([]ledger.Audi
 	return read(ctx, l, "audit events from ledger", func(q Querier) ([]ledger.AuditEvent, error) { return AuditEvents(ctx, q, f) })
 }
 
+// AuditNewest reads the newest n audit events of a window.
+func (l Ledger) AuditNewest(ctx context.Context, f ledger.Filter, n int) ([]ledger.AuditEvent, bool, error) {
+	type page struct {
+		events []ledger.AuditEvent
+		more   bool
+	}
+	p, err := read(ctx, l, "audit events from ledger", func(q Querier) (page, error) {
+		ev, more, err := AuditNewest(ctx, q, f, n)
+		return page{ev, more}, err
+	})
+	return p.events, p.more, err
+}
+
 // read runs fn in one read snapshot of l's backend and names what it read
 // and the ledger in its error.
 func read[T any](ctx context.Context, l Ledger, what string, fn func(Querier) (T, error)) (T, error) {
