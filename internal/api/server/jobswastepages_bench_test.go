@@ -67,16 +67,7 @@ func runPage(b *testing.B, h http.Handler, r *http.Request, want string) {
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
 		b.Fatalf("%s: %d, no %q in %.2000s", r.URL, rec.Code, want, rec.Body)
 	}
-	w := &discardWriter{h: http.Header{}}
-	b.ReportAllocs()
-	for b.Loop() {
-		w.reset()
-		h.ServeHTTP(w, r)
-		if w.status != http.StatusOK {
-			b.Fatalf("status %d, want 200", w.status)
-		}
-	}
-	b.ReportMetric(float64(w.n), "bytes/page")
+	serveLoop(b, h, r, "bytes/page")
 }
 
 // BenchmarkWastePage is /waste for an admin's session with 500 live

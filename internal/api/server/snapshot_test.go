@@ -227,16 +227,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 			r.RemoteAddr = "127.0.0.1:40000"
 			r.Header.Set("Authorization", "Bearer "+bb.secret)
-			w := &discardWriter{h: http.Header{}}
-			b.ReportAllocs()
-			for b.Loop() {
-				w.reset()
-				h.ServeHTTP(w, r)
-				if w.status != http.StatusOK {
-					b.Fatalf("status %d, want 200", w.status)
-				}
-			}
-			b.ReportMetric(float64(w.n), "bytes/response")
+			serveLoop(b, h, r, "bytes/response")
 		})
 	}
 }
