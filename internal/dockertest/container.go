@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -80,8 +81,33 @@ func Container(t testing.TB, cli *client.Client, s Spec) (id, name string) {
 		if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 			t.Fatalf("start %s: %v", name, err)
 		}
+		if len(s.Cmd) > 0 && s.Cmd[0] == "ignore-term" {
+			awaitIgnoringTerm(t, cli, res.ID)
+		}
 	}
 	return res.ID, name
+}
+
+// IgnoringTerm is what the sleeper prints once it ignores SIGTERM.
+const IgnoringTerm = "ignoring SIGTERM"
+
+// awaitIgnoringTerm waits until the sleeper of container id ignores
+// SIGTERM: a stop sent before then meets the Go runtime's own handling,
+// which exits 2 at once, and a test of a stop's grace would see no grace.
+func awaitIgnoringTerm(t testing.TB, cli *client.Client, id string) {
+	t.Helper()
+	WaitFor(t, opTimeout, "the sleeper to ignore SIGTERM", func() (bool, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		rc, err := cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true})
+		if err != nil {
+			return false, err.Error()
+		}
+		defer rc.Close()
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(rc)
+		return strings.Contains(b.String(), IgnoringTerm), fmt.Sprintf("logs so far %q", b.String())
+	})
 }
 
 // Remove removes a container by force; one that is already gone is fine.
@@ -126,6 +152,7 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
+		fmt.Println("ignoring SIGTERM")
 		for {
 			time.Sleep(time.Hour)
 		}
