@@ -227,7 +227,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 			r.RemoteAddr = "127.0.0.1:40000"
 			r.Header.Set("Authorization", "Bearer "+bb.secret)
-			serveLoop(b, h, r, "bytes/response")
+			b.ReportMetric(float64(serveLoop(b, h, r, http.StatusOK)), "bytes/response")
 		})
 	}
 }
