@@ -121,6 +121,11 @@ func Fill30Days(tb testing.TB, s ledger.Store) Month {
 // it in its ledger.
 func Fill30DaysTo(tb testing.TB, s ledger.Store, to time.Time) Month {
 	tb.Helper()
+	return fill(tb, s, plan30DaysTo(to))
+}
+
+// plan30DaysTo is Plan30Days moved to end at the hour to falls in.
+func plan30DaysTo(to time.Time) Month {
 	m := Plan30Days()
 	d := to.UTC().Truncate(time.Hour).Sub(m.To)
 	m.From, m.To = m.From.Add(d), m.To.Add(d)
@@ -128,6 +133,22 @@ func Fill30DaysTo(tb testing.TB, s ledger.Store, to time.Time) Month {
 		c := &m.Containers[i]
 		c.StartedAt, c.FinishedAt = c.StartedAt.Add(d), c.FinishedAt.Add(d)
 		c.FirstSeen, c.LastSeen = c.FirstSeen.Add(d), c.LastSeen.Add(d)
+	}
+	return m
+}
+
+// Fill30DaysToAs is Fill30DaysTo with the node's GPUs given uuids, in index
+// order (as many as the month has GPUs): an agent whose GPUs are those, on
+// the month's node, then carries on the same GPUs' series instead of
+// adding GPUs of its own next to them.
+func Fill30DaysToAs(tb testing.TB, s ledger.Store, to time.Time, uuids []string) Month {
+	tb.Helper()
+	m := plan30DaysTo(to)
+	if len(uuids) != len(m.GPUs) {
+		tb.Fatalf("Fill30DaysToAs: %d GPU UUIDs, want %d", len(uuids), len(m.GPUs))
+	}
+	for i := range m.GPUs {
+		m.GPUs[i].UUID = uuids[i]
 	}
 	return fill(tb, s, m)
 }

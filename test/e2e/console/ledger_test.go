@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/sim"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
@@ -60,8 +61,14 @@ containers:
 				if st.Message != "" || !strings.Contains(st.Status, "signed in as e2e (admin)") {
 					t.Errorf("%s: status %q, message %q", path, st.Status, st.Message)
 				}
-				for _, pr := range chartProblems(evaluate[[]chart](t, ctx, "charts", chartsJS), p.charts) {
+				charts := evaluate[[]chart](t, ctx, "charts", chartsJS)
+				for _, pr := range chartProblems(charts, p.charts) {
 					t.Errorf("%s: %s", path, pr)
+				}
+				for _, c := range charts {
+					if p.ledgerLines > 0 && len(c.Points) > 0 && len(c.Points) != p.ledgerLines {
+						t.Errorf("%s: chart %s draws %d lines, want %d: one per GPU of the node", path, c.ID, len(c.Points), p.ledgerLines)
+					}
 				}
 				noErrors(t, b, path)
 			}
@@ -87,14 +94,19 @@ containers:
 }
 
 // monthLedger writes to path a SQLite ledger of ledgertest.Fill30DaysTo
-// up to this hour, and returns its node. The ledger is built once an hour
+// up to this hour, and returns its node. Its GPUs are the ones the
+// simulator gives that node, so that the agent carries on their series:
+// with GPUs of its own, the node would have 16 once the agent wrote its
+// first minute, 8 of them with readings of this hour only (one point in
+// the week's steps of an hour). The ledger is built once an hour
 // and kept in os.TempDir(), keyed by the fill's and the schema's
 // versions: building it takes 6–8 s, and over a minute and a half under
 // the race detector.
 func monthLedger(t *testing.T, path string) string {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Hour)
-	prefix := fmt.Sprintf("gpumeter-console-ledger-fill%d-schema%d-", ledgertest.FillVersion, sqlite.SchemaVersion())
+	node := ledgertest.Plan30Days().Node
+	prefix := fmt.Sprintf("gpumeter-console-ledger-fill%d-schema%d-simgpus-", ledgertest.FillVersion, sqlite.SchemaVersion())
 	cached := filepath.Join(os.TempDir(), prefix+now.Format("2006010215")+".db")
 	if _, err := os.Stat(cached); err != nil {
 		tmp, err := os.CreateTemp(os.TempDir(), prefix+"*.building")
@@ -108,7 +120,11 @@ func monthLedger(t *testing.T, path string) string {
 			t.Fatal(err)
 		}
 		began := time.Now()
-		m := ledgertest.Fill30DaysTo(t, store, now)
+		uuids := make([]string, len(ledgertest.Plan30Days().GPUs))
+		for i := range uuids {
+			uuids[i] = sim.GPUUUID(node, i)
+		}
+		m := ledgertest.Fill30DaysToAs(t, store, now, uuids)
 		if err := store.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -131,5 +147,5 @@ func monthLedger(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ledgertest.Plan30Days().Node
+	return node
 }

@@ -43,6 +43,9 @@ type page struct {
 	// ledger are the page as it reads the 30-day ledger (windows of the
 	// last day or week); none for path alone.
 	ledger []string
+	// ledgerLines is how many lines each line chart of the page draws
+	// over the 30-day ledger (one per GPU of its node); 0: not checked.
+	ledgerLines int
 	// userSees is what alice, a user of the demo, must see on the page:
 	// her own rows, and others' as "another user".
 	userSees []string
@@ -69,7 +72,7 @@ var pages = []page{
 	{name: "overview", path: "/", bad: "/?window=nonsense", xss: "/",
 		userSees: []string{"alice-llama-finetune", "another user"}},
 	{name: "gpus", path: "/gpus?window=1h", charts: 5, bad: "/gpus?window=nonsense", xss: "/gpus?window=1h",
-		ledger:   []string{"/gpus?window=24h", "/gpus?window=7d"},
+		ledger: []string{"/gpus?window=24h", "/gpus?window=7d"}, ledgerLines: 8,
 		userSees: []string{"alice-llama-finetune", "another user"}},
 	{name: "usage", path: "/usage?window=7d", charts: 1, bad: "/usage?window=nonsense", xss: "/usage?window=24h&by=container",
 		ledger:   []string{"/usage?window=24h", "/usage?window=7d", "/usage?window=30d&by=team"},
