@@ -72,8 +72,10 @@ func (s *server) pageRoutes(console *web.Console) {
 		setPageHeaders(w)
 		next := safeNext(r.URL.Query().Get("next"))
 		reason := "not signed in: sign in with an API token"
-		if r.URL.Query().Has("signed_out") {
+		if c, err := r.Cookie(signedOutCookie); err == nil && c.Value != "" {
 			reason = "signed out"
+			http.SetCookie(w, &http.Cookie{Name: signedOutCookie, Value: "", Path: "/signin", MaxAge: -1,
+				HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 		}
 		f := web.Frame{Page: web.PageSignIn, Title: "Sign in", Node: s.cfg.Node, Now: s.cfg.Now()}
 		f.Loc, f.Zone, f.ZoneNote = zoneOf(r)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -316,5 +317,68 @@ func TestSessionCookieSecureUnderTLS(t *testing.T) {
 	}
 	if resp.StatusCode != 200 || c == nil || !c.Secure || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
 		t.Errorf("%d, cookie %v: want Secure, HttpOnly, SameSite=Strict", resp.StatusCode, c)
+	}
+}
+
+// TestSignedOutOnce: after a browser signs out, the next sign-in page it
+// opens says "signed out" and the one after (a reload) "not signed in",
+// whatever the address holds: the notice is a cookie the page drops as it
+// shows it, not a query the page's script must remove before a reload.
+func TestSignedOutOnce(t *testing.T) {
+	f := newFixture(t, nil)
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Jar: jar}
+	send := func(method, path, csrf string) answer {
+		t.Helper()
+		req, err := http.NewRequest(method, f.url+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if path == "/api/v1/session" && method == http.MethodPost {
+			req.Header.Set("Authorization", f.headers[asAlice])
+		}
+		if csrf != "" {
+			req.Header.Set("X-CSRF-Token", csrf)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return answer{resp.StatusCode, resp.Header, body}
+	}
+	says := func(a answer) string {
+		t.Helper()
+		for _, want := range []string{"not signed in", "signed out"} {
+			if strings.Contains(string(a.body), want) {
+				return want
+			}
+		}
+		return ""
+	}
+	if got := says(send(http.MethodGet, "/signin?next=%2F", "")); got != "not signed in" {
+		t.Errorf("before signing in the sign-in page says %q, want \"not signed in\"", got)
+	}
+	var ses apitype.Session
+	send(http.MethodPost, "/api/v1/session", "").decode(t, &ses)
+	if a := send(http.MethodDelete, "/api/v1/session", ses.CSRFToken); a.status != 200 {
+		t.Fatalf("sign out: %d %s", a.status, a.body)
+	}
+	for i, want := range []string{"signed out", "not signed in", "not signed in"} {
+		if got := says(send(http.MethodGet, "/signin?signed_out=1&next=%2F", "")); got != want {
+			t.Errorf("sign-in page %d after signing out says %q, want %q", i+1, got, want)
+		}
+	}
+	// A bearer caller's sign-out attempt leaves no notice.
+	f.do(t, asAlice, http.MethodDelete, "/api/v1/session", nil, "").apiError(t, http.StatusNotFound, apitype.CodeNotFound)
+	if got := says(send(http.MethodGet, "/signin", "")); got != "not signed in" {
+		t.Errorf("the sign-in page says %q, want \"not signed in\"", got)
 	}
 }

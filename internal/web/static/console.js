@@ -44,12 +44,6 @@
   const login = document.getElementById("login");
   if (login) {
     const st = document.getElementById("status");
-    const params = new URLSearchParams(location.search);
-    if (params.has("signed_out")) {
-      params.delete("signed_out");
-      const q = params.toString();
-      history.replaceState(null, "", location.pathname + (q ? "?" + q : ""));
-    }
     const next = () => {
       const n = login.dataset.next;
       return n && /^\/(?![\/\\])/.test(n) ? n : "/";
@@ -95,7 +89,9 @@
     signout.addEventListener("click", async () => {
       const res = await call("DELETE", "/api/v1/session").catch(e => ({ ok: false, status: 0, message: e.message }));
       if (res.ok || res.status === 401) {
-        location.replace("/signin?signed_out=1&next=" + encodeURIComponent(location.pathname + location.search));
+        // The agent's answer left a cookie that makes the sign-in page
+        // say "signed out", once.
+        location.replace("/signin?next=" + encodeURIComponent(location.pathname + location.search));
         return;
       }
       const st = document.getElementById("action-status");
