@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
@@ -58,10 +60,15 @@ func TestSignInInBrowser(t *testing.T) {
 		t.Errorf("a cookie-authenticated POST without the CSRF token: %d, want 403", status)
 	}
 
+	// The page's script comes a second late from now on, uncached, so
+	// that the reload below comes before it has run: what the sign-in
+	// page says must not hang on it.
+	slowScript(t, ctx, a.URL+"/static/console.js", 1000)
 	harness.Step(t, ctx, "sign out", chromedp.Click(chromedp.ID("signout")))
 	harness.WaitStatus(t, ctx, "signed out")
 	harness.Step(t, ctx, "reload", chromedp.Reload())
 	harness.WaitStatus(t, ctx, "not signed in")
+	slowScript(t, ctx, "", 0)
 	if hidden := harness.Step(t, ctx, "sign-in form", chromedp.Evaluate[bool](`document.getElementById("login").hidden`)); hidden {
 		t.Error("a signed-out page shows no sign-in form")
 	}
@@ -96,4 +103,24 @@ func TestSignInInBrowser(t *testing.T) {
 	for _, e := range b.Errors() {
 		t.Errorf("the page: %s", e)
 	}
+}
+
+// slowScript makes the browser of ctx fetch url, uncached, latencyMS
+// milliseconds late; an empty url puts the network back as it was.
+func slowScript(t *testing.T, ctx context.Context, url string, latencyMS float64) {
+	t.Helper()
+	rules := []*network.Conditions{}
+	if url != "" {
+		rules = []*network.Conditions{{URLPattern: url, Latency: latencyMS, DownloadThroughput: -1, UploadThroughput: -1}}
+	}
+	harness.Step(t, ctx, "network conditions", func(ctx context.Context, tg *chromedp.Target) (cdp.Empty, error) {
+		if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+			return cdp.Empty{}, err
+		}
+		if _, err := cdp.Call(ctx, tg, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: url != ""}); err != nil {
+			return cdp.Empty{}, err
+		}
+		_, err := cdp.Call(ctx, tg, network.EmulateNetworkConditionsByRule, network.EmulateNetworkConditionsByRuleParams{MatchedNetworkConditions: rules})
+		return cdp.Empty{}, err
+	})
 }
