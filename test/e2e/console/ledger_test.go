@@ -45,6 +45,12 @@ containers:
 		t.Fatal(err)
 	}
 	a := harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + dir}, "--sim", scenario, "--interval", "200ms")
+	// The pages are read once the agent has written its first readings
+	// to the ledger, as a slow run (CI's, under the race detector) reads
+	// them: the node's GPUs are then the ledger's and the agent's alike.
+	harness.WaitFor(t, 30*time.Second, "the agent's first ledger flush", func() bool {
+		return a.Scrape(t).Sum("gpumeter_ledger_flushes_total") > 0
+	})
 	ctx := b.Ctx
 	harness.SignIn(t, ctx, a.URL, a.Token, "e2e (admin)")
 	emulate(t, ctx, viewports[0], "light")
