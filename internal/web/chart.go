@@ -127,6 +127,16 @@ func LineChart(id, title string, from, to time.Time, step time.Duration, loc *ti
 		c.Legend = append(c.Legend, LegendItem{class, s.Name})
 		var b strings.Builder
 		var last time.Time
+		// run is how many points the line since its last gap has: a
+		// line of one point (a GPU first seen in the window's last step,
+		// a reading between two gaps) is drawn as a dot, a segment of no
+		// length that the round line cap makes visible.
+		run := 0
+		dot := func() {
+			if run == 1 {
+				b.WriteString("h0")
+			}
+		}
 		for _, p := range s.Points {
 			if p.T.Before(from) || !p.T.Before(to) {
 				continue
@@ -136,10 +146,14 @@ func LineChart(id, title string, from, to time.Time, step time.Duration, loc *ti
 			cmd := "L"
 			if last.IsZero() || p.T.Sub(last) > 2*step {
 				cmd = "M"
+				dot()
+				run = 0
 			}
 			fmt.Fprintf(&b, "%s%.1f %.1f", cmd, x, yv)
+			run++
 			last = p.T
 		}
+		dot()
 		if b.Len() == 0 {
 			continue
 		}

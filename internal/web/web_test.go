@@ -99,6 +99,20 @@ func TestLineChart(t *testing.T) {
 	if len(c.YTicks) != 5 || c.YTicks[4].Label != "100 %" || c.YTicks[0].Label != "0 %" {
 		t.Errorf("y ticks %+v", c.YTicks)
 	}
+	// A reading with a gap on either side, and a line of one point, are
+	// dots: no-length segments the round cap draws.
+	lone := Series{Name: "GPU 1", Points: []Point{{from, 10}, {from.Add(5 * step), 20}, {from.Add(6 * step), 30}, {from.Add(19 * step), 40}}}
+	one := Series{Name: "GPU 2", Points: []Point{{from.Add(19 * step), 40}}}
+	c = LineChart("u", "Utilisation", from, from.Add(20*step), step, time.UTC, Axis{Max: 100, Format: FormatPercent}, []Series{lone, one})
+	if len(c.Lines) != 2 {
+		t.Fatalf("lines %+v", c.Lines)
+	}
+	if d := c.Lines[0].D; strings.Count(d, "h0") != 2 || !strings.HasSuffix(d, "h0") || strings.Count(d, "M") != 3 || strings.Count(d, "L") != 1 {
+		t.Errorf("path %q: want a dot, a line of two points and a dot", d)
+	}
+	if d := c.Lines[1].D; strings.Count(d, "M") != 1 || !strings.HasSuffix(d, "h0") {
+		t.Errorf("path %q: want one dot", d)
+	}
 	empty := LineChart("u", "Utilisation", from, from.Add(time.Hour), step, time.UTC, Axis{}, []Series{{Name: "GPU 0"}})
 	if !empty.Empty || empty.Note == "" {
 		t.Errorf("a chart without points: %+v", empty)
