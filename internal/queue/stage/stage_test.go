@@ -267,6 +267,11 @@ func TestOpenRefuses(t *testing.T) {
 // it reports the median too.
 func BenchmarkStageUnstage(b *testing.B) {
 	base := b.TempDir()
+	for _, d := range []string{base, filepath.Dir(base)} {
+		if err := os.Chmod(d, 0o755); err != nil { // a user's path, walked as a user
+			b.Fatal(err)
+		}
+	}
 	root := filepath.Join(base, "root")
 	dir := filepath.Join(root, "alice", "data")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
