@@ -42,7 +42,7 @@ func Probe(dataDir, dockerSocket string) string {
 // probe is Probe over the contents of /proc/self/status and
 // /proc/self/mountinfo.
 func probe(status, mountinfo []byte, dataDir string, sameNS bool) string {
-	const fix = "run the agent's container with --cap-add SYS_ADMIN and -v /var/lib/gpumeter:/var/lib/gpumeter:rshared (data_dir the same path inside and out), or run the agent from the systemd unit in deploy/systemd"
+	const fix = "run the agent's container as root (--user 0:0) with --cap-add SYS_ADMIN and -v /var/lib/gpumeter:/var/lib/gpumeter:rshared (data_dir the same path inside and out), or run the agent from the systemd unit in deploy/systemd"
 	has, err := hasCap(status, capSysAdmin)
 	if err != nil {
 		return fmt.Sprintf("this agent cannot stage mounts: %v; submit without mounts", err)
