@@ -26,6 +26,9 @@ import (
 // bind mount per mount of the job, named by its index.
 type Dir struct {
 	path string
+	// classic binds through mount(2) alone, as on a kernel without the
+	// mount API; for the tests of that path.
+	classic bool
 }
 
 // Open makes path the staging directory, creating it 0700 when missing;
@@ -82,7 +85,11 @@ func (d *Dir) Bind(job string, n int, fd int, isDir, readOnly bool) (string, err
 		}
 		f.Close()
 	}
-	if err := bind(fd, target, readOnly); err != nil {
+	do := bind
+	if d.classic {
+		do = bindClassic
+	}
+	if err := do(fd, target, readOnly); err != nil {
 		_ = unmount(target)
 		_ = os.Remove(target)
 		return "", fmt.Errorf("stage %s: bind its mount %d onto %s: %w", job, n, target, err)

@@ -98,72 +98,81 @@ func TestBindAndUnstage(t *testing.T) {
 		{"file read-write", func(tr tree) string { return tr.file }, false},
 		{"file read-only", func(tr tree) string { return tr.file }, true},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tr := newTree(t)
-			src := tr.open(t, tt.source(tr))
-			p, err := tr.stage.Bind("j-000001", 0, src.FD(), src.Dir, tt.readOnly)
-			if err != nil {
-				t.Fatal(err)
+	for _, classic := range []bool{false, true} {
+		for _, tt := range tests {
+			name := tt.name
+			if classic {
+				name += ", mount(2)"
 			}
-			if want := filepath.Join(tr.stage.Path(), "j-000001", "0"); p != want {
-				t.Errorf("staged at %s, want %s", p, want)
-			}
-			fi, err := os.Lstat(p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fi.IsDir() != src.Dir {
-				t.Errorf("staged target is a directory: %v, the source: %v", fi.IsDir(), src.Dir)
-			}
-			if !isMountPoint(t, p) {
-				t.Errorf("%s is no mount point", p)
-			}
-			probe := filepath.Join(p, "weights.bin")
-			if !src.Dir {
-				probe = p
-			}
-			if b, err := os.ReadFile(probe); err != nil || string(b) != "weights" {
-				t.Errorf("read through the stage: %q, %v", b, err)
-			}
-			var sfs unix.Statfs_t
-			if err := unix.Statfs(p, &sfs); err != nil {
-				t.Fatal(err)
-			}
-			if ro := sfs.Flags&unix.ST_RDONLY != 0; ro != tt.readOnly {
-				t.Errorf("stage read-only %v, want %v", ro, tt.readOnly)
-			}
-			f, err := os.OpenFile(probe, os.O_WRONLY|os.O_APPEND, 0)
-			if err == nil {
-				f.Close()
-			}
-			if tt.readOnly && !errors.Is(err, unix.EROFS) {
-				t.Errorf("write through a read-only stage: %v, want EROFS", err)
-			}
-			if !tt.readOnly && err != nil {
-				t.Errorf("write through a read-write stage: %v", err)
-			}
-			jobs, err := tr.stage.Jobs()
-			if err != nil || !slices.Equal(jobs, []string{"j-000001"}) {
-				t.Errorf("Jobs: %v, %v; want [j-000001]", jobs, err)
-			}
+			t.Run(name, func(t *testing.T) { testBind(t, tt.source, tt.readOnly, classic) })
+		}
+	}
+}
 
-			if err := tr.stage.Unstage("j-000001"); err != nil {
-				t.Fatal(err)
-			}
-			if isMountPoint(t, p) {
-				t.Errorf("%s is still a mount point after Unstage", p)
-			}
-			if _, err := os.Lstat(filepath.Join(tr.stage.Path(), "j-000001")); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("the job's staging directory after Unstage: %v, want it gone", err)
-			}
-			if b, err := os.ReadFile(tr.file); err != nil || string(b) != "weights" {
-				t.Errorf("the source after Unstage: %q, %v; want it untouched", b, err)
-			}
-			if err := tr.stage.Unstage("j-000001"); err != nil {
-				t.Errorf("a second Unstage: %v", err)
-			}
-		})
+func testBind(t *testing.T, source func(tree) string, readOnly, classic bool) {
+	tr := newTree(t)
+	tr.stage.classic = classic
+	src := tr.open(t, source(tr))
+	p, err := tr.stage.Bind("j-000001", 0, src.FD(), src.Dir, readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(tr.stage.Path(), "j-000001", "0"); p != want {
+		t.Errorf("staged at %s, want %s", p, want)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.IsDir() != src.Dir {
+		t.Errorf("staged target is a directory: %v, the source: %v", fi.IsDir(), src.Dir)
+	}
+	if !isMountPoint(t, p) {
+		t.Errorf("%s is no mount point", p)
+	}
+	probe := filepath.Join(p, "weights.bin")
+	if !src.Dir {
+		probe = p
+	}
+	if b, err := os.ReadFile(probe); err != nil || string(b) != "weights" {
+		t.Errorf("read through the stage: %q, %v", b, err)
+	}
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(p, &sfs); err != nil {
+		t.Fatal(err)
+	}
+	if ro := sfs.Flags&unix.ST_RDONLY != 0; ro != readOnly {
+		t.Errorf("stage read-only %v, want %v", ro, readOnly)
+	}
+	f, err := os.OpenFile(probe, os.O_WRONLY|os.O_APPEND, 0)
+	if err == nil {
+		f.Close()
+	}
+	if readOnly && !errors.Is(err, unix.EROFS) {
+		t.Errorf("write through a read-only stage: %v, want EROFS", err)
+	}
+	if !readOnly && err != nil {
+		t.Errorf("write through a read-write stage: %v", err)
+	}
+	jobs, err := tr.stage.Jobs()
+	if err != nil || !slices.Equal(jobs, []string{"j-000001"}) {
+		t.Errorf("Jobs: %v, %v; want [j-000001]", jobs, err)
+	}
+
+	if err := tr.stage.Unstage("j-000001"); err != nil {
+		t.Fatal(err)
+	}
+	if isMountPoint(t, p) {
+		t.Errorf("%s is still a mount point after Unstage", p)
+	}
+	if _, err := os.Lstat(filepath.Join(tr.stage.Path(), "j-000001")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the job's staging directory after Unstage: %v, want it gone", err)
+	}
+	if b, err := os.ReadFile(tr.file); err != nil || string(b) != "weights" {
+		t.Errorf("the source after Unstage: %q, %v; want it untouched", b, err)
+	}
+	if err := tr.stage.Unstage("j-000001"); err != nil {
+		t.Errorf("a second Unstage: %v", err)
 	}
 }
 
