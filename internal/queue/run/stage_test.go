@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -55,8 +57,9 @@ func (st stageTree) config(c *Config) {
 
 // TestMountsReachDockerStaged: a job's mounts reach the engine as binds
 // of the agent's staging directory, read-only as asked; the job keeps
-// the user's paths; the staging goes when the job ends, and what was
-// left staged for jobs no longer running goes at start-up.
+// the user's paths; the staging goes when the job ends (by its exit, a
+// cancel, its time limit), and what was left staged for jobs no longer
+// running goes at start-up.
 func TestMountsReachDockerStaged(t *testing.T) {
 	st := newStageTree(t)
 	e := newEngineEnv(t, 1, st.config)
@@ -89,6 +92,35 @@ func TestMountsReachDockerStaged(t *testing.T) {
 	e.waitState(t, j.ID, queue.Failed)
 	if _, err := os.Lstat(filepath.Join(st.stage, j.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the ended job's staging directory: %v, want it gone", err)
+	}
+
+	// A cancel and a time limit unstage too.
+	for _, end := range []struct {
+		state queue.State
+		edit  func(*spec.Request)
+		end   func(id string)
+	}{
+		{queue.Cancelled, nil, func(id string) {
+			if _, err := e.q.Cancel(context.Background(), id, ledger.AuditEvent{Kind: "api", Caller: "alice"}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{queue.Timeout, func(r *spec.Request) { r.TimeLimit = time.Second }, func(string) {}},
+	} {
+		req := e.sleeper()
+		req.Mounts = []string{st.dir + ":/data:ro"}
+		if end.edit != nil {
+			end.edit(&req)
+		}
+		j := e.waitState(t, e.submit(t, "alice", req).ID, queue.Running)
+		if _, err := os.Lstat(filepath.Join(st.stage, j.ID, "0")); err != nil {
+			t.Errorf("the running job's stage: %v", err)
+		}
+		end.end(j.ID)
+		e.waitState(t, j.ID, end.state)
+		if _, err := os.Lstat(filepath.Join(st.stage, j.ID)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the %s job's staging directory: %v, want it gone", end.state, err)
+		}
 	}
 
 	// A stage left by a job that ended while the agent was down.
