@@ -27,6 +27,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/queue/stage"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
@@ -66,6 +67,13 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	envDir, err := a.jobEnvDir(cfg)
 	if err != nil {
 		return err
+	}
+	// Mounts are staged beside the env values, under data_dir; whether
+	// the binds reach dockerd is probed once, here.
+	stageDir := filepath.Join(filepath.Dir(envDir), "stage")
+	stageRefusal := stage.Probe(filepath.Dir(envDir), dockerSocket(cfg.DockerHost))
+	if stageRefusal != "" && len(cfg.Queue.MountRoots) > 0 {
+		a.log.Warn("queue: jobs with mounts are refused", "why", stageRefusal)
 	}
 	if cfg.Policy.Webhook.URL != "" {
 		var auditor policy.Auditor
@@ -115,6 +123,8 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		LogRetention:        cfg.Queue.LogRetention,
 		Notify:              cfg.Queue.Notify,
 		EnvDir:              envDir,
+		StageDir:            stageDir,
+		StageRefusal:        stageRefusal,
 		MemoryOverrunGrace:  cfg.Queue.MemoryOverrunGrace,
 		MemoryOverrunAction: cfg.Queue.MemoryOverrunAction,
 		Standing:            a.fair.standing,
@@ -164,6 +174,22 @@ func (a *Agent) jobEnvDir(cfg config.Config) (string, error) {
 		return "", fmt.Errorf("queue: %w", err)
 	}
 	return dir, nil
+}
+
+// dockerSocket is the Unix socket path of docker.host, or "" when the
+// engine is reached some other way.
+func dockerSocket(host string) string {
+	if host == "" {
+		host = os.Getenv("DOCKER_HOST")
+	}
+	if host == "" {
+		return "/var/run/docker.sock"
+	}
+	p, ok := strings.CutPrefix(host, "unix://")
+	if !ok {
+		return ""
+	}
+	return p
 }
 
 // resolvePassing turns queue.gpu_passing into how jobs get their GPUs.

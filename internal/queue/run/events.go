@@ -60,10 +60,12 @@ func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
 	q.mu.Unlock()
 }
 
-// jobEnded does what follows a job's end: its environment values go, the
-// end is notified, and whoever waits for the stop is told.
+// jobEnded does what follows a job's end: its environment values and
+// staged mounts go, the end is notified, and whoever waits for the stop
+// is told.
 func (q *Queue) jobEnded(j ledger.Job) {
 	q.removeEnv(j.ID)
+	q.unstage(j.ID)
 	q.forget(j.ID)
 	q.mu.Lock()
 	s := q.stops[j.ID]

@@ -58,6 +58,10 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 		q.failStart(ctx, intent, queue.Starting, err)
 		return time.Time{}
 	}
+	if err := q.stageMounts(intent, s); err != nil {
+		q.failStart(ctx, intent, queue.Starting, err)
+		return time.Time{}
+	}
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	cid, err := q.engine.Create(octx, s)
@@ -155,6 +159,7 @@ func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause e
 		j.Reason = string(queue.ReasonStartFailed)
 		j.ReasonText = fmt.Sprintf("start %d failed, trying again: %v", j.Attempts, cause)
 	}, q.queueEvent("jobs.start_failed", j.ID))
+	q.unstage(j.ID)
 	if err != nil {
 		q.log.Error("put a job that failed to start back in the queue", "job", j.ID, "err", err)
 		return
@@ -281,6 +286,7 @@ func (q *Queue) resolveLost(ctx context.Context, j ledger.Job) {
 		j.Reason = string(queue.ReasonLostRequeued)
 		j.ReasonText = fmt.Sprintf("its container vanished with no exit code; back in the queue (requeue %d of %d)", j.Requeues, q.maxRequeue)
 	}, q.queueEvent("jobs.requeue", j.ID))
+	q.unstage(j.ID)
 	if err != nil {
 		q.log.Error("requeue a lost job", "job", j.ID, "err", err)
 	}

@@ -19,7 +19,9 @@ import (
 //     cannot run twice;
 //   - a running job whose container is gone is lost (requeued or failed);
 //   - a container whose job is not starting or running is stopped when it
-//     runs (no job runs twice), and removed once past log retention.
+//     runs (no job runs twice), and removed once past log retention;
+//   - the staged mounts of every job that is not starting or running are
+//     detached (it ended while the agent was down).
 func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -65,6 +67,7 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 			q.removeContainer(ctx, c.ID) // never ran for a live job, or its job is unknown
 		}
 	}
+	q.unstageEnded(isActive)
 	return nil
 }
 
@@ -105,6 +108,7 @@ func (q *Queue) backToQueue(ctx context.Context, j ledger.Job, text string) {
 		j.GPUs, j.ContainerID = nil, ""
 		j.Reason, j.ReasonText = string(queue.ReasonStartFailed), text
 	}, q.queueEvent("jobs.requeue", j.ID))
+	q.unstage(j.ID)
 	if err != nil {
 		q.log.Error(fmt.Sprintf("requeue job %s", j.ID), "err", err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/queue/stage"
 )
 
 // Engine runs job containers. *docker.Jobs implements it over the Docker
@@ -106,8 +107,15 @@ type Config struct {
 	// files), which the ledger never holds; a job's file is removed when
 	// the job ends.
 	EnvDir string
-	Logger *slog.Logger
-	Now    func() time.Time
+	// StageDir is where a job's mount sources are bound for Docker
+	// (internal/queue/stage): a 0700 directory the agent owns, in the
+	// mount namespace dockerd uses. "": jobs with mounts are refused.
+	StageDir string
+	// StageRefusal, when set, says why this agent cannot stage mounts
+	// (stage.Probe): jobs with mounts are refused at submit with it.
+	StageRefusal string
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // JobEvent is a job that started or ended, for notifications.
@@ -161,6 +169,8 @@ type Queue struct {
 	onEvent          func(JobEvent)
 	audited          func(context.Context, ledger.AuditEvent)
 	envDir           string
+	stage            *stage.Dir // nil: mounts are refused with stageRefusal
+	stageRefusal     string
 	overrunGrace     time.Duration
 	overrunAction    string
 	standing         Standing
@@ -247,6 +257,10 @@ func New(cfg Config) (*Queue, error) {
 	if err := os.Chmod(cfg.EnvDir, 0o700); err != nil {
 		return nil, fmt.Errorf("queue: env dir: %w", err)
 	}
+	stageDir, stageRefusal, err := openStage(cfg)
+	if err != nil {
+		return nil, err
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -261,6 +275,7 @@ func New(cfg Config) (*Queue, error) {
 		stopGrace: cfg.StopGrace, maxRequeue: cfg.MaxRequeue, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
 		logRetention: cfg.LogRetention, notify: append([]string(nil), cfg.Notify...),
 		onEvent: cfg.OnEvent, audited: cfg.Audited, envDir: cfg.EnvDir,
+		stage: stageDir, stageRefusal: stageRefusal,
 		wake:  make(chan struct{}, 1),
 		rules: cfg.Rules, sched: cfg.Sched, defaultTimeLimit: cfg.DefaultTimeLimit,
 		stops: map[string]*stop{}, containerStops: map[string]queue.Reason{},

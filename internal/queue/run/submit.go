@@ -132,6 +132,9 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 	if err := spec.Check(req, rules, who); err != nil {
 		return ledger.Job{}, err
 	}
+	if err := q.mountRefusal(req); err != nil {
+		return ledger.Job{}, err
+	}
 	if exclusive >= 0 && req.GPUs > exclusive {
 		// Within queue.max_gpus, but more than this node has for whole
 		// GPU jobs: it could never start here.

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -38,10 +36,15 @@ func checkMounts(specs []string, rules Rules, who Identity) ([]resolvedMount, er
 		if err != nil {
 			return nil, err
 		}
-		if err := checkAccess(src, who, !m.readOnly); err != nil {
+		// Opened beneath its root by descriptor, as the launcher opens
+		// it again to stage it: the submitter hears now what the start
+		// would refuse.
+		opened, err := OpenSource(src, rules.MountRoots, who, !m.readOnly)
+		if err != nil {
 			return nil, err
 		}
-		m.source = src
+		opened.Close()
+		m.source = opened.Path
 		out = append(out, m)
 	}
 	return out, nil
@@ -145,16 +148,6 @@ type fileStat struct {
 	GID  uint32
 }
 
-// statOf takes the owner from fi's system stat; ok is false where there
-// is none (not a Unix file system).
-func statOf(fi fs.FileInfo) (fileStat, bool) {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fileStat{}, false
-	}
-	return fileStat{Mode: fi.Mode(), UID: st.Uid, GID: st.Gid}, true
-}
-
 // Permission bits of one class (owner, group or other), shifted down.
 const (
 	permRead  = 4
@@ -186,60 +179,11 @@ func mayAccess(who Identity, st fileStat, want fs.FileMode) bool {
 	return bits&7&want == want
 }
 
-// checkAccess requires that who may search every directory above src,
-// and read src (write it too for a read-write mount; search it too if it
-// is a directory): a mount must not hand the job what the submitter
-// cannot reach on the host.
-func checkAccess(src string, who Identity, write bool) error {
-	for dir := filepath.Dir(src); ; dir = filepath.Dir(dir) {
-		st, err := lstat(dir)
-		if err != nil {
-			return err
-		}
-		if !mayAccess(who, st, permExec) {
-			return refuse(MountNotAllowed, "mounts", "uid %d may not enter %s on the host, so it may not mount %s; mount a path you can reach", who.UID, dir, src)
-		}
-		if dir == "/" || dir == "." {
-			break
-		}
-	}
-	st, err := lstat(src)
-	if err != nil {
-		return err
-	}
-	want, what := fs.FileMode(permRead), "read"
-	if write {
-		want, what = permRead|permWrite, "read and write"
-	}
-	if st.Mode.IsDir() {
-		want |= permExec
-	}
-	if !mayAccess(who, st, want) {
-		how := "mount a path you may " + what
-		if write {
-			how += ", or add :ro"
-		}
-		return refuse(MountNotAllowed, "mounts", "uid %d may not %s %s on the host (mode %s, owner %d:%d); %s", who.UID, what, src, st.Mode.Perm(), st.UID, st.GID, how)
-	}
-	return nil
-}
-
-func lstat(p string) (fileStat, error) {
-	fi, err := os.Lstat(p)
-	if err != nil {
-		return fileStat{}, refuse(MountNotAllowed, "mounts", "cannot stat %s on the host (%v)", p, unwrapPath(err))
-	}
-	st, ok := statOf(fi)
-	if !ok {
-		return fileStat{}, refuse(MountNotAllowed, "mounts", "%s has no Unix owner, so its access cannot be checked", p)
-	}
-	return st, nil
-}
-
 // Verify re-checks the mounts Docker reports on the created container
-// against the mounts the spec asked for (HostConfig.Mounts): Docker
-// resolves sources itself, so a path swapped for a symlink between Check
-// and create shows here. Every bind mount must be one that was asked
+// against the mounts the spec asked for (HostConfig.Mounts, whose
+// sources the launcher has replaced by their staging paths, binds only
+// the agent makes and controls; see internal/queue/stage): a source
+// Docker resolved elsewhere shows here. Every bind mount must be one that was asked
 // for, from the same resolved source, as writable as asked and no more,
 // and every mount asked for must be there. Volumes the image declares are
 // Docker's own and pass.

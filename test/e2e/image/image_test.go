@@ -154,14 +154,27 @@ func serveDemo(t *testing.T, cli *client.Client, img, sock string, sockGID int) 
 		t.Fatal(err)
 	}
 
+	// A mount root, at the same path inside and out as the README says,
+	// that nobody (the job's user) may read.
+	mountRoot, err := os.MkdirTemp("", "gpm-image-mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(mountRoot) })
+	if err := os.Chmod(mountRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+
 	port := network.MustParsePort("9400/tcp")
 	hc := readmeHostConfig(sock, dataDir, sockGID)
+	hc.Binds = append(hc.Binds, mountRoot+":"+mountRoot+":ro")
 	hc.PortBindings = network.PortMap{port: {{HostIP: netip.MustParseAddr("127.0.0.1")}}}
 	cfg := &mcontainer.Config{
 		Image:    img,
 		Hostname: node,
 		Env: []string{"GPUMETER_HOSTNAME=" + node, "GPUMETER_DATA_DIR=" + dataDir,
-			"GPUMETER_HOST_CGROUP_ROOT=/host/sys/fs/cgroup", "GPUMETER_HOST_PASSWD_FILE=/host/etc/passwd", "GPUMETER_HOST_GROUP_FILE=/host/etc/group"},
+			"GPUMETER_HOST_CGROUP_ROOT=/host/sys/fs/cgroup", "GPUMETER_HOST_PASSWD_FILE=/host/etc/passwd", "GPUMETER_HOST_GROUP_FILE=/host/etc/group",
+			"GPUMETER_QUEUE_ENABLED=true", "GPUMETER_QUEUE_IMAGES=localhost/job:*", "GPUMETER_QUEUE_MOUNT_ROOTS=" + mountRoot},
 		Cmd:    []string{"serve", "--demo"},
 		Labels: map[string]string{dockertest.Label: "1"},
 	}
@@ -243,6 +256,23 @@ func serveDemo(t *testing.T, cli *client.Client, img, sock string, sockGID int) 
 			if !strings.Contains(ps, " "+name+" ") {
 				t.Errorf("stop completes to %q, which ps does not list:\n%s", name, ps)
 			}
+		}
+	}
+
+	// As shipped (uid 65532, no capabilities) the agent cannot stage a
+	// job's mounts, so it refuses a job with one at submit, saying how to
+	// run it so that it can; a job without mounts it takes.
+	if os.Geteuid() == 0 {
+		env := []string{"GPUMETER_DATA_DIR=" + dataDir, "GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CLIENT_CONFIG=", "XDG_CONFIG_HOME=" + t.TempDir()}
+		submit := []string{"submit", "--as", "nobody", "--gpus", "1", "--time-limit", "5m", "--image", "localhost/job:1"}
+		out, stderr, code := harness.RunCLI(t, env, append(submit, "--mount", mountRoot+":/data:ro", "--", "run")...)
+		for _, want := range []string{"mount_not_allowed", "CAP_SYS_ADMIN", "--cap-add SYS_ADMIN", "-v /var/lib/gpumeter:/var/lib/gpumeter:rshared"} {
+			if code == 0 || !strings.Contains(stderr, want) {
+				t.Errorf("submit with a mount to the image's agent: status %d, stdout %q, stderr %q; want it refused saying %q", code, out, stderr, want)
+			}
+		}
+		if out, stderr, code := harness.RunCLI(t, env, append(submit, "--", "run")...); code != 0 {
+			t.Errorf("submit without mounts to the image's agent: status %d, stdout %q, stderr %q", code, out, stderr)
 		}
 	}
 

@@ -19,6 +19,7 @@ import (
 
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
@@ -88,7 +89,13 @@ func newHost(t *testing.T, extra string) *host {
 	if h.dataDir, err = os.MkdirTemp("", "gq"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(h.dataDir) })
+	t.Cleanup(func() {
+		// A killed agent leaves its running jobs' mounts staged under
+		// the data directory: detached first, so that RemoveAll never
+		// deletes a job's source through its bind.
+		detachBelow(t, h.dataDir)
+		os.RemoveAll(h.dataDir)
+	})
 	if err := os.Chmod(h.dataDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -357,6 +364,27 @@ func removeJobContainers(t *testing.T, cli *client.Client, node string) {
 	}
 	for _, c := range res.Items {
 		dockertest.Remove(t, cli, c.ID)
+	}
+}
+
+// detachBelow detaches every mount below dir, deepest first.
+func detachBelow(t *testing.T, dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Errorf("read the mounts: %v", err)
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, p := range points {
+		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
+			t.Errorf("detach %s: %v", p, err)
+		}
 	}
 }
 

@@ -144,8 +144,11 @@ func TestQueueHostileRequests(t *testing.T) {
 	if c.Config.Labels["gpumeter.job"] != j.ID || c.Config.Labels["gpumeter.user"] != "alice" || c.Config.Labels["gpumeter.node"] != h.node {
 		t.Errorf("labels %v, want gpumeter.job=%s, gpumeter.user=alice, gpumeter.node=%s", c.Config.Labels, j.ID, h.node)
 	}
-	if len(c.Mounts) != 1 || c.Mounts[0].Source != data || c.Mounts[0].Destination != "/data" || c.Mounts[0].RW {
-		t.Errorf("mounts %+v, want %s read-only at /data alone", c.Mounts, data)
+	// Docker is handed the agent's staging bind of the source, never the
+	// user's path.
+	staged := filepath.Join(h.dataDir, "stage", j.ID, "0")
+	if len(c.Mounts) != 1 || c.Mounts[0].Source != staged || c.Mounts[0].Destination != "/data" || c.Mounts[0].RW {
+		t.Errorf("mounts %+v, want %s (the staged %s) read-only at /data alone", c.Mounts, staged, data)
 	}
 	for port, bs := range hc.PortBindings {
 		for _, b := range bs {
