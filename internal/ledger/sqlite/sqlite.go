@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -259,10 +260,21 @@ func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	defer func() { <-s.wsem }()
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return full(err)
 	}
 	defer tx.Rollback()
-	return fn(tx)
+	return full(fn(tx))
+}
+
+// full marks err with ledger.ErrFull when SQLite could not write for want
+// of room (SQLITE_FULL, which it gives for ENOSPC too), so that callers
+// can say "the disk is full" instead of a generic failure.
+func full(err error) error {
+	var se *sqlite.Error
+	if err != nil && (errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL || errors.Is(err, syscall.ENOSPC)) {
+		return fmt.Errorf("%w: %w", ledger.ErrFull, err)
+	}
+	return err
 }
 
 // Retain deletes old minute and hour rows.
