@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -40,14 +41,19 @@ const listTimeout = time.Minute
 //     the containers carry, so that no ID is given twice even when the
 //     ledger forgot the jobs of containers that ended.
 //
+// An engine that cannot be reached is logged and the check skipped.
 // Nothing is stopped or removed here: which containers go is the
 // operator's choice once told.
-func checkJobContainers(ctx context.Context, jobs ledger.JobStore, engine jobLister, node, where string) error {
+func checkJobContainers(ctx context.Context, jobs ledger.JobStore, engine jobLister, node, where string, log *slog.Logger) error {
 	lctx, cancel := context.WithTimeout(ctx, listTimeout)
 	defer cancel()
 	cs, err := engine.List(lctx)
 	if err != nil {
-		return fmt.Errorf("queue: cannot list the job containers of node %s to check them against the ledger (%w): start Docker, or fix docker.host", node, err)
+		// An engine away at start is no fault of the ledger's: the agent
+		// runs, the queue waits for the engine, and its reconciliation
+		// leaves alone any container whose job the ledger lacks.
+		log.Warn("cannot list the node's job containers to check them against the ledger; starting unchecked", "node", node, "err", err)
+		return nil
 	}
 	if len(cs) == 0 {
 		return nil

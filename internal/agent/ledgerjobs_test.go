@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -132,7 +133,9 @@ func queueConfig(t *testing.T, dir, node string) config.Config {
 // of node, as the queue's launcher labels its containers.
 func jobContainer(t *testing.T, cli *client.Client, node, id string, exited bool) string {
 	t.Helper()
-	s := dockertest.Spec{Name: node + "-" + id, Labels: map[string]string{spec.JobLabel: id, spec.NodeLabel: node}}
+	// No network: the jobs need none, and the test needs no bridge.
+	s := dockertest.Spec{Name: node + "-" + id, Labels: map[string]string{spec.JobLabel: id, spec.NodeLabel: node},
+		HostConfig: &mcontainer.HostConfig{NetworkMode: "none"}}
 	if exited {
 		s.Cmd = []string{"exit-after", "0s", "0"}
 	}
@@ -246,4 +249,18 @@ func TestNewRaisesTheJobSequence(t *testing.T) {
 	if j.ID != "j-000042" {
 		t.Errorf("next job ID %s, want j-000042 (above the containers' j-000041)", j.ID)
 	}
+}
+
+// TestNewStartsWithTheEngineAway: an engine that cannot be reached at
+// start is no reason to refuse the ledger: the agent starts, and the
+// queue waits for the engine.
+func TestNewStartsWithTheEngineAway(t *testing.T) {
+	dir := t.TempDir()
+	cfg := queueConfig(t, dir, uniqueNode("away"))
+	cfg.DockerHost = "unix://" + filepath.Join(dir, "no-docker.sock")
+	a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler), "test")
+	if err != nil {
+		t.Fatalf("New: %v, want a start with the engine away", err)
+	}
+	a.Close()
 }

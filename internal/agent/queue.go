@@ -60,8 +60,11 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if cfg.LedgerDSN != "" {
 		where = "PostgreSQL"
 	}
-	if err := checkJobContainers(ctx, jobs, engine, node, where); err != nil {
-		return err
+	// The demo's ledger is a new one of its own at every start.
+	if cfg.Source != "demo" {
+		if err := checkJobContainers(ctx, jobs, engine, node, where, a.log); err != nil {
+			return err
+		}
 	}
 	passing, err := resolvePassing(ctx, cfg.Queue.GPUPassing, simulated, engine.GPUSupport)
 	if err != nil {
