@@ -4,22 +4,29 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
 // simConfig is the config of an agent on a scenario of one GPU, its
@@ -263,4 +270,107 @@ func TestNewStartsWithTheEngineAway(t *testing.T) {
 		t.Fatalf("New: %v, want a start with the engine away", err)
 	}
 	a.Close()
+}
+
+// TestSubmitWithTheDataDirFull: an agent whose data_dir is a 2 MiB tmpfs,
+// filled up, answers a job submitted over HTTP with 507 storage_full
+// naming the data directory, and takes it once room is made.
+func TestSubmitWithTheDataDirFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.SkipUnlessCI(t, "mounting a tmpfs needs root")
+	}
+	top := t.TempDir()
+	dir := filepath.Join(top, "data")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+		testenv.SkipUnlessCI(t, "mount a tmpfs: %v: %s", err, out)
+	}
+	// Registered first, so run last: after the agent has closed its files.
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	cfg := queueConfig(t, top, uniqueNode("full"))
+	cfg.DataDir = dir
+	cfg.DockerHost = "unix://" + filepath.Join(top, "no-docker.sock") // jobs stay queued
+	cfg.Listen = "127.0.0.1:0"
+	cfg.PasswdFile = filepath.Join(top, "passwd")
+	cfg.GroupFile = filepath.Join(top, "group")
+	if err := os.WriteFile(cfg.PasswdFile, []byte("alice:x:2001:2001::/home/alice:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.GroupFile, []byte("alice:x:2001:\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret, tok, err := auth.NewToken("alice-laptop", "alice", auth.RoleUser, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Auth.Tokens = map[string]auth.Token{tok.ID: tok}
+	a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := a.Listen()
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	submit := func() (int, apitype.Error) {
+		body := `{"gpus":1,"time_limit":"1h","image":"gpumeter-test-sleeper:1","command":["sleep","60"]}`
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr.String()+"/api/v1/jobs", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e apitype.Error
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e
+	}
+	// Fill the disk, to the last byte.
+	filler := filepath.Join(dir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []int{64 << 10, 4 << 10, 1} {
+		b := make([]byte, chunk)
+		for {
+			if _, err := f.Write(b); err != nil {
+				if !errors.Is(err, syscall.ENOSPC) {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+	f.Close()
+	status, e := submit()
+	if status != http.StatusInsufficientStorage || e.Code != apitype.CodeStorageFull {
+		t.Fatalf("submit on a full data_dir: %d %+v, want 507 %s", status, e, apitype.CodeStorageFull)
+	}
+	if !strings.Contains(e.Message, dir) {
+		t.Errorf("message %q does not name the data directory %s", e.Message, dir)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if status, e := submit(); status != http.StatusOK || e.State != "queued" {
+		t.Errorf("submit once room is made: %d %+v, want 200 and the job queued", status, e)
+	}
 }
