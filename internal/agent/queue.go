@@ -57,6 +57,16 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		return fmt.Errorf("queue: docker: %w", err)
 	}
 	a.closers = append(a.closers, engine.Close)
+	where := cfg.LedgerPath()
+	if cfg.LedgerDSN != "" {
+		where = "PostgreSQL"
+	}
+	// The demo's ledger is a new one of its own at every start.
+	if cfg.Source != "demo" {
+		if err := checkJobContainers(ctx, jobs, engine, node, where, a.log); err != nil {
+			return err
+		}
+	}
 	passing, err := resolvePassing(ctx, cfg.Queue.GPUPassing, simulated, engine.GPUSupport)
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.
 		MaxMemory:       q.MaxMemory,
 		MaxShmSize:      q.MaxShmSize,
 		MaxTimeLimit:    q.MaxTimeLimit,
+		MinTimeLimit:    q.MinTimeLimit,
 		PublishAddress:  q.PublishAddress,
 		Network:         q.Network,
 		CapAdd:          q.CapAdd,

@@ -99,6 +99,7 @@ func Keys() []Key {
 		sizeKey("queue.max_memory", "most memory one job may ask for", func(c *Config) *uint64 { return &c.Queue.MaxMemory }),
 		sizeKey("queue.max_shm_size", "largest /dev/shm one job may ask for", func(c *Config) *uint64 { return &c.Queue.MaxShmSize }),
 		durationKey("queue.max_time_limit", "longest time limit a job may ask for", func(c *Config) *time.Duration { return &c.Queue.MaxTimeLimit }),
+		durationKey("queue.min_time_limit", "shortest time limit a job may ask for", func(c *Config) *time.Duration { return &c.Queue.MinTimeLimit }),
 		durationKey("queue.default_time_limit", "time limit of a job that names none (0: --time-limit is required)", func(c *Config) *time.Duration { return &c.Queue.DefaultTimeLimit }),
 		enumKey("queue.placement", "how jobs are placed on free GPUs; target aims each GPU at queue.target_utilization", func(c *Config) *string { return &c.Queue.Placement }, "binpack", "spread", "target"),
 		intMapKey("queue.max_gpus_per_user", "most GPUs the jobs of one user hold at once, by user name, default for everyone else", "user=gpus", func(c *Config) *map[string]int { return &c.Queue.MaxGPUsPerUser }).exampleIs("alice=8"),

@@ -53,6 +53,10 @@ type Queue struct {
 	MaxMemory    uint64
 	MaxShmSize   uint64
 	MaxTimeLimit time.Duration
+	// MinTimeLimit is the shortest time limit a job may ask for: below
+	// it a job ends before its container has started, so it is refused
+	// at submit.
+	MinTimeLimit time.Duration
 	// DefaultTimeLimit is the time limit of a job that names none; 0
 	// makes --time-limit required.
 	DefaultTimeLimit time.Duration
@@ -171,6 +175,7 @@ func DefaultQueue() Queue {
 		MaxMemory:              64 << 30,
 		MaxShmSize:             16 << 30,
 		MaxTimeLimit:           7 * 24 * time.Hour,
+		MinTimeLimit:           time.Minute,
 		Placement:              "binpack",
 		MaxGPUsPerUser:         map[string]int{DefaultUserCap: 4},
 		OutsideMemoryThreshold: 0.05,
@@ -287,6 +292,15 @@ func (q Queue) Validate() error {
 	}
 	if q.MaxTimeLimit <= 0 {
 		bad("max_time_limit: %s must be more than 0", units.FormatDuration(q.MaxTimeLimit))
+	}
+	if q.MinTimeLimit < 0 {
+		bad("min_time_limit: %s is negative", units.FormatDuration(q.MinTimeLimit))
+	}
+	if q.MaxTimeLimit > 0 && q.MinTimeLimit > q.MaxTimeLimit {
+		bad("min_time_limit: %s is longer than queue.max_time_limit %s", units.FormatDuration(q.MinTimeLimit), units.FormatDuration(q.MaxTimeLimit))
+	}
+	if q.DefaultTimeLimit > 0 && q.DefaultTimeLimit < q.MinTimeLimit {
+		bad("default_time_limit: %s is shorter than queue.min_time_limit %s", units.FormatDuration(q.DefaultTimeLimit), units.FormatDuration(q.MinTimeLimit))
 	}
 	if q.DefaultTimeLimit < 0 {
 		bad("default_time_limit: %s is negative; 0 makes --time-limit required", units.FormatDuration(q.DefaultTimeLimit))

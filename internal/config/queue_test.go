@@ -13,7 +13,7 @@ func TestQueueDefaults(t *testing.T) {
 	want := Queue{
 		Network: "bridge", PublishAddress: "127.0.0.1",
 		MaxGPUs: 8, MaxCPUs: 16, MaxMemory: 64 << 30, MaxShmSize: 16 << 30,
-		MaxTimeLimit: 7 * 24 * time.Hour, Placement: "binpack",
+		MaxTimeLimit: 7 * 24 * time.Hour, MinTimeLimit: time.Minute, Placement: "binpack",
 		MaxGPUsPerUser: map[string]int{"default": 4}, OutsideMemoryThreshold: 0.05,
 		GPUPassing: "auto", StopGrace: 30 * time.Second, MaxRequeue: 3, MaxStartAttempts: 3,
 		LogRetention:         7 * 24 * time.Hour,
@@ -68,7 +68,7 @@ func TestQueueLab(t *testing.T) {
 		CapAdd:          []string{"SYS_NICE", "CAP_IPC_LOCK"},
 		Network:         "lab-jobs", PublishPorts: []string{"8800-8899", "6006"}, PublishAddress: "127.0.0.1",
 		MaxGPUs: 4, MaxCPUs: 12.5, MaxMemory: 96 << 30, MaxShmSize: 32 << 30,
-		MaxTimeLimit: 3 * 24 * time.Hour, DefaultTimeLimit: 4 * time.Hour, Placement: "spread",
+		MaxTimeLimit: 3 * 24 * time.Hour, MinTimeLimit: time.Minute, DefaultTimeLimit: 4 * time.Hour, Placement: "spread",
 		MaxGPUsPerUser:         map[string]int{"default": 2, "alice": 8, "bob": 0},
 		OutsideMemoryThreshold: 0.1, GPUPassing: "device_requests",
 		StopGrace: time.Minute, MaxRequeue: 2, MaxStartAttempts: 5, LogRetention: 14 * 24 * time.Hour,

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -89,6 +91,12 @@ type JobStore interface {
 	// ActiveJobs returns the jobs in the given states (for restart
 	// reconciliation: those starting and running), oldest first.
 	ActiveJobs(ctx context.Context, states ...string) ([]Job, error)
+	// RaiseJobSequence makes the next ID SubmitJob gives at least
+	// floor+1, and leaves a sequence already past floor as it is: after a
+	// ledger was lost or restored from an older copy, the agent passes
+	// the highest job number its node's containers carry, so that no ID
+	// is given twice.
+	RaiseJobSequence(ctx context.Context, floor int64) error
 }
 
 // ErrJobNotFound is wrapped by errors for a job ID the ledger does not have.
@@ -104,6 +112,22 @@ type JobStateError struct {
 
 func (e *JobStateError) Error() string {
 	return fmt.Sprintf("job %s is %s, not %s", e.ID, e.Actual, e.Want)
+}
+
+// JobSeq is the sequence number of job ID id (j-000123: 123); ok is
+// false for a string that is no job ID.
+func JobSeq(id string) (seq int64, ok bool) {
+	n, found := strings.CutPrefix(id, "j-")
+	if !found || len(n) < 6 {
+		return 0, false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	seq, err := strconv.ParseInt(n, 10, 64)
+	return seq, err == nil && seq > 0
 }
 
 // JobID is the ID of the job with sequence number seq: j-000123. IDs

@@ -296,6 +296,16 @@ var ErrNotLedger = errors.New("not a gpumeter ledger")
 // gpumeter whose schema this one does not know.
 var ErrSchemaTooNew = errors.New("ledger schema is newer than this gpumeter")
 
+// ErrDamaged is wrapped by an open that finds the ledger's file damaged
+// (SQLite's quick_check fails, or a page cannot be read): the agent must
+// not write on it, and the fix is a restore.
+var ErrDamaged = errors.New("the ledger file is damaged")
+
+// ErrFull is wrapped by a write that failed because the disk or the
+// database is full (SQLITE_FULL, ENOSPC): nothing was written, and more
+// writes fail until room is made.
+var ErrFull = errors.New("the ledger's disk is full")
+
 // Minute truncates t to its minute in UTC.
 func Minute(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
 

@@ -52,6 +52,9 @@ const (
 	CodeFairShareOff     = "fairshare_off"
 	CodeRefused          = "refused"
 	CodeInternal         = "internal_error"
+	// CodeStorageFull (507) is a write the agent could not make for want
+	// of disk space: the message names the directory to free.
+	CodeStorageFull = "storage_full"
 )
 
 // Outcomes of API calls in the audit log, besides audit's allowed and

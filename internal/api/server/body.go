@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
@@ -144,9 +145,12 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	_ = json.NewEncoder(w).Encode(apitype.Error{Code: code, Message: msg})
 }
 
-// duplicateField says which field an object of data names twice. Data
-// that is not JSON is left for the decoder, which words its errors for
-// people.
+// duplicateField says which field an object of data names twice. Names
+// are compared as encoding/json matches them to a struct's fields,
+// without regard to case (image and IMAGE, or the Kelvin sign and k):
+// the decoder would keep the last of the two, so a check of one and a
+// use of the other could disagree. Data that is not JSON is left for the
+// decoder, which words its errors for people.
 func duplicateField(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var dup error
@@ -158,18 +162,23 @@ func duplicateField(data []byte) error {
 		}
 		switch tok {
 		case json.Delim('{'):
-			seen := map[string]bool{}
+			seen := map[string]string{} // folded name -> the name as sent
 			for dec.More() {
 				k, err := dec.Token()
 				if err != nil {
 					return false
 				}
 				key, _ := k.(string)
-				if seen[key] {
-					dup = fmt.Errorf("the body has the field %q twice", key)
+				folded := foldName(key)
+				if first, ok := seen[folded]; ok {
+					if first == key {
+						dup = fmt.Errorf("the body has the field %q twice", key)
+					} else {
+						dup = fmt.Errorf("the body has the field %q twice, as %q and %q: field names match whatever their case", first, first, key)
+					}
 					return false
 				}
-				seen[key] = true
+				seen[folded] = key
 				if !walk() {
 					return false
 				}
@@ -188,4 +197,21 @@ func duplicateField(data []byte) error {
 	}
 	walk()
 	return dup
+}
+
+// foldName maps name to one representative of the names equal to it under
+// simple Unicode case folding, the equality (bytes.EqualFold) by which
+// encoding/json matches a key to a struct field: each rune becomes the
+// smallest rune of its unicode.SimpleFold orbit.
+func foldName(name string) string {
+	var b strings.Builder
+	b.Grow(len(name))
+	for _, r := range name {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b.WriteRune(least)
+	}
+	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
@@ -323,6 +324,10 @@ func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, targe
 		e.Message = "job " + race.ID + " changed to " + race.Actual + " meanwhile; look at it again"
 	case errors.Is(err, run.ErrLogsRemoved):
 		status, e.Code = http.StatusNotFound, apitype.CodeNotFound
+	case errors.Is(err, ledger.ErrFull) || errors.Is(err, syscall.ENOSPC):
+		status, e.Code = http.StatusInsufficientStorage, apitype.CodeStorageFull
+		e.Message = "the agent's disk is full, so nothing was done (" + err.Error() + "); an admin frees space in the data directory, then try again"
+		s.cfg.Logger.Error("job queue: disk full", "action", string(c.act), "target", target, "err", err)
 	default:
 		status, e.Code, e.Message = http.StatusInternalServerError, apitype.CodeInternal, "the queue could not do it; the agent's log says why"
 		s.cfg.Logger.Error("job queue", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)

@@ -52,14 +52,21 @@ func newJobsFixture(t *testing.T, edit func(*run.Config)) *jobsFixture {
 // server.
 func newJobsFixtureServer(t *testing.T, edit func(*run.Config), server func(*Config)) *jobsFixture {
 	t.Helper()
+	return newJobsFixtureIn(t, t.TempDir(), edit, server)
+}
+
+// newJobsFixtureIn is newJobsFixtureServer with the ledger and the jobs'
+// environment files in dir, as in an agent's data directory.
+func newJobsFixtureIn(t *testing.T, dir string, edit func(*run.Config), server func(*Config)) *jobsFixture {
+	t.Helper()
 	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	store, err := sqlite.Open(ctx, filepath.Join(dir, "ledger.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
 	cfg := run.Config{
-		Store: store, Node: "n1", Identity: lookupUser, EnvDir: filepath.Join(t.TempDir(), "env"),
+		Store: store, Node: "n1", Identity: lookupUser, EnvDir: filepath.Join(dir, "job-env"),
 		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}, MaxGPUs: 8, MaxTimeLimit: 24 * time.Hour},
 	}
 	if edit != nil {
@@ -243,6 +250,8 @@ func TestJobSubmitErrors(t *testing.T) {
 		says         string
 	}{
 		{"unknown field", with(`"gpus":1,"privileged":true,`), "bad_request", "", "", `"privileged"`},
+		{"image twice, in two cases", with(`"gpus":1,"IMAGE":"evil/miner:latest",`), "bad_request", "", "", `the body has the field "IMAGE" twice, as "IMAGE" and "image"`},
+		{"image invalid", strings.Replace(goodJob, "gpumeter/sleeper:1", "gpumeter/sleeper@sha256:abc", 1), "refused", "image_invalid", "image", "not an image reference Docker takes"},
 		{"gpus as text", with(`"gpus":"1",`), "bad_request", "", "", `"gpus"`},
 		{"no gpus", with(`"gpus":0,`), "bad_request", "", "gpus", "at least 1 GPU"},
 		{"negative gpus", with(`"gpus":-2,`), "bad_request", "", "gpus", "at least 1 GPU"},

@@ -703,6 +703,10 @@ func TestStopBody(t *testing.T) {
 		{name: "reason of 500 characters in 1000 bytes", body: `{"reason":"` + strings.Repeat("é", 500) + `"}`, status: 200, grace: 10 * time.Second},
 		{name: "reason not UTF-8", body: "{\"reason\":\"stop \xff\"}", status: 400, code: apitype.CodeBadRequest, msg: "the body is not valid UTF-8"},
 		{name: "a field twice", body: `{"timeout":"1s","reason":"x","timeout":"10m"}`, status: 400, code: apitype.CodeBadRequest, msg: `the body has the field "timeout" twice`},
+		{name: "a field twice in another case", body: `{"timeout":"1s","TIMEOUT":"10m"}`, status: 400, code: apitype.CodeBadRequest, msg: `the body has the field "timeout" twice, as "timeout" and "TIMEOUT"`},
+		{name: "a field twice in mixed case", body: `{"Reason":"a","timeout":"1s","rEASON":"b"}`, status: 400, code: apitype.CodeBadRequest, msg: `as "Reason" and "rEASON"`},
+		{name: "a field twice by Unicode folding", body: "{\"reason\":\"a\",\"rea\u017fon\":\"b\"}", status: 400, code: apitype.CodeBadRequest, msg: `the body has the field "reason" twice`},
+		{name: "a field in capitals alone", body: `{"TIMEOUT":"30s"}`, status: 200, grace: 30 * time.Second},
 		{name: "text", body: `{}`, ctype: "text/plain", status: 415, code: apitype.CodeUnsupportedType, msg: "the body must be application/json, not text/plain"},
 		{name: "form", body: `timeout=30s`, ctype: "application/x-www-form-urlencoded", status: 415, code: apitype.CodeUnsupportedType, msg: "not application/x-www-form-urlencoded"},
 		{name: "a type that only starts like JSON", body: `{}`, ctype: "application/jsonl", status: 415, code: apitype.CodeUnsupportedType, msg: "not application/jsonl"},
@@ -835,7 +839,8 @@ func TestDecodeStrict(t *testing.T) {
 
 func FuzzDecodeStop(f *testing.F) {
 	for _, s := range []string{``, `{}`, `null`, `{"timeout":"30s","reason":"idle"}`, `{"timeout":"10m"}`, `{"timeout":"7d"}`,
-		`{"timeout":"-1s"}`, `{"timeout":30}`, `[]`, `{"x":1}`, `{}{}`, `{"reason":"\ud800"}`, `{"timeout":"1d-1h"}`} {
+		`{"timeout":"-1s"}`, `{"timeout":30}`, `[]`, `{"x":1}`, `{}{}`, `{"reason":"\ud800"}`, `{"timeout":"1d-1h"}`,
+		`{"timeout":"1s","TIMEOUT":"2s"}`, "{\"reason\":\"a\",\"REA\u017fON\":\"b\"}", `{"Timeout":"1s"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {

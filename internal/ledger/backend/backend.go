@@ -16,7 +16,8 @@ import (
 // Open opens the PostgreSQL ledger at dsn, or when dsn is empty the SQLite
 // ledger at path. create says whether a missing SQLite file may be
 // created (the agent and simulate write; report only reads, and a missing
-// file there is a mistake worth naming).
+// file there is a mistake worth naming). A writer's SQLite file passes
+// sqlite.QuickCheck first: nothing writes on a damaged ledger.
 func Open(ctx context.Context, dsn, path string, create bool) (ledger.Store, error) {
 	if dsn != "" {
 		return postgres.Open(ctx, dsn)
@@ -30,6 +31,8 @@ func Open(ctx context.Context, dsn, path string, create bool) (ledger.Store, err
 		}
 	} else if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		return nil, fmt.Errorf("ledger directory: %w", err)
+	} else if err := sqlite.QuickCheck(ctx, path); err != nil {
+		return nil, err
 	}
 	return sqlite.Open(ctx, path)
 }

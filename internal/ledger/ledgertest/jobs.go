@@ -104,6 +104,29 @@ func testJobSubmit(t *testing.T, s ledger.Store) {
 	}
 }
 
+// testJobSequenceFloor checks that RaiseJobSequence moves the next ID
+// above a floor and never back down.
+func testJobSequenceFloor(t *testing.T, s ledger.Store) {
+	js, _ := jobStore(t, s)
+	ctx := context.Background()
+	submit(t, js, newJob("alice")) // j-000001
+	for _, tc := range []struct {
+		floor int64
+		want  string
+	}{
+		{41, "j-000042"},
+		{10, "j-000043"}, // below the sequence: no change
+		{43, "j-000044"}, // equal: no change
+	} {
+		if err := js.RaiseJobSequence(ctx, tc.floor); err != nil {
+			t.Fatalf("RaiseJobSequence(%d): %v", tc.floor, err)
+		}
+		if got := submit(t, js, newJob("bob")); got.ID != tc.want {
+			t.Errorf("after RaiseJobSequence(%d): next ID %s, want %s", tc.floor, got.ID, tc.want)
+		}
+	}
+}
+
 // testJobSubmitAtomic checks that a submit whose audit row cannot be
 // written leaves no job, and spends no ID.
 func testJobSubmitAtomic(t *testing.T, s ledger.Store) {

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
 		{"AuditRetain", testAuditRetain},
 		{"JobSubmit", testJobSubmit},
 		{"JobSubmitAtomic", testJobSubmitAtomic},
+		{"JobSequenceFloor", testJobSequenceFloor},
 		{"JobCAS", testJobCAS},
 		{"JobHeld", testJobHeld},
 		{"JobFilters", testJobFilters},

@@ -183,3 +183,20 @@ func BenchmarkGPUSeries30Days(b *testing.B) {
 	path, m := monthLedger(b)
 	ledgertest.BenchGPUSeries(b, open(b, path), m)
 }
+
+// go test -run '^$' -bench BenchmarkQuickCheck30Days ./internal/ledger/sqlite/
+//
+// QuickCheck runs at every start of an agent on its SQLite ledger.
+func BenchmarkQuickCheck30Days(b *testing.B) {
+	path, _ := monthLedger(b)
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if err := sqlite.QuickCheck(context.Background(), path); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
+}

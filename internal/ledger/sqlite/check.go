@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -155,3 +157,91 @@ func backup(ctx context.Context, src, dst string) error {
 	// A link, unlike a rename, never replaces a file made meanwhile.
 	return os.Link(tmpPath, abs)
 }
+
+// quickCheckLines bounds what QuickCheck reads of SQLite's report: the
+// first faults say enough to name the file damaged.
+const quickCheckLines = 5
+
+// QuickCheck runs SQLite's quick_check on the ledger file at path, read
+// only, before a writer opens it: a damaged ledger gives an error
+// wrapping ledger.ErrDamaged that names the file and the fix, so that no
+// agent writes on it and no run goes on silently with part of its
+// history unreadable. A missing or empty file (a new ledger) and one that
+// is not SQLite at all (which Open refuses as ledger.ErrNotLedger) pass.
+//
+// quick_check reads every page and checks each b-tree's structure, but
+// not that the indexes match their tables (integrity_check, behind
+// `gpumeter ledger check`, does): it is the check cheap enough for every
+// start (see BENCHMARKS.md).
+func QuickCheck(ctx context.Context, path string) error {
+	faults, err := quickCheck(ctx, path)
+	if err == nil && len(faults) == 0 {
+		return nil
+	}
+	what := strings.Join(faults, "; ")
+	if err != nil {
+		var se *sqlite.Error
+		if !errors.As(err, &se) {
+			return fmt.Errorf("quick check of ledger %s: %w", path, err)
+		}
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+		default:
+			return fmt.Errorf("quick check of ledger %s: %w", path, err)
+		}
+		what = err.Error()
+	}
+	return fmt.Errorf("%w: %s (%s): stop here and do not write on it; "+
+		"run `gpumeter ledger check --db %s` to see the damage, then put the last copy `gpumeter ledger backup` made in its place "+
+		"(or move the file away to start an empty ledger, losing its history)", ledger.ErrDamaged, path, what, path)
+}
+
+func quickCheck(ctx context.Context, path string) ([]string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(abs)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	head := make([]byte, len(sqliteMagic))
+	n, _ := io.ReadFull(f, head)
+	f.Close()
+	switch {
+	case n == 0:
+		return nil, nil // a new ledger: ensureLedger made it empty
+	case n < len(sqliteMagic) || string(head) != sqliteMagic:
+		if fi, err := os.Stat(abs); err == nil && fi.Size() < 100 && strings.HasPrefix(sqliteMagic, string(head[:n])) {
+			return []string{fmt.Sprintf("cut short: %d bytes, less than an SQLite header", fi.Size())}, nil
+		}
+		return nil, nil // not SQLite: Open names it
+	}
+	db, err := sql.Open("sqlite", dsn(abs, "mode=ro&_pragma=busy_timeout("+strconv.FormatInt(busyTimeout.Milliseconds(), 10)+")"))
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, "PRAGMA quick_check("+strconv.Itoa(quickCheckLines)+")")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var faults []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return faults, err
+		}
+		if line != "ok" {
+			faults = append(faults, line)
+		}
+	}
+	return faults, rows.Err()
+}
+
+// sqliteMagic begins every SQLite database file.
+const sqliteMagic = "SQLite format 3\x00"

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"modernc.org/sqlite"
@@ -259,10 +260,26 @@ func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	defer func() { <-s.wsem }()
 	tx, err := s.wdb.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return s.full(err)
 	}
 	defer tx.Rollback()
-	return fn(tx)
+	return s.full(fn(tx))
+}
+
+// full marks err with ledger.ErrFull when SQLite could not write for want
+// of room (SQLITE_FULL, which it gives for ENOSPC too), naming the
+// directory that is full, so that callers can say so instead of a
+// generic failure.
+func (s *Store) full(err error) error {
+	var se *sqlite.Error
+	if err != nil && (errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_FULL || errors.Is(err, syscall.ENOSPC)) {
+		dir := filepath.Dir(s.path)
+		if abs, aerr := filepath.Abs(dir); aerr == nil {
+			dir = abs
+		}
+		return fmt.Errorf("%w: no room left in %s, the ledger's directory: %w", ledger.ErrFull, dir, err)
+	}
+	return err
 }
 
 // Retain deletes old minute and hour rows.

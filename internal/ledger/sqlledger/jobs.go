@@ -66,6 +66,21 @@ func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.Audi
 	return normalise(out), nil
 }
 
+// RaiseJobSequence moves the job sequence up to floor when it is below.
+func (l Ledger) RaiseJobSequence(ctx context.Context, floor int64) error {
+	if l.b.WriteTx == nil {
+		return fmt.Errorf("raise the job sequence of %s: the backend has no job store", l.b.Name)
+	}
+	err := l.b.WriteTx(ctx, func(tx Tx) error {
+		_, err := tx.Exec(ctx, "UPDATE job_sequence SET last = $1 WHERE last < $1", floor)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("raise the job sequence of %s to %d: %w", l.b.Name, floor, err)
+	}
+	return nil
+}
+
 // Job returns one job.
 func (l Ledger) Job(ctx context.Context, id string) (ledger.Job, error) {
 	js, err := read(ctx, l, "job "+id+" from", func(q Querier) ([]ledger.Job, error) {

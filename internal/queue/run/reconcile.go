@@ -22,6 +22,8 @@ import (
 //     runs (no job runs twice), and removed once past log retention;
 //   - the staged mounts of every job that is not starting or running are
 //     detached (it ended while the agent was down).
+//   - a container whose job the ledger does not have, or cannot read, is
+//     left alone: a lost ledger must not kill jobs.
 func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
@@ -56,7 +58,14 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 			continue
 		}
 		j, err := q.store.Job(ctx, c.JobID)
-		ended := err == nil && queue.State(j.State).Ended()
+		if err != nil {
+			// A job the ledger does not have (a lost or older ledger,
+			// which the agent refuses at start) or cannot read now is
+			// no reason to kill its container: the operator decides.
+			q.log.Warn("a job container's job cannot be read from the ledger; leaving the container as it is", "container", c.ID, "job", c.JobID, "err", err)
+			continue
+		}
+		ended := queue.State(j.State).Ended()
 		switch {
 		case c.Running:
 			q.log.Warn("a job container runs while its job does not; stopping it", "container", c.ID, "job", c.JobID, "state", j.State)
@@ -64,7 +73,7 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 		case ended && q.logRetention > 0:
 			l.retention[c.ID] = j.EndedAt.Add(q.logRetention)
 		case !ended:
-			q.removeContainer(ctx, c.ID) // never ran for a live job, or its job is unknown
+			q.removeContainer(ctx, c.ID) // never ran for a live job
 		}
 	}
 	q.unstageEnded(isActive)

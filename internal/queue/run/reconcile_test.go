@@ -10,9 +10,12 @@ import (
 	"testing"
 	"time"
 
+	mcontainer "github.com/moby/moby/api/types/container"
+
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
 func TestHoldKeepsAJobFromStarting(t *testing.T) {
@@ -279,5 +282,30 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	got2 := e.waitState(t, j2.ID, queue.Failed)
 	if got2.Reason != "start_refused" || !strings.Contains(got2.ReasonText, "environment values are missing") {
 		t.Errorf("job without its env file: %s: %s", got2.Reason, got2.ReasonText)
+	}
+}
+
+// TestReconcileLeavesUnknownJobs: a job container whose job the ledger
+// does not have (the ledger was lost or is older than the container) is
+// neither stopped nor removed when the queue starts: a lost ledger must
+// not kill jobs. The agent refuses such a start; this is the queue's own
+// line of defence.
+func TestReconcileLeavesUnknownJobs(t *testing.T) {
+	// No network: the test needs no bridge of the engine's.
+	e := newEngineEnv(t, 1, func(c *Config) { c.Rules.Network = "none" })
+	e.stop()
+	none := &mcontainer.HostConfig{NetworkMode: "none"}
+	running, _ := dockertest.Container(t, e.cli, dockertest.Spec{Name: "unknown-running",
+		Labels: map[string]string{spec.JobLabel: "j-990001", spec.NodeLabel: "n1"}, HostConfig: none})
+	created, _ := dockertest.Container(t, e.cli, dockertest.Spec{Name: "unknown-created",
+		Labels: map[string]string{spec.JobLabel: "j-990002", spec.NodeLabel: "n1"}, HostConfig: none, CreateOnly: true})
+	e.restart(t, 1)
+	// The restarted queue has reconciled once it runs a new job.
+	e.waitState(t, e.submit(t, "alice", e.sleeper()).ID, queue.Running)
+	if st := dockertest.Inspect(t, e.cli, running).State; st == nil || !st.Running {
+		t.Errorf("the running container of an unknown job: %+v, want it running", st)
+	}
+	if st := dockertest.Inspect(t, e.cli, created).State; st == nil || st.Status != "created" {
+		t.Errorf("the created container of an unknown job: %+v, want it created", st)
 	}
 }

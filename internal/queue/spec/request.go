@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
+
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -60,13 +62,14 @@ type Rules struct {
 	MaxMemory       uint64
 	MaxShmSize      uint64
 	MaxTimeLimit    time.Duration
-	PublishPorts    []PortRange // empty refuses every --publish
-	PublishAddress  string      // default 127.0.0.1
-	Network         string      // default bridge
-	CapAdd          []string    // added to every job after all are dropped
-	RunAsRootImages []string    // glob patterns of images that may run as uid 0
-	UserLabel       string      // default gpumeter.user
-	TeamLabel       string      // default gpumeter.team
+	MinTimeLimit    time.Duration // the shortest time limit; 0: none
+	PublishPorts    []PortRange   // empty refuses every --publish
+	PublishAddress  string        // default 127.0.0.1
+	Network         string        // default bridge
+	CapAdd          []string      // added to every job after all are dropped
+	RunAsRootImages []string      // glob patterns of images that may run as uid 0
+	UserLabel       string        // default gpumeter.user
+	TeamLabel       string        // default gpumeter.team
 	// Labels are the glob patterns (path.Match) of the label keys a job
 	// may set on its container; empty refuses every label. The agent's
 	// own keys are refused whatever the patterns say.
@@ -183,10 +186,14 @@ const (
 	TooBig           Reason = "too_big"
 	ImageNotAllowed  Reason = "image_not_allowed"
 	TimeLimitTooLong Reason = "time_limit_too_long"
-	MountNotAllowed  Reason = "mount_not_allowed"
-	EnvNotAllowed    Reason = "env_not_allowed"
-	PortNotAllowed   Reason = "port_not_allowed"
-	BadRequest       Reason = "bad_request"
+	// TimeLimitTooShort is a time limit below queue.min_time_limit.
+	TimeLimitTooShort Reason = "time_limit_too_short"
+	// ImageInvalid is an image that is no reference Docker takes.
+	ImageInvalid    Reason = "image_invalid"
+	MountNotAllowed Reason = "mount_not_allowed"
+	EnvNotAllowed   Reason = "env_not_allowed"
+	PortNotAllowed  Reason = "port_not_allowed"
+	BadRequest      Reason = "bad_request"
 	// PriorityNotAllowed is --priority high from a user who is neither an
 	// admin nor in queue.priority.high_users.
 	PriorityNotAllowed Reason = "priority_not_allowed"
@@ -196,7 +203,7 @@ const (
 )
 
 // Reasons lists every Reason, in the order the README documents them.
-var Reasons = []Reason{TooBig, ImageNotAllowed, TimeLimitTooLong, MountNotAllowed, EnvNotAllowed, PortNotAllowed, BadRequest, PriorityNotAllowed, LabelNotAllowed}
+var Reasons = []Reason{TooBig, ImageNotAllowed, ImageInvalid, TimeLimitTooLong, TimeLimitTooShort, MountNotAllowed, EnvNotAllowed, PortNotAllowed, BadRequest, PriorityNotAllowed, LabelNotAllowed}
 
 // Refusal is a request refused by a rule: the reason code, the request
 // field at fault and a sentence naming the rule and how to fix the request.
@@ -263,6 +270,9 @@ func check(req Request, rules Rules, who Identity) (*checked, error) {
 	case rules.MaxTimeLimit > 0 && req.TimeLimit > rules.MaxTimeLimit:
 		return nil, refuse(TimeLimitTooLong, "time_limit", "%s is longer than queue.max_time_limit (%s); give --time-limit %s or less",
 			units.FormatDuration(req.TimeLimit), units.FormatDuration(rules.MaxTimeLimit), units.FormatDuration(rules.MaxTimeLimit))
+	case req.TimeLimit < rules.MinTimeLimit:
+		return nil, refuse(TimeLimitTooShort, "time_limit", "%s is shorter than queue.min_time_limit (%s): the job would end before it started; give --time-limit %s or more",
+			units.FormatDuration(req.TimeLimit), units.FormatDuration(rules.MinTimeLimit), units.FormatDuration(rules.MinTimeLimit))
 	}
 	if len(req.Command) == 0 || req.Command[0] == "" {
 		return nil, refuse(BadRequest, "command", "the command is empty; give it after --, as in gpumeter submit ... -- python train.py")
@@ -318,7 +328,14 @@ func checkImage(image string, rules Rules) error {
 		return refuse(BadRequest, "image", "a job needs an image; give --image such as nvcr.io/nvidia/pytorch:24.05-py3")
 	}
 	if strings.ContainsFunc(image, func(r rune) bool { return r <= ' ' || r == 0x7f }) || strings.HasPrefix(image, "-") {
-		return refuse(BadRequest, "image", "image %q is not an image reference", image)
+		return refuse(ImageInvalid, "image", "image %q is not an image reference", image)
+	}
+	// Docker parses the reference with this grammar at create and
+	// refuses what it cannot parse; refused here, the job never queues
+	// to fail its starts.
+	if _, err := reference.ParseNormalizedNamed(image); err != nil {
+		return refuse(ImageInvalid, "image", "image %q is not an image reference Docker takes (%v); give one such as nvcr.io/nvidia/pytorch:24.05-py3: "+
+			"a lowercase repository, a tag of letters, digits, '_', '.' and '-', or a digest such as @sha256: and 64 hex digits", image, err)
 	}
 	if len(rules.Images) == 0 {
 		return refuse(ImageNotAllowed, "image", "the queue accepts no image: queue.images is empty; an admin lists the allowed image patterns there")

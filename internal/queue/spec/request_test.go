@@ -115,14 +115,30 @@ func TestCheckRefuses(t *testing.T) {
 		{"time limit 0", func(r *Request, _ *Identity, _ *Rules) { r.TimeLimit = 0 }, BadRequest, "time_limit", "--time-limit"},
 		{"negative time limit", func(r *Request, _ *Identity, _ *Rules) { r.TimeLimit = -time.Second }, BadRequest, "time_limit", "above 0"},
 		{"time limit over the maximum", func(r *Request, _ *Identity, _ *Rules) { r.TimeLimit = 73 * time.Hour }, TimeLimitTooLong, "time_limit", "queue.max_time_limit (3d)"},
+		{"time limit of 1ns", func(r *Request, _ *Identity, u *Rules) { r.TimeLimit, u.MinTimeLimit = 1, time.Minute }, TimeLimitTooShort, "time_limit", "1ns is shorter than queue.min_time_limit (1m): the job would end before it started; give --time-limit 1m or more"},
+		{"time limit under the minimum", func(r *Request, _ *Identity, u *Rules) { r.TimeLimit, u.MinTimeLimit = 59*time.Second, time.Minute }, TimeLimitTooShort, "time_limit", "queue.min_time_limit"},
 		{"empty command", func(r *Request, _ *Identity, _ *Rules) { r.Command = nil }, BadRequest, "command", "after --"},
 		{"empty program", func(r *Request, _ *Identity, _ *Rules) { r.Command = []string{""} }, BadRequest, "command", "empty"},
 		{"NUL in an argument", func(r *Request, _ *Identity, _ *Rules) { r.Command = []string{"sh", "a\x00b"} }, BadRequest, "command", "NUL"},
 		{"bad name", func(r *Request, _ *Identity, _ *Rules) { r.Name = "my job" }, BadRequest, "name", "letters, digits"},
 		{"no image", func(r *Request, _ *Identity, _ *Rules) { r.Image = "" }, BadRequest, "image", "--image"},
-		{"image like a flag", func(r *Request, _ *Identity, _ *Rules) { r.Image = "--privileged" }, BadRequest, "image", "not an image reference"},
+		{"image like a flag", func(r *Request, _ *Identity, _ *Rules) { r.Image = "--privileged" }, ImageInvalid, "image", "not an image reference"},
+		{"image with ..", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/x/../../evil" }, ImageInvalid, "image", "not an image reference Docker takes"},
+		{"repository in capitals", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/PyTorch:24.05-py3" }, ImageInvalid, "image", "must be lowercase"},
+		{"fullwidth tag", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/pytorch:２４" }, ImageInvalid, "image", "a tag of letters, digits"},
+		{"short digest", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/pytorch@sha256:abc" }, ImageInvalid, "image", "64 hex digits"},
+		{"digest in capitals", func(r *Request, _ *Identity, _ *Rules) {
+			r.Image = "nvcr.io/nvidia/pytorch@sha256:" + strings.Repeat("A", 64)
+		}, ImageInvalid, "image", "not an image reference Docker takes"},
+		{"digest of an unknown algorithm", func(r *Request, _ *Identity, _ *Rules) {
+			r.Image = "nvcr.io/nvidia/pytorch@md5:" + strings.Repeat("a", 32)
+		}, ImageInvalid, "image", "not an image reference Docker takes"},
+		{"empty tag", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/pytorch:" }, ImageInvalid, "image", "not an image reference Docker takes"},
+		{"tag too long", func(r *Request, _ *Identity, _ *Rules) {
+			r.Image = "nvcr.io/nvidia/pytorch:" + strings.Repeat("a", 129)
+		}, ImageInvalid, "image", "not an image reference Docker takes"},
 		{"image outside the patterns", func(r *Request, _ *Identity, _ *Rules) { r.Image = "docker.io/evil/miner:latest" }, ImageNotAllowed, "image", "matches none of queue.images (nvcr.io/nvidia/*, localhost/job:*)"},
-		{"glob does not cross /", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/x/../../evil" }, ImageNotAllowed, "image", "queue.images"},
+		{"glob does not cross /", func(r *Request, _ *Identity, _ *Rules) { r.Image = "nvcr.io/nvidia/x/evil" }, ImageNotAllowed, "image", "queue.images"},
 		{"no patterns", func(_ *Request, _ *Identity, u *Rules) { u.Images = nil }, ImageNotAllowed, "image", "queue.images is empty"},
 		{"uid 0 without run_as_root", func(_ *Request, w *Identity, _ *Rules) { w.UID = 0 }, ImageNotAllowed, "image", "queue.run_as_root_images"},
 		{"uid 0 with another image", func(r *Request, w *Identity, _ *Rules) { w.UID, r.Image = 0, "localhost/job:latest" }, ImageNotAllowed, "image", "run as root"},
@@ -227,6 +243,12 @@ func TestCheckAccepts(t *testing.T) {
 			r.GPUs = 8
 		}},
 		{"GPU memory at the edge", func(r *Request, _ *Identity) { r.GPUs, r.GPUMemory = 0, 60<<30 }},
+		{"image by digest", func(r *Request, _ *Identity) { r.Image = "nvcr.io/nvidia/pytorch@sha256:" + strings.Repeat("0a", 32) }},
+		{"image by tag and digest", func(r *Request, _ *Identity) {
+			r.Image = "nvcr.io/nvidia/pytorch:24.05-py3@sha256:" + strings.Repeat("0a", 32)
+		}},
+		{"tag in capitals", func(r *Request, _ *Identity) { r.Image = "nvcr.io/nvidia/pytorch:LATEST_v2.1-x" }},
+		{"time limit at the minimum", func(r *Request, _ *Identity) { r.TimeLimit = time.Minute }},
 		{"GPU memory, one byte", func(r *Request, _ *Identity) { r.GPUs, r.GPUMemory = 0, 1 }},
 		{"low and normal", func(r *Request, _ *Identity) { r.Class = ClassLow }},
 		{"normal", func(r *Request, _ *Identity) { r.Class = ClassNormal }},

@@ -106,7 +106,7 @@ func TestQueueSixOnFour(t *testing.T) {
 // with the exit code it stopped with, and gpumeter wait exits 124.
 func TestQueueTimeLimit(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, "")
+	h := newHost(t, "  min_time_limit: 1s\n") // a job that times out soon
 	a := h.start(t)
 	id := h.submitCLI(t, "alice", 1, "2s", long...)
 	if code := h.waitCode(t, id); code != 124 {
