@@ -21,7 +21,7 @@ import (
 //   - a container whose job is not starting or running is stopped when it
 //     runs (no job runs twice), and removed once past log retention;
 //   - the staged mounts of every job that is not starting or running are
-//     detached (it ended while the agent was down).
+//     detached (it ended while the agent was down);
 //   - a container whose job the ledger does not have, or cannot read, is
 //     left alone: a lost ledger must not kill jobs.
 func (q *Queue) reconcile(ctx context.Context, l *loop) error {
