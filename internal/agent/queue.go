@@ -43,7 +43,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if a.docker == nil {
 		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
 	}
-	rules, sched, err := queueRules(cfg.Queue, cfg.UserLabel, cfg.TeamLabel)
+	rules, sched, err := queueRules(cfg.Queue, node, cfg.UserLabel, cfg.TeamLabel)
 	if err != nil {
 		return err
 	}
@@ -54,6 +54,12 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
 	if err != nil {
 		return fmt.Errorf("queue: docker: %w", err)
+	}
+	if cfg.Queue.Network == config.NetworkIsolated {
+		if err := a.jobsNetwork(ctx, engine, rules.Network); err != nil {
+			_ = engine.Close()
+			return err
+		}
 	}
 	a.closers = append(a.closers, engine.Close)
 	passing, err := resolvePassing(ctx, cfg.Queue.GPUPassing, simulated, engine.GPUSupport)
@@ -139,6 +145,28 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	a.queue = q
 	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
+	return nil
+}
+
+// jobsNetwork finds or makes the node's isolated jobs network, name,
+// before the queue starts anything, and has Close remove it when no
+// container is on it any more.
+func (a *Agent) jobsNetwork(ctx context.Context, engine *docker.Jobs, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nw, err := engine.EnsureIsolatedNetwork(ctx)
+	if err != nil {
+		return fmt.Errorf("queue.network isolated: %w", err)
+	}
+	if nw.Name != name {
+		return fmt.Errorf("queue.network isolated: the engine gave network %s, want %s", nw.Name, name)
+	}
+	a.log.Info("jobs join their own network", "network", nw.Name, "created", nw.Created, "gateway", nw.Gateway)
+	a.closers = append(a.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		return engine.RemoveIsolatedNetwork(ctx)
+	})
 	return nil
 }
 
