@@ -51,6 +51,9 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if rules.MaxCPUs < cfg.Queue.MaxCPUs {
 		a.log.Info("queue.max_cpus is more than this host has; jobs get at most its CPUs", "max_cpus", cfg.Queue.MaxCPUs, "cpus", rules.MaxCPUs)
 	}
+	if rules.MaxOpenFiles < cfg.Queue.MaxOpenFiles {
+		a.log.Info("queue.max_open_files is more than this host allows the agent; jobs get at most its hard limit", "max_open_files", cfg.Queue.MaxOpenFiles, "limit", rules.MaxOpenFiles)
+	}
 	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
 	if err != nil {
 		return fmt.Errorf("queue: docker: %w", err)

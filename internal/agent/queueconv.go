@@ -42,6 +42,9 @@ func queueRules(q config.Queue, node, userLabel, teamLabel string) (spec.Rules, 
 		UserLabel:       userLabel,
 		TeamLabel:       teamLabel,
 	}
+	// runc cannot give a job more open files than the engine beside the
+	// agent may have: a higher limit would fail every start.
+	rules.MaxOpenFiles = spec.OpenFilesFor(q.MaxOpenFiles)
 	if q.Network == config.NetworkIsolated {
 		rules.Network = spec.NetworkName(node)
 	}

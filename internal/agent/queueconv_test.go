@@ -85,7 +85,7 @@ func TestQueueRules(t *testing.T) {
 	if want := []spec.PortRange{{First: 8000, Last: 8099}, {First: 8888, Last: 8888}}; !reflect.DeepEqual(rules.PublishPorts, want) {
 		t.Errorf("ports %v, want %v", rules.PublishPorts, want)
 	}
-	if rules.Network != "gpumeter-jobs-lab-1" || rules.MaxPids != 4096 || rules.MaxOpenFiles != 65536 {
+	if rules.Network != "gpumeter-jobs-lab-1" || rules.MaxPids != 4096 || rules.MaxOpenFiles != spec.OpenFilesFor(65536) {
 		t.Errorf("network %q, pids %d, open files %d; want the node's isolated network and the default limits", rules.Network, rules.MaxPids, rules.MaxOpenFiles)
 	}
 	for _, n := range []string{"none", "bridge", "lab-jobs"} {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -65,7 +66,7 @@ func TestBuildWholeSpec(t *testing.T) {
 			NanoCPUs:  8e9,
 			Memory:    64 << 30,
 			PidsLimit: ptr(int64(DefaultMaxPids)),
-			Ulimits:   []*container.Ulimit{{Name: "nofile", Soft: DefaultMaxOpenFiles, Hard: DefaultMaxOpenFiles}},
+			Ulimits:   []*container.Ulimit{{Name: "nofile", Soft: int64(DefaultOpenFiles()), Hard: int64(DefaultOpenFiles())}},
 			DeviceRequests: []container.DeviceRequest{{
 				Driver:       "nvidia",
 				DeviceIDs:    gpuPair,
@@ -231,11 +232,11 @@ func TestBuildProcessLimits(t *testing.T) {
 		wantPids          int64
 		wantFiles         int64
 	}{
-		{"defaults", 0, 0, 0, DefaultMaxPids, DefaultMaxOpenFiles},
+		{"defaults", 0, 0, 0, DefaultMaxPids, int64(DefaultOpenFiles())},
 		{"the rules' maximum", 512, 1024, 0, 512, 1024},
 		{"fewer asked for", 512, 1024, 64, 64, 1024},
 		{"the maximum asked for", 512, 1024, 512, 512, 1024},
-		{"fewer than the default", 0, 0, 100, 100, DefaultMaxOpenFiles},
+		{"fewer than the default", 0, 0, 100, 100, int64(DefaultOpenFiles())},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rules := testRules("/srv")
@@ -259,6 +260,25 @@ func TestBuildProcessLimits(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestDefaultOpenFiles: the default nofile limit is never above this
+// process's own hard limit, which runc could not raise a job's to.
+func TestDefaultOpenFiles(t *testing.T) {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		t.Fatal(err)
+	}
+	want := min(DefaultMaxOpenFiles, int(min(r.Max, MostOpenFiles+1)))
+	if r.Max > MostOpenFiles {
+		want = DefaultMaxOpenFiles
+	}
+	if got := DefaultOpenFiles(); got != want {
+		t.Errorf("DefaultOpenFiles() = %d with a hard limit of %d, want %d", got, r.Max, want)
+	}
+	if got := OpenFilesFor(64); got != 64 {
+		t.Errorf("OpenFilesFor(64) = %d, want 64", got)
+	}
+}
 
 func TestBuildIsolates(t *testing.T) {
 	h := newHostTree(t)

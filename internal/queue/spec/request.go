@@ -65,7 +65,7 @@ type Rules struct {
 	// job must not take the host.
 	MaxPids int
 	// MaxOpenFiles is every job's nofile ulimit, soft and hard; 0 is
-	// DefaultMaxOpenFiles.
+	// DefaultOpenFiles().
 	MaxOpenFiles   int
 	MaxTimeLimit   time.Duration
 	PublishPorts   []PortRange // empty refuses every --publish
@@ -96,7 +96,8 @@ const (
 )
 
 // DefaultMaxPids and DefaultMaxOpenFiles apply when Rules leaves MaxPids
-// or MaxOpenFiles 0, so that every job has both limits.
+// or MaxOpenFiles 0, so that every job has both limits; DefaultOpenFiles
+// lowers the second to what this host allows.
 const (
 	DefaultMaxPids      = 4096
 	DefaultMaxOpenFiles = 65536
@@ -118,9 +119,27 @@ func (r Rules) maxPids() int {
 
 func (r Rules) maxOpenFiles() int {
 	if r.MaxOpenFiles == 0 {
-		return DefaultMaxOpenFiles
+		return DefaultOpenFiles()
 	}
 	return r.MaxOpenFiles
+}
+
+// DefaultOpenFiles is the nofile limit of a job whose rules name none:
+// DefaultMaxOpenFiles, or this process's own hard limit where that is
+// lower. runc cannot raise a container's hard limit above the engine's,
+// and the agent runs beside the engine: on a host whose limits are lower
+// than the default, a higher one would fail every start.
+func DefaultOpenFiles() int {
+	return OpenFilesFor(DefaultMaxOpenFiles)
+}
+
+// OpenFilesFor is n, or this process's hard RLIMIT_NOFILE where that is
+// lower.
+func OpenFilesFor(n int) int {
+	if c := openFilesCeiling(); c > 0 && c < n {
+		return c
+	}
+	return n
 }
 
 func (r Rules) publishAddress() string {
