@@ -16,7 +16,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/testenv"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // TestQueueJobForksPastItsPIDLimit: a job that forks a thousand children
@@ -151,4 +153,33 @@ func logs(t *testing.T, cli *client.Client, id string) string {
 	var b bytes.Buffer
 	_, _ = b.ReadFrom(rc)
 	return b.String()
+}
+
+// TestQueueRefusesANetworkItDidNotMake: a network named as the node's
+// isolated one that the agent did not make keeps the agent from starting,
+// with the command that removes it; jobs never join a network someone
+// else controls.
+func TestQueueRefusesANetworkItDidNotMake(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "")
+	name := spec.NetworkName(h.node)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := h.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge", Labels: map[string]string{dockertest.Label: "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	// newHost's clean-up removes only a network labelled as the node's.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := h.cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil {
+			t.Errorf("remove network %s: %v", name, err)
+		}
+	})
+	_, errOut, code := harness.RunCLI(t, []string{"GPUMETER_DATA_DIR=" + h.dataDir, harness.AdminEnv()},
+		"serve", "--listen", "127.0.0.1:0", "--config", h.config, "--sim", filepath.Join(h.dir, "scenario.yaml"))
+	if code == 0 || !strings.Contains(errOut, "queue.network isolated: network "+name+" exists but gpumeter did not create it") ||
+		!strings.Contains(errOut, "docker network rm "+name) {
+		t.Errorf("serve over a foreign %s: exit %d, stderr %q; want a refusal naming the fix", name, code, errOut)
+	}
 }
