@@ -58,11 +58,13 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if err != nil {
 		return fmt.Errorf("queue: docker: %w", err)
 	}
+	var jobEngine run.Engine = engine
 	if cfg.Queue.Network == config.NetworkIsolated {
 		if err := a.jobsNetwork(ctx, engine, rules.Network); err != nil {
 			_ = engine.Close()
 			return err
 		}
+		jobEngine = docker.IsolatedJobs{Jobs: engine}
 	}
 	a.closers = append(a.closers, engine.Close)
 	passing, err := resolvePassing(ctx, cfg.Queue.GPUPassing, simulated, engine.GPUSupport)
@@ -95,7 +97,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
 		Store:   jobs,
-		Engine:  engine,
+		Engine:  jobEngine,
 		Rules:   rules,
 		Sched:   sched,
 		Passing: passing,
@@ -153,22 +155,31 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 
 // jobsNetwork finds or makes the node's isolated jobs network, name,
 // before the queue starts anything, and has Close remove it when no
-// container is on it any more.
+// container is on it any more. A network of the name that is not the
+// agent's refuses the start; an engine that does not answer does not,
+// since every job's create makes sure of the network first
+// (docker.IsolatedJobs).
 func (a *Agent) jobsNetwork(ctx context.Context, engine *docker.Jobs, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	nw, err := engine.EnsureIsolatedNetwork(ctx)
-	if err != nil {
+	switch {
+	case err != nil && docker.CannotReach(err):
+		a.log.Warn("Docker does not answer; the jobs network is made before the first job is created", "network", name, "err", err)
+	case err != nil:
 		return fmt.Errorf("queue.network isolated: %w", err)
-	}
-	if nw.Name != name {
+	case nw.Name != name:
 		return fmt.Errorf("queue.network isolated: the engine gave network %s, want %s", nw.Name, name)
+	default:
+		a.log.Info("jobs join their own network", "network", nw.Name, "created", nw.Created, "gateway", nw.Gateway)
 	}
-	a.log.Info("jobs join their own network", "network", nw.Name, "created", nw.Created, "gateway", nw.Gateway)
 	a.closers = append(a.closers, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		return engine.RemoveIsolatedNetwork(ctx)
+		if err := engine.RemoveIsolatedNetwork(ctx); err != nil && !docker.CannotReach(err) {
+			return err
+		}
+		return nil
 	})
 	return nil
 }

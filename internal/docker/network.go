@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -141,6 +142,29 @@ func (j *Jobs) dropDuplicate(ctx context.Context, name, id string) error {
 		return fmt.Errorf("remove the second network %s (%.12s): %w", name, id, err)
 	}
 	return nil
+}
+
+// IsolatedJobs is Jobs whose every Create first finds or makes the
+// node's isolated network (EnsureIsolatedNetwork, one inspect when it is
+// there): an agent that started while the engine was away, or whose
+// network someone removed, still never creates a job on a network that
+// is not there, or is not its own. An engine that cannot be reached fails
+// the create as any other call would.
+type IsolatedJobs struct{ *Jobs }
+
+// Create ensures the isolated network, then creates s's container as
+// Jobs.Create does.
+func (j IsolatedJobs) Create(ctx context.Context, s *spec.Spec) (string, error) {
+	if _, err := j.EnsureIsolatedNetwork(ctx); err != nil {
+		return "", fmt.Errorf("create %s: %w", s.Name, err)
+	}
+	return j.Jobs.Create(ctx, s)
+}
+
+// CannotReach says whether err is the engine not answering (no daemon on
+// the socket, or no answer in time) rather than its refusal.
+func CannotReach(err error) bool {
+	return client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // RemoveIsolatedNetwork removes this node's isolated network if no
