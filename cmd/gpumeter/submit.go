@@ -80,6 +80,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.Float64Var(&req.CPUs, "cpus", 0, "CPUs for the job (default queue.max_cpus)")
 	f.StringVar(&req.Memory, "memory", "", "memory limit, such as 32GiB (default queue.max_memory)")
 	f.StringVar(&req.ShmSize, "shm-size", "", "size of /dev/shm, such as 8GiB (Docker's default, 64MiB, is too small for PyTorch's DataLoader)")
+	f.IntVar(&req.Pids, "pids", 0, "most processes and threads the job may have at once (default queue.max_pids)")
 	f.StringArrayVar(&req.Publish, "publish", nil, "PORT[:CPORT]: publish container port CPORT on host port PORT, on queue.publish_address (repeatable)")
 	f.StringArrayVar(&req.Labels, "label", nil, "KEY=VALUE label on the job's container, such as gpumeter.project=vision, with a key queue.labels allows (repeatable)")
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
@@ -90,7 +91,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 // flagOf is the flag of a job request field.
 var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
-	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size",
+	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
 	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
 }
 

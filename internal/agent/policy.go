@@ -148,7 +148,10 @@ func (a *Agent) reload(cfg config.Config) error {
 	}
 	var queueReload func() error
 	if a.queue != nil {
-		rules, sched, err := queueRules(cfg.Queue, a.cfg.UserLabel, a.cfg.TeamLabel)
+		q := cfg.Queue
+		// The network needs a restart: the isolated one is made at start.
+		q.Network = a.cfg.Queue.Network
+		rules, sched, err := queueRules(q, a.node, a.cfg.UserLabel, a.cfg.TeamLabel)
 		if err != nil {
 			return err
 		}
@@ -199,7 +202,7 @@ func reloadable(name string) bool {
 		return true
 	case "queue.images", "queue.labels", "queue.mount_roots", "queue.run_as_root_images", "queue.cap_add",
 		"queue.publish_ports", "queue.publish_address", "queue.max_gpus", "queue.max_cpus",
-		"queue.max_memory", "queue.max_shm_size", "queue.max_time_limit", "queue.min_time_limit", "queue.default_time_limit",
+		"queue.max_memory", "queue.max_shm_size", "queue.max_pids", "queue.max_open_files", "queue.max_time_limit", "queue.min_time_limit", "queue.default_time_limit",
 		"queue.placement", "queue.max_gpus_per_user", "queue.outside_memory_threshold",
 		"queue.fair_share.basis", "queue.fair_share.half_life", "queue.fair_share.refresh", "queue.shares",
 		"queue.priority.weights.fair_share", "queue.priority.weights.age", "queue.priority.weights.class",

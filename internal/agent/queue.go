@@ -44,7 +44,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if a.docker == nil {
 		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
 	}
-	rules, sched, err := queueRules(cfg.Queue, cfg.UserLabel, cfg.TeamLabel)
+	rules, sched, err := queueRules(cfg.Queue, node, cfg.UserLabel, cfg.TeamLabel)
 	if err != nil {
 		return err
 	}
@@ -52,9 +52,20 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if rules.MaxCPUs < cfg.Queue.MaxCPUs {
 		a.log.Info("queue.max_cpus is more than this host has; jobs get at most its CPUs", "max_cpus", cfg.Queue.MaxCPUs, "cpus", rules.MaxCPUs)
 	}
+	if rules.MaxOpenFiles < cfg.Queue.MaxOpenFiles {
+		a.log.Info("queue.max_open_files is more than this host allows the agent; jobs get at most its hard limit", "max_open_files", cfg.Queue.MaxOpenFiles, "limit", rules.MaxOpenFiles)
+	}
 	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
 	if err != nil {
 		return fmt.Errorf("queue: docker: %w", err)
+	}
+	var jobEngine run.Engine = engine
+	if cfg.Queue.Network == config.NetworkIsolated {
+		if err := a.jobsNetwork(ctx, engine, rules.Network); err != nil {
+			_ = engine.Close()
+			return err
+		}
+		jobEngine = docker.IsolatedJobs{Jobs: engine}
 	}
 	a.closers = append(a.closers, engine.Close)
 	where := cfg.LedgerPath()
@@ -104,7 +115,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
 		Store:   jobs,
-		Engine:  engine,
+		Engine:  jobEngine,
 		Rules:   rules,
 		Sched:   sched,
 		Passing: passing,
@@ -159,6 +170,37 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	a.queue = q
 	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
+	return nil
+}
+
+// jobsNetwork finds or makes the node's isolated jobs network, name,
+// before the queue starts anything, and has Close remove it when no
+// container is on it any more. A network of the name that is not the
+// agent's refuses the start; an engine that does not answer does not,
+// since every job's create makes sure of the network first
+// (docker.IsolatedJobs).
+func (a *Agent) jobsNetwork(ctx context.Context, engine *docker.Jobs, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nw, err := engine.EnsureIsolatedNetwork(ctx)
+	switch {
+	case err != nil && docker.CannotReach(err):
+		a.log.Warn("Docker does not answer; the jobs network is made before the first job is created", "network", name, "err", err)
+	case err != nil:
+		return fmt.Errorf("queue.network isolated: %w", err)
+	case nw.Name != name:
+		return fmt.Errorf("queue.network isolated: the engine gave network %s, want %s", nw.Name, name)
+	default:
+		a.log.Info("jobs join their own network", "network", nw.Name, "created", nw.Created, "gateway", nw.Gateway)
+	}
+	a.closers = append(a.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := engine.RemoveIsolatedNetwork(ctx); err != nil && !docker.CannotReach(err) {
+			return err
+		}
+		return nil
+	})
 	return nil
 }
 

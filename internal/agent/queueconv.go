@@ -19,9 +19,11 @@ import (
 )
 
 // queueRules turns queue.* into the allowlist and the scheduler's
-// settings. config has validated the values; what fails here is a port
+// settings for node: queue.network isolated becomes the node's own
+// network, spec.NetworkName(node), which the agent makes before the queue
+// starts. config has validated the values; what fails here is a port
 // range config let through, named with its key.
-func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.Config, error) {
+func queueRules(q config.Queue, node, userLabel, teamLabel string) (spec.Rules, queue.Config, error) {
 	rules := spec.Rules{
 		Images:          q.Images,
 		MountRoots:      q.MountRoots,
@@ -29,6 +31,8 @@ func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.
 		MaxCPUs:         q.MaxCPUs,
 		MaxMemory:       q.MaxMemory,
 		MaxShmSize:      q.MaxShmSize,
+		MaxPids:         q.MaxPids,
+		MaxOpenFiles:    q.MaxOpenFiles,
 		MaxTimeLimit:    q.MaxTimeLimit,
 		MinTimeLimit:    q.MinTimeLimit,
 		PublishAddress:  q.PublishAddress,
@@ -38,6 +42,12 @@ func queueRules(q config.Queue, userLabel, teamLabel string) (spec.Rules, queue.
 		Labels:          q.Labels,
 		UserLabel:       userLabel,
 		TeamLabel:       teamLabel,
+	}
+	// runc cannot give a job more open files than the engine beside the
+	// agent may have: a higher limit would fail every start.
+	rules.MaxOpenFiles = spec.OpenFilesFor(q.MaxOpenFiles)
+	if q.Network == config.NetworkIsolated {
+		rules.Network = spec.NetworkName(node)
 	}
 	if n := float64(runtime.NumCPU()); rules.MaxCPUs > n {
 		// A job that names no CPUs gets queue.max_cpus, and Docker

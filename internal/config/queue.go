@@ -38,7 +38,11 @@ type Queue struct {
 	// may set with --label, such as gpumeter.project; empty refuses
 	// every --label. The agent's own keys are refused whatever they say.
 	Labels []string
-	// Network is the Docker network jobs join (bridge by default).
+	// Network is the Docker network jobs join: isolated (the default),
+	// a bridge network the agent creates and owns for this node's jobs
+	// with inter-container traffic off, or a network by name (bridge,
+	// shared by every container on the host; none; a network of the
+	// operator's).
 	Network string
 	// PublishPorts are the host port ranges ("8000-8099" or "8888") a
 	// job may publish; empty refuses every --publish.
@@ -57,6 +61,11 @@ type Queue struct {
 	// it a job ends before its container has started, so it is refused
 	// at submit.
 	MinTimeLimit time.Duration
+	// MaxPids is every job's PID limit (processes and threads at once),
+	// and the most a job may ask for with --pids.
+	MaxPids int
+	// MaxOpenFiles is every job's nofile ulimit, soft and hard.
+	MaxOpenFiles int
 	// DefaultTimeLimit is the time limit of a job that names none; 0
 	// makes --time-limit required.
 	DefaultTimeLimit time.Duration
@@ -160,6 +169,20 @@ const (
 	NotifyEnd   = "end"
 )
 
+// NetworkIsolated is the queue.network value that gives the node's jobs a
+// bridge network of their own, on which no job reaches another.
+const NetworkIsolated = "isolated"
+
+// Bounds of queue.max_pids and queue.max_open_files: a job's own runtime
+// needs a few threads and descriptors; Linux allows at most PID_MAX_LIMIT
+// tasks, and runc no nofile limit over fs.nr_open (1048576 by default).
+const (
+	minPids      = 16
+	mostPids     = 1 << 22
+	minOpenFiles = 64
+	mostFiles    = 1 << 20
+)
+
 // DefaultUserCap is the MaxGPUsPerUser entry that caps every user not
 // named on their own.
 const DefaultUserCap = "default"
@@ -168,7 +191,7 @@ const DefaultUserCap = "default"
 // job until queue.images allows some.
 func DefaultQueue() Queue {
 	return Queue{
-		Network:                "bridge",
+		Network:                NetworkIsolated,
 		PublishAddress:         "127.0.0.1",
 		MaxGPUs:                8,
 		MaxCPUs:                16,
@@ -176,6 +199,8 @@ func DefaultQueue() Queue {
 		MaxShmSize:             16 << 30,
 		MaxTimeLimit:           7 * 24 * time.Hour,
 		MinTimeLimit:           time.Minute,
+		MaxPids:                4096,
+		MaxOpenFiles:           65536,
 		Placement:              "binpack",
 		MaxGPUsPerUser:         map[string]int{DefaultUserCap: 4},
 		OutsideMemoryThreshold: 0.05,
@@ -266,9 +291,11 @@ func (q Queue) Validate() error {
 	}
 	switch n := q.Network; {
 	case n == "":
-		bad("network: must not be empty (bridge, none, or a network of your own)")
+		bad("network: must not be empty (isolated, none, bridge, or a network of your own)")
 	case n == "host" || strings.HasPrefix(n, "container:"):
-		bad("network: %q shares another network namespace with jobs; use bridge, none, or a network of your own", n)
+		bad("network: %q shares another network namespace with jobs; use isolated, none, or a network of your own", n)
+	case strings.HasPrefix(n, "gpumeter-jobs"):
+		bad("network: %q is the name of an isolated network the agent makes; write isolated", n)
 	}
 	for _, p := range q.PublishPorts {
 		if _, _, err := ParsePortRange(p); err != nil {
@@ -289,6 +316,12 @@ func (q Queue) Validate() error {
 	}
 	if q.MaxShmSize == 0 {
 		bad("max_shm_size: must be more than 0")
+	}
+	if q.MaxPids < minPids || q.MaxPids > mostPids {
+		bad("max_pids: %d is not between %d and %d (processes and threads of one job)", q.MaxPids, minPids, mostPids)
+	}
+	if q.MaxOpenFiles < minOpenFiles || q.MaxOpenFiles > mostFiles {
+		bad("max_open_files: %d is not between %d and %d (fs.nr_open's default)", q.MaxOpenFiles, minOpenFiles, mostFiles)
 	}
 	if q.MaxTimeLimit <= 0 {
 		bad("max_time_limit: %s must be more than 0", units.FormatDuration(q.MaxTimeLimit))

@@ -11,9 +11,9 @@ import (
 func TestQueueDefaults(t *testing.T) {
 	c := Default()
 	want := Queue{
-		Network: "bridge", PublishAddress: "127.0.0.1",
+		Network: "isolated", PublishAddress: "127.0.0.1",
 		MaxGPUs: 8, MaxCPUs: 16, MaxMemory: 64 << 30, MaxShmSize: 16 << 30,
-		MaxTimeLimit: 7 * 24 * time.Hour, MinTimeLimit: time.Minute, Placement: "binpack",
+		MaxTimeLimit: 7 * 24 * time.Hour, MinTimeLimit: time.Minute, MaxPids: 4096, MaxOpenFiles: 65536, Placement: "binpack",
 		MaxGPUsPerUser: map[string]int{"default": 4}, OutsideMemoryThreshold: 0.05,
 		GPUPassing: "auto", StopGrace: 30 * time.Second, MaxRequeue: 3, MaxStartAttempts: 3,
 		LogRetention:         7 * 24 * time.Hour,
@@ -34,7 +34,7 @@ func TestQueueDefaults(t *testing.T) {
 	for name, want := range map[string]string{
 		"queue.max_memory": "64GiB", "queue.max_shm_size": "16GiB", "queue.max_time_limit": "7d",
 		"queue.default_time_limit": "0s", "queue.max_gpus_per_user": "default=4", "queue.log_retention": "7d",
-		"queue.outside_memory_threshold": "0.05", "queue.images": "", "queue.labels": "", "host.group_file": "/etc/group",
+		"queue.outside_memory_threshold": "0.05", "queue.network": "isolated", "queue.max_pids": "4096", "queue.max_open_files": "65536", "queue.images": "", "queue.labels": "", "host.group_file": "/etc/group",
 	} {
 		k, ok := lookup(name)
 		if !ok {
@@ -69,6 +69,7 @@ func TestQueueLab(t *testing.T) {
 		Network:         "lab-jobs", PublishPorts: []string{"8800-8899", "6006"}, PublishAddress: "127.0.0.1",
 		MaxGPUs: 4, MaxCPUs: 12.5, MaxMemory: 96 << 30, MaxShmSize: 32 << 30,
 		MaxTimeLimit: 3 * 24 * time.Hour, MinTimeLimit: time.Minute, DefaultTimeLimit: 4 * time.Hour, Placement: "spread",
+		MaxPids: 2048, MaxOpenFiles: 4096,
 		MaxGPUsPerUser:         map[string]int{"default": 2, "alice": 8, "bob": 0},
 		OutsideMemoryThreshold: 0.1, GPUPassing: "device_requests",
 		StopGrace: time.Minute, MaxRequeue: 2, MaxStartAttempts: 5, LogRetention: 14 * 24 * time.Hour,
@@ -129,6 +130,12 @@ func TestQueueValidate(t *testing.T) {
 		{"max cpus", "queue:\n  max_cpus: -1\n", `cfg.yaml:2: queue.max_cpus: -1 must be a number more than 0`},
 		{"max memory", "queue:\n  max_memory: 0B\n", `cfg.yaml:2: queue.max_memory: must be more than 0`},
 		{"max shm", "queue:\n  max_shm_size: 0\n", `cfg.yaml:2: queue.max_shm_size: must be more than 0`},
+		{"max pids 0", "queue:\n  max_pids: 0\n", `cfg.yaml:2: queue.max_pids: 0 is not between 16 and 4194304`},
+		{"max pids negative", "queue:\n  max_pids: -1\n", `cfg.yaml:2: queue.max_pids: -1 is not between 16`},
+		{"max pids past the kernel's", "queue:\n  max_pids: 5000000\n", `cfg.yaml:2: queue.max_pids: 5000000 is not between 16 and 4194304`},
+		{"max open files 0", "queue:\n  max_open_files: 0\n", `cfg.yaml:2: queue.max_open_files: 0 is not between 64 and 1048576`},
+		{"max open files past nr_open", "queue:\n  max_open_files: 2000000\n", `cfg.yaml:2: queue.max_open_files: 2000000 is not between 64 and 1048576`},
+		{"network named as ours", "queue:\n  network: gpumeter-jobs-lab\n", `cfg.yaml:2: queue.network: "gpumeter-jobs-lab" is the name of an isolated network the agent makes; write isolated`},
 		{"max time limit", "queue:\n  max_time_limit: 0s\n", `cfg.yaml:2: queue.max_time_limit: 0s must be more than 0`},
 		{"default over max", "queue:\n  max_time_limit: 1d\n  default_time_limit: 2d\n", `cfg.yaml:3: queue.default_time_limit: 2d is longer than queue.max_time_limit 1d`},
 		{"user cap negative", "queue:\n  max_gpus_per_user:\n    alice: -1\n", `cfg.yaml:3: queue.max_gpus_per_user.alice: -1 is negative`},

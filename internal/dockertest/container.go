@@ -226,17 +226,24 @@ func SleeperImage(t testing.TB, cli *client.Client) string {
 }
 
 func buildSleeper(cli *client.Client) error {
-	if have, err := hasSleeper(cli); err != nil || have {
+	return buildGoImage(cli, sleeperImage, "sleeper", sleeperSource, sleeperDockerfile)
+}
+
+// buildGoImage builds tag, unless the engine has it, from dockerfile and
+// the static Go program source compiled to bin: FROM scratch, so no
+// registry is needed.
+func buildGoImage(cli *client.Client, tag, bin, source, dockerfile string) error {
+	if have, err := hasImage(cli, tag); err != nil || have {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "gpumeter-sleeper")
+	dir, err := os.MkdirTemp("", "gpumeter-"+bin)
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	files := map[string]string{
-		"main.go": sleeperSource,
-		"go.mod":  "module sleeper\n\ngo 1.22\n",
+		"main.go": source,
+		"go.mod":  "module " + bin + "\n\ngo 1.22\n",
 	}
 	for name, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -247,13 +254,13 @@ func buildSleeper(cli *client.Client) error {
 	if err != nil {
 		return fmt.Errorf("the go tool is needed to build the test image: %w", err)
 	}
-	cmd := exec.Command(goTool, "build", "-trimpath", "-o", "sleeper", ".")
+	cmd := exec.Command(goTool, "build", "-trimpath", "-o", bin, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOWORK=off", "GOFLAGS=")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
 	}
-	bin, err := os.ReadFile(filepath.Join(dir, "sleeper"))
+	body, err := os.ReadFile(filepath.Join(dir, bin))
 	if err != nil {
 		return err
 	}
@@ -265,8 +272,8 @@ func buildSleeper(cli *client.Client) error {
 		mode int64
 		body []byte
 	}{
-		{"Dockerfile", 0o644, []byte(sleeperDockerfile)},
-		{"sleeper", 0o755, bin},
+		{"Dockerfile", 0o644, []byte(dockerfile)},
+		{bin, 0o755, body},
 	} {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body))}); err != nil {
 			return err
@@ -282,7 +289,7 @@ func buildSleeper(cli *client.Client) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{
-		Tags:        []string{sleeperImage},
+		Tags:        []string{tag},
 		Remove:      true,
 		ForceRemove: true,
 		Labels:      map[string]string{Label: "1"},
@@ -314,17 +321,17 @@ func StreamError(r io.Reader) error {
 	}
 }
 
-// hasSleeper says whether the engine has the sleeper image built from this
-// source.
-func hasSleeper(cli *client.Client) (bool, error) {
+// hasImage says whether the engine has the image tag; a test image's tag
+// names the source it was built from.
+func hasImage(cli *client.Client, tag string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_, err := cli.ImageInspect(ctx, sleeperImage)
+	_, err := cli.ImageInspect(ctx, tag)
 	if cerrdefs.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("inspect %s: %w", sleeperImage, err)
+		return false, fmt.Errorf("inspect %s: %w", tag, err)
 	}
 	return true, nil
 }

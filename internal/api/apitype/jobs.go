@@ -33,7 +33,10 @@ type JobRequest struct {
 	CPUs      float64  `json:"cpus,omitempty"`
 	Memory    string   `json:"memory,omitempty"`   // a size: "32GiB"
 	ShmSize   string   `json:"shm_size,omitempty"` // a size: "8GiB"
-	Publish   []string `json:"publish,omitempty"`  // PORT[:CPORT]
+	// Pids is the most processes and threads the job may have at once;
+	// 0 takes queue.max_pids, and more is refused.
+	Pids    int      `json:"pids,omitempty"`
+	Publish []string `json:"publish,omitempty"` // PORT[:CPORT]
 	// Labels are K=V labels on the job's container, with keys the
 	// queue.labels patterns allow (gpumeter.project for chargeback).
 	Labels []string `json:"labels,omitempty"`

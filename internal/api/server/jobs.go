@@ -132,7 +132,7 @@ func specRequest(b apitype.JobRequest) (spec.Request, error) {
 		GPUs: b.GPUs, GPUMemory: v.GPUMemory, Class: b.Priority,
 		TimeLimit: v.TimeLimit, Image: b.Image, Name: b.Name,
 		Env: b.Env, Mounts: b.Mounts, Workdir: b.Workdir,
-		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize,
+		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize, Pids: b.Pids,
 		Publish: b.Publish, Labels: b.Labels, Command: b.Command,
 	}, nil
 }

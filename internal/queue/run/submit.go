@@ -48,6 +48,7 @@ type record struct {
 	CPUs      float64  `json:"cpus,omitempty"`
 	Memory    uint64   `json:"memory,omitempty"`
 	ShmSize   uint64   `json:"shm_size,omitempty"`
+	Pids      int      `json:"pids,omitempty"`
 	Publish   []string `json:"publish,omitempty"`
 	Labels    []string `json:"labels,omitempty"` // K=V, checked against queue.labels
 	Command   []string `json:"command"`
@@ -59,7 +60,7 @@ func recordOf(req spec.Request, keys, notify []string) record {
 		GPUs: req.GPUs, GPUMemory: req.GPUMemory, Class: req.Class,
 		TimeLimit: units.FormatDuration(req.TimeLimit), Image: req.Image, Name: req.Name,
 		EnvKeys: keys, Mounts: req.Mounts, Workdir: req.Workdir, CPUs: req.CPUs, Memory: req.Memory,
-		ShmSize: req.ShmSize, Publish: req.Publish, Labels: req.Labels, Command: req.Command, Notify: notify,
+		ShmSize: req.ShmSize, Pids: req.Pids, Publish: req.Publish, Labels: req.Labels, Command: req.Command, Notify: notify,
 	}
 }
 
@@ -73,7 +74,7 @@ func decodeRecord(j ledger.Job) (spec.Request, record, error) {
 	req := spec.Request{
 		GPUs: r.GPUs, GPUMemory: r.GPUMemory, Class: r.Class,
 		TimeLimit: j.TimeLimit, Image: r.Image, Name: r.Name, Mounts: r.Mounts,
-		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Publish: r.Publish, Labels: r.Labels, Command: r.Command,
+		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids, Publish: r.Publish, Labels: r.Labels, Command: r.Command,
 	}
 	return req, r, nil
 }

@@ -51,13 +51,7 @@ func ContainerName(node, jobID string) string {
 	if node == "" {
 		return "gpumeter-job-" + jobID
 	}
-	safe := []byte(node)
-	for i, c := range safe {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
-			safe[i] = '-'
-		}
-	}
-	return "gpumeter-job-" + string(safe) + "-" + jobID
+	return "gpumeter-job-" + safeName(node) + "-" + jobID
 }
 
 // ForNode makes s the container of its job on node: named for both, and
@@ -68,6 +62,32 @@ func (s *Spec) ForNode(node string) {
 	}
 	s.Name = ContainerName(node, s.Config.Labels[JobLabel])
 	s.Config.Labels[NodeLabel] = node
+}
+
+// IsolatedNetwork is the queue.network value that gives a node's jobs a
+// bridge network of their own, NetworkName(node), on which no job reaches
+// another's ports.
+const IsolatedNetwork = "isolated"
+
+// NetworkName is the name of node's isolated jobs network,
+// gpumeter-jobs-NODE, the node made safe as ContainerName makes it.
+func NetworkName(node string) string {
+	if node == "" {
+		return "gpumeter-jobs"
+	}
+	return "gpumeter-jobs-" + safeName(node)
+}
+
+// safeName is s with every character Docker refuses in a name replaced
+// by '-'.
+func safeName(s string) string {
+	safe := []byte(s)
+	for i, c := range safe {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '.' || c == '-') {
+			safe[i] = '-'
+		}
+	}
+	return string(safe)
 }
 
 // Spec is a container as the agent creates it.
@@ -144,6 +164,15 @@ func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, 
 	}
 	host.NanoCPUs = nanoCPUs(req.CPUs, rules.MaxCPUs)
 	host.Memory = int64(limit(req.Memory, rules.MaxMemory))
+	// Both limits always: without them one job's fork bomb or leaked
+	// descriptors take the host, the agent and every other job.
+	pids := int64(rules.maxPids())
+	if req.Pids > 0 {
+		pids = int64(req.Pids)
+	}
+	host.PidsLimit = &pids
+	nofile := int64(rules.maxOpenFiles())
+	host.Ulimits = []*container.Ulimit{{Name: "nofile", Soft: nofile, Hard: nofile}}
 
 	for _, m := range c.mounts {
 		host.Mounts = append(host.Mounts, mount.Mount{

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -62,8 +63,10 @@ func TestBuildWholeSpec(t *testing.T) {
 		GroupAdd:      []string{"2000"},
 		ShmSize:       4 << 30,
 		Resources: container.Resources{
-			NanoCPUs: 8e9,
-			Memory:   64 << 30,
+			NanoCPUs:  8e9,
+			Memory:    64 << 30,
+			PidsLimit: ptr(int64(DefaultMaxPids)),
+			Ulimits:   []*container.Ulimit{{Name: "nofile", Soft: int64(DefaultOpenFiles()), Hard: int64(DefaultOpenFiles())}},
 			DeviceRequests: []container.DeviceRequest{{
 				Driver:       "nvidia",
 				DeviceIDs:    gpuPair,
@@ -218,6 +221,65 @@ func TestBuildMemoryJob(t *testing.T) {
 // TestBuildIsolates builds every request the checker accepts in the other
 // tests and finds none of the ways out of a container: the request has
 // no field for them, so nothing it says can turn them on.
+// TestBuildProcessLimits: every job has a PID limit and a nofile ulimit,
+// whatever the rules leave unset; a request may ask for fewer processes
+// than the maximum, and gets what it asked for.
+func TestBuildProcessLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		maxPids, maxFiles int
+		pids              int
+		wantPids          int64
+		wantFiles         int64
+	}{
+		{"defaults", 0, 0, 0, DefaultMaxPids, int64(DefaultOpenFiles())},
+		{"the rules' maximum", 512, 1024, 0, 512, 1024},
+		{"fewer asked for", 512, 1024, 64, 64, 1024},
+		{"the maximum asked for", 512, 1024, 512, 512, 1024},
+		{"fewer than the default", 0, 0, 100, 100, int64(DefaultOpenFiles())},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rules := testRules("/srv")
+			rules.MaxPids, rules.MaxOpenFiles = tc.maxPids, tc.maxFiles
+			req := testRequest()
+			req.Pids = tc.pids
+			s, err := Build(req, rules, alice, "j-1", gpuPair, Env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := s.HostConfig
+			if h.PidsLimit == nil || *h.PidsLimit != tc.wantPids {
+				t.Errorf("PidsLimit %v, want %d", h.PidsLimit, tc.wantPids)
+			}
+			want := []*container.Ulimit{{Name: "nofile", Soft: tc.wantFiles, Hard: tc.wantFiles}}
+			if diff := cmp.Diff(want, h.Ulimits); diff != "" {
+				t.Errorf("ulimits (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestDefaultOpenFiles: the default nofile limit is never above this
+// process's own hard limit, which runc could not raise a job's to.
+func TestDefaultOpenFiles(t *testing.T) {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		t.Fatal(err)
+	}
+	want := min(DefaultMaxOpenFiles, int(min(r.Max, MostOpenFiles+1)))
+	if r.Max > MostOpenFiles {
+		want = DefaultMaxOpenFiles
+	}
+	if got := DefaultOpenFiles(); got != want {
+		t.Errorf("DefaultOpenFiles() = %d with a hard limit of %d, want %d", got, r.Max, want)
+	}
+	if got := OpenFilesFor(64); got != 64 {
+		t.Errorf("OpenFilesFor(64) = %d, want 64", got)
+	}
+}
+
 func TestBuildIsolates(t *testing.T) {
 	h := newHostTree(t)
 	reqs := []Request{testRequest()}
@@ -270,6 +332,9 @@ func assertIsolated(t testing.TB, spec *Spec, rules Rules) {
 	check(rules.MaxShmSize == 0 || uint64(h.ShmSize) <= rules.MaxShmSize, "shm over the maximum")
 	check(rules.MaxMemory == 0 || uint64(h.Memory) <= rules.MaxMemory && h.Memory > 0, "memory over the maximum")
 	check(rules.MaxCPUs == 0 || float64(h.NanoCPUs) <= rules.MaxCPUs*1e9 && h.NanoCPUs > 0, "cpus over the maximum")
+	check(h.PidsLimit != nil && *h.PidsLimit > 0 && *h.PidsLimit <= int64(rules.maxPids()), "no PID limit, or one over the maximum")
+	check(len(h.Ulimits) == 1 && h.Ulimits[0].Name == "nofile" && h.Ulimits[0].Soft == h.Ulimits[0].Hard &&
+		h.Ulimits[0].Hard == int64(rules.maxOpenFiles()), "no nofile ulimit of queue.max_open_files")
 	for _, m := range h.Mounts {
 		check(m.Type == mount.TypeBind && m.BindOptions != nil && m.BindOptions.Propagation == mount.PropagationRPrivate, "mount "+m.Source)
 		in := false
@@ -337,6 +402,20 @@ func TestForNode(t *testing.T) {
 		}
 		if s.Config.Labels[JobLabel] != "j-000007" {
 			t.Errorf("node %q: job label %q", tc.node, s.Config.Labels[JobLabel])
+		}
+	}
+}
+
+// TestNetworkName: a node's isolated network is named for the node, made
+// safe as a container name is.
+func TestNetworkName(t *testing.T) {
+	for _, tc := range []struct{ node, want string }{
+		{"", "gpumeter-jobs"},
+		{"lab-1", "gpumeter-jobs-lab-1"},
+		{"gpu box/2", "gpumeter-jobs-gpu-box-2"},
+	} {
+		if got := NetworkName(tc.node); got != tc.want {
+			t.Errorf("NetworkName(%q) = %q, want %q", tc.node, got, tc.want)
 		}
 	}
 }

@@ -95,6 +95,15 @@ func TestEngineTakesTheSpec(t *testing.T) {
 			t.Errorf("job's groups %q lack the submitter's 2000", groups)
 		}
 	}
+	if hc.PidsLimit == nil || *hc.PidsLimit != DefaultMaxPids || len(hc.Ulimits) != 1 || hc.Ulimits[0].Name != "nofile" ||
+		hc.Ulimits[0].Hard != int64(DefaultOpenFiles()) || hc.Ulimits[0].Soft != hc.Ulimits[0].Hard {
+		t.Errorf("engine's pids limit %v, ulimits %v; want %d and nofile %d", hc.PidsLimit, hc.Ulimits, DefaultMaxPids, DefaultOpenFiles())
+	}
+	if limits, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", got.State.Pid)); err == nil {
+		if want := fmt.Sprintf("Max open files            %-21d%-21dfiles", DefaultOpenFiles(), DefaultOpenFiles()); !strings.Contains(string(limits), want) {
+			t.Errorf("job's /proc limits lack %q:\n%s", want, limits)
+		}
+	}
 	if got.Config.User != "4242:4242" || got.HostConfig.ShmSize != 128<<20 || got.HostConfig.NanoCPUs != 1e9 {
 		t.Errorf("user %q shm %d cpus %d, want the spec's", got.Config.User, got.HostConfig.ShmSize, got.HostConfig.NanoCPUs)
 	}

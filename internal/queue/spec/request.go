@@ -39,6 +39,7 @@ type Request struct {
 	CPUs      float64  // 0: no request, the rules' maximum applies
 	Memory    uint64   // bytes; 0: no request, the rules' maximum applies
 	ShmSize   uint64   // bytes; 0: Docker's default
+	Pids      int      // processes and threads at once; 0: the rules' maximum
 	Publish   []string // PORT[:CPORT], PORT on the host
 	Labels    []string // K=V, keys matching Rules.Labels
 	Command   []string
@@ -57,19 +58,29 @@ type Rules struct {
 	// usable memory of any shared GPU, times queue.shared_memory_fraction,
 	// as the runtime measures it. 0: no GPU is shared, and every memory
 	// job is refused.
-	MaxGPUMemory    uint64
-	MaxCPUs         float64
-	MaxMemory       uint64
-	MaxShmSize      uint64
-	MaxTimeLimit    time.Duration
-	MinTimeLimit    time.Duration // the shortest time limit; 0: none
-	PublishPorts    []PortRange   // empty refuses every --publish
-	PublishAddress  string        // default 127.0.0.1
-	Network         string        // default bridge
-	CapAdd          []string      // added to every job after all are dropped
-	RunAsRootImages []string      // glob patterns of images that may run as uid 0
-	UserLabel       string        // default gpumeter.user
-	TeamLabel       string        // default gpumeter.team
+	MaxGPUMemory uint64
+	MaxCPUs      float64
+	MaxMemory    uint64
+	MaxShmSize   uint64
+	// MaxPids is the PID limit of every job, and the most a request may
+	// ask for; 0 is DefaultMaxPids, never no limit: a fork bomb in one
+	// job must not take the host.
+	MaxPids int
+	// MaxOpenFiles is every job's nofile ulimit, soft and hard; 0 is
+	// DefaultOpenFiles().
+	MaxOpenFiles   int
+	MaxTimeLimit   time.Duration
+	MinTimeLimit   time.Duration // the shortest time limit; 0: none
+	PublishPorts   []PortRange   // empty refuses every --publish
+	PublishAddress string        // default 127.0.0.1
+	// Network is the Docker network jobs join, by name (default
+	// bridge). The agent resolves queue.network's isolated to the
+	// node's own network, NetworkName, before the rules reach here.
+	Network         string
+	CapAdd          []string // added to every job after all are dropped
+	RunAsRootImages []string // glob patterns of images that may run as uid 0
+	UserLabel       string   // default gpumeter.user
+	TeamLabel       string   // default gpumeter.team
 	// Labels are the glob patterns (path.Match) of the label keys a job
 	// may set on its container; empty refuses every label. The agent's
 	// own keys are refused whatever the patterns say.
@@ -86,6 +97,53 @@ const (
 	DefaultPublishAddress = "127.0.0.1"
 	DefaultNetwork        = "bridge"
 )
+
+// DefaultMaxPids and DefaultMaxOpenFiles apply when Rules leaves MaxPids
+// or MaxOpenFiles 0, so that every job has both limits; DefaultOpenFiles
+// lowers the second to what this host allows.
+const (
+	DefaultMaxPids      = 4096
+	DefaultMaxOpenFiles = 65536
+)
+
+// Bounds of the limits: PID_MAX_LIMIT of 64-bit Linux, and the kernel's
+// default fs.nr_open, above which runc cannot set a nofile limit.
+const (
+	MostPids      = 1 << 22
+	MostOpenFiles = 1 << 20
+)
+
+func (r Rules) maxPids() int {
+	if r.MaxPids == 0 {
+		return DefaultMaxPids
+	}
+	return r.MaxPids
+}
+
+func (r Rules) maxOpenFiles() int {
+	if r.MaxOpenFiles == 0 {
+		return DefaultOpenFiles()
+	}
+	return r.MaxOpenFiles
+}
+
+// DefaultOpenFiles is the nofile limit of a job whose rules name none:
+// DefaultMaxOpenFiles, or this process's own hard limit where that is
+// lower. runc cannot raise a container's hard limit above the engine's,
+// and the agent runs beside the engine: on a host whose limits are lower
+// than the default, a higher one would fail every start.
+func DefaultOpenFiles() int {
+	return OpenFilesFor(DefaultMaxOpenFiles)
+}
+
+// OpenFilesFor is n, or this process's hard RLIMIT_NOFILE where that is
+// lower.
+func OpenFilesFor(n int) int {
+	if c := openFilesCeiling(); c > 0 && c < n {
+		return c
+	}
+	return n
+}
 
 func (r Rules) publishAddress() string {
 	if r.PublishAddress == "" {
@@ -149,6 +207,12 @@ func (r Rules) Validate() error {
 		return fmt.Errorf("queue.max_cpus: %g is not between 0 and %d", r.MaxCPUs, maxCPUs)
 	case r.MaxMemory > math.MaxInt64 || r.MaxShmSize > math.MaxInt64 || r.MaxGPUMemory > math.MaxInt64:
 		return fmt.Errorf("queue: max_memory, max_shm_size and the shared GPUs' memory must be below 8EiB")
+	case r.MaxPids < 0 || r.MaxPids > MostPids:
+		return fmt.Errorf("queue.max_pids: %d is not between 1 and %d", r.MaxPids, MostPids)
+	case r.MaxOpenFiles < 0 || r.MaxOpenFiles > MostOpenFiles:
+		return fmt.Errorf("queue.max_open_files: %d is not between 1 and %d", r.MaxOpenFiles, MostOpenFiles)
+	case r.Network == IsolatedNetwork:
+		return fmt.Errorf("queue.network: %s names no Docker network until the agent resolves it to the node's own (%s)", IsolatedNetwork, NetworkName("NODE"))
 	}
 	for _, pr := range r.PublishPorts {
 		if pr.First == 0 || pr.First > pr.Last {
@@ -468,6 +532,12 @@ func checkResources(req Request, rules Rules) error {
 		return refuse(TooBig, "memory", "%s is more than any host has", units.FormatSize(req.Memory))
 	case req.Memory > 0 && req.Memory < minMemory:
 		return refuse(BadRequest, "memory", "%s is less than Docker's least, 6MiB; give --memory 6MiB or more", units.FormatSize(req.Memory))
+	}
+	switch most := rules.maxPids(); {
+	case req.Pids < 0:
+		return refuse(BadRequest, "pids", "pids %d is not a number of processes above 0; give --pids such as 512, or leave it out for queue.max_pids (%d)", req.Pids, most)
+	case req.Pids > most:
+		return refuse(TooBig, "pids", "%d processes is more than queue.max_pids (%d); give --pids %d or less", req.Pids, most, most)
 	}
 	switch {
 	case rules.MaxShmSize > 0 && req.ShmSize > rules.MaxShmSize:

@@ -200,6 +200,9 @@ func TestCheckRefuses(t *testing.T) {
 		{"too much memory", func(r *Request, _ *Identity, _ *Rules) { r.Memory = 65 << 30 }, TooBig, "memory", "queue.max_memory (64GiB)"},
 		{"too little memory", func(r *Request, _ *Identity, _ *Rules) { r.Memory = 1 << 20 }, BadRequest, "memory", "6MiB"},
 		{"too much shm", func(r *Request, _ *Identity, _ *Rules) { r.ShmSize = 9 << 30 }, TooBig, "shm_size", "queue.max_shm_size (8GiB)"},
+		{"more pids than the maximum", func(r *Request, _ *Identity, _ *Rules) { r.Pids = 4097 }, TooBig, "pids", "queue.max_pids (4096); give --pids 4096 or less"},
+		{"more pids than a lowered maximum", func(r *Request, _ *Identity, rl *Rules) { r.Pids, rl.MaxPids = 129, 128 }, TooBig, "pids", "queue.max_pids (128)"},
+		{"negative pids", func(r *Request, _ *Identity, _ *Rules) { r.Pids = -1 }, BadRequest, "pids", "--pids"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -290,6 +293,11 @@ func TestRulesValidate(t *testing.T) {
 		{"infinite CPUs", func(r *Rules) { r.MaxCPUs = math.Inf(1) }, "queue.max_cpus"},
 		{"memory past int64", func(r *Rules) { r.MaxMemory = 1 << 63 }, "max_memory"},
 		{"capability ALL", func(r *Rules) { r.CapAdd = []string{"ALL"} }, "queue.cap_add"},
+		{"negative pids", func(r *Rules) { r.MaxPids = -1 }, "queue.max_pids"},
+		{"pids past the kernel's", func(r *Rules) { r.MaxPids = MostPids + 1 }, "queue.max_pids"},
+		{"negative open files", func(r *Rules) { r.MaxOpenFiles = -1 }, "queue.max_open_files"},
+		{"open files past nr_open", func(r *Rules) { r.MaxOpenFiles = MostOpenFiles + 1 }, "queue.max_open_files"},
+		{"isolated not resolved", func(r *Rules) { r.Network = IsolatedNetwork }, "gpumeter-jobs-NODE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

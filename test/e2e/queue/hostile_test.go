@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
 // TestQueueHostileRequests: what a user may not ask of the agent, which
@@ -114,8 +115,11 @@ func TestQueueHostileRequests(t *testing.T) {
 		t.Errorf("privileged %v, pid %q, ipc %q, uts %q, network %q, userns %q, cgroupns %q: want none of the host's",
 			hc.Privileged, hc.PidMode, hc.IpcMode, hc.UTSMode, hc.NetworkMode, hc.UsernsMode, hc.CgroupnsMode)
 	}
-	if string(hc.NetworkMode) != "bridge" {
-		t.Errorf("network %q, want bridge", hc.NetworkMode)
+	if want := spec.NetworkName(h.node); string(hc.NetworkMode) != want {
+		t.Errorf("network %q, want the node's isolated %s", hc.NetworkMode, want)
+	}
+	if hc.PidsLimit == nil || *hc.PidsLimit != spec.DefaultMaxPids || len(hc.Ulimits) != 1 || hc.Ulimits[0].Name != "nofile" {
+		t.Errorf("pids limit %v, ulimits %v; want queue.max_pids' default and a nofile limit", hc.PidsLimit, hc.Ulimits)
 	}
 	if !slices.Equal(hc.CapDrop, []string{"ALL"}) || len(hc.CapAdd) != 0 {
 		t.Errorf("cap_drop %v, cap_add %v, want ALL dropped and none added", hc.CapDrop, hc.CapAdd)
