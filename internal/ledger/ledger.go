@@ -296,6 +296,12 @@ var ErrNotLedger = errors.New("not a gpumeter ledger")
 // gpumeter whose schema this one does not know.
 var ErrSchemaTooNew = errors.New("ledger schema is newer than this gpumeter")
 
+// ErrUnavailable is wrapped by the error of a read or write that failed
+// because the database could not be reached (a refused or broken
+// connection, a server shutting down): nothing was wrong with what was
+// asked, and it may be asked again once the database is back.
+var ErrUnavailable = errors.New("ledger database unavailable")
+
 // Minute truncates t to its minute in UTC.
 func Minute(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
 
