@@ -52,6 +52,9 @@ const (
 	CodeFairShareOff     = "fairshare_off"
 	CodeRefused          = "refused"
 	CodeInternal         = "internal_error"
+	// CodeLedgerUnavailable: the ledger's database cannot be reached; the
+	// answer is a 503 with Retry-After, and nothing was done.
+	CodeLedgerUnavailable = "ledger_unavailable"
 )
 
 // Outcomes of API calls in the audit log, besides audit's allowed and

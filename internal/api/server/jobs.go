@@ -291,6 +291,10 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 	}
 }
 
+// ledgerRetryAfter is the Retry-After of a 503 for a ledger that cannot
+// be reached: about how long a database restart or a network blip takes.
+const ledgerRetryAfter = 5 * time.Second
+
 // jobError answers an error of the queue: a refusal and a bad request are
 // observed with the field at fault, a failure is logged.
 func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, target string, err error) {
@@ -323,6 +327,12 @@ func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, targe
 		e.Message = "job " + race.ID + " changed to " + race.Actual + " meanwhile; look at it again"
 	case errors.Is(err, run.ErrLogsRemoved):
 		status, e.Code = http.StatusNotFound, apitype.CodeNotFound
+	case errors.Is(err, ledger.ErrUnavailable):
+		// Nothing was done: the caller may ask again once it is back.
+		status, e.Code = http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable
+		e.Message = "the queue's database cannot be reached; nothing was done; try again in a few seconds"
+		w.Header().Set("Retry-After", strconv.Itoa(int(ledgerRetryAfter/time.Second)))
+		s.cfg.Logger.Warn("job queue: ledger unavailable", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)
 	default:
 		status, e.Code, e.Message = http.StatusInternalServerError, apitype.CodeInternal, "the queue could not do it; the agent's log says why"
 		s.cfg.Logger.Error("job queue", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)
