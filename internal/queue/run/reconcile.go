@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gpumeter/gpumeter/internal/container"
@@ -43,7 +44,9 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 			q.settle(ctx, l, j, jc)
 			continue
 		}
-		if j.State == string(queue.Starting) {
+		if j.State == string(queue.Starting) && l.unsure[j.ID] {
+			q.requeueUnavailable(ctx, l, j, errors.New("its container was not created"))
+		} else if j.State == string(queue.Starting) {
 			q.backToQueue(ctx, j, "the agent stopped before the job's container was created; back in the queue")
 		} else {
 			q.markLost(ctx, j, queue.Running)
@@ -71,6 +74,9 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 // settle sets starting or running job j straight with its container jc.
 func (q *Queue) settle(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
 	st := queue.State(j.State)
+	if jc.Running || jc.Exited {
+		delete(l.unsure, j.ID) // it started
+	}
 	switch {
 	case jc.Running:
 		if st == queue.Starting {
@@ -90,6 +96,9 @@ func (q *Queue) settle(ctx context.Context, l *loop, j ledger.Job, jc container.
 			j.ContainerID = jc.ID
 		}
 		q.finish(ctx, l, j, jc)
+	case st == queue.Starting && l.unsure[j.ID]:
+		q.removeContainer(ctx, jc.ID)
+		q.requeueUnavailable(ctx, l, j, errors.New("its container was created but not started"))
 	case st == queue.Starting:
 		q.removeContainer(ctx, jc.ID)
 		q.backToQueue(ctx, j, "the agent stopped between creating the job's container and starting it; back in the queue")
