@@ -74,16 +74,17 @@ func gpus(n int) []queue.GPU {
 // runs until the test ends (or stop is called).
 func newEngineEnv(t testing.TB, n int, edit func(*Config)) *engineEnv {
 	t.Helper()
+	dockertest.LockGPUs(t)
 	return newEngineEnvAt(t, n, func(*client.Client) string { return "" }, edit)
 }
 
 // newEngineEnvAt is newEngineEnv with the queue reaching the engine at
 // the address host returns ("": as the environment says), given the
-// test's own client of the engine.
+// test's own client of the machine's engine. It takes no GPU lock: a
+// test on the machine's engine takes it first.
 func newEngineEnvAt(t testing.TB, n int, host func(*client.Client) string, edit func(*Config)) *engineEnv {
 	t.Helper()
 	cli := dockertest.Client(t)
-	dockertest.LockGPUs(t)
 	img := dockertest.SleeperImage(t, cli)
 	jobs, err := docker.NewJobs(host(cli), "", nil)
 	if err != nil {

@@ -316,8 +316,7 @@ func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.
 	case byPolicy:
 		state, reason = queue.Failed, policy
 		text = fmt.Sprintf("stopped by the waste policy (exit code %d)", exit)
-	case q.killedByEngine(ctx, l, jc):
-		q.requeueEngineFailure(ctx, l, j, jc)
+	case q.engineMayHaveKilled(ctx, l, j, jc):
 		return
 	case exit != 0:
 		state = queue.Failed
@@ -348,22 +347,62 @@ func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.
 	q.jobEnded(out)
 }
 
-// killedByEngine reports whether the exit of jc, with no stop of the
-// queue's asked for it, was the engine's doing: a signal's exit code
-// (SIGKILL's 137, SIGTERM's 143), no OOM kill, and the engine lost
-// around it (the events stream broke and came back since, or it does
-// not answer now, as when it stops and kills its containers on the way
-// out).
-func (q *Queue) killedByEngine(ctx context.Context, l *loop, jc container.JobContainer) bool {
-	if jc.OOMKilled || jc.ExitCode != 137 && jc.ExitCode != 143 {
+// killCheckDelay is how long the verdict on a job container killed by
+// a signal waits for a sign that the engine is going away: a daemon that
+// stops kills its containers first (SIGTERM, SIGKILL after their stop
+// timeout) and stops answering only after them.
+const killCheckDelay = 5 * time.Second
+
+// engineMayHaveKilled reports whether the end of job j's container jc
+// is not to be recorded now because the engine may have killed it: a
+// signal's exit code (SIGKILL's 137, SIGTERM's 143), no OOM kill, no
+// stop of the queue's. When the engine was lost since (the events stream
+// broke and came back) or does not answer, the job is requeued as
+// engine_failure; otherwise the verdict waits killCheckDelay for the
+// engine to go away (see applyKillChecks), and the exit code decides
+// after that.
+func (q *Queue) engineMayHaveKilled(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) bool {
+	if jc.OOMKilled || jc.ExitCode != 137 && jc.ExitCode != 143 || l.killVerdict[jc.ID] {
 		return false
 	}
-	if l.lostEngine {
+	if l.lostEngine || !q.engineAnswers(ctx) {
+		q.requeueEngineFailure(ctx, l, j, jc)
 		return true
 	}
+	l.killChecks[jc.ID] = killCheck{jc: jc, at: q.now().Add(killCheckDelay)}
+	return true
+}
+
+// killCheck is an exit by a signal whose verdict waits until at.
+type killCheck struct {
+	jc container.JobContainer
+	at time.Time
+}
+
+// applyKillChecks gives the exits by a signal that are due their
+// verdict, and returns when the next is due (zero: none).
+func (q *Queue) applyKillChecks(ctx context.Context, l *loop) time.Time {
+	var next time.Time
+	for cid, k := range l.killChecks {
+		if q.now().Before(k.at) {
+			next = minTime(next, k.at)
+			continue
+		}
+		delete(l.killChecks, cid)
+		if !l.lostEngine && q.engineAnswers(ctx) {
+			l.killVerdict[cid] = true // the job's own: its exit code decides
+		}
+		q.ended(ctx, l, k.jc)
+		delete(l.killVerdict, cid)
+	}
+	return next
+}
+
+// engineAnswers reports whether the engine answers a ping.
+func (q *Queue) engineAnswers(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
-	return q.engine.Ping(pctx) != nil
+	return q.engine.Ping(pctx) == nil
 }
 
 // requeueEngineFailure puts running job j, whose container jc the engine

@@ -52,6 +52,10 @@ type loop struct {
 	// pendingEnds are exits seen that the store could not take yet:
 	// container id -> the container as the engine reported it.
 	pendingEnds map[string]container.JobContainer
+	// killChecks are exits by a signal that wait for their verdict, by
+	// container id; killVerdict marks those found the job's own.
+	killChecks  map[string]killCheck
+	killVerdict map[string]bool
 }
 
 // Run reconciles the store with the engine's job containers, then runs
@@ -65,7 +69,8 @@ func (q *Queue) Run(ctx context.Context) error {
 		return nil
 	}
 	l := &loop{stopped: make(chan string, 16), retention: map[string]time.Time{}, retryAt: map[string]time.Time{},
-		ping: engineBackoff, unsure: map[string]bool{}, stale: map[string]string{}, pendingEnds: map[string]container.JobContainer{}}
+		ping: engineBackoff, unsure: map[string]bool{}, stale: map[string]string{}, pendingEnds: map[string]container.JobContainer{},
+		killChecks: map[string]killCheck{}, killVerdict: map[string]bool{}}
 	defer l.stops.Wait()
 	evs := q.engine.Events(ctx) // before the reconciliation, so no death is missed
 	q.cleanTemps(time.Hour)
@@ -77,6 +82,7 @@ func (q *Queue) Run(ctx context.Context) error {
 			q.pingEngine(ctx, l)
 		}
 		q.applyPendingEnds(ctx, l)
+		killDue := q.applyKillChecks(ctx, l)
 		if !l.reconciled && !l.engineDown {
 			if err := q.reconcile(ctx, l); err != nil {
 				if ctx.Err() != nil {
@@ -97,6 +103,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		if l.engineDown {
 			next = minTime(next, l.pingAt)
 		}
+		next = minTime(next, killDue)
 		timer.Reset(untilOrHour(next, q.now()))
 		select {
 		case <-ctx.Done():
