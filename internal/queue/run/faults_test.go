@@ -41,7 +41,7 @@ func (e *engineEnv) exitAfter(d, code string) spec.Request {
 // reconciliation and the rest run.
 func TestEngineOutageBurnsNoAttempt(t *testing.T) {
 	var proxy *dockertest.SocketProxy
-	dockertest.LockGPUs(t)
+	lockMachineEngine(t)
 	e := newEngineEnvAt(t, 6, func(cli *client.Client) string {
 		sock := dockertest.EngineSocket(cli)
 		if sock == "" {
