@@ -11,6 +11,13 @@ import (
 // taken: a queue job's container was created before.
 var ErrExists = errors.New("container exists")
 
+// ErrUnavailable is wrapped by the error of an action that failed because
+// the container runtime could not be reached or answered that it could
+// not serve (a connection error, a 503, a 500 while it stops answering):
+// the runtime's fault, not the container's, and worth trying again once
+// it answers.
+var ErrUnavailable = errors.New("container runtime unavailable")
+
 // JobContainer is the container of a queue job as its runtime reports it,
 // in any state: created, running or exited.
 type JobContainer struct {

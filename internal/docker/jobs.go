@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -52,14 +53,56 @@ func NewJobs(host, node string, log *slog.Logger) (*Jobs, error) {
 // Close closes the client's connections.
 func (j *Jobs) Close() error { return j.client.Close() }
 
-// notFound wraps err with container.ErrNotFound when the daemon does not
-// know the container.
-func notFound(what, id string, err error) error {
-	if cerrdefs.IsNotFound(err) {
+// wrap gives err, of action what on id, its context, and marks whose
+// fault it is: container.ErrNotFound when the daemon does not know the
+// container, container.ErrUnavailable when the daemon is not there to do
+// it (see unavailable). Anything else (a 400 refused spec, a 404 missing
+// image) is left as the daemon said it: the job's own fault.
+func (j *Jobs) wrap(ctx context.Context, what, id string, err error) error {
+	switch {
+	case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
 		return fmt.Errorf("%s %s: %w: %w", what, id, container.ErrNotFound, err)
+	case j.unavailable(ctx, err):
+		return fmt.Errorf("%s %s: %w: %w", what, id, container.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s %s: %w", what, id, err)
 }
+
+// unavailable reports whether err says the daemon could not be reached
+// or could not serve: a connection that failed or broke, a call that ran
+// past its deadline, a 503; and a 500 when the daemon then does not
+// answer a ping either (a daemon going down answers 500s on its way out,
+// while a 500 from a daemon that answers is most often runc refusing the
+// job's own spec, which trying again would not change).
+func (j *Jobs) unavailable(ctx context.Context, err error) bool {
+	switch {
+	case err == nil || errors.Is(err, context.Canceled):
+		return false
+	case client.IsErrConnectionFailed(err), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		cerrdefs.IsUnavailable(err):
+		return true
+	case cerrdefs.IsInternal(err):
+		return j.Ping(context.WithoutCancel(ctx)) != nil
+	}
+	return false
+}
+
+// Ping reports whether the daemon answers, within a few seconds; an
+// error wraps container.ErrUnavailable.
+func (j *Jobs) Ping(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, unavailablePing)
+	defer cancel()
+	if _, err := j.client.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return fmt.Errorf("ping the docker daemon: %w: %w", container.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// unavailablePing bounds the ping that tells a daemon that is going away
+// from one that refused a request.
+const unavailablePing = 5 * time.Second
 
 // Create creates s's container under s.Name. A name already taken is an
 // error wrapping container.ErrExists: the job's container exists, and the
@@ -70,7 +113,7 @@ func (j *Jobs) Create(ctx context.Context, s *spec.Spec) (string, error) {
 		if cerrdefs.IsConflict(err) {
 			return "", fmt.Errorf("create %s: %w: %w", s.Name, container.ErrExists, err)
 		}
-		return "", fmt.Errorf("create %s: %w", s.Name, err)
+		return "", j.wrap(ctx, "create", s.Name, err)
 	}
 	for _, w := range res.Warnings {
 		j.log.Warn("docker warns of a job container", "name", s.Name, "warning", w)
@@ -81,7 +124,7 @@ func (j *Jobs) Create(ctx context.Context, s *spec.Spec) (string, error) {
 // Start starts a created container.
 func (j *Jobs) Start(ctx context.Context, id string) error {
 	if _, err := j.client.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return notFound("start", id, err)
+		return j.wrap(ctx, "start", id, err)
 	}
 	return nil
 }
@@ -91,7 +134,7 @@ func (j *Jobs) Start(ctx context.Context, id string) error {
 func (j *Jobs) Inspect(ctx context.Context, id string) (container.JobContainer, error) {
 	res, err := j.client.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return container.JobContainer{}, notFound("inspect", id, err)
+		return container.JobContainer{}, j.wrap(ctx, "inspect", id, err)
 	}
 	r := res.Container
 	c := container.JobContainer{ID: r.ID, Name: strings.TrimPrefix(r.Name, "/"), Mounts: r.Mounts}
@@ -116,7 +159,7 @@ func (j *Jobs) Inspect(ctx context.Context, id string) (container.JobContainer, 
 func (j *Jobs) Stop(ctx context.Context, id string, grace time.Duration) error {
 	secs := int(math.Ceil(max(grace, 0).Seconds()))
 	if _, err := j.client.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
-		return notFound("stop", id, err)
+		return j.wrap(ctx, "stop", id, err)
 	}
 	return nil
 }
@@ -124,8 +167,8 @@ func (j *Jobs) Stop(ctx context.Context, id string, grace time.Duration) error {
 // Remove removes a container by force; one that is gone is no error.
 func (j *Jobs) Remove(ctx context.Context, id string) error {
 	_, err := j.client.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
-	if err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("remove %s: %w", id, err)
+	if err != nil && (client.IsErrConnectionFailed(err) || !cerrdefs.IsNotFound(err)) {
+		return j.wrap(ctx, "remove", id, err)
 	}
 	return nil
 }
@@ -135,7 +178,7 @@ func (j *Jobs) Remove(ctx context.Context, id string) error {
 func (j *Jobs) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
 	rc, err := j.client.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow})
 	if err != nil {
-		return notFound("logs of", id, err)
+		return j.wrap(ctx, "logs of", id, err)
 	}
 	defer rc.Close()
 	if _, err := stdcopy.StdCopy(w, w, rc); err != nil && ctx.Err() == nil {
@@ -149,7 +192,7 @@ func (j *Jobs) Logs(ctx context.Context, id string, follow bool, w io.Writer) er
 func (j *Jobs) List(ctx context.Context) ([]container.JobContainer, error) {
 	res, err := j.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: j.filters()})
 	if err != nil {
-		return nil, fmt.Errorf("list job containers: %w", err)
+		return nil, j.wrap(ctx, "list", "job containers", err)
 	}
 	out := make([]container.JobContainer, 0, len(res.Items))
 	for _, s := range res.Items {

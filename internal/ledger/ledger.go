@@ -306,6 +306,12 @@ var ErrDamaged = errors.New("the ledger file is damaged")
 // writes fail until room is made.
 var ErrFull = errors.New("the ledger's disk is full")
 
+// ErrUnavailable is wrapped by the error of a read or write that failed
+// because the database could not be reached (a refused or broken
+// connection, a server shutting down): nothing was wrong with what was
+// asked, and it may be asked again once the database is back.
+var ErrUnavailable = errors.New("ledger database unavailable")
+
 // Minute truncates t to its minute in UTC.
 func Minute(t time.Time) time.Time { return t.UTC().Truncate(time.Minute) }
 

@@ -39,6 +39,16 @@ const (
 	// ReasonLostRequeued: the job's container vanished with no exit code
 	// and the job went back to the queue (at most queue.max_requeue times).
 	ReasonLostRequeued Reason = "lost_requeued"
+	// ReasonEngineUnavailable: the job would start, or its start failed,
+	// because the Docker engine could not be reached (a connection
+	// error, a 503); no start attempt is counted, and the queue starts
+	// nothing until the engine answers again.
+	ReasonEngineUnavailable Reason = "engine_unavailable"
+	// ReasonEngineFailure: the job's container was killed when the Docker
+	// engine stopped (its exit was seen only once the engine was back, or
+	// while it went away, with a signal's exit code and no stop of the
+	// queue's); the job went back to the queue, which counts no requeue.
+	ReasonEngineFailure Reason = "engine_failure"
 )
 
 // Reasons a job ended.
@@ -94,6 +104,8 @@ var reasons = []ReasonInfo{
 	{ReasonTooBig, true, "the job asks for more GPUs than the host has, or more memory than a shared GPU allows; it does not hold up the jobs behind it"},
 	{ReasonInvalidRequest, true, "the job asks for no GPUs, or for GPUs and GPU memory both, which submit refuses"},
 	{ReasonLostRequeued, true, "the job's container vanished with no exit code and the job went back to the queue"},
+	{ReasonEngineUnavailable, true, "the Docker engine does not answer; the job starts once it does, and no start attempt is counted"},
+	{ReasonEngineFailure, true, "the job's container was killed when the Docker engine stopped; the job is back in the queue, with no requeue counted"},
 	{ReasonExitCode, false, "the container exited on its own; the exit code says how"},
 	{ReasonTimeLimit, false, "the job reached its time limit and was stopped"},
 	{ReasonCancelled, false, "its owner or an admin cancelled the job"},

@@ -55,6 +55,9 @@ const (
 	// CodeStorageFull (507) is a write the agent could not make for want
 	// of disk space: the message names the directory to free.
 	CodeStorageFull = "storage_full"
+	// CodeLedgerUnavailable: the ledger's database cannot be reached; the
+	// answer is a 503 with Retry-After, and nothing was done.
+	CodeLedgerUnavailable = "ledger_unavailable"
 )
 
 // Outcomes of API calls in the audit log, besides audit's allowed and

@@ -65,7 +65,7 @@ func TestREADMEListsJobCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codes := []string{CodeQueueOff, CodeFairShareOff, CodeRefused, CodeConflict, CodeBadRequest}
+	codes := []string{CodeQueueOff, CodeFairShareOff, CodeRefused, CodeConflict, CodeBadRequest, CodeLedgerUnavailable}
 	for _, r := range spec.Reasons {
 		codes = append(codes, string(r))
 	}

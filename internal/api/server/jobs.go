@@ -292,6 +292,10 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 	}
 }
 
+// ledgerRetryAfter is the Retry-After of a 503 for a ledger that cannot
+// be reached: about how long a database restart or a network blip takes.
+const ledgerRetryAfter = 5 * time.Second
+
 // jobError answers an error of the queue: a refusal and a bad request are
 // observed with the field at fault, a failure is logged.
 func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, target string, err error) {
@@ -328,6 +332,12 @@ func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, targe
 		status, e.Code = http.StatusInsufficientStorage, apitype.CodeStorageFull
 		e.Message = "the agent's disk is full, so nothing was done (" + err.Error() + "); an admin frees space in the data directory, then try again"
 		s.cfg.Logger.Error("job queue: disk full", "action", string(c.act), "target", target, "err", err)
+	case errors.Is(err, ledger.ErrUnavailable):
+		// Nothing was done: the caller may ask again once it is back.
+		status, e.Code = http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable
+		e.Message = "the queue's database cannot be reached; nothing was done; try again in a few seconds"
+		w.Header().Set("Retry-After", strconv.Itoa(int(ledgerRetryAfter/time.Second)))
+		s.cfg.Logger.Warn("job queue: ledger unavailable", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)
 	default:
 		status, e.Code, e.Message = http.StatusInternalServerError, apitype.CodeInternal, "the queue could not do it; the agent's log says why"
 		s.cfg.Logger.Error("job queue", "action", string(c.act), "target", target, "caller", c.id.Caller(), "err", err)

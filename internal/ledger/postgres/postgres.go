@@ -15,8 +15,11 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,7 +70,14 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		cfg.ConnConfig.ConnectTimeout = connectTimeout
 	}
 	s := &Store{where: where(cfg.ConnConfig)}
-	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: "postgres " + s.where, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit, WriteTx: s.jobTx})
+	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: "postgres " + s.where,
+		Read: func(ctx context.Context, fn func(sqlledger.Querier) error) error { return unavailable(s.read(ctx, fn)) },
+		WriteRows: func(ctx context.Context, b *ledger.Batch, rows *sqlledger.Rows) error {
+			return unavailable(s.writeRows(ctx, b, rows))
+		},
+		InsertAudit: func(ctx context.Context, args [][]any) error { return unavailable(s.insertAudit(ctx, args)) },
+		WriteTx:     func(ctx context.Context, fn func(sqlledger.Tx) error) error { return unavailable(s.jobTx(ctx, fn)) },
+	})
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
 	}
@@ -200,6 +210,32 @@ func (s *Store) retry(ctx context.Context, fn func() error) error {
 		return err
 	})
 	return err
+}
+
+// unavailable wraps err with ledger.ErrUnavailable when it says the
+// server could not be reached or went away: a connection refused, reset
+// or closed, a connect that failed or timed out, a server shutting down
+// or refusing connections (SQLSTATE class 08, 57P01-57P03).
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, ledger.ErrUnavailable) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	var (
+		ce *pgconn.ConnectError
+		pe *pgconn.PgError
+		ne net.Error
+	)
+	down := errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		strings.Contains(err.Error(), "conn closed")
+	if errors.As(err, &pe) {
+		down = strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	if !down {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 }
 
 func retryable(err error) bool {

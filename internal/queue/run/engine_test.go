@@ -74,16 +74,35 @@ func gpus(n int) []queue.GPU {
 // runs until the test ends (or stop is called).
 func newEngineEnv(t testing.TB, n int, edit func(*Config)) *engineEnv {
 	t.Helper()
+	lockMachineEngine(t)
+	return newEngineEnvAt(t, n, func(*client.Client) string { return "" }, edit)
+}
+
+// lockMachineEngine takes the GPU lock and removes the job containers
+// tests left on the machine's engine, now and when the test ends; under
+// the lock, no other test's job containers are there.
+func lockMachineEngine(t testing.TB) {
+	t.Helper()
 	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t)
+	removeJobContainers(t, cli)
+	t.Cleanup(func() { removeJobContainers(t, cli) })
+}
+
+// newEngineEnvAt is newEngineEnv with the queue reaching the engine at
+// the address host returns ("": as the environment says), given the
+// test's own client of the machine's engine. It takes no GPU lock and
+// sweeps no container: a test on the machine's engine calls
+// lockMachineEngine first.
+func newEngineEnvAt(t testing.TB, n int, host func(*client.Client) string, edit func(*Config)) *engineEnv {
+	t.Helper()
+	cli := dockertest.Client(t)
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := docker.NewJobs("", "", nil)
+	jobs, err := docker.NewJobs(host(cli), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { jobs.Close() })
-	removeJobContainers(t, cli)
-	t.Cleanup(func() { removeJobContainers(t, cli) })
 	eng := &labelled{Jobs: jobs}
 	e := &engineEnv{cli: cli, engine: eng, image: img}
 	e.env = newEnv(t, func(c *Config) {

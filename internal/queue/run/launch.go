@@ -55,20 +55,39 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 	}
 	s, err := q.buildSpec(intent, gpus)
 	if err != nil {
-		q.failStart(ctx, intent, queue.Starting, err)
+		q.failStart(ctx, l, intent, queue.Starting, err)
 		return time.Time{}
 	}
 	if err := q.stageMounts(intent, s); err != nil {
-		q.failStart(ctx, intent, queue.Starting, err)
+		q.failStart(ctx, l, intent, queue.Starting, err)
 		return time.Time{}
 	}
 	octx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	if old, ok := l.stale[j.ID]; ok {
+		// The container of a run the engine killed: it has the name this
+		// run's container takes, and must not be taken for it.
+		if err := q.engine.Remove(octx, old); err != nil {
+			q.requeueStart(ctx, l, intent, err)
+			return time.Time{}
+		}
+		delete(l.stale, j.ID)
+	}
 	cid, err := q.engine.Create(octx, s)
 	if errors.Is(err, container.ErrExists) {
 		// Created before, by a life of the agent that the reconciliation
 		// did not see: settle it as the reconciliation would.
-		if jc, ierr := q.engine.Inspect(octx, s.Name); ierr == nil {
+		jc, ierr := q.engine.Inspect(octx, s.Name)
+		if ierr == nil && foreign(intent, jc) {
+			// Started before this job was submitted: the container of
+			// another job that had this ID in a ledger since lost (the
+			// start-up check could not list the engine). Never adopt
+			// it, nor remove it: the operator is told.
+			q.failStart(ctx, l, intent, queue.Starting, fmt.Errorf("container %s, started %s, before this job was submitted, holds the job's name: the ledger lost the job that made it; remove it with docker rm -f %s, then submit again",
+				s.Name, jc.StartedAt.UTC().Format(time.RFC3339), s.Name))
+			return time.Time{}
+		}
+		if ierr == nil {
 			q.settle(ctx, l, intent, jc)
 			return time.Time{}
 		}
@@ -81,12 +100,21 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 	if err == nil {
 		if verr := spec.Verify(jc.Mounts, s.HostConfig.Mounts); verr != nil {
 			q.removeContainer(ctx, cid)
-			q.failStart(ctx, intent, queue.Starting, fmt.Errorf("the engine did not mount what was asked: %w", verr))
+			q.failStart(ctx, l, intent, queue.Starting, fmt.Errorf("the engine did not mount what was asked: %w", verr))
 			return time.Time{}
 		}
 	}
 	if err == nil {
 		err = q.engine.Start(octx, cid)
+	}
+	if errors.Is(err, container.ErrUnavailable) {
+		// The engine may have started it before it went away: the job
+		// stays starting, holding its GPUs, and the reconciliation that
+		// follows the engine's return adopts its container or puts it
+		// back in the queue, so that it never runs twice.
+		l.unsure[j.ID] = true
+		q.engineLost(l, err)
+		return time.Time{}
 	}
 	if err != nil {
 		q.removeContainer(ctx, cid)
@@ -94,7 +122,9 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 		return time.Time{}
 	}
 	startedAt := q.now().UTC()
-	q.markRunning(ctx, intent, cid, startedAt)
+	if !q.markRunning(ctx, intent, cid, startedAt) {
+		l.reconciled = false // it runs; the reconciliation adopts it
+	}
 	if intent.TimeLimit <= 0 {
 		return time.Time{}
 	}
@@ -131,27 +161,40 @@ func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 	return s, nil
 }
 
-// markRunning records that job j's container runs.
-func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, startedAt time.Time) {
+// markRunning records that job j's container runs, and reports whether
+// the store took it.
+func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, startedAt time.Time) bool {
 	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *ledger.Job) {
 		j.ContainerID, j.StartedAt, j.ReasonText = cid, startedAt, "running on "+strings.Join(j.GPUs, ", ")
 	}, ledger.AuditEvent{})
 	if err != nil {
 		q.log.Error("record a started job", "job", j.ID, "err", err)
-		return
+		return false
 	}
 	q.mu.Lock()
 	q.wait.observe(out.StartedAt.Sub(out.SubmittedAt))
 	q.mu.Unlock()
 	q.emit(EventStart, out)
+	return true
 }
 
 // requeueStart puts a job whose start failed back in the queue with
-// start_failed and the error, or fails it after max_start_attempts.
+// start_failed and the error, or fails it after max_start_attempts, and
+// keeps it from starting again before a backoff of retryAfter times its
+// attempts. A start that failed because the engine is unavailable is not
+// the job's fault: it goes back as engine_unavailable, counting no
+// attempt, and the loop starts nothing until the engine answers again.
 func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause error) {
+	if errors.Is(cause, container.ErrUnavailable) {
+		q.engineLost(l, cause)
+		q.requeueUnavailable(ctx, l, j, cause)
+		return
+	}
 	if j.Attempts+1 >= q.maxStartAttempts {
-		q.fail(ctx, j, queue.Starting, queue.ReasonStartAttempts,
-			fmt.Sprintf("failed to start %d times (queue.max_start_attempts); last: %v", j.Attempts+1, cause), j.Attempts+1)
+		if !q.fail(ctx, j, queue.Starting, queue.ReasonStartAttempts,
+			fmt.Sprintf("failed to start %d times (queue.max_start_attempts); last: %v", j.Attempts+1, cause), j.Attempts+1) {
+			l.reconciled = false
+		}
 		return
 	}
 	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
@@ -162,25 +205,45 @@ func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause e
 	q.unstage(j.ID)
 	if err != nil {
 		q.log.Error("put a job that failed to start back in the queue", "job", j.ID, "err", err)
+		l.reconciled = false // it is left starting: the reconciliation requeues it
 		return
 	}
 	l.retryAt[j.ID] = q.now().Add(time.Duration(j.Attempts+1) * retryAfter)
 }
 
-// failStart fails a job that cannot start as it is.
-func (q *Queue) failStart(ctx context.Context, j ledger.Job, from queue.State, cause error) {
-	q.fail(ctx, j, from, queue.ReasonStartRefused, "cannot start: "+cause.Error(), j.Attempts)
+// requeueUnavailable puts starting job j back in the queue with
+// engine_unavailable, its attempts as they were.
+func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j ledger.Job, cause error) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+		j.GPUs, j.ContainerID = nil, ""
+		j.Reason = string(queue.ReasonEngineUnavailable)
+		j.ReasonText = fmt.Sprintf("the Docker engine could not be reached; the job starts once it answers (no attempt counted): %v", cause)
+	}, q.queueEvent("jobs.start_deferred", j.ID))
+	delete(l.unsure, j.ID)
+	if err != nil {
+		q.log.Error("put a job the engine could not start back in the queue", "job", j.ID, "err", err)
+		l.reconciled = false
+	}
 }
 
-func (q *Queue) fail(ctx context.Context, j ledger.Job, from queue.State, reason queue.Reason, text string, attempts int) {
+// failStart fails a job that cannot start as it is.
+func (q *Queue) failStart(ctx context.Context, l *loop, j ledger.Job, from queue.State, cause error) {
+	if !q.fail(ctx, j, from, queue.ReasonStartRefused, "cannot start: "+cause.Error(), j.Attempts) {
+		l.reconciled = false
+	}
+}
+
+// fail ends job j failed, and reports whether the store took it.
+func (q *Queue) fail(ctx context.Context, j ledger.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
 	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *ledger.Job) {
 		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = string(reason), text, q.now().UTC(), attempts
 	}, q.queueEvent("jobs.fail", j.ID))
 	if err != nil {
 		q.log.Error("fail a job", "job", j.ID, "err", err)
-		return
+		return false
 	}
 	q.jobEnded(out)
+	return true
 }
 
 // removeContainer removes a container the queue created and will not use.
@@ -206,16 +269,48 @@ func (q *Queue) died(ctx context.Context, l *loop, cid string) {
 	if err != nil {
 		q.log.Warn("inspect a job container that died", "container", cid, "err", err)
 		l.reconciled = false
+		if errors.Is(err, container.ErrUnavailable) {
+			q.engineLost(l, err)
+		}
 		return
 	}
 	if jc.JobID == "" || jc.Running {
 		return
 	}
+	q.ended(ctx, l, jc)
+}
+
+// ended ends the running job of container jc, which exited. When the
+// store cannot be read or written, jc is kept as a pending end and
+// applied on the loop's next turns until the store takes it: the
+// engine's record of the exit (code, finish time) is what the job ends
+// with, however late the store comes back.
+func (q *Queue) ended(ctx context.Context, l *loop, jc container.JobContainer) {
 	j, err := q.store.Job(ctx, jc.JobID)
-	if err != nil || j.State != string(queue.Running) || j.ContainerID != jc.ID {
+	if errors.Is(err, ledger.ErrJobNotFound) {
+		return
+	}
+	if err != nil {
+		q.log.Warn("read the job of a container that exited; kept to apply later", "container", jc.ID, "job", jc.JobID, "err", err)
+		l.pendingEnds[jc.ID] = jc
+		return
+	}
+	if j.State != string(queue.Running) || j.ContainerID != jc.ID {
 		return
 	}
 	q.finish(ctx, l, j, jc)
+}
+
+// applyPendingEnds applies the exits the store could not take before,
+// and keeps those it still cannot.
+func (q *Queue) applyPendingEnds(ctx context.Context, l *loop) {
+	for cid, jc := range l.pendingEnds {
+		delete(l.pendingEnds, cid)
+		q.ended(ctx, l, jc) // kept again when the store still fails
+		if _, again := l.pendingEnds[cid]; again {
+			return // the store is still away: try the rest later
+		}
+	}
 }
 
 // finish ends running job j, whose container jc exited, with the state
@@ -236,6 +331,8 @@ func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.
 	case byPolicy:
 		state, reason = queue.Failed, policy
 		text = fmt.Sprintf("stopped by the waste policy (exit code %d)", exit)
+	case q.engineMayHaveKilled(ctx, l, j, jc):
+		return
 	case exit != 0:
 		state = queue.Failed
 		if jc.OOMKilled {
@@ -249,14 +346,106 @@ func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.
 	out, err := q.update(ctx, j.ID, queue.Running, state, func(j *ledger.Job) {
 		j.Reason, j.ReasonText, j.EndedAt, j.ExitCode = string(reason), text, ended.UTC(), &exit
 	}, ev)
+	var se *ledger.JobStateError
+	if err != nil && !errors.As(err, &se) {
+		q.log.Error("end a job; kept to apply later", "job", j.ID, "err", err)
+		l.pendingEnds[jc.ID] = jc
+		return
+	}
 	if err != nil {
-		q.log.Error("end a job", "job", j.ID, "err", err)
+		q.log.Warn("end a job", "job", j.ID, "err", err)
 		return
 	}
 	if q.logRetention > 0 {
 		l.retention[jc.ID] = ended.Add(q.logRetention)
 	}
 	q.jobEnded(out)
+}
+
+// killCheckDelay is how long the verdict on a job container killed by
+// a signal waits for a sign that the engine is going away: a daemon that
+// stops kills its containers first (SIGTERM, SIGKILL after their stop
+// timeout) and stops answering only after them.
+const killCheckDelay = 5 * time.Second
+
+// engineMayHaveKilled reports whether the end of job j's container jc
+// is not to be recorded now because the engine may have killed it: a
+// signal's exit code (SIGKILL's 137, SIGTERM's 143), no OOM kill, no
+// stop of the queue's. When the engine was lost since (the events stream
+// broke and came back) or does not answer, the job is requeued as
+// engine_failure; otherwise the verdict waits killCheckDelay for the
+// engine to go away (see applyKillChecks), and the exit code decides
+// after that.
+func (q *Queue) engineMayHaveKilled(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) bool {
+	if jc.OOMKilled || jc.ExitCode != 137 && jc.ExitCode != 143 || l.killVerdict[jc.ID] {
+		return false
+	}
+	if l.lostEngine || !q.engineAnswers(ctx) {
+		q.requeueEngineFailure(ctx, l, j, jc)
+		return true
+	}
+	l.killChecks[jc.ID] = killCheck{jc: jc, at: q.now().Add(killCheckDelay)}
+	return true
+}
+
+// killCheck is an exit by a signal whose verdict waits until at.
+type killCheck struct {
+	jc container.JobContainer
+	at time.Time
+}
+
+// applyKillChecks gives the exits by a signal that are due their
+// verdict, and returns when the next is due (zero: none).
+func (q *Queue) applyKillChecks(ctx context.Context, l *loop) time.Time {
+	var next time.Time
+	for cid, k := range l.killChecks {
+		if q.now().Before(k.at) {
+			next = minTime(next, k.at)
+			continue
+		}
+		delete(l.killChecks, cid)
+		if !l.lostEngine && q.engineAnswers(ctx) {
+			l.killVerdict[cid] = true // the job's own: its exit code decides
+		}
+		q.ended(ctx, l, k.jc)
+		delete(l.killVerdict, cid)
+	}
+	return next
+}
+
+// engineAnswers reports whether the engine answers a ping.
+func (q *Queue) engineAnswers(ctx context.Context) bool {
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	return q.engine.Ping(pctx) == nil
+}
+
+// requeueEngineFailure puts running job j, whose container jc the engine
+// killed, back in the queue as engine_failure, counting no requeue: it is
+// not the job's fault. Its old container goes first, since it holds the
+// name the next run's container takes.
+func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+	l.stale[j.ID] = jc.ID
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	if err := q.engine.Remove(rctx, jc.ID); err == nil {
+		delete(l.stale, j.ID)
+	}
+	cancel()
+	text := fmt.Sprintf("its container was killed when the Docker engine stopped (exit code %d); back in the queue, no requeue counted", jc.ExitCode)
+	lost, err := q.update(ctx, j.ID, queue.Running, queue.Lost, func(j *ledger.Job) {
+		j.ReasonText = text
+	}, q.queueEvent("jobs.lost", j.ID))
+	if err == nil {
+		_, err = q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *ledger.Job) {
+			j.GPUs, j.ContainerID, j.StartedAt = nil, "", time.Time{}
+			j.Reason, j.ReasonText = string(queue.ReasonEngineFailure), text
+		}, q.queueEvent("jobs.requeue", lost.ID))
+	}
+	var se *ledger.JobStateError
+	if err != nil && !errors.As(err, &se) {
+		q.log.Error("requeue a job the engine killed; kept to apply later", "job", j.ID, "err", err)
+		l.pendingEnds[jc.ID] = jc
+	}
 }
 
 // markLost records that job j's container vanished with no exit code,

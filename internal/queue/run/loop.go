@@ -6,13 +6,22 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/retry"
 )
 
 // retryAfter is how long a job whose start failed waits, times its
 // attempts, before it is tried again: a Docker error seldom passes at once.
 const retryAfter = 2 * time.Second
+
+// faultRetry is how soon the loop tries again what the store or the
+// engine could not take: pending ends, a reconciliation.
+const faultRetry = time.Second
+
+// engineBackoff spaces the pings of an engine that went away.
+var engineBackoff = retry.Backoff{Initial: 250 * time.Millisecond, Max: 5 * time.Second}
 
 // live are the states a pass loads.
 var live = []string{string(queue.Queued), string(queue.Starting), string(queue.Running), string(queue.Lost)}
@@ -24,6 +33,29 @@ type loop struct {
 	retention  map[string]time.Time // container id -> when to remove it
 	retryAt    map[string]time.Time // job id -> no start before
 	reconciled bool
+
+	// engineDown is set when a call found the engine unavailable; the
+	// loop then starts nothing and pings it at pingAt, with backoff,
+	// until it answers, and reconciles then. lostEngine says that the
+	// engine went away since the last reconciliation, so that a job
+	// container it killed meanwhile is told from one that failed.
+	engineDown bool
+	lostEngine bool
+	pingAt     time.Time
+	ping       retry.Backoff
+	// unsure are the starting jobs whose start the engine may or may not
+	// have made when it went away; the reconciliation settles them.
+	unsure map[string]bool
+	// stale are job containers of earlier runs that the engine killed and
+	// that could not be removed yet: job id -> container id.
+	stale map[string]string
+	// pendingEnds are exits seen that the store could not take yet:
+	// container id -> the container as the engine reported it.
+	pendingEnds map[string]container.JobContainer
+	// killChecks are exits by a signal that wait for their verdict, by
+	// container id; killVerdict marks those found the job's own.
+	killChecks  map[string]killCheck
+	killVerdict map[string]bool
 }
 
 // Run reconciles the store with the engine's job containers, then runs
@@ -36,7 +68,9 @@ func (q *Queue) Run(ctx context.Context) error {
 	if q.engine == nil {
 		return nil
 	}
-	l := &loop{stopped: make(chan string, 16), retention: map[string]time.Time{}, retryAt: map[string]time.Time{}}
+	l := &loop{stopped: make(chan string, 16), retention: map[string]time.Time{}, retryAt: map[string]time.Time{},
+		ping: engineBackoff, unsure: map[string]bool{}, stale: map[string]string{}, pendingEnds: map[string]container.JobContainer{},
+		killChecks: map[string]killCheck{}, killVerdict: map[string]bool{}}
 	defer l.stops.Wait()
 	evs := q.engine.Events(ctx) // before the reconciliation, so no death is missed
 	q.cleanTemps(time.Hour)
@@ -44,20 +78,32 @@ func (q *Queue) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		if !l.reconciled {
+		if l.engineDown && !q.now().Before(l.pingAt) {
+			q.pingEngine(ctx, l)
+		}
+		q.applyPendingEnds(ctx, l)
+		killDue := q.applyKillChecks(ctx, l)
+		if !l.reconciled && !l.engineDown {
 			if err := q.reconcile(ctx, l); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
 				q.log.Error("reconcile the queue's jobs with their containers", "err", err)
+				if errors.Is(err, container.ErrUnavailable) {
+					q.engineLost(l, err)
+				}
 			} else {
-				l.reconciled = true
+				l.reconciled, l.lostEngine = true, false
 			}
 		}
 		next := q.pass(ctx, l)
-		if !l.reconciled {
-			next = minTime(next, q.now().Add(5*time.Second))
+		if !l.reconciled || len(l.pendingEnds) > 0 {
+			next = minTime(next, q.now().Add(faultRetry))
 		}
+		if l.engineDown {
+			next = minTime(next, l.pingAt)
+		}
+		next = minTime(next, killDue)
 		timer.Reset(untilOrHour(next, q.now()))
 		select {
 		case <-ctx.Done():
@@ -71,12 +117,38 @@ func (q *Queue) Run(ctx context.Context) error {
 			case !ok:
 				evs = nil
 			case id == "":
-				l.reconciled = false // the stream was down: look at everything again
+				// The stream was down: look at everything again, knowing
+				// that the engine may have killed job containers meanwhile.
+				l.reconciled, l.lostEngine = false, true
 			default:
 				q.died(ctx, l, id)
 			}
 		}
 	}
+}
+
+// engineLost notes that the engine did not answer a call: the loop
+// starts nothing until a ping of it answers.
+func (q *Queue) engineLost(l *loop, err error) {
+	if !l.engineDown {
+		q.log.Warn("the Docker engine is unavailable; starting no job until it answers", "err", err)
+		l.engineDown, l.lostEngine = true, true
+		l.ping.Reset()
+	}
+	l.reconciled = false
+	l.pingAt = q.now().Add(l.ping.Next())
+}
+
+// pingEngine pings an engine that went away; once it answers, the loop
+// reconciles its jobs with their containers (deaths were missed
+// meanwhile) and starts jobs again.
+func (q *Queue) pingEngine(ctx context.Context, l *loop) {
+	if err := q.engine.Ping(ctx); err != nil {
+		l.pingAt = q.now().Add(l.ping.Next())
+		return
+	}
+	q.log.Info("the Docker engine answers again; reconciling the queue's jobs")
+	l.engineDown, l.reconciled = false, false
 }
 
 // countEnded loads the number of jobs in each ended state, once.
@@ -101,7 +173,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 		if ctx.Err() == nil {
 			q.log.Error("load the queue's jobs", "err", err)
 		}
-		return q.now().Add(5 * time.Second)
+		return q.now().Add(faultRetry)
 	}
 	now := q.now()
 	var next time.Time
@@ -145,6 +217,12 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 	plan := queue.Schedule(in)
 	q.setRanks(plan)
 	for _, s := range plan.Starts {
+		if l.engineDown {
+			// Nothing starts while the engine is away; the job says why.
+			plan.Waits = append(plan.Waits, queue.Wait{JobID: s.JobID, Reason: queue.ReasonEngineUnavailable,
+				Text: "the Docker engine does not answer; the job starts once it does"})
+			continue
+		}
 		if at, ok := l.retryAt[s.JobID]; ok && now.Before(at) {
 			next = minTime(next, at)
 			continue
@@ -169,7 +247,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 		q.writeWait(ctx, byID[w.JobID], w)
 	}
 	for cid, at := range l.retention {
-		if !now.Before(at) {
+		if !now.Before(at) && !l.engineDown {
 			if err := q.engine.Remove(ctx, cid); err != nil {
 				q.log.Warn("remove an ended job's container", "container", cid, "err", err)
 				continue
@@ -198,13 +276,13 @@ func (q *Queue) enforce(ctx context.Context, l *loop, j ledger.Job, now time.Tim
 	}
 	q.mu.Lock()
 	s := q.stops[j.ID]
-	send := s != nil && !s.sent && j.ContainerID != ""
+	send := s != nil && !s.sent && j.ContainerID != "" && !l.engineDown
 	if send {
 		s.sent = true
 	}
 	q.mu.Unlock()
 	if send {
-		q.sendStop(ctx, l, j.ContainerID)
+		q.sendStop(ctx, l, j.ContainerID, s)
 		return time.Time{}
 	}
 	if s != nil {
@@ -215,12 +293,18 @@ func (q *Queue) enforce(ctx context.Context, l *loop, j ledger.Job, now time.Tim
 
 // sendStop stops a container without holding up the loop; once Stop
 // returns, the loop looks at the container as at a death.
-func (q *Queue) sendStop(ctx context.Context, l *loop, cid string) {
+func (q *Queue) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
 	l.stops.Add(1)
 	go func() {
 		defer l.stops.Done()
 		if err := q.engine.Stop(ctx, cid, q.stopGrace); err != nil && ctx.Err() == nil {
 			q.log.Warn("stop a job's container", "container", cid, "err", err)
+			if errors.Is(err, container.ErrUnavailable) {
+				// Sent again by a pass once the engine answers.
+				q.mu.Lock()
+				s.sent = false
+				q.mu.Unlock()
+			}
 		}
 		select {
 		case l.stopped <- cid:

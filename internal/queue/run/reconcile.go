@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gpumeter/gpumeter/internal/container"
@@ -43,11 +44,17 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 	for _, j := range active {
 		isActive[j.ID] = true
 		jc, ok := byJob[j.ID]
+		if ok && foreign(j, jc) {
+			q.log.Warn("a container with this job's name started before the job was submitted; leaving it as it is", "container", jc.ID, "job", j.ID)
+			ok = false
+		}
 		if ok {
 			q.settle(ctx, l, j, jc)
 			continue
 		}
-		if j.State == string(queue.Starting) {
+		if j.State == string(queue.Starting) && l.unsure[j.ID] {
+			q.requeueUnavailable(ctx, l, j, errors.New("its container was not created"))
+		} else if j.State == string(queue.Starting) {
 			q.backToQueue(ctx, j, "the agent stopped before the job's container was created; back in the queue")
 		} else {
 			q.markLost(ctx, j, queue.Running)
@@ -65,6 +72,10 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 			q.log.Warn("a job container's job cannot be read from the ledger; leaving the container as it is", "container", c.ID, "job", c.JobID, "err", err)
 			continue
 		}
+		if foreign(j, c) {
+			q.log.Warn("a job container started before its job was submitted: it belongs to a job of a lost ledger; leaving it as it is", "container", c.ID, "job", c.JobID)
+			continue
+		}
 		ended := queue.State(j.State).Ended()
 		switch {
 		case c.Running:
@@ -80,9 +91,19 @@ func (q *Queue) reconcile(ctx context.Context, l *loop) error {
 	return nil
 }
 
+// foreign reports whether container c, which carries job j's ID, was
+// started before j was submitted: the container of another job that had
+// the ID in a ledger since lost. It is neither adopted nor stopped.
+func foreign(j ledger.Job, c container.JobContainer) bool {
+	return !c.StartedAt.IsZero() && !j.SubmittedAt.IsZero() && c.StartedAt.Before(j.SubmittedAt)
+}
+
 // settle sets starting or running job j straight with its container jc.
 func (q *Queue) settle(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
 	st := queue.State(j.State)
+	if jc.Running || jc.Exited {
+		delete(l.unsure, j.ID) // it started
+	}
 	switch {
 	case jc.Running:
 		if st == queue.Starting {
@@ -102,6 +123,9 @@ func (q *Queue) settle(ctx context.Context, l *loop, j ledger.Job, jc container.
 			j.ContainerID = jc.ID
 		}
 		q.finish(ctx, l, j, jc)
+	case st == queue.Starting && l.unsure[j.ID]:
+		q.removeContainer(ctx, jc.ID)
+		q.requeueUnavailable(ctx, l, j, errors.New("its container was created but not started"))
 	case st == queue.Starting:
 		q.removeContainer(ctx, jc.ID)
 		q.backToQueue(ctx, j, "the agent stopped between creating the job's container and starting it; back in the queue")

@@ -29,7 +29,9 @@ import (
 // Engine API.
 type Engine interface {
 	// Create creates the container of s, named s.Name; a name already
-	// taken is an error wrapping container.ErrExists.
+	// taken is an error wrapping container.ErrExists. Every method's
+	// error wraps container.ErrUnavailable when the engine could not be
+	// reached or could not serve: the engine's fault, not the job's.
 	Create(ctx context.Context, s *spec.Spec) (id string, err error)
 	Start(ctx context.Context, id string) error
 	// Inspect returns the container; one that is gone is an error
@@ -44,6 +46,9 @@ type Engine interface {
 	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
 	// List returns every container labelled gpumeter.job, in any state.
 	List(ctx context.Context) ([]container.JobContainer, error)
+	// Ping reports whether the engine answers; the loop pings an engine
+	// that went away until it does.
+	Ping(ctx context.Context) error
 	// Events sends the ids of job containers that died. It reconnects by
 	// itself, sending "" after a reconnection (anything may have died
 	// meanwhile), and is closed once ctx ends.
