@@ -11,6 +11,7 @@ import (
 	"time"
 
 	mcontainer "github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -307,5 +308,52 @@ func TestReconcileLeavesUnknownJobs(t *testing.T) {
 	}
 	if st := dockertest.Inspect(t, e.cli, created).State; st == nil || st.Status != "created" {
 		t.Errorf("the created container of an unknown job: %+v, want it created", st)
+	}
+}
+
+// TestNeverAdoptsAnotherLedgersContainer: a container that carries the
+// name and job ID a new job gets, but started before that job was
+// submitted, belongs to a job of a ledger since lost. The new job fails
+// with a sentence naming it; the container is neither adopted nor
+// stopped, at the start nor by a later reconciliation.
+func TestNeverAdoptsAnotherLedgersContainer(t *testing.T) {
+	e := newEngineEnv(t, 1, func(c *Config) { c.Rules.Network = "none" })
+	name := spec.ContainerName(e.cfg.Node, "j-000001")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       name,
+		Config:     &mcontainer.Config{Image: e.image, Labels: map[string]string{spec.JobLabel: "j-000001", spec.NodeLabel: e.cfg.Node, dockertest.Label: "1"}},
+		HostConfig: &mcontainer.HostConfig{NetworkMode: "none"},
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+	t.Cleanup(func() { dockertest.Remove(t, e.cli, res.ID) })
+	if _, err := e.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	started := dockertest.Inspect(t, e.cli, res.ID).State.StartedAt
+	// The job must be submitted after the container started, by the
+	// clocks both keep (the engine's is read in nanoseconds).
+	dockertest.WaitFor(t, time.Minute, "the clock to pass the container's start", func() (bool, string) {
+		at, err := time.Parse(time.RFC3339Nano, started)
+		return err == nil && time.Now().After(at.Add(10*time.Millisecond)), started
+	})
+	j := e.submit(t, "alice", e.sleeper())
+	if j.ID != "j-000001" {
+		t.Fatalf("the new ledger's first job is %s, want j-000001", j.ID)
+	}
+	got := e.waitState(t, j.ID, queue.Failed)
+	if !strings.Contains(got.ReasonText, "before this job was submitted") || !strings.Contains(got.ReasonText, "docker rm -f "+name) {
+		t.Errorf("reason %q, want it to say the container is older than the job and how to remove it", got.ReasonText)
+	}
+	e.restart(t, 1)
+	e.waitState(t, e.submit(t, "alice", e.sleeper()).ID, queue.Running) // reconciled
+	if st := dockertest.Inspect(t, e.cli, res.ID).State; st == nil || !st.Running {
+		t.Errorf("the other ledger's container: %+v, want it running still", st)
+	}
+	if got, err := e.q.Job(context.Background(), j.ID); err != nil || got.ContainerID != "" {
+		t.Errorf("job %s: container %q, %v; want none", j.ID, got.ContainerID, err)
 	}
 }
