@@ -220,6 +220,9 @@ func TestBindTwiceAndRestage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if slices.Contains(paths, p) {
+			t.Errorf("Bind(%s, %d) = %s, a path given before", jm.job, jm.n, p)
+		}
 		paths = append(paths, p)
 	}
 	jobs, _ := tr.stage.Jobs()
