@@ -146,7 +146,7 @@ auth:
   tokens:
 %squeue:
   enabled: true
-  images: ["gpumeter-test-sleeper:*", "gpumeter-test-probe:*"]
+  images: ["gpumeter-test-sleeper:*", "gpumeter-test-probe:*", "gpumeter-test-swapper:*"]
   gpu_passing: env
   mount_roots: [%s]
   stop_grace: 1s

@@ -21,7 +21,9 @@ func TestQueueBackfill(t *testing.T) {
 	t.Parallel()
 	// Every job is alice's: one fair-share factor, so the order is the
 	// submission's (the age factor keeps the older first).
+	// Time limits of seconds, to see the backfill at work in a test.
 	h := newHost(t, fairQueue(`  max_gpus_per_user: {default: 8}
+  min_time_limit: 1s
 `))
 	a := h.start(t)
 	first := a.submit(t, h.alice, h.request(1, "12s", long...))

@@ -104,14 +104,6 @@ func TestQueueMountSwapRace(t *testing.T) {
 	)
 	h := newHost(t, "")
 	img := dockertest.GoImage(t, h.cli, "gpumeter-test-swapper", swapperSource)
-	cfg, err := os.ReadFile(h.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg = []byte(strings.Replace(string(cfg), `images: ["gpumeter-test-sleeper:*"]`, `images: ["gpumeter-test-sleeper:*", "gpumeter-test-swapper:*"]`, 1))
-	if err := os.WriteFile(h.config, cfg, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// Eight GPUs: the swapper and seven probes at once.
 	sc := strings.Replace(scenario, "count: 4", "count: 8", 1)
 	if err := os.WriteFile(filepath.Join(h.dir, "scenario.yaml"), []byte(sc), 0o644); err != nil {
