@@ -204,8 +204,11 @@ func awaitReady(t *testing.T, stderr io.Reader, exited <-chan struct{}, log fmt.
 	case url = <-found:
 	case <-exited:
 		t.Fatalf("serve exited before listening; stderr:\n%s", log)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("serve did not start listening; stderr:\n%s", log)
+	case <-time.After(2 * time.Minute):
+		// Generous: before it listens the agent runs quick_check over
+		// its ledger, which over a month of history takes seconds in a
+		// binary built with -race on a busy machine.
+		t.Fatalf("serve did not start listening in 2 minutes; stderr:\n%s", log)
 	}
 	WaitFor(t, 10*time.Second, "the first sample", func() bool { return ready(url) })
 	return url
