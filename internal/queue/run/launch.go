@@ -219,6 +219,7 @@ func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j ledger.Job, c
 		j.Reason = string(queue.ReasonEngineUnavailable)
 		j.ReasonText = fmt.Sprintf("the Docker engine could not be reached; the job starts once it answers (no attempt counted): %v", cause)
 	}, q.queueEvent("jobs.start_deferred", j.ID))
+	q.unstage(j.ID) // staged again at its next start
 	delete(l.unsure, j.ID)
 	if err != nil {
 		q.log.Error("put a job the engine could not start back in the queue", "job", j.ID, "err", err)
