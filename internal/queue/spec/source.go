@@ -118,9 +118,9 @@ func OpenSource(path string, roots []string, who Identity, write bool) (*Source,
 	return &Source{fd: fd, Path: full, Dir: st.Mode.IsDir()}, nil
 }
 
-// rootOf returns the resolved mount root that holds path, with path
-// named either by the root as configured or as resolved. A missing root,
-// or one that resolves to /, holds nothing.
+// rootOf returns the resolved mount root that holds path, which names
+// the root as resolved (Check resolves the source before it is stored).
+// A missing root, or one that resolves to /, holds nothing.
 func rootOf(path string, roots []string) (string, bool) {
 	for _, root := range roots {
 		r, err := filepath.EvalSymlinks(filepath.Clean(root))
