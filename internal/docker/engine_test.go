@@ -193,10 +193,15 @@ func TestInventoryReconnects(t *testing.T) {
 	dockertest.WaitFor(t, settle, "Connected() false after the cut", func() (bool, string) {
 		return !inv.Connected(), "still connected"
 	})
-	start := time.Now()
-	list, err := inv.Containers(context.Background(), time.Now())
-	if d := time.Since(start); d > 250*time.Millisecond {
-		t.Errorf("Containers() while cut took %v", d)
+	// Containers answers from the cache while cut: an ended context, which
+	// any engine call would fail on, changes nothing, and the engine is not
+	// listed again.
+	lists := inv.lists.Load()
+	ended, end := context.WithCancel(context.Background())
+	end()
+	list, err := inv.Containers(ended, time.Now())
+	if n := inv.lists.Load(); n != lists {
+		t.Errorf("Containers() while cut listed the engine (%d -> %d passes); want the cache", lists, n)
 	}
 	if !errors.Is(err, ErrUnreachable) {
 		t.Errorf("Containers() while cut: err = %v, want ErrUnreachable", err)
@@ -239,8 +244,10 @@ func TestStop(t *testing.T) {
 	if err := inv.Stop(ctx, stubborn, time.Second); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if d := time.Since(start); d < 900*time.Millisecond || d > 15*time.Second {
-		t.Errorf("Stop with 1s grace took %v; want about 1s", d)
+	// The grace is waited out whatever the machine's load; how much longer
+	// the kill took is the engine's figure, not asserted.
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("Stop with 1s grace took %v; want the grace waited out", d)
 	}
 	ins := dockertest.Inspect(t, cli, stubborn)
 	if ins.State.Running || ins.State.ExitCode != 137 {
