@@ -12,12 +12,12 @@ import (
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
-// RunCLI runs the binary to completion, for at most 30 s, and returns its
-// output and status.
+// RunCLI runs the binary to completion, for at most cliTimeout, and
+// returns its output and status.
 func RunCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	bin := Binary(t) // before the clock starts: the first call may wait for the build
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -42,7 +42,7 @@ func NeedNobody(t *testing.T) {
 func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	bin := Binary(t) // before the clock starts: the first call may wait for the build
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", bin}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -50,11 +50,28 @@ func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr str
 	return runCmd(t, cmd)
 }
 
+// cliTimeout is how long a command may run: a guard against one that
+// hangs, not a figure of its speed. A simulate of hours under the race
+// detector, beside other tests on two busy cores, takes minutes where a
+// quiet machine takes seconds; the guard ends before the package's
+// deadline, so that the command's output is still shown.
+func cliTimeout(t *testing.T) time.Duration {
+	const most = 5 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		return max(min(most, time.Until(d)-30*time.Second), 10*time.Second)
+	}
+	return most
+}
+
 func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	began := time.Now()
 	err := cmd.Run()
+	if cmd.ProcessState != nil && !cmd.ProcessState.Exited() {
+		t.Logf("%s %q was killed after %s (%v)", cmd.Path, cmd.Args[1:], time.Since(began).Round(time.Millisecond), err)
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
