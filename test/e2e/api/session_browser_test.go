@@ -74,7 +74,10 @@ func TestSignInInBrowser(t *testing.T) {
 	}
 
 	// A session that ended sends the page to sign in, and back where it
-	// was sent from.
+	// was sent from. The reload above may have ended at the load event of
+	// the page it cut short, before the reloaded page's slow script ran:
+	// the form is used once that script has.
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign in with the form", chromedp.Steps(
 		chromedp.SendKeys(chromedp.ID("token"), a.Token),
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
@@ -83,6 +86,7 @@ func TestSignInInBrowser(t *testing.T) {
 	harness.SetSessionCookie(t, ctx, a.URL, "ended")
 	harness.Step(t, ctx, "open a page that sends back", chromedp.Navigate(a.URL+"/?next=%2Fusage%3Fwindow%3D7d"))
 	harness.WaitStatus(t, ctx, "your session has ended")
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign in again", chromedp.Steps(
 		chromedp.SendKeys(chromedp.ID("token"), a.Token),
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
