@@ -743,6 +743,7 @@ func TestSecurityRateLimit(t *testing.T) {
 		}
 	}
 	refilled := int(time.Since(began).Seconds()*rate) + 1
+	t.Logf("%d requests allowed before 3 refusals, in %s", allowed, time.Since(began).Round(time.Millisecond))
 	if allowed < burst || allowed > burst+refilled || len(refused) != 3 {
 		t.Fatalf("%d requests allowed and %d refused in %s, want at least %d (the burst) and at most %d (the burst and what refilled meanwhile) allowed, then 3 refusals",
 			allowed, len(refused), time.Since(began).Round(time.Millisecond), burst, burst+refilled)
