@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,4 +117,23 @@ func Tool(t *testing.T, name, pkg string) string {
 		testenv.SkipUnlessCI(t, "%s is not installed (apt-get install %s): %v", name, pkg, err)
 	}
 	return p
+}
+
+// GoTest runs `go test` with args in the module's root, with env added,
+// for at most cliTimeout, and returns its output; a run that fails fails
+// t. It is built without the race detector whatever this test binary was
+// built with: it is for work a test needs done, such as a fixture too
+// slow to make under the detector, not for the code under test.
+func GoTest(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool, append([]string{"test"}, args...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go test %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
