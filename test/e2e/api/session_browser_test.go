@@ -64,6 +64,7 @@ func TestSignInInBrowser(t *testing.T) {
 	// that the reload below comes before it has run: what the sign-in
 	// page says must not hang on it.
 	slowScript(t, ctx, a.URL+"/static/console.js", 1000)
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign out", chromedp.Click(chromedp.ID("signout")))
 	harness.WaitStatus(t, ctx, "signed out")
 	harness.Step(t, ctx, "reload", chromedp.Reload())
@@ -96,7 +97,11 @@ func TestSignInInBrowser(t *testing.T) {
 		t.Errorf("after signing in again the page is at %s, want %s/usage?window=7d", loc, a.URL)
 	}
 
-	// A bad token in the address says so.
+	// A bad token in the address says so. The page the sign-in went on to
+	// was opened by the script, not by a step that waits for its load:
+	// its status is the agent's, there before its own script has run and
+	// taken the sign-out button over.
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign out", chromedp.Click(chromedp.ID("signout")))
 	harness.WaitStatus(t, ctx, "signed out")
 	harness.Step(t, ctx, "open a bad link", chromedp.Navigate(a.URL+"/#token=gpm_"+strings.Repeat("x", 43)))

@@ -254,6 +254,7 @@ func TestConsoleDemo(t *testing.T) {
 			harness.SetSessionCookie(t, ctx, a.URL, "ended")
 			open(t, ctx, a.URL+p.path)
 			harness.WaitStatus(t, ctx, "your session has ended")
+			harness.WaitScript(t, ctx)
 			harness.Step(t, ctx, "sign in again", chromedp.Steps(
 				chromedp.SendKeys(chromedp.ID("token"), admin.secret),
 				chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
