@@ -5,7 +5,9 @@ package security
 // roles, client certificates, limits, slow clients, a certificate reloaded
 // on SIGHUP, the web config's basic auth, the local socket, a flood of bad
 // requests, and a container stopped through the API. Every refusal must
-// come at once, name its cause, and be in the audit log.
+// be an answer (never a timeout), name its cause, and be in the audit log.
+// No test asserts how long an answer took: a busy machine makes any figure
+// wrong, and BENCHMARKS.md keeps the figures the tests log.
 
 import (
 	"bytes"
@@ -554,7 +556,7 @@ func logMissed(t *testing.T, what string, before, after sampling) {
 }
 
 // TestSecurityAPI: tokens, roles and client certificates decide who gets
-// what; each refusal names its cause at once and is audited.
+// what; each refusal names its cause and is audited.
 func TestSecurityAPI(t *testing.T) {
 	t.Parallel()
 	aliceTok, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
@@ -884,8 +886,9 @@ func dribble(c net.Conn, msg []byte, gap time.Duration) (time.Duration, error) {
 }
 
 // TestSecuritySlowloris: clients that send their handshake or headers a
-// byte at a time are cut off at api.read_header_timeout, while everyone
-// else is answered at once and the sampler keeps its pace.
+// byte at a time are cut off at api.read_header_timeout (not before it),
+// while everyone else is answered and the sampler accounts for every
+// interval.
 func TestSecuritySlowloris(t *testing.T) {
 	t.Parallel()
 	const headerTimeout = time.Second
