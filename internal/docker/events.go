@@ -58,6 +58,11 @@ type watcher interface {
 	lost(err error)
 }
 
+var (
+	_ watcher = (*Inventory)(nil)
+	_ watcher = (*jobDeaths)(nil)
+)
+
 // fanOut is one running subscription and its watchers.
 type fanOut struct {
 	watchers []*watch      // in the order they came; under Client.mu

@@ -41,7 +41,8 @@ type Config struct {
 	// Procs reads the host's processes. When nil, containers carry no CPU
 	// and memory counters and the owner never comes from the main process.
 	Procs ProcReader
-	// Logger receives connection changes and API errors; nil discards.
+	// Logger receives API errors (connection changes go to the
+	// client's); nil discards.
 	Logger *slog.Logger
 	// Keep is how long a stopped container stays listed; zero means 5m.
 	Keep time.Duration
