@@ -81,6 +81,14 @@ func (c *Client) wrap(ctx context.Context, what, id string, err error) error {
 	return fmt.Errorf("%s %s: %w", what, id, err)
 }
 
+// CannotReach says whether err is the engine not answering (no daemon on
+// the socket, or no answer in time) rather than its refusal: the core of
+// unavailable, which also counts a connection that broke and a daemon
+// that says it cannot serve.
+func CannotReach(err error) bool {
+	return client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded)
+}
+
 // unavailable reports whether err says the daemon could not be reached
 // or could not serve: a connection that failed or broke, a call that ran
 // past its deadline, a 503; and a 500 when the daemon then does not
@@ -91,7 +99,7 @@ func (c *Client) unavailable(ctx context.Context, err error) bool {
 	switch {
 	case err == nil || errors.Is(err, context.Canceled):
 		return false
-	case client.IsErrConnectionFailed(err), errors.Is(err, context.DeadlineExceeded),
+	case CannotReach(err),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
 		cerrdefs.IsUnavailable(err):

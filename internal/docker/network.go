@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -159,12 +158,6 @@ func (j IsolatedJobs) Create(ctx context.Context, s *spec.Spec) (string, error) 
 		return "", fmt.Errorf("create %s: %w", s.Name, err)
 	}
 	return j.Jobs.Create(ctx, s)
-}
-
-// CannotReach says whether err is the engine not answering (no daemon on
-// the socket, or no answer in time) rather than its refusal.
-func CannotReach(err error) bool {
-	return client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // RemoveIsolatedNetwork removes this node's isolated network if no

@@ -116,7 +116,7 @@ func (i *Inventory) refresh(ctx context.Context, id string) error {
 	case cerrdefs.IsNotFound(err):
 		i.remove(id)
 		return nil
-	case client.IsErrConnectionFailed(err), ctx.Err() != nil, errors.Is(err, context.DeadlineExceeded):
+	case CannotReach(err), ctx.Err() != nil:
 		return fmt.Errorf("inspect %s: %w", id, err)
 	default:
 		i.log.Warn("inspect container", "id", id, "err", err)
