@@ -72,7 +72,8 @@ type fanOut struct {
 }
 
 type watch struct {
-	w watcher
+	w    watcher
+	done <-chan struct{} // the watcher's context's: its calls end with it
 	// session is the last subscription w was resynced for; 0: none yet.
 	// Only the subscription's goroutine reads or writes it.
 	session int
@@ -82,20 +83,38 @@ type watch struct {
 	gone bool
 }
 
-// tell calls do on w unless w is gone.
-func (e *watch) tell(do func(watcher) error) error {
+// tell calls do on w, unless w is gone, with a context that ends with
+// ctx (the subscription's) or with w's own; an error that came of w's own
+// end is none of the subscription's.
+func (e *watch) tell(ctx context.Context, do func(context.Context, watcher) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.gone {
 		return nil
 	}
-	return do(e.w)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-e.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := do(ctx, e.w)
+	select {
+	case <-e.done:
+		return nil
+	default:
+		return err
+	}
 }
 
 // watch has w told of the daemon's events, starting the subscription
 // when w is the first watcher, until unwatch is called; unwatch returns
 // once w is told of nothing more, and stops the subscription when w was
-// the last watcher. The subscription carries ctx's values, not its end.
+// the last watcher. w's calls end when ctx does; the subscription
+// carries ctx's values, not its end.
 func (c *Client) watch(ctx context.Context, w watcher) (unwatch func()) {
 	c.mu.Lock()
 	f := c.fan
@@ -105,7 +124,7 @@ func (c *Client) watch(ctx context.Context, w watcher) (unwatch func()) {
 		c.fan = f
 		go c.follow(sctx, f)
 	}
-	e := &watch{w: w}
+	e := &watch{w: w, done: ctx.Done()}
 	f.watchers = append(f.watchers, e)
 	select {
 	case f.joined <- struct{}{}:
@@ -152,7 +171,7 @@ func (c *Client) follow(ctx context.Context, f *fanOut) {
 			return
 		}
 		for _, w := range c.watchersOf(f) {
-			_ = w.tell(func(w watcher) error { w.lost(err); return nil })
+			_ = w.tell(ctx, func(_ context.Context, w watcher) error { w.lost(err); return nil })
 		}
 		if !upAt.IsZero() {
 			failures = 0
@@ -222,7 +241,7 @@ func (c *Client) session(ctx context.Context, f *fanOut, n int) (upAt time.Time,
 				return upAt, err
 			}
 			for _, w := range c.watchersOf(f) {
-				if err := w.tell(func(w watcher) error { return w.event(ctx, m) }); err != nil {
+				if err := w.tell(ctx, func(ctx context.Context, w watcher) error { return w.event(ctx, m) }); err != nil {
 					return upAt, err
 				}
 			}
@@ -244,7 +263,7 @@ func (c *Client) resync(ctx context.Context, f *fanOut, n int) error {
 			continue
 		}
 		again := w.session != 0
-		if err := w.tell(func(w watcher) error { return w.resync(ctx, again) }); err != nil {
+		if err := w.tell(ctx, func(ctx context.Context, w watcher) error { return w.resync(ctx, again) }); err != nil {
 			return err
 		}
 		w.session = n
