@@ -70,11 +70,8 @@ func (a *Agent) Handler() http.Handler {
 		SessionLifetime: a.cfg.API.SessionLifetime,
 	}
 	if a.docker != nil {
-		ac.Stopper = a.docker
-		if a.queue != nil {
-			// A job's container stopped through the API ends cancelled.
-			ac.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonCancelled}
-		}
+		// A job's container stopped through the API ends cancelled.
+		ac.Stopper = a.stopper(queue.ReasonCancelled)
 	}
 	if u, ok := a.store.(ledger.OwnerUsageReader); ok && reports != nil {
 		ac.Usage = u

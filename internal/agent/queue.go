@@ -55,19 +55,14 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if rules.MaxOpenFiles < cfg.Queue.MaxOpenFiles {
 		a.log.Info("queue.max_open_files is more than this host allows the agent; jobs get at most its hard limit", "max_open_files", cfg.Queue.MaxOpenFiles, "limit", rules.MaxOpenFiles)
 	}
-	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
-	if err != nil {
-		return fmt.Errorf("queue: docker: %w", err)
-	}
+	engine := docker.NewJobs(a.dockerClient, node, a.log.With("part", "queue-docker"))
 	var jobEngine run.Engine = engine
 	if cfg.Queue.Network == config.NetworkIsolated {
 		if err := a.jobsNetwork(ctx, engine, rules.Network); err != nil {
-			_ = engine.Close()
 			return err
 		}
 		jobEngine = docker.IsolatedJobs{Jobs: engine}
 	}
-	a.closers = append(a.closers, engine.Close)
 	where := cfg.LedgerPath()
 	if cfg.LedgerDSN != "" {
 		where = "PostgreSQL"
@@ -314,18 +309,14 @@ func jobNotice(e run.JobEvent) policy.JobNotice {
 	}
 }
 
-// jobStopper tells the queue, before a container is stopped, that the stop
-// is the policy's (or an admin's through the API), so that a job's
-// container stopped that way ends with that reason and not as an exit.
-type jobStopper struct {
-	inv    *docker.Inventory
-	queue  *run.Queue
-	reason queue.Reason
-}
-
-func (s jobStopper) Stop(ctx context.Context, id string, grace time.Duration) error {
-	if c, ok := s.inv.Lookup(id); ok && c.JobID() != "" {
-		s.queue.ExpectStop(c.ID, s.reason)
+// stopper is the one stop path of the node's containers for a caller
+// that stops for reason: the queue, when there is one, hears first of a
+// stop of a job's container, so that the job ends with that reason and
+// not as an exit.
+func (a *Agent) stopper(reason queue.Reason) docker.Stopper {
+	var jobs docker.JobStops
+	if a.queue != nil {
+		jobs = a.queue
 	}
-	return s.inv.Stop(ctx, id, grace)
+	return docker.NewStopper(a.docker, jobs, reason)
 }

@@ -22,11 +22,7 @@ func TestJobsRunsAJobContainer(t *testing.T) {
 	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t) // the job's container names GPUs in its env
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := NewJobs("", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jobs.Close()
+	jobs := newJobs(t, "", "")
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	jobID := "t-" + hex.EncodeToString(b)
@@ -122,11 +118,7 @@ func TestJobsEventsReconnect(t *testing.T) {
 		testenv.SkipUnlessCI(t, "the engine is not on a Unix socket (%s)", cli.DaemonHost())
 	}
 	proxy := dockertest.NewSocketProxy(t, socket)
-	jobs, err := NewJobs("unix://"+proxy.Path(), "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jobs.Close()
+	jobs := newJobs(t, "unix://"+proxy.Path(), "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	events := jobs.Events(ctx)

@@ -98,11 +98,12 @@ func newEngineEnvAt(t testing.TB, n int, host func(*client.Client) string, edit 
 	t.Helper()
 	cli := dockertest.Client(t)
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := docker.NewJobs(host(cli), "", nil)
+	dcli, err := docker.NewClient(host(cli), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { jobs.Close() })
+	t.Cleanup(func() { dcli.Close() })
+	jobs := docker.NewJobs(dcli, "", nil)
 	eng := &labelled{Jobs: jobs}
 	e := &engineEnv{cli: cli, engine: eng, image: img}
 	e.env = newEnv(t, func(c *Config) {
