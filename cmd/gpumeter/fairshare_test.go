@@ -11,8 +11,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // tableShares is a fixed fair-share table, a fake good for the commands'
@@ -25,7 +25,7 @@ type tableShares struct {
 
 func (s *tableShares) FairShare(context.Context) (apitype.FairShare, error) { return s.table, nil }
 
-func (s *tableShares) LiftBudget(_ context.Context, team string, ev ledger.AuditEvent) error {
+func (s *tableShares) LiftBudget(_ context.Context, team string, ev audit.Event) error {
 	if ev.Action != "budget.lift" {
 		return &apitype.FieldError{Field: "team", Msg: "audit event for " + ev.Action}
 	}

@@ -27,7 +27,7 @@ func (oneGPU) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
 // server behind a dead network does not, and whose Close waits for the
 // reads under way to give up, as a pgx pool's does.
 type stuckStore struct {
-	ledger.Store
+	ledger.Ledger
 	reading chan struct{} // closed when the first read starts
 	once    sync.Once
 	reads   sync.WaitGroup

@@ -21,7 +21,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/hostid"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
@@ -37,10 +36,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if a.store == nil {
 		return errors.New("queue.enabled: the queue keeps its jobs in the ledger; set ledger.enabled")
 	}
-	jobs, ok := a.store.(ledger.JobStore)
-	if !ok {
-		return errors.New("queue.enabled: this ledger backend keeps no jobs")
-	}
+	jobs := a.store
 	if a.docker == nil {
 		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
 	}
@@ -105,12 +101,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
 		})
 	}
-	reader, ok := a.store.(fairshare.Reader)
-	budgets, ok2 := a.store.(ledger.BudgetStore)
-	if !ok || !ok2 {
-		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
-	}
-	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
+	a.fair = newFairShare(fairshare.NewCache(a.store, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), a.store)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -158,10 +149,10 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	if a.audit != nil {
 		log := a.audit
-		rc.Audited = func(ctx context.Context, e ledger.AuditEvent) {
+		rc.Audited = func(ctx context.Context, e audit.Event) {
 			// The ledger holds the event; a failed file write is logged
 			// by the audit log itself.
-			_ = log.Recorded(ctx, audit.FromLedger(e))
+			_ = log.Recorded(ctx, e)
 		}
 	}
 	q, err := run.New(rc)

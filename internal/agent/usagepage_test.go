@@ -22,7 +22,7 @@ import (
 
 // pageAgent is an agent over store (nil: the ledger is off) that serves
 // its handler, and an admin's token for it.
-func pageAgent(tb testing.TB, store ledger.Store) (http.Handler, string) {
+func pageAgent(tb testing.TB, store ledger.Ledger) (http.Handler, string) {
 	tb.Helper()
 	cfg := config.Default()
 	cfg.API.RateLimit = 0

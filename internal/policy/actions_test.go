@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -24,10 +23,10 @@ type hungStore struct {
 	release chan struct{}
 	began   atomic.Int64 // writes begun
 	mu      sync.Mutex
-	events  []ledger.AuditEvent
+	events  []audit.Event
 }
 
-func (s *hungStore) Audit(ctx context.Context, events []ledger.AuditEvent) error {
+func (s *hungStore) Audit(ctx context.Context, events []audit.Event) error {
 	s.began.Add(1)
 	select {
 	case <-s.release:
@@ -40,18 +39,18 @@ func (s *hungStore) Audit(ctx context.Context, events []ledger.AuditEvent) error
 	return nil
 }
 
-func (s *hungStore) AuditEvents(context.Context, ledger.Filter) ([]ledger.AuditEvent, error) {
+func (s *hungStore) AuditEvents(context.Context, audit.Filter) ([]audit.Event, error) {
 	return nil, nil
 }
 
-func (s *hungStore) AuditNewest(context.Context, ledger.Filter, int) ([]ledger.AuditEvent, bool, error) {
+func (s *hungStore) AuditNewest(context.Context, audit.Filter, int) ([]audit.Event, bool, error) {
 	return nil, false, nil
 }
 
-func (s *hungStore) stored() []ledger.AuditEvent {
+func (s *hungStore) stored() []audit.Event {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]ledger.AuditEvent(nil), s.events...)
+	return append([]audit.Event(nil), s.events...)
 }
 
 // hungStopper is a Docker whose stops hang until release is closed or

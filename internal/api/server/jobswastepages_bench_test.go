@@ -111,14 +111,14 @@ func BenchmarkJobsPage(b *testing.B) {
 	for i := range 2000 {
 		j, err := store.SubmitJob(ctx, ledger.Job{Name: fmt.Sprintf("train-%d", i), User: fmt.Sprintf("user%d", i%20), State: "queued",
 			GPUsRequested: 1 + i%4, Image: "gpumeter/sleeper:1", Command: []string{"python", "train.py"}, TimeLimit: 4 * time.Hour,
-			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, ledger.AuditEvent{})
+			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, audit.Event{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if i%2 == 1 {
 			if _, err := store.UpdateJob(ctx, j.ID, "queued", func(j *ledger.Job) {
 				j.State, j.EndedAt, j.Reason, j.ReasonText = "cancelled", now, "cancelled", "cancelled by root"
-			}, ledger.AuditEvent{}); err != nil {
+			}, audit.Event{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -145,9 +145,9 @@ func BenchmarkAuditPage(b *testing.B) {
 	}
 	b.Cleanup(func() { store.Close() })
 	now := time.Now()
-	events := make([]ledger.AuditEvent, 0, 1000)
+	events := make([]audit.Event, 0, 1000)
 	for i := range 20000 {
-		events = append(events, ledger.AuditEvent{Time: now.Add(-time.Duration(20000-i) * 30 * time.Second), Node: "bench", Kind: "api",
+		events = append(events, audit.Event{Time: now.Add(-time.Duration(20000-i) * 30 * time.Second), Node: "bench", Kind: "api",
 			Caller: fmt.Sprintf("user%d (token laptop)", i%20), Role: "user", Source: "10.0.0.7", Action: "jobs.cancel",
 			Target: fmt.Sprintf("job j-%06d", i), Status: 200, Outcome: "ok"})
 		if len(events) == cap(events) {

@@ -258,13 +258,13 @@ func TestJobsPage(t *testing.T) {
 	now := time.Now().UTC()
 	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *ledger.Job) {
 		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", ""
-	}, ledger.AuditEvent{}); err != nil {
+	}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	// A job in the ledger with a name the queue would refuse, as another
 	// agent or an older release may have written it.
 	if _, err := f.store.SubmitJob(context.Background(), ledger.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
-		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, ledger.AuditEvent{}); err != nil {
+		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	all, err := f.store.Jobs(context.Background(), ledger.JobFilter{})

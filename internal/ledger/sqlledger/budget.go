@@ -6,11 +6,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // LiftBudget records a budget lift and its audit event in one transaction.
-func (l Ledger) LiftBudget(ctx context.Context, team, month, by string, audit ledger.AuditEvent) error {
+func (l Ledger) LiftBudget(ctx context.Context, team, month, by string, audit audit.Event) error {
 	if l.b.WriteTx == nil {
 		return fmt.Errorf("lift budget in %s: the backend has no job store", l.b.Name)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -109,7 +110,7 @@ func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64
 	}
 	q.askStop(j.ID, &stop{state: queue.Failed, reason: ReasonMemoryOverrun,
 		text:  what + " for " + units.FormatDuration(grace) + ", and was stopped (queue.memory_overrun_grace)",
-		audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
+		audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
 	q.poke() // the next pass sends the stop
 	return time.Time{}
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -107,7 +108,7 @@ type Config struct {
 	OnEvent func(JobEvent)
 	// Audited writes an event the store already committed (in a job's
 	// own transaction) to the audit log's file too; nil: nothing more.
-	Audited func(ctx context.Context, e ledger.AuditEvent)
+	Audited func(ctx context.Context, e audit.Event)
 	// EnvDir keeps the environment values of jobs (0700 directory, 0600
 	// files), which the ledger never holds; a job's file is removed when
 	// the job ends.
@@ -172,7 +173,7 @@ type Queue struct {
 	logRetention     time.Duration
 	notify           []string
 	onEvent          func(JobEvent)
-	audited          func(context.Context, ledger.AuditEvent)
+	audited          func(context.Context, audit.Event)
 	envDir           string
 	stage            *stage.Dir // nil: mounts are refused with stageRefusal
 	stageRefusal     string
@@ -216,7 +217,7 @@ type stop struct {
 	state  queue.State // the state the job ends in
 	reason queue.Reason
 	text   string
-	audit  ledger.AuditEvent
+	audit  audit.Event
 	sent   bool // the container was told to stop
 	done   chan struct{}
 }
@@ -322,14 +323,14 @@ func (q *Queue) poke() {
 }
 
 // auditedLater hands an event the store committed to Config.Audited.
-func (q *Queue) auditedLater(ctx context.Context, e ledger.AuditEvent) {
+func (q *Queue) auditedLater(ctx context.Context, e audit.Event) {
 	if q.audited != nil && e.Kind != "" {
 		q.audited(ctx, e)
 	}
 }
 
 // fill completes an audit event of an action on job id.
-func (q *Queue) fill(e ledger.AuditEvent, action, id string) ledger.AuditEvent {
+func (q *Queue) fill(e audit.Event, action, id string) audit.Event {
 	if e.Time.IsZero() {
 		e.Time = q.now()
 	}
@@ -359,7 +360,7 @@ func toState(j ledger.Job) (queue.State, error) {
 
 // update writes a change of job id from state from, checking the
 // transition table first when the change moves it to another state.
-func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev audit.Event) (ledger.Job, error) {
 	if from != to {
 		if err := queue.Transition(from, to); err != nil {
 			return ledger.Job{}, fmt.Errorf("job %s: %w", id, err)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -30,7 +31,7 @@ type Submission struct {
 	High bool
 	// Audit is written in the job's own transaction, its Target set to
 	// the job's id.
-	Audit ledger.AuditEvent
+	Audit audit.Event
 }
 
 // record is the request as the ledger keeps it (Job.Request): everything

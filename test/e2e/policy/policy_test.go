@@ -24,8 +24,8 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -213,7 +213,7 @@ containers:
 		t.Fatal(err)
 	}
 	defer store.Close()
-	inLedger, err := store.AuditEvents(context.Background(), ledger.Filter{})
+	inLedger, err := store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ containers:
 	slices.SortStableFunc(evs, func(a, b policy.Event) int {
 		return strings.Compare(order(a.Time, a.ContainerID, a.Kind), order(b.Time, b.ContainerID, b.Kind))
 	})
-	slices.SortStableFunc(inLedger, func(a, b ledger.AuditEvent) int {
+	slices.SortStableFunc(inLedger, func(a, b audit.Event) int {
 		return strings.Compare(order(a.Time, a.ContainerID, a.Kind), order(b.Time, b.ContainerID, b.Kind))
 	})
 	for i := range min(len(evs), len(inLedger)) {

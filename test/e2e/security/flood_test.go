@@ -26,7 +26,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
@@ -214,7 +213,7 @@ func TestSecurityFloodStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := store.AuditEvents(context.Background(), ledger.Filter{})
+	rows, err := store.AuditEvents(context.Background(), audit.Filter{})
 	store.Close()
 	if err != nil {
 		t.Fatal(err)
