@@ -54,11 +54,11 @@ func TestRunStopsWithAReportStuck(t *testing.T) {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.API.Socket = "none"
-	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("t", "admin", config.RoleAdmin, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Auth.Tokens = map[string]auth.Token{"t": tok}
+	cfg.Auth.Tokens = map[string]config.Token{"t": tok}
 	store := &stuckStore{reading: make(chan struct{})}
 	a := &Agent{
 		cfg:      cfg,

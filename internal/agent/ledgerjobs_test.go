@@ -306,11 +306,11 @@ func TestSubmitWithTheDataDirFull(t *testing.T) {
 	if err := os.WriteFile(cfg.GroupFile, []byte("alice:x:2001:\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	secret, tok, err := auth.NewToken("alice-laptop", "alice", auth.RoleUser, time.Time{})
+	secret, tok, err := auth.NewToken("alice-laptop", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Auth.Tokens = map[string]auth.Token{tok.ID: tok}
+	cfg.Auth.Tokens = map[string]config.Token{tok.ID: tok}
 	a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler), "test")
 	if err != nil {
 		t.Fatal(err)

@@ -26,11 +26,11 @@ func pageAgent(tb testing.TB, store ledger.Ledger) (http.Handler, string) {
 	tb.Helper()
 	cfg := config.Default()
 	cfg.API.RateLimit = 0
-	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("t", "admin", config.RoleAdmin, time.Time{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.Auth.Tokens = map[string]auth.Token{"t": tok}
+	cfg.Auth.Tokens = map[string]config.Token{"t": tok}
 	a := &Agent{cfg: cfg, log: slog.New(slog.DiscardHandler), sampler: sampler.New(sampler.Config{GPUs: oneGPU{}})}
 	if store != nil {
 		a.store = store

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -111,7 +112,7 @@ func TestEngineKeepsItsStep(t *testing.T) {
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var m Message
 		_ = json.NewDecoder(r.Body).Decode(&m)
-		if m.Finding.Rule == waste.RuleStalled {
+		if m.Finding.Rule == config.RuleStalled {
 			return // its audit write is what hangs
 		}
 		hungPosts.Add(1)
@@ -129,13 +130,13 @@ func TestEngineKeepsItsStep(t *testing.T) {
 
 	p := DefaultConfig()
 	p.DryRun = false
-	p.Webhook = Webhook{URL: hook.URL, Timeout: time.Hour}
-	p.Actions.Idle = ActionNotify
-	p.Actions.Stalled = ActionStop
+	p.Webhook = config.Webhook{URL: hook.URL, Timeout: time.Hour}
+	p.Actions.Idle = config.ActionNotify
+	p.Actions.Stalled = config.ActionStop
 	p.WarningWait = 0
 	var eng atomic.Pointer[Engine]
 	e := NewEngine(EngineConfig{
-		Policy: p, Findings: arrivals(&eng, waste.RuleIdle, waste.RuleStalled), Stopper: stopper,
+		Policy: p, Findings: arrivals(&eng, config.RuleIdle, config.RuleStalled), Stopper: stopper,
 		Audit:    audit.NewLog(audit.LogConfig{Store: store}),
 		Interval: 10 * time.Millisecond, Workers: 4, ActionTimeout: time.Minute, AuditTimeout: time.Minute,
 	})
@@ -206,7 +207,7 @@ func TestEngineStopsWithTheLedgerHung(t *testing.T) {
 	p.WarningWait = 0
 	var eng atomic.Pointer[Engine]
 	e := NewEngine(EngineConfig{
-		Policy: p, Findings: arrivals(&eng, waste.RuleIdle),
+		Policy: p, Findings: arrivals(&eng, config.RuleIdle),
 		Audit:    audit.NewLog(audit.LogConfig{File: f, Store: store}),
 		Interval: 10 * time.Millisecond, Workers: 2, AuditTimeout: time.Hour,
 	})

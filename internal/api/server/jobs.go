@@ -15,6 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
@@ -111,7 +112,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 	ev.Owner = user // the caller's, or as_user's
 	// An admin may ask for the high class; the runtime adds the users of
 	// queue.priority.high_users.
-	high := c.id.Role == auth.RoleAdmin
+	high := c.id.Role == config.RoleAdmin
 	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev})
 	if err != nil {
 		s.jobError(w, r, c, "", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
@@ -26,11 +27,11 @@ import (
 // page request carrying the session's cookie, as a browser sends it.
 func benchPage(b *testing.B, path string, edit func(*Config)) (http.Handler, *http.Request) {
 	b.Helper()
-	secret, tok, err := auth.NewToken("root-laptop", "root", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("root-laptop", "root", config.RoleAdmin, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func runPage(b *testing.B, h http.Handler, r *http.Request, want string) {
 func BenchmarkWastePage(b *testing.B) {
 	h, r := benchPage(b, "/waste", func(c *Config) {
 		t := c.Ticks.Latest()
-		rules := []string{waste.RuleIdle, waste.RuleStalled, waste.RuleOverAllocated, waste.RuleLowEfficiency}
+		rules := []string{config.RuleIdle, config.RuleStalled, config.RuleOverAllocated, config.RuleLowEfficiency}
 		var fs []waste.Finding
 		for i := range 500 {
 			ct := t.Containers[i%len(t.Containers)]
