@@ -235,18 +235,19 @@ func dockerSocket(host string) string {
 	return p
 }
 
-// resolvePassing turns queue.gpu_passing into how jobs get their GPUs.
-// auto picks DeviceRequests where Docker has the nvidia runtime, and
-// NVIDIA_VISIBLE_DEVICES with a simulated GPU source (how the tests run on
-// an engine without either); on a real host without the runtime it
-// refuses, since jobs would run without their GPUs.
-func resolvePassing(ctx context.Context, setting string, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
+// resolvePassing turns queue.gpu_passing, which config checked, into how
+// jobs get their GPUs. auto (or unset) picks DeviceRequests where Docker
+// has the nvidia runtime, and NVIDIA_VISIBLE_DEVICES with a simulated GPU
+// source (how the tests run on an engine without either); on a real host
+// without the runtime it refuses, since jobs would run without their GPUs.
+func resolvePassing(ctx context.Context, setting config.GPUPassing, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
 	switch setting {
-	case string(spec.DeviceRequests), string(spec.CDI), string(spec.Env):
-		return spec.GPUPassing(setting), nil
-	case "", "auto":
-	default:
-		return "", fmt.Errorf("queue.gpu_passing: %q is not auto, device_requests, cdi or env", setting)
+	case config.PassingDeviceRequests:
+		return spec.DeviceRequests, nil
+	case config.PassingCDI:
+		return spec.CDI, nil
+	case config.PassingEnv:
+		return spec.Env, nil
 	}
 	if simulated {
 		return spec.Env, nil

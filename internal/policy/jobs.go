@@ -139,8 +139,8 @@ func jobText(n JobNotice) string {
 	if n.Node != "" {
 		fmt.Fprintf(&b, " on %s", n.Node)
 	}
-	switch n.Event {
-	case "start":
+	switch config.NotifyEvent(n.Event) {
+	case config.NotifyStart:
 		fmt.Fprintf(&b, " started on %d GPU(s)", len(n.GPUs))
 	default:
 		fmt.Fprintf(&b, " ended: %s", n.State)

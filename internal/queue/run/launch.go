@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -175,7 +176,7 @@ func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, start
 	q.mu.Lock()
 	q.wait.observe(out.StartedAt.Sub(out.SubmittedAt))
 	q.mu.Unlock()
-	q.emit(EventStart, out)
+	q.emit(config.NotifyStart, out)
 	return true
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -64,12 +65,6 @@ var ErrExists = container.ErrExists
 // time out, end or requeue a job.
 const KindQueue = "queue"
 
-// Notify events.
-const (
-	EventStart = "start"
-	EventEnd   = "end"
-)
-
 // Config configures a Queue.
 type Config struct {
 	Store ledger.JobStore
@@ -89,13 +84,13 @@ type Config struct {
 	// LogRetention is how long an ended job's container (and its logs)
 	// is kept before it is removed; 0 keeps it.
 	LogRetention time.Duration
-	Notify       []string // "start", "end": for every job
+	Notify       []string // "start", "end" (config checked them): for every job
 	// MemoryOverrunGrace is how long a memory job may stay over the GPU
 	// memory it declared before it is stopped (0:
 	// DefaultMemoryOverrunGrace); MemoryOverrunAction is stop (""
-	// too) or warn.
+	// too) or warn, as config checked it.
 	MemoryOverrunGrace  time.Duration
-	MemoryOverrunAction string
+	MemoryOverrunAction config.OverrunAction
 	// Standing gives each pass the fair share's factors, expected shares
 	// and teams over budget; nil: everyone stands equal.
 	Standing Standing
@@ -178,7 +173,7 @@ type Queue struct {
 	stage            *stage.Dir // nil: mounts are refused with stageRefusal
 	stageRefusal     string
 	overrunGrace     time.Duration
-	overrunAction    string
+	overrunAction    config.OverrunAction
 	standing         Standing
 	highUsers        []string
 
@@ -234,18 +229,8 @@ func New(cfg Config) (*Queue, error) {
 	case cfg.DefaultTimeLimit < 0, cfg.StopGrace < 0, cfg.LogRetention < 0, cfg.MaxRequeue < 0, cfg.MaxStartAttempts < 0:
 		return nil, errors.New("queue: default_time_limit, stop_grace, log_retention, max_requeue and max_start_attempts may not be negative")
 	}
-	switch cfg.MemoryOverrunAction {
-	case "", OverrunStop, OverrunWarn:
-	default:
-		return nil, fmt.Errorf("queue.memory_overrun_action: %q is not stop or warn", cfg.MemoryOverrunAction)
-	}
 	if cfg.MemoryOverrunGrace < 0 {
 		return nil, errors.New("queue.memory_overrun_grace may not be negative")
-	}
-	for _, n := range cfg.Notify {
-		if n != EventStart && n != EventEnd {
-			return nil, fmt.Errorf("queue.notify: %q is not start or end", n)
-		}
 	}
 	if cfg.Engine != nil {
 		switch cfg.Passing {
@@ -289,7 +274,7 @@ func New(cfg Config) (*Queue, error) {
 		memJobs: memoryJobs{}, overruns: map[string]*overrun{},
 		reqs: map[string]reqInfo{}, ranks: map[string]rank{},
 		standing: cfg.Standing, highUsers: append([]string(nil), cfg.HighUsers...),
-		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, OverrunStop),
+		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
 	}
 	if q.overrunGrace == 0 {
 		q.overrunGrace = DefaultMemoryOverrunGrace

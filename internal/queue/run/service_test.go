@@ -369,7 +369,6 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 		"no store":    func(c *Config) { c.Store = nil },
 		"no identity": func(c *Config) { c.Identity = nil },
 		"no env dir":  func(c *Config) { c.EnvDir = "" },
-		"bad notify":  func(c *Config) { c.Notify = []string{"begin"} },
 		"bad rules":   func(c *Config) { c.Rules.MountRoots = []string{"/"} },
 	} {
 		e := newEnv(t, nil)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -189,8 +190,8 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 func notifyList(in []string) ([]string, error) {
 	var out []string
 	for _, n := range in {
-		if n != EventStart && n != EventEnd {
-			return nil, &BadRequest{Field: "notify", Text: fmt.Sprintf("%q is not start or end; give --notify start,end", n)}
+		if _, err := config.ParseNotifyEvent(n); err != nil {
+			return nil, &BadRequest{Field: "notify", Text: err.Error() + "; give --notify start,end"}
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)
