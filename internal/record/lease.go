@@ -21,9 +21,10 @@ func DefaultLeaseTakeover(flush time.Duration) time.Duration {
 	return 3*flush + WriteTimeout(flush)
 }
 
-// Acquire takes node's lease in store for this process, before anything
-// is written: an agent or a simulation that another agent's lease refuses
-// fails here with the holder named (a *ledger.LeaseHeldError).
+// Acquire takes node's lease in the ledger lt for this process, before
+// anything is written: an agent or a simulation that another agent's
+// lease refuses fails here with the holder named (a
+// *ledger.LeaseHeldError).
 func Acquire(ctx context.Context, lt ledger.LeaseTaker, node string, takeover time.Duration) (ledger.Lease, error) {
 	host, err := os.Hostname()
 	if err != nil {
