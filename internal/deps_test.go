@@ -21,7 +21,9 @@ var lowerOf = map[string][]string{
 	"internal/config": {"internal/units", "internal/yamlx"},
 	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
-	"internal/ledger": {"internal/units"},
+	// The ledger stores the audit log's events, of audit's own type.
+	"internal/audit":  {},
+	"internal/ledger": {"internal/audit", "internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
 	// The console renders what the API server gathers.

@@ -49,7 +49,7 @@ type Agent struct {
 
 	sampler  *sampler.Sampler
 	docker   *docker.Inventory
-	store    ledger.Store
+	store    ledger.Ledger
 	lease    ledger.Lease // this agent's lease of its node in store
 	recorder *record.Recorder
 	waste    *liveWaste
@@ -324,8 +324,8 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 		a.closers = append(a.closers, f.Close)
 		lc.File = f
 	}
-	if as, ok := a.store.(ledger.AuditStore); ok {
-		lc.Store = as
+	if a.store != nil {
+		lc.Store = a.store
 	}
 	a.audit, a.auditFile = audit.NewLog(lc), lc.File
 	return lc.File, nil

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -94,7 +95,7 @@ func fairShareRow(r fairshare.Row) apitype.FairShareRow {
 }
 
 // LiftBudget implements server.FairShare: the team must have a budget.
-func (f *fairShare) LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error {
+func (f *fairShare) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	s := f.cache.Settings()
 	if _, ok := s.Budgets[team]; !ok {
 		names := make([]string, 0, len(s.Budgets))

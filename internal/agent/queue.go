@@ -21,7 +21,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/hostid"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
@@ -37,10 +36,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if a.store == nil {
 		return errors.New("queue.enabled: the queue keeps its jobs in the ledger; set ledger.enabled")
 	}
-	jobs, ok := a.store.(ledger.JobStore)
-	if !ok {
-		return errors.New("queue.enabled: this ledger backend keeps no jobs")
-	}
+	jobs := a.store
 	if a.docker == nil {
 		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
 	}
@@ -100,12 +96,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
 		})
 	}
-	reader, ok := a.store.(fairshare.Reader)
-	budgets, ok2 := a.store.(ledger.BudgetStore)
-	if !ok || !ok2 {
-		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
-	}
-	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
+	a.fair = newFairShare(fairshare.NewCache(a.store, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), a.store)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -153,10 +144,10 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	if a.audit != nil {
 		log := a.audit
-		rc.Audited = func(ctx context.Context, e ledger.AuditEvent) {
+		rc.Audited = func(ctx context.Context, e audit.Event) {
 			// The ledger holds the event; a failed file write is logged
 			// by the audit log itself.
-			_ = log.Recorded(ctx, audit.FromLedger(e))
+			_ = log.Recorded(ctx, e)
 		}
 	}
 	q, err := run.New(rc)
@@ -239,18 +230,19 @@ func dockerSocket(host string) string {
 	return p
 }
 
-// resolvePassing turns queue.gpu_passing into how jobs get their GPUs.
-// auto picks DeviceRequests where Docker has the nvidia runtime, and
-// NVIDIA_VISIBLE_DEVICES with a simulated GPU source (how the tests run on
-// an engine without either); on a real host without the runtime it
-// refuses, since jobs would run without their GPUs.
-func resolvePassing(ctx context.Context, setting string, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
+// resolvePassing turns queue.gpu_passing, which config checked, into how
+// jobs get their GPUs. auto (or unset) picks DeviceRequests where Docker
+// has the nvidia runtime, and NVIDIA_VISIBLE_DEVICES with a simulated GPU
+// source (how the tests run on an engine without either); on a real host
+// without the runtime it refuses, since jobs would run without their GPUs.
+func resolvePassing(ctx context.Context, setting config.GPUPassing, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
 	switch setting {
-	case string(spec.DeviceRequests), string(spec.CDI), string(spec.Env):
-		return spec.GPUPassing(setting), nil
-	case "", "auto":
-	default:
-		return "", fmt.Errorf("queue.gpu_passing: %q is not auto, device_requests, cdi or env", setting)
+	case config.PassingDeviceRequests:
+		return spec.DeviceRequests, nil
+	case config.PassingCDI:
+		return spec.CDI, nil
+	case config.PassingEnv:
+		return spec.Env, nil
 	}
 	if simulated {
 		return spec.Env, nil

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -58,10 +60,10 @@ func (w *world) Now() time.Time { return w.now }
 
 type memAudit struct {
 	mu     sync.Mutex
-	events []Event
+	events []audit.Event
 }
 
-func (m *memAudit) Act(_ context.Context, e Event) error {
+func (m *memAudit) Act(_ context.Context, e audit.Event) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.events = append(m.events, e)
@@ -79,7 +81,7 @@ func (m *memAudit) outcomes() []string {
 }
 
 func finding(id, name string, active bool) waste.Finding {
-	return waste.Finding{ID: id, Rule: waste.RuleIdle, OwnerKind: waste.OwnerContainer, ContainerID: "c-" + name,
+	return waste.Finding{ID: id, Rule: config.RuleIdle, OwnerKind: waste.OwnerContainer, ContainerID: "c-" + name,
 		Container: name, Owner: "bob", Active: active, GPUs: []waste.GPURef{{Index: 0}},
 		Evidence: map[string]float64{waste.EvSMPercent: 0}}
 }
@@ -92,7 +94,7 @@ func newWorld(names ...string) *world {
 	return w
 }
 
-func newTestEngine(w *world, p Config, a Auditor, log *bytes.Buffer) *Engine {
+func newTestEngine(w *world, p config.Policy, a Auditor, log *bytes.Buffer) *Engine {
 	var logger *slog.Logger
 	if log != nil {
 		logger = slog.New(slog.NewTextHandler(log, nil))
@@ -111,10 +113,10 @@ func look(e *Engine) {
 	}
 }
 
-func stopPolicy(url string) Config {
+func stopPolicy(url string) config.Policy {
 	p := DefaultConfig()
 	p.DryRun = false
-	p.Actions.Idle = ActionStop
+	p.Actions.Idle = config.ActionStop
 	p.WarningWait = time.Minute
 	p.Webhook.URL = url
 	return p
@@ -223,14 +225,14 @@ func TestEngineActions(t *testing.T) {
 	defer srv.Close()
 	w := newWorld("a", "b")
 	stalled := finding("f2", "b", true)
-	stalled.Rule = waste.RuleStalled
-	outside := waste.Finding{ID: "f3", Rule: waste.RuleOutside, OwnerKind: waste.OwnerHost, Owner: "carol", Active: true}
+	stalled.Rule = config.RuleStalled
+	outside := waste.Finding{ID: "f3", Rule: config.RuleOutside, OwnerKind: waste.OwnerHost, Owner: "carol", Active: true}
 	w.findings = []waste.Finding{finding("f1", "a", true), stalled, outside}
 	p := DefaultConfig()
 	p.DryRun = false
 	p.Webhook.URL = srv.URL
-	p.Actions.Stalled = ActionNotify
-	p.Actions.Outside = ActionNotify
+	p.Actions.Stalled = config.ActionNotify
+	p.Actions.Outside = config.ActionNotify
 	a := &memAudit{}
 	e := newTestEngine(w, p, a, nil)
 	for range 3 {
@@ -243,7 +245,7 @@ func TestEngineActions(t *testing.T) {
 		t.Errorf("audit = %v, want %v", a.outcomes(), want)
 	}
 	// A reload that turns idle to stop takes effect on the next step.
-	p.Actions.Idle = ActionStop
+	p.Actions.Idle = config.ActionStop
 	e.SetPolicy(p)
 	look(e)
 	if n := len(a.events); n != 3 || a.events[2].Kind != EventWarn {
@@ -337,7 +339,7 @@ func TestWebhookRetries(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			w := Webhook{URL: tt.url, Timeout: 100 * time.Millisecond, Retries: 2}
+			w := config.Webhook{URL: tt.url, Timeout: 100 * time.Millisecond, Retries: 2}
 			start := time.Now()
 			n, err := post(ctx, http.DefaultClient, w, time.Millisecond, Message{Text: "hi"})
 			if n != tt.attempts {
@@ -390,8 +392,8 @@ func TestEngineWebhookFailureIsAudited(t *testing.T) {
 	w.findings = []waste.Finding{f}
 	p := DefaultConfig()
 	p.DryRun = false
-	p.Webhook = Webhook{URL: srv.URL, Timeout: time.Second, Retries: 1}
-	p.Actions.Idle = ActionNotify
+	p.Webhook = config.Webhook{URL: srv.URL, Timeout: time.Second, Retries: 1}
+	p.Actions.Idle = config.ActionNotify
 	a := &memAudit{}
 	e := newTestEngine(w, p, a, nil)
 	look(e)

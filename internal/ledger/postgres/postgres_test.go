@@ -38,7 +38,7 @@ func open(t testing.TB, dsn string) *postgres.Store {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, func(t *testing.T) ledger.Store { return open(t, pgtest.DSN(t)) })
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return open(t, pgtest.DSN(t)) })
 }
 
 // rawExec runs statements on dsn with no gpumeter code in between.
@@ -361,7 +361,7 @@ func TestUpgradeFromV3(t *testing.T) {
 }
 
 func TestLeases(t *testing.T) {
-	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Store, ledger.Store) {
+	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Ledger, ledger.Ledger) {
 		dsn := pgtest.DSN(t)
 		return open(t, dsn), open(t, dsn)
 	}, false)

@@ -13,6 +13,7 @@ import (
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -297,7 +298,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 		j, _ := e.q.Job(context.Background(), big.ID)
 		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), j.State + " " + j.ReasonText
 	})
-	got, err := e.q.Cancel(context.Background(), a.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	if len(j.GPUs) != 2 {
 		t.Errorf("2-GPU job holds %q", j.GPUs)
 	}
-	if _, err := e.q.Cancel(context.Background(), a.ID, ledger.AuditEvent{}); err == nil {
+	if _, err := e.q.Cancel(context.Background(), a.ID, audit.Event{}); err == nil {
 		t.Errorf("cancel of a cancelled job succeeded")
 	}
 }

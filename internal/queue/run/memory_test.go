@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
@@ -71,7 +72,7 @@ func TestMemoryContractWarnOnly(t *testing.T) {
 	e := newEngineEnv(t, 1, func(c *Config) {
 		c.Sched.SharedGPUs = []string{"all"}
 		c.MemoryOverrunGrace = time.Second
-		c.MemoryOverrunAction = OverrunWarn
+		c.MemoryOverrunAction = config.OverrunWarn
 	})
 	req := e.sleeper()
 	req.GPUs, req.GPUMemory = 0, 1<<30

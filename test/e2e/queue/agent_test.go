@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
@@ -129,8 +130,8 @@ func newHost(t *testing.T, extra string) *host {
 	for _, u := range []struct {
 		secret *string
 		name   string
-		role   auth.Role
-	}{{&h.alice, "alice", auth.RoleUser}, {&h.bob, "bob", auth.RoleUser}, {&h.viewer, "vera", auth.RoleViewer}, {&h.rooty, "rooty", auth.RoleUser}} {
+		role   config.Role
+	}{{&h.alice, "alice", config.RoleUser}, {&h.bob, "bob", config.RoleUser}, {&h.viewer, "vera", config.RoleViewer}, {&h.rooty, "rooty", config.RoleUser}} {
 		secret, tok, err := auth.NewToken(u.name, u.name, u.role, time.Time{})
 		if err != nil {
 			t.Fatal(err)

@@ -25,8 +25,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
@@ -92,8 +92,8 @@ func TestSecurityFloodStops(t *testing.T) {
 	// A process of the scenario plays in the first container, so that the
 	// agent reads the engine's inventory.
 	scenario := pidScenario(t, "e2e-flood", "flood", victims[0].PID)
-	_, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
-	a := startSecure(t, secureSetup{tokens: []auth.Token{alice}, sim: scenario, yaml: "api:\n  rate_limit: 0\n", args: []string{"--docker-host", cli.DaemonHost()}})
+	_, alice := newTestToken(t, "alice", "alice", config.RoleUser, time.Time{})
+	a := startSecure(t, secureSetup{tokens: []config.Token{alice}, sim: scenario, yaml: "api:\n  rate_limit: 0\n", args: []string{"--docker-host", cli.DaemonHost()}})
 	dockertest.WaitFor(t, harness.Settle, "the agent to list the containers", func() (bool, string) {
 		ids := a.containerIDs(t)
 		for _, v := range victims {
@@ -214,7 +214,7 @@ func TestSecurityFloodStops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := store.AuditEvents(context.Background(), ledger.Filter{})
+	rows, err := store.AuditEvents(context.Background(), audit.Filter{})
 	store.Close()
 	if err != nil {
 		t.Fatal(err)

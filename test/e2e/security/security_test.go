@@ -45,6 +45,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
@@ -200,7 +201,7 @@ func (p *pki) httpsClient(cert *issued) *http.Client {
 }
 
 // newTestToken makes a token; the zero expires means never.
-func newTestToken(t *testing.T, id, user string, role auth.Role, expires time.Time) (string, auth.Token) {
+func newTestToken(t *testing.T, id, user string, role config.Role, expires time.Time) (string, config.Token) {
 	t.Helper()
 	secret, tok, err := auth.NewToken(id, user, role, expires)
 	if err != nil {
@@ -215,7 +216,7 @@ type secureSetup struct {
 	// pki issues the agent's certificate and is the CA of its client
 	// certificates; nil makes one.
 	pki    *pki
-	tokens []auth.Token
+	tokens []config.Token
 	// certs maps client certificate names to "user=NAME role=ROLE".
 	certs map[string]string
 	// clientAuth is "" for no client certificates, else optional or
@@ -559,12 +560,12 @@ func logMissed(t *testing.T, what string, before, after sampling) {
 // what; each refusal names its cause and is audited.
 func TestSecurityAPI(t *testing.T) {
 	t.Parallel()
-	aliceTok, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
-	veraTok, vera := newTestToken(t, "vera", "vera", auth.RoleViewer, time.Time{})
-	oldTok, old := newTestToken(t, "alice-old", "alice", auth.RoleUser, time.Now().Add(-time.Hour))
-	carolTok, carol := newTestToken(t, "carol", "carol", auth.RoleUser, time.Time{})
+	aliceTok, alice := newTestToken(t, "alice", "alice", config.RoleUser, time.Time{})
+	veraTok, vera := newTestToken(t, "vera", "vera", config.RoleViewer, time.Time{})
+	oldTok, old := newTestToken(t, "alice-old", "alice", config.RoleUser, time.Now().Add(-time.Hour))
+	carolTok, carol := newTestToken(t, "carol", "carol", config.RoleUser, time.Time{})
 	a := startSecure(t, secureSetup{
-		tokens:     []auth.Token{alice, vera, old, carol},
+		tokens:     []config.Token{alice, vera, old, carol},
 		certs:      map[string]string{"alice-laptop": "user=alice role=user"},
 		clientAuth: "optional",
 		yaml:       "api:\n  max_body: 1KiB\n",
@@ -589,7 +590,7 @@ func TestSecurityAPI(t *testing.T) {
 		})
 		t.Run("wrong token", func(t *testing.T) {
 			t.Parallel()
-			wrong, _ := newTestToken(t, "wrong", "alice", auth.RoleAdmin, time.Time{})
+			wrong, _ := newTestToken(t, "wrong", "alice", config.RoleAdmin, time.Time{})
 			ans := send(t, a.client, "GET", containers, wrong, nil)
 			ans.want(t, "GET with a token the agent does not know", http.StatusUnauthorized, auth.CodeBadToken)
 			a.wantAudit(t, ans, auditView{Caller: "unknown", Action: "containers.read", Outcome: audit.OutcomeDenied, Error: auth.CodeBadToken})
@@ -704,7 +705,7 @@ func TestSecurityAPI(t *testing.T) {
 
 	// A token dropped from the config stops working at the reload.
 	send(t, a.client, "GET", a.URL+"/api/v1/whoami", carolTok, nil).want(t, "whoami with carol's token", http.StatusOK, "")
-	a.setup.tokens = slices.DeleteFunc(a.setup.tokens, func(tok auth.Token) bool { return tok.ID == "carol" })
+	a.setup.tokens = slices.DeleteFunc(a.setup.tokens, func(tok config.Token) bool { return tok.ID == "carol" })
 	a.writeConfig(t)
 	if line := a.hup(t, reloadedRE); !strings.Contains(line, "tokens=4") {
 		t.Errorf("reload log line %q, want tokens=4 (three and the test admin's)", line)
@@ -722,8 +723,8 @@ func ptrTo[T any](v T) *T { return &v }
 func TestSecurityRateLimit(t *testing.T) {
 	t.Parallel()
 	const rate, burst = 1, 3
-	ritaTok, rita := newTestToken(t, "rita", "rita", auth.RoleViewer, time.Time{})
-	a := startSecure(t, secureSetup{tokens: []auth.Token{rita}, yaml: fmt.Sprintf("api:\n  rate_limit: %d\n  rate_burst: %d\n", rate, burst)})
+	ritaTok, rita := newTestToken(t, "rita", "rita", config.RoleViewer, time.Time{})
+	a := startSecure(t, secureSetup{tokens: []config.Token{rita}, yaml: fmt.Sprintf("api:\n  rate_limit: %d\n  rate_burst: %d\n", rate, burst)})
 	whoami := a.URL + "/api/v1/whoami"
 	// The bucket refills at a token a second while the requests go out, so
 	// how many pass depends on how fast this machine sends them: the test
@@ -1171,8 +1172,8 @@ func TestSecuritySocket(t *testing.T) {
 // audited (or counted as dropped), and metering goes on untouched.
 func TestSecurityFlood(t *testing.T) {
 	t.Parallel()
-	aliceTok, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
-	a := startSecure(t, secureSetup{tokens: []auth.Token{alice}, yaml: "api:\n  rate_limit: 0\n"})
+	aliceTok, alice := newTestToken(t, "alice", "alice", config.RoleUser, time.Time{})
+	a := startSecure(t, secureSetup{tokens: []config.Token{alice}, yaml: "api:\n  rate_limit: 0\n"})
 	ids := a.containerIDs(t)
 	before := ticks(t, a.client, a.URL)
 	begin := time.Now()
@@ -1294,8 +1295,8 @@ func TestSecurityDockerStop(t *testing.T) {
 	// A process of the scenario plays in alice's container, so that the
 	// agent reads the engine's inventory.
 	scenario := pidScenario(t, "e2e-stop", "alice", aliceC.PID)
-	aliceTok, alice := newTestToken(t, "alice", "alice", auth.RoleUser, time.Time{})
-	a := startSecure(t, secureSetup{tokens: []auth.Token{alice}, sim: scenario, args: []string{"--docker-host", cli.DaemonHost()}})
+	aliceTok, alice := newTestToken(t, "alice", "alice", config.RoleUser, time.Time{})
+	a := startSecure(t, secureSetup{tokens: []config.Token{alice}, sim: scenario, args: []string{"--docker-host", cli.DaemonHost()}})
 	dockertest.WaitFor(t, harness.Settle, "the agent to list both containers", func() (bool, string) {
 		ids := a.containerIDs(t)
 		return ids[aliceC.Name] == aliceC.ID && ids[bobC.Name] == bobC.ID, fmt.Sprint(ids)
