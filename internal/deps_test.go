@@ -21,7 +21,7 @@ var lowerOf = map[string][]string{
 	"internal/config": {"internal/units", "internal/yamlx"},
 	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
-	"internal/ledger": {"internal/units"},
+	"internal/ledger": {"internal/queue", "internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
 	// The console renders what the API server gathers.

@@ -49,7 +49,7 @@ wait itself failed (no such job, the agent unreachable).`,
 				if err != nil {
 					return waitFailed(cmd, c.explain(err))
 				}
-				if j.Ended() {
+				if ended(j) {
 					code := waitStatus(j)
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", client.Clean(j.ID), client.Clean(j.State), client.Clean(endWords(j)))
 					if code == 0 {

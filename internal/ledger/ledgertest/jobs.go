@@ -14,18 +14,19 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
-// The job states as the queue names them; the store knows none of them.
+// The job states the tests use; the store checks no transition.
 const (
-	jobQueued    = "queued"
-	jobStarting  = "starting"
-	jobRunning   = "running"
-	jobSucceeded = "succeeded"
-	jobCancelled = "cancelled"
+	jobQueued    = queue.Queued
+	jobStarting  = queue.Starting
+	jobRunning   = queue.Running
+	jobSucceeded = queue.Succeeded
+	jobCancelled = queue.Cancelled
 )
 
-var jobEnded = []string{jobSucceeded, "failed", "timeout", jobCancelled}
+var jobEnded = []queue.State{jobSucceeded, queue.Failed, queue.Timeout, jobCancelled}
 
 func jobStore(t *testing.T, s ledger.Store) (ledger.JobStore, ledger.AuditStore) {
 	t.Helper()
@@ -40,12 +41,13 @@ func jobStore(t *testing.T, s ledger.Store) (ledger.JobStore, ledger.AuditStore)
 	return js, as
 }
 
-func newJob(user string) ledger.Job {
-	return ledger.Job{
+func newJob(user string) queue.Job {
+	return queue.Job{
 		Node: nodeA, Name: "train", User: user, Team: "vision", State: jobQueued, Reason: "resources",
 		ReasonText: "waiting for 1 free GPU", GPUsRequested: 1, Image: "localhost/sleeper:1",
 		Command: []string{"/sleeper", "--for", "10s"}, EnvKeys: []string{"WANDB_API_KEY", "SEED"},
-		Request:   json.RawMessage(`{"gpus":1,"env_keys":["WANDB_API_KEY","SEED"]}`),
+		Request: &queue.Request{Class: queue.ClassHigh, Mounts: []string{"/data/a:/data:ro"}, Memory: 32 << 30,
+			Publish: []string{"8080"}, Notify: []string{"end"}},
 		TimeLimit: 4 * time.Hour, SubmittedAt: t0,
 	}
 }
@@ -55,7 +57,7 @@ func submitAudit(user string) ledger.AuditEvent {
 		Source: "unix uid 1000", Action: "jobs.submit", Status: 201}
 }
 
-func submit(t *testing.T, js ledger.JobStore, j ledger.Job) ledger.Job {
+func submit(t *testing.T, js ledger.JobStore, j queue.Job) queue.Job {
 	t.Helper()
 	got, err := js.SubmitJob(context.Background(), j, submitAudit(j.User))
 	if err != nil {
@@ -64,7 +66,7 @@ func submit(t *testing.T, js ledger.JobStore, j ledger.Job) ledger.Job {
 	return got
 }
 
-func ids(jobs []ledger.Job) []string {
+func ids(jobs []queue.Job) []string {
 	out := []string{}
 	for _, j := range jobs {
 		out = append(out, j.ID)
@@ -159,7 +161,7 @@ func testJobCAS(t *testing.T, s ledger.Store) {
 	ctx := context.Background()
 	j := submit(t, js, newJob("alice"))
 	startedAt := t0.Add(time.Minute)
-	start := func(x *ledger.Job) {
+	start := func(x *queue.Job) {
 		x.State, x.Reason, x.ReasonText = jobStarting, "", ""
 		x.GPUs, x.StartedAt, x.Attempts = []string{gpuA}, startedAt, x.Attempts+1
 		x.User, x.Image = "mallory", "evil" // not the update's to change
@@ -185,14 +187,14 @@ func testJobCAS(t *testing.T, s ledger.Store) {
 	if !errors.As(err, &se) || se.Actual != jobStarting || se.Want != jobQueued || se.ID != j.ID {
 		t.Fatalf("UpdateJob from a stale state: %v, want a JobStateError naming %s", err, jobStarting)
 	}
-	if !strings.Contains(err.Error(), jobStarting) {
+	if !strings.Contains(err.Error(), string(jobStarting)) {
 		t.Errorf("error %q does not name the actual state", err)
 	}
 	if again, _ := js.Job(ctx, j.ID); again.Attempts != 1 {
 		t.Errorf("a refused update changed the job: attempts %d", again.Attempts)
 	}
 	code := 0
-	ended, err := js.UpdateJob(ctx, j.ID, jobStarting, func(x *ledger.Job) {
+	ended, err := js.UpdateJob(ctx, j.ID, jobStarting, func(x *queue.Job) {
 		x.State, x.ExitCode, x.EndedAt, x.ContainerID = jobSucceeded, &code, t0.Add(time.Hour), ctr1
 	}, ledger.AuditEvent{})
 	if err != nil {
@@ -244,15 +246,15 @@ func testJobHeld(t *testing.T, s ledger.Store) {
 func testJobFilters(t *testing.T, s ledger.Store) {
 	js, _ := jobStore(t, s)
 	ctx := context.Background()
-	var all []ledger.Job
+	var all []queue.Job
 	for _, u := range []string{"alice", "bob", "alice", "carol", "alice"} {
 		all = append(all, submit(t, js, newJob(u)))
 	}
-	move := func(j ledger.Job, states ...string) {
+	move := func(j queue.Job, states ...queue.State) {
 		t.Helper()
 		for i := 1; i < len(states); i++ {
 			to := states[i]
-			if _, err := js.UpdateJob(ctx, j.ID, states[i-1], func(x *ledger.Job) { x.State = to }, ledger.AuditEvent{}); err != nil {
+			if _, err := js.UpdateJob(ctx, j.ID, states[i-1], func(x *queue.Job) { x.State = to }, ledger.AuditEvent{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -268,9 +270,9 @@ func testJobFilters(t *testing.T, s ledger.Store) {
 		{ledger.JobFilter{Ended: jobEnded, IncludeEnded: true}, []int{0, 1, 2, 3, 4}},
 		{ledger.JobFilter{User: "alice", Ended: jobEnded}, []int{0, 4}},
 		{ledger.JobFilter{User: "alice", Ended: jobEnded, IncludeEnded: true}, []int{0, 2, 4}},
-		{ledger.JobFilter{States: []string{jobQueued}}, []int{3, 4}},
-		{ledger.JobFilter{States: []string{jobCancelled}, Ended: jobEnded}, nil},
-		{ledger.JobFilter{States: []string{jobCancelled}, Ended: jobEnded, IncludeEnded: true}, []int{2}},
+		{ledger.JobFilter{States: []queue.State{jobQueued}}, []int{3, 4}},
+		{ledger.JobFilter{States: []queue.State{jobCancelled}, Ended: jobEnded}, nil},
+		{ledger.JobFilter{States: []queue.State{jobCancelled}, Ended: jobEnded, IncludeEnded: true}, []int{2}},
 		{ledger.JobFilter{Ended: jobEnded, Limit: 2}, []int{0, 1}},
 		{ledger.JobFilter{User: "dave"}, nil},
 	} {
@@ -366,7 +368,7 @@ func testJobConcurrentStarts(t *testing.T, s ledger.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[w] = js.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) {
+			_, errs[w] = js.UpdateJob(ctx, j.ID, jobQueued, func(x *queue.Job) {
 				x.State, x.Attempts = jobStarting, x.Attempts+1
 			}, ledger.AuditEvent{Kind: "api", Action: "jobs.start"})
 		}()

@@ -1,10 +1,8 @@
 package run
 
 import (
-	"encoding/json"
 	"slices"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -63,7 +61,7 @@ func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
 // jobEnded does what follows a job's end: its environment values and
 // staged mounts go, the end is notified, and whoever waits for the stop
 // is told.
-func (q *Queue) jobEnded(j ledger.Job) {
+func (q *Queue) jobEnded(j queue.Job) {
 	q.removeEnv(j.ID)
 	q.unstage(j.ID)
 	q.forget(j.ID)
@@ -73,7 +71,7 @@ func (q *Queue) jobEnded(j ledger.Job) {
 	if j.ContainerID != "" {
 		delete(q.containerStops, j.ContainerID)
 	}
-	if st, err := queue.ParseState(j.State); err == nil {
+	if st, err := queue.ParseState(string(j.State)); err == nil {
 		q.endedCounts[st]++
 	}
 	q.mu.Unlock()
@@ -85,18 +83,17 @@ func (q *Queue) jobEnded(j ledger.Job) {
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names
 // event.
-func (q *Queue) emit(event string, j ledger.Job) {
+func (q *Queue) emit(event string, j queue.Job) {
 	if q.onEvent == nil {
 		return
 	}
 	want := slices.Contains(q.notify, event)
 	if !want {
-		var r record
-		if json.Unmarshal(j.Request, &r) == nil {
+		if r := j.Request; r != nil {
 			want = slices.Contains(r.Notify, event)
 		}
 	}
 	if want {
-		q.onEvent(JobEvent{Event: event, Job: j})
+		q.onEvent(event, j)
 	}
 }
