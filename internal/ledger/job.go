@@ -11,14 +11,11 @@ import (
 )
 
 // JobFilter selects jobs. Without states, Jobs returns the live ones
-// (those not in an ended state) and, with IncludeEnded, the ended ones too.
+// (those not in a state queue.State.Ended reports) and, with
+// IncludeEnded, the ended ones too.
 type JobFilter struct {
-	User   string        // empty: every user
-	States []queue.State // empty: every state (see IncludeEnded)
-	// Ended lists the states in which a job has ended; IncludeEnded
-	// false leaves jobs in them out. The store knows no state's meaning,
-	// so the caller names them.
-	Ended        []queue.State
+	User         string        // empty: every user
+	States       []queue.State // empty: every state (see IncludeEnded)
 	IncludeEnded bool
 	Limit        int // 0: no limit
 }

@@ -104,3 +104,15 @@ func StateNames(states []State) []string {
 	}
 	return out
 }
+
+// EndedStates returns the states a job never leaves, in the order of a
+// job's life.
+func EndedStates() []State {
+	var out []State
+	for _, s := range states {
+		if s.Ended() {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -107,8 +107,8 @@ func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, erro
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+qb.list(queue.StateNames(f.States))+")")
 	}
-	if !f.IncludeEnded && len(f.Ended) > 0 {
-		where = append(where, "state NOT IN ("+qb.list(queue.StateNames(f.Ended))+")")
+	if !f.IncludeEnded {
+		where = append(where, "state NOT IN ("+qb.list(queue.StateNames(queue.EndedStates()))+")")
 	}
 	sql := "SELECT " + jobColumns + " FROM jobs"
 	if len(where) > 0 {
@@ -129,7 +129,7 @@ func (l Ledger) ActiveJobs(ctx context.Context, states ...queue.State) ([]queue.
 	if len(states) == 0 {
 		return nil, nil
 	}
-	return l.Jobs(ctx, ledger.JobFilter{States: states})
+	return l.Jobs(ctx, ledger.JobFilter{States: states, IncludeEnded: true})
 }
 
 // SetHeld sets a job's Held flag while its state is from.

@@ -15,17 +15,6 @@ import (
 // removed, queue.log_retention after it ended.
 var ErrLogsRemoved = errors.New("the job's container and its logs were removed (queue.log_retention)")
 
-// endedStates are the states a job never leaves, for the store's filter.
-var endedStates = func() []queue.State {
-	var out []queue.State
-	for _, s := range queue.States() {
-		if s.Ended() {
-			out = append(out, s)
-		}
-	}
-	return out
-}()
-
 // Job returns the job with id; an unknown id wraps ledger.ErrJobNotFound.
 func (q *Queue) Job(ctx context.Context, id string) (queue.Job, error) {
 	return q.store.Job(ctx, id)
@@ -42,9 +31,6 @@ func (q *Queue) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, erro
 	}
 	if len(f.States) > 0 {
 		f.IncludeEnded = true // the states named are what is asked for
-	}
-	if f.Ended == nil {
-		f.Ended = endedStates
 	}
 	return q.store.Jobs(ctx, f)
 }

@@ -153,7 +153,7 @@ func (q *Queue) pingEngine(ctx context.Context, l *loop) {
 
 // countEnded loads the number of jobs in each ended state, once.
 func (q *Queue) countEnded(ctx context.Context) {
-	js, err := q.store.Jobs(ctx, ledger.JobFilter{States: endedStates, IncludeEnded: true})
+	js, err := q.store.Jobs(ctx, ledger.JobFilter{States: queue.EndedStates(), IncludeEnded: true})
 	if err != nil {
 		q.log.Warn("count the ended jobs for metrics", "err", err)
 		return
