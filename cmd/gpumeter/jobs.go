@@ -170,7 +170,7 @@ func newHold(release bool) *cobra.Command {
 	}
 	cf.register(cmd)
 	// Only a queued job can be held, and only a held one released.
-	cmd.ValidArgsFunction = completeJobs(&cf, false, false, func(j apitype.Job) bool { return j.State == "queued" && j.Held == release })
+	cmd.ValidArgsFunction = completeJobs(&cf, false, false, func(j apitype.Job) bool { return queue.State(j.State) == queue.Queued && j.Held == release })
 	return cmd
 }
 
@@ -267,7 +267,7 @@ func positionWord(p *int) string {
 }
 
 func stateWord(j apitype.Job) string {
-	if j.Held && j.State == "queued" {
+	if j.Held && queue.State(j.State) == queue.Queued {
 		return "queued (held)"
 	}
 	return client.Clean(j.State)
@@ -280,7 +280,7 @@ func ended(j apitype.Job) bool { return queue.State(j.State).Ended() }
 // of an ended one.
 func reasonWords(j apitype.Job) string {
 	switch {
-	case j.State == "queued" && j.ReasonText != "":
+	case queue.State(j.State) == queue.Queued && j.ReasonText != "":
 		return j.ReasonText
 	case ended(j) && j.ExitCode != nil:
 		return fmt.Sprintf("%s (exit code %d)", j.Reason, *j.ExitCode)

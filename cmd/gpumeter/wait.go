@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // waitPoll and waitPollMax are how often wait asks after the job: at
@@ -79,12 +80,12 @@ func waitFailed(cmd *cobra.Command, err error) error {
 
 // waitStatus is wait's exit status for an ended job.
 func waitStatus(j apitype.Job) int {
-	switch j.State {
-	case "succeeded":
+	switch queue.State(j.State) {
+	case queue.Succeeded:
 		return 0
-	case "timeout":
+	case queue.Timeout:
 		return exitTimeout
-	case "cancelled":
+	case queue.Cancelled:
 		return exitCancelled
 	}
 	if j.ExitCode != nil && *j.ExitCode != 0 {
