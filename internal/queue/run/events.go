@@ -71,8 +71,8 @@ func (q *Queue) jobEnded(j queue.Job) {
 	if j.ContainerID != "" {
 		delete(q.containerStops, j.ContainerID)
 	}
-	if st, err := queue.ParseState(string(j.State)); err == nil {
-		q.endedCounts[st]++
+	if j.State.Valid() {
+		q.endedCounts[j.State]++
 	}
 	q.mu.Unlock()
 	q.emit(EventEnd, j)
