@@ -21,9 +21,10 @@ var lowerOf = map[string][]string{
 	"internal/config": {"internal/units", "internal/yamlx"},
 	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
-	// The ledger stores the audit log's events, of audit's own type.
+	// The ledger stores the audit log's events and the queue's jobs, of
+	// their own packages' types.
 	"internal/audit":  {},
-	"internal/ledger": {"internal/audit", "internal/units"},
+	"internal/ledger": {"internal/audit", "internal/queue", "internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
 	// The console renders what the API server gathers.

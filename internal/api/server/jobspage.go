@@ -32,14 +32,14 @@ func (s *server) jobsPage(r *http.Request, c *call, f web.Frame) (any, error) {
 	if err == nil {
 		all, err = flagParam(q.Get("all"), "all")
 	}
-	var states []string
+	var states []queue.State
 	if err == nil {
-		states, err = apitype.ParseJobStates(q["state"])
+		states, err = parseJobStates(q["state"])
 	}
 	if err != nil {
 		return nil, badPage("the jobs page cannot show that: %v", err)
 	}
-	v := &web.Jobs{Frame: f, Everyone: !c.ownOnly, States: states, All: all}
+	v := &web.Jobs{Frame: f, Everyone: !c.ownOnly, States: queue.StateNames(states), All: all}
 	v.Filters = jobFilters(q)
 	if s.cfg.Jobs == nil {
 		v.Note = "The GPU job queue is off on this agent; an admin turns it on with queue.enabled: true."

@@ -15,8 +15,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -110,14 +110,14 @@ func BenchmarkJobsPage(b *testing.B) {
 	b.Cleanup(func() { store.Close() })
 	now := time.Now().UTC()
 	for i := range 2000 {
-		j, err := store.SubmitJob(ctx, ledger.Job{Name: fmt.Sprintf("train-%d", i), User: fmt.Sprintf("user%d", i%20), State: "queued",
+		j, err := store.SubmitJob(ctx, queue.Job{Name: fmt.Sprintf("train-%d", i), User: fmt.Sprintf("user%d", i%20), State: "queued",
 			GPUsRequested: 1 + i%4, Image: "gpumeter/sleeper:1", Command: []string{"python", "train.py"}, TimeLimit: 4 * time.Hour,
 			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, audit.Event{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if i%2 == 1 {
-			if _, err := store.UpdateJob(ctx, j.ID, "queued", func(j *ledger.Job) {
+			if _, err := store.UpdateJob(ctx, j.ID, "queued", func(j *queue.Job) {
 				j.State, j.EndedAt, j.Reason, j.ReasonText = "cancelled", now, "cancelled", "cancelled by root"
 			}, audit.Event{}); err != nil {
 				b.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -257,14 +258,14 @@ func TestJobsPage(t *testing.T) {
 	b1 := f.submit(t, asBob, goodJob)
 	// a2 runs: the store takes the write as the queue's launcher makes it.
 	now := time.Now().UTC()
-	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *ledger.Job) {
+	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *queue.Job) {
 		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", ""
 	}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	// A job in the ledger with a name the queue would refuse, as another
 	// agent or an older release may have written it.
-	if _, err := f.store.SubmitJob(context.Background(), ledger.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
+	if _, err := f.store.SubmitJob(context.Background(), queue.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
 		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}

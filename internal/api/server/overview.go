@@ -47,7 +47,7 @@ func (s *server) overviewPage(r *http.Request, c *call, f web.Frame) (any, error
 	if s.cfg.Jobs == nil {
 		v.QueueNote = "the GPU job queue is off (queue.enabled: false)"
 	} else {
-		jf := ledger.JobFilter{States: []string{string(queue.Queued), string(queue.Starting), string(queue.Running)}}
+		jf := ledger.JobFilter{States: []queue.State{queue.Queued, queue.Starting, queue.Running}}
 		if c.ownOnly {
 			jf.User = c.id.User
 		}
@@ -57,7 +57,7 @@ func (s *server) overviewPage(r *http.Request, c *call, f web.Frame) (any, error
 			v.QueueNote = "could not read the queue; the agent's log says why"
 		}
 		for _, j := range jobs {
-			if j.State == string(queue.Queued) {
+			if j.State == queue.Queued {
 				v.Queued++
 			} else {
 				v.Running++
