@@ -11,12 +11,14 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
+	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
@@ -58,17 +60,19 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	queueUtil  *utilRing    // the GPUs' utilisation over queue.placement_window
-	history    *historyRing // the GPUs' figures of the last hour
-	fair       *fairShare   // the queue's fair share and budgets
-	reloadMu   sync.Mutex
-	closers    []func() error
-	listener   net.Listener
-	socket     net.Listener // nil when api.socket is off
-	sec        security
-	audit      *audit.Log
-	auditFile  *audit.File
-	dataFiles  *dataFiles // once checked, see files
+	// placementWindow is queue.placement_window, read once: the span
+	// of gpus the queue's target placement averages.
+	placementWindow time.Duration
+	gpus            *gpuhistory.Ring // the GPUs' figures of the last hour
+	fair            *fairShare       // the queue's fair share and budgets
+	reloadMu        sync.Mutex
+	closers         []func() error
+	listener        net.Listener
+	socket          net.Listener // nil when api.socket is off
+	sec             security
+	audit           *audit.Log
+	auditFile       *audit.File
+	dataFiles       *dataFiles // once checked, see files
 	// noDataDir is set when the data directory cannot be written and
 	// nothing needs it: no audit log file, no socket in it.
 	noDataDir bool
@@ -235,6 +239,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	if _, err := a.openAudit(cfg, node); err != nil {
 		return nil, err
 	}
+	// The ring is on the chain before the queue, which reads the tick's
+	// utilisation back from it.
+	a.gpus = gpuhistory.New(cfg.Interval)
+	onTick = chain(onTick, a.gpus.Add)
 	if cfg.Queue.Enabled {
 		if err := a.newQueue(ctx, cfg, node, cfg.Source == "demo" || cfg.Source == "sim"); err != nil {
 			return nil, err
@@ -246,8 +254,6 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
 	}
-	a.history = newHistoryRing(cfg.Interval)
-	onTick = chain(onTick, a.history.add)
 	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,

@@ -169,7 +169,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		return fmt.Errorf("queue: %w", err)
 	}
 	a.queue = q
-	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
+	a.placementWindow = cfg.Queue.PlacementWindow
 	return nil
 }
 
@@ -279,12 +279,7 @@ func (a *Agent) observeQueue(t *sampler.Tick) {
 	gpus, outside, jobMemory := queueView(t, container.JobLabel)
 	o := run.Observation{GPUs: gpus, Outside: outside, JobMemory: jobMemory}
 	if t != nil && t.Tick != nil {
-		for _, d := range t.Sample.Devices {
-			if d.Err == nil {
-				a.queueUtil.add(d.UUID, t.Time, d.Util)
-			}
-		}
-		o.Util = a.queueUtil.means(t.Time)
+		o.Util = a.gpus.Means(t.Time, a.placementWindow)
 	}
 	a.queue.Observe(o)
 }
