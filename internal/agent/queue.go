@@ -17,7 +17,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/hostid"
@@ -276,8 +275,7 @@ func resolvePassing(ctx context.Context, setting string, simulated bool, support
 
 // observeQueue hands the queue what the tick saw of the GPUs.
 func (a *Agent) observeQueue(t *sampler.Tick) {
-	gpus, outside, jobMemory := queueView(t, container.JobLabel)
-	o := run.Observation{GPUs: gpus, Outside: outside, JobMemory: jobMemory}
+	o := run.ObservationOf(t)
 	if t != nil && t.Tick != nil {
 		o.Util = a.gpus.Means(t.Time, a.placementWindow)
 	}
