@@ -23,6 +23,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -63,8 +64,8 @@ type Agent struct {
 	// placementWindow is queue.placement_window, read once: the span
 	// of gpus the queue's target placement averages.
 	placementWindow time.Duration
-	gpus            *gpuhistory.Ring // the GPUs' figures of the last hour
-	fair            *fairShare       // the queue's fair share and budgets
+	gpus            *gpuhistory.Ring   // the GPUs' figures of the last hour
+	fair            *fairshare.Service // the queue's fair share and budgets
 	reloadMu        sync.Mutex
 	closers         []func() error
 	listener        net.Listener

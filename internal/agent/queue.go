@@ -109,7 +109,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if !ok || !ok2 {
 		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
 	}
-	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
+	a.fair = fairshare.NewService(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -147,7 +147,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		StageRefusal:        stageRefusal,
 		MemoryOverrunGrace:  cfg.Queue.MemoryOverrunGrace,
 		MemoryOverrunAction: cfg.Queue.MemoryOverrunAction,
-		Standing:            a.fair.standing,
+		Standing:            a.fair.Standing,
 		HighUsers:           cfg.Queue.Priority.HighUsers,
 		Logger:              a.log.With("part", "queue"),
 	}

@@ -133,7 +133,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.fair != nil {
 		g.Go(func() error {
-			if err := a.fair.cache.Run(ctx); err != nil {
+			if err := a.fair.Cache().Run(ctx); err != nil {
 				a.log.Error("fair share", "err", err)
 			}
 			return nil
