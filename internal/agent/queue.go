@@ -71,8 +71,8 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if cfg.LedgerDSN != "" {
 		where = "PostgreSQL"
 	}
-	// The demo's ledger is a new one of its own at every start.
-	if cfg.Source != "demo" {
+	// The demo's ledger, in its own directory, is new at every start.
+	if a.tempDir == "" {
 		if err := checkJobContainers(ctx, jobs, engine, node, where, a.log); err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if passing == spec.Env && !simulated {
 		a.log.Warn("queue.gpu_passing env: jobs get their GPUs only from NVIDIA_VISIBLE_DEVICES, which works only where nvidia is Docker's default runtime")
 	}
-	envDir, err := a.jobEnvDir(cfg)
+	envDir, err := a.jobEnvDir()
 	if err != nil {
 		return err
 	}
@@ -205,19 +205,12 @@ func (a *Agent) jobsNetwork(ctx context.Context, engine *docker.Jobs, name strin
 
 // jobEnvDir is where the queue keeps the environment values of jobs, which
 // the ledger never holds: a directory only the agent reads.
-func (a *Agent) jobEnvDir(cfg config.Config) (string, error) {
-	base := cfg.DataDir
-	if cfg.Source == "demo" {
-		d, err := os.MkdirTemp("", "gpumeter-demo-jobs")
-		if err != nil {
-			return "", err
-		}
-		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
-		base = d
-	} else if _, err := a.files(); err != nil {
+func (a *Agent) jobEnvDir() (string, error) {
+	files, err := a.files()
+	if err != nil {
 		return "", fmt.Errorf("queue.enabled: %w", err)
 	}
-	dir := filepath.Join(base, "job-env")
+	dir := filepath.Join(files.dir, "job-env")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("queue: %w", err)
 	}

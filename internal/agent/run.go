@@ -23,7 +23,7 @@ import (
 )
 
 // Close releases what New opened: the ledger, the GPU source and the
-// demo's own ledger. Run does it when it returns; Close is for an agent
+// demo's own directory. Run does it when it returns; Close is for an agent
 // that never gets to Run, one whose Listen failed, say. It waits for a
 // reload under way, and refuses those that come after it; closing again
 // does nothing.
@@ -54,6 +54,13 @@ func (a *Agent) close() {
 		}
 	}
 	a.closers = nil
+	if a.tempDir != "" {
+		// Last, once nothing of the agent writes there any more.
+		if err := os.RemoveAll(a.tempDir); err != nil {
+			a.log.Warn("close", "err", err)
+		}
+		a.tempDir = ""
+	}
 }
 
 // ReloadOn has Run reload the config on each value from signals (serve
