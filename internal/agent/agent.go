@@ -61,19 +61,20 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	// placementWindow is queue.placement_window, read once: the span
-	// of gpus the queue's target placement averages.
+	gpus       *gpuhistory.Ring   // the GPUs' figures of the last hour
+	fair       *fairshare.Service // the queue's fair share and budgets
+	reloadMu   sync.Mutex
+	closers    []func() error
+	listener   net.Listener
+	socket     net.Listener // nil when api.socket is off
+	sec        security
+	audit      *audit.Log
+	auditFile  *audit.File
+	dataFiles  *dataFiles // once checked, see files; the demo's own from the start
+	// placementWindow is queue.placement_window, read once: how far back
+	// the queue's target placement averages each GPU's utilisation in
+	// gpus.
 	placementWindow time.Duration
-	gpus            *gpuhistory.Ring   // the GPUs' figures of the last hour
-	fair            *fairshare.Service // the queue's fair share and budgets
-	reloadMu        sync.Mutex
-	closers         []func() error
-	listener        net.Listener
-	socket          net.Listener // nil when api.socket is off
-	sec             security
-	audit           *audit.Log
-	auditFile       *audit.File
-	dataFiles       *dataFiles // once checked, see files; the demo's own from the start
 	// tempDir is the demo's directory of its own, its data_dir, which
 	// Close removes; "" for every other source.
 	tempDir string
