@@ -106,15 +106,12 @@ func hasReadings(d *gpu.Device) bool {
 	return true
 }
 
-// each calls f on r's samples, oldest first.
-func (h *Ring) each(r *gpuRing, f func(*sample)) {
-	n, first := r.next, 0
+// inOrder is r's samples, oldest first, as the two runs of the ring.
+func (r *gpuRing) inOrder() [2][]sample {
 	if r.full {
-		n, first = h.size, r.next
+		return [2][]sample{r.samples[r.next:], r.samples[:r.next]}
 	}
-	for k := range n {
-		f(&r.samples[(first+k)%h.size])
-	}
+	return [2][]sample{r.samples[:r.next], nil}
 }
 
 // Recent returns the complete samples in [from, to) per step, steps
@@ -139,16 +136,19 @@ func (h *Ring) Recent(from, to time.Time, step time.Duration) []ledger.GPUHistor
 			}
 			g = ledger.GPUGauges{}
 		}
-		h.each(r, func(x *sample) {
-			if !x.complete || x.at < lo || x.at >= hi {
-				return
+		for _, run := range r.inOrder() {
+			for i := range run {
+				x := &run[i]
+				if !x.complete || x.at < lo || x.at >= hi {
+					continue
+				}
+				if b := x.at - x.at%s; b != bucket {
+					flush()
+					bucket = b
+				}
+				g.Observe(float64(float32(x.util)), float64(x.memory), float64(x.power), float64(x.tempC))
 			}
-			if b := x.at - x.at%s; b != bucket {
-				flush()
-				bucket = b
-			}
-			g.Observe(float64(float32(x.util)), float64(x.memory), float64(x.power), float64(x.tempC))
-		})
+		}
 		flush()
 		if len(points) > 0 {
 			out = append(out, ledger.GPUHistory{GPU: ledger.GPU{UUID: uuid, Index: r.index, Model: r.model}, Points: points})
@@ -170,12 +170,14 @@ func (h *Ring) Means(now time.Time, window time.Duration) map[string]float64 {
 	out := make(map[string]float64, len(h.gpus))
 	for uuid, r := range h.gpus {
 		sum, count := 0.0, 0
-		h.each(r, func(x *sample) {
-			if x.at >= lo && x.at <= hi {
-				sum += x.util
-				count++
+		for _, run := range r.inOrder() {
+			for i := range run {
+				if x := &run[i]; x.at >= lo && x.at <= hi {
+					sum += x.util
+					count++
+				}
 			}
-		})
+		}
 		if count > 0 {
 			out[uuid] = min(max(sum/float64(count)/100, 0), 1)
 		}

@@ -110,3 +110,32 @@ func TestMeans(t *testing.T) {
 		t.Errorf("GPU-old has a mean %v from a sample outside the window", m["GPU-old"])
 	}
 }
+
+// BenchmarkTick is what the ring costs the sampler's tick on 8 GPUs with
+// a full hour kept: the tick added, then the queue's placement window
+// (10 minutes) read back.
+//
+//	go test -run '^$' -bench Tick ./internal/gpuhistory/
+func BenchmarkTick(b *testing.B) {
+	devs := make([]gpu.Device, 8)
+	for i := range devs {
+		devs[i] = gpu.Device{Index: i, UUID: "GPU-" + string(rune('a'+i)), Util: float64(10 * i)}
+	}
+	h := New(time.Second)
+	tick := func(i int) *sampler.Tick {
+		at := t0.Add(time.Duration(i) * time.Second)
+		return &sampler.Tick{Tick: &meter.Tick{Time: at, Sample: gpu.Sample{Time: at, Devices: devs}}}
+	}
+	for i := range 3601 {
+		h.Add(tick(i))
+	}
+	i := 3601
+	for b.Loop() {
+		t := tick(i)
+		h.Add(t)
+		if m := h.Means(t.Time, 10*time.Minute); len(m) != 8 {
+			b.Fatalf("%d means, want 8", len(m))
+		}
+		i++
+	}
+}
