@@ -61,7 +61,7 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	gpus       *gpuhistory.Ring   // the GPUs' figures of the last hour
+	history    *gpuhistory.Ring   // the GPUs' figures of the last hour
 	fair       *fairshare.Service // the queue's fair share and budgets
 	reloadMu   sync.Mutex
 	closers    []func() error
@@ -73,7 +73,7 @@ type Agent struct {
 	dataFiles  *dataFiles // once checked, see files; the demo's own from the start
 	// placementWindow is queue.placement_window, read once: how far back
 	// the queue's target placement averages each GPU's utilisation in
-	// gpus.
+	// history.
 	placementWindow time.Duration
 	// tempDir is the demo's directory of its own, its data_dir, which
 	// Close removes; "" for every other source.
@@ -254,8 +254,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	}
 	// The ring is on the chain before the queue, which reads the tick's
 	// utilisation back from it.
-	a.gpus = gpuhistory.New(cfg.Interval)
-	onTick = chain(onTick, a.gpus.Add)
+	a.history = gpuhistory.New(cfg.Interval)
+	onTick = chain(onTick, a.history.Add)
 	if cfg.Queue.Enabled {
 		if err := a.newQueue(ctx, cfg, node, simulated); err != nil {
 			return nil, err

@@ -57,10 +57,10 @@ func wireHistory(hs []ledger.GPUHistory) []apitype.GPUHistory {
 
 // historySource is what the API reads GPU history from.
 func (a *Agent) historySource() server.History {
-	if a.gpus == nil {
+	if a.history == nil {
 		return nil
 	}
-	g := gpuHistory{ring: a.gpus, node: a.node}
+	g := gpuHistory{ring: a.history, node: a.node}
 	if s, ok := a.store.(ledger.GPUSeriesStore); ok {
 		g.store = s
 	}

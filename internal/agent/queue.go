@@ -270,7 +270,7 @@ func resolvePassing(ctx context.Context, setting string, simulated bool, support
 func (a *Agent) observeQueue(t *sampler.Tick) {
 	o := run.ObservationOf(t)
 	if t != nil && t.Tick != nil {
-		o.Util = a.gpus.Means(t.Time, a.placementWindow)
+		o.Util = a.history.Means(t.Time, a.placementWindow)
 	}
 	a.queue.Observe(o)
 }
