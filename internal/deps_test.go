@@ -27,6 +27,8 @@ var lowerOf = map[string][]string{
 	"internal/ledger": {"internal/audit", "internal/queue", "internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
+	// The GPUs' last hour reads ticks and keeps no wire shapes.
+	"internal/gpuhistory": {"internal/container", "internal/gpu", "internal/ledger", "internal/meter", "internal/sampler", "internal/units"},
 	// The console renders what the API server gathers.
 	"internal/web": {},
 }

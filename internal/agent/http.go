@@ -16,11 +16,16 @@ import (
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
-// Both ledgers read the usage page's hourly sums.
-var _ server.UsageSeries = ledger.OwnerUsageReader(nil)
+// Both ledgers read the usage page's hourly sums; the queue's fair share
+// is the API's.
+var (
+	_ server.UsageSeries = ledger.OwnerUsageReader(nil)
+	_ server.FairShare   = (*fairshare.Service)(nil)
+)
 
 // Listen opens the listeners, so that a caller learns a bad address
 // before Run and can read the chosen port (":0" in tests).

@@ -12,6 +12,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -55,7 +56,7 @@ func BenchmarkPages30Days(b *testing.B) {
 	h := server.New(server.Config{
 		Ticks:   smp,
 		Reports: a,
-		History: gpuHistory{historyRing: newHistoryRing(time.Second), store: store, node: m.Node},
+		History: gpuHistory{ring: gpuhistory.New(time.Second), store: store, node: m.Node},
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return nil },
 		Now:     func() time.Time { return now },

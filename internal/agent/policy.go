@@ -154,7 +154,7 @@ func (a *Agent) reload(cfg config.Config) error {
 		}
 		rules.ExemptLabels = exemptKeys(cfg.Policy.Exempt.Labels)
 		queueReload = func() error {
-			a.fair.cache.SetSettings(fairshare.SettingsOf(cfg.Queue))
+			a.fair.Cache().SetSettings(fairshare.SettingsOf(cfg.Queue))
 			return a.queue.Reload(rules, sched, cfg.Queue.DefaultTimeLimit)
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/hostid"
@@ -63,8 +62,8 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if cfg.LedgerDSN != "" {
 		where = "PostgreSQL"
 	}
-	// The demo's ledger is a new one of its own at every start.
-	if cfg.Source != "demo" {
+	// The demo's ledger, in its own directory, is new at every start.
+	if a.tempDir == "" {
 		if err := checkJobContainers(ctx, jobs, engine, node, where, a.log); err != nil {
 			return err
 		}
@@ -76,7 +75,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if passing == spec.Env && !simulated {
 		a.log.Warn("queue.gpu_passing env: jobs get their GPUs only from NVIDIA_VISIBLE_DEVICES, which works only where nvidia is Docker's default runtime")
 	}
-	envDir, err := a.jobEnvDir(cfg)
+	envDir, err := a.jobEnvDir()
 	if err != nil {
 		return err
 	}
@@ -96,7 +95,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
 		})
 	}
-	a.fair = newFairShare(fairshare.NewCache(a.store, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), a.store)
+	a.fair = fairshare.NewService(fairshare.NewCache(a.store, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), a.store)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -134,7 +133,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		StageRefusal:        stageRefusal,
 		MemoryOverrunGrace:  cfg.Queue.MemoryOverrunGrace,
 		MemoryOverrunAction: cfg.Queue.MemoryOverrunAction,
-		Standing:            a.fair.standing,
+		Standing:            a.fair.Standing,
 		HighUsers:           cfg.Queue.Priority.HighUsers,
 		Logger:              a.log.With("part", "queue"),
 	}
@@ -155,7 +154,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		return fmt.Errorf("queue: %w", err)
 	}
 	a.queue = q
-	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
+	a.placementWindow = cfg.Queue.PlacementWindow
 	return nil
 }
 
@@ -192,19 +191,12 @@ func (a *Agent) jobsNetwork(ctx context.Context, engine *docker.Jobs, name strin
 
 // jobEnvDir is where the queue keeps the environment values of jobs, which
 // the ledger never holds: a directory only the agent reads.
-func (a *Agent) jobEnvDir(cfg config.Config) (string, error) {
-	base := cfg.DataDir
-	if cfg.Source == "demo" {
-		d, err := os.MkdirTemp("", "gpumeter-demo-jobs")
-		if err != nil {
-			return "", err
-		}
-		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
-		base = d
-	} else if _, err := a.files(); err != nil {
+func (a *Agent) jobEnvDir() (string, error) {
+	files, err := a.files()
+	if err != nil {
 		return "", fmt.Errorf("queue.enabled: %w", err)
 	}
-	dir := filepath.Join(base, "job-env")
+	dir := filepath.Join(files.dir, "job-env")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("queue: %w", err)
 	}
@@ -263,15 +255,9 @@ func resolvePassing(ctx context.Context, setting config.GPUPassing, simulated bo
 
 // observeQueue hands the queue what the tick saw of the GPUs.
 func (a *Agent) observeQueue(t *sampler.Tick) {
-	gpus, outside, jobMemory := queueView(t, container.JobLabel)
-	o := run.Observation{GPUs: gpus, Outside: outside, JobMemory: jobMemory}
+	o := run.ObservationOf(t)
 	if t != nil && t.Tick != nil {
-		for _, d := range t.Sample.Devices {
-			if d.Err == nil {
-				a.queueUtil.add(d.UUID, t.Time, d.Util)
-			}
-		}
-		o.Util = a.queueUtil.means(t.Time)
+		o.Util = a.history.Means(t.Time, a.placementWindow)
 	}
 	a.queue.Observe(o)
 }

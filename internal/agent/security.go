@@ -203,9 +203,7 @@ func (a *Agent) listen() error {
 	// The default socket lives in the data directory.
 	if path := a.cfg.SocketPath(); path != "" && !(a.noDataDir && a.cfg.API.Socket == "") {
 		sock, err := listener.Socket(path)
-		if err != nil && a.cfg.Source == "demo" {
-			// The demo is reachable with its token over TCP; a real
-			// agent may hold the socket.
+		if err != nil && a.socketOptional {
 			a.log.Warn("the demo serves no Unix socket", "err", err)
 			return nil
 		}
