@@ -28,7 +28,7 @@ var lowerOf = map[string][]string{
 	"internal/queue":  {},
 	"internal/hostid": {},
 	// The GPUs' last hour reads ticks and keeps no wire shapes.
-	"internal/gpuhistory": {"internal/container", "internal/gpu", "internal/ledger", "internal/meter", "internal/sampler", "internal/units"},
+	"internal/gpuhistory": {"internal/audit", "internal/container", "internal/gpu", "internal/ledger", "internal/meter", "internal/queue", "internal/sampler", "internal/units"},
 	// The console renders what the API server gathers.
 	"internal/web": {},
 }
