@@ -17,10 +17,11 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // Both ledgers read the usage page's hourly sums.
-var _ server.UsageSeries = ledger.OwnerUsageReader(nil)
+var _ web.UsageSeries = ledger.OwnerUsageReader(nil)
 
 // Listen opens the listeners, so that a caller learns a bad address
 // before Run and can read the chosen port (":0" in tests).

@@ -13,6 +13,14 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 )
 
+// What the console's pages show and read, as the tests pin them: a
+// holder the reader may not see, and the cookie the page's script keeps
+// the browser's time zone in.
+const (
+	anotherUser = "another user"
+	zoneCookie  = "gpumeter_tz"
+)
+
 // historyOf answers with the same points for every window: two GPUs with
 // a point at each of the window's first three steps.
 type historyOf struct{ err error }
