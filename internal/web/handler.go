@@ -167,23 +167,24 @@ type Config struct {
 	Logger         *slog.Logger
 }
 
-// handler serves the console's pages.
+// handler is the console's pages on the mux they are mounted on.
 type handler struct {
 	cfg Config
 	mux *http.ServeMux
 }
 
-// Handler serves the console: the pages at /, /gpus, /usage, /waste,
+// Mount puts the console on mux: the pages at /, /gpus, /usage, /waste,
 // /jobs and /audit, the sign-in form at /signin and the static files
-// under /static/. The API server mounts it. Its templates are in the
-// binary and a test renders every page, so that an error here cannot
-// reach a running agent.
-func Handler(cfg Config) (http.Handler, error) {
+// under /static/. The API server mounts it on its own mux, so that a
+// path or method neither serves is answered as it would be by one. The
+// templates are in the binary and a test renders every page, so that an
+// error here cannot reach a running agent.
+func Mount(mux *http.ServeMux, cfg Config) error {
 	console, err := New()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	s := &handler{cfg: cfg, mux: http.NewServeMux()}
+	s := &handler{cfg: cfg, mux: mux}
 	s.pageRoutes(console)
-	return s.mux, nil
+	return nil
 }

@@ -14,11 +14,11 @@ import (
 	"github.com/gpumeter/gpumeter/internal/web"
 )
 
-// console is the console's handler over s: its pages are let in, and
+// mountConsole puts the console on s's mux: its pages are let in, and
 // read, through the API's own checks.
-func (s *server) console() http.Handler {
+func (s *server) mountConsole() {
 	cfg := s.cfg
-	h, err := web.Handler(web.Config{
+	err := web.Mount(s.mux, web.Config{
 		API: consoleAPI{s}, Ticks: cfg.Ticks, Reports: cfg.Reports, Waste: cfg.Waste, Jobs: cfg.Jobs,
 		Audit: cfg.Audit, Usage: cfg.Usage, Stops: cfg.Stopper != nil, MaxAuditEvents: cfg.Limits.MaxAuditEvents,
 		Node: cfg.Node, Now: cfg.Now, Logger: cfg.Logger,
@@ -28,7 +28,6 @@ func (s *server) console() http.Handler {
 		// every page: a parse error cannot reach a running agent.
 		panic(err)
 	}
-	return h
 }
 
 // consoleAPI is web.API over the server.

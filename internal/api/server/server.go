@@ -262,9 +262,8 @@ func New(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	// The console's pages, sign-in form and static files: every path
-	// the routes above leave.
-	s.mux.Handle("/", s.console())
+	// The console's pages, sign-in form and static files.
+	s.mountConsole()
 	return s
 }
 
