@@ -24,6 +24,8 @@ var lowerOf = map[string][]string{
 	"internal/ledger": {"internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
+	// The simulator is a source: it feeds the sampler and builds none.
+	"internal/sim": {"internal/container", "internal/gpu", "internal/units", "internal/yamlx"},
 	// The console draws what the API server lets it read, through the
 	// interface it hands in: the domain and wire packages, never the
 	// server itself, the queue's runtime, a source or the agent.
