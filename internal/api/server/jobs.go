@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -160,16 +159,16 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 	if s.queueOff(w, r, c, false) {
 		return
 	}
-	q, err := query(r)
+	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = onlyParams(q, "all", "all_users", "state")
+		err = apitype.OnlyParams(q, "all", "all_users", "state")
 	}
 	var all, allUsers bool
 	if err == nil {
-		all, err = flagParam(q.Get("all"), "all")
+		all, err = apitype.FlagParam(q.Get("all"), "all")
 	}
 	if err == nil {
-		allUsers, err = flagParam(q.Get("all_users"), "all_users")
+		allUsers, err = apitype.FlagParam(q.Get("all_users"), "all_users")
 	}
 	var states []queue.State
 	if err == nil {
@@ -432,29 +431,4 @@ func utcOrNil(t time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
-}
-
-// onlyParams refuses a query parameter that is not one of names.
-func onlyParams(q map[string][]string, names ...string) error {
-	for k := range q {
-		known := false
-		for _, n := range names {
-			known = known || k == n
-		}
-		if !known {
-			return fmt.Errorf("%s: not a parameter of this endpoint (it takes %s)", k, strings.Join(names, ", "))
-		}
-	}
-	return nil
-}
-
-// flagParam reads a boolean parameter: 1 or true, 0 or false, or absent.
-func flagParam(v, name string) (bool, error) {
-	switch v {
-	case "", "0", "false":
-		return false, nil
-	case "1", "true":
-		return true, nil
-	}
-	return false, fmt.Errorf("%s: %q is not 1 or 0", name, v)
 }

@@ -1,4 +1,4 @@
-package server
+package web_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -119,7 +120,7 @@ func findingIDs(body string) []string {
 // buttons, only for running containers, and the button stops the
 // container through the API with the rule as its reason.
 func TestWastePageRoles(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Waste = fixedWaste{pageWaste()} })
+	f := newFixture(t, func(c *server.Config) { c.Waste = fixedWaste{pageWaste()} })
 	all := []string{"idle-script", "idle-bob", "stalled-old", "outside-carol", "old-bob"}
 	for _, tt := range []struct {
 		name, caller string
@@ -201,13 +202,13 @@ func TestWastePageRoles(t *testing.T) {
 // TestWastePageOffAndBadInput: waste off says so, and so does Docker
 // off to an admin; a parameter is a message, not a page.
 func TestWastePageOffAndBadInput(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Waste = nil })
+	f := newFixture(t, func(c *server.Config) { c.Waste = nil })
 	body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
 	if !strings.Contains(body, "The live waste rules are off on this agent (waste.enabled: false)") || len(buttons(body)) != 0 {
 		t.Errorf("the page with waste off:\n%s", body)
 	}
 	// Without Docker there is nothing to stop with, and the page says so.
-	f = newFixture(t, func(c *Config) { c.Waste, c.Stopper = fixedWaste{pageWaste()}, nil })
+	f = newFixture(t, func(c *server.Config) { c.Waste, c.Stopper = fixedWaste{pageWaste()}, nil })
 	body = checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
 	if len(buttons(body)) != 0 || !strings.Contains(body, "The agent does not manage containers here (docker.enabled: false)") {
 		t.Errorf("the page without Docker:\n%s", body)
@@ -441,7 +442,7 @@ func TestAuditPage(t *testing.T) {
 
 	// Without limit the page shows its 500, below the API's most; the
 	// events are recorded oldest first, as the log keeps them.
-	g := newFixture(t, func(c *Config) { c.Limits.MaxAuditEvents = 1000 })
+	g := newFixture(t, func(c *server.Config) { c.Limits.MaxAuditEvents = 1000 })
 	for i := range 501 {
 		if err := g.audit.Act(context.Background(), audit.Event{Time: now.Add(-time.Duration(501-i) * time.Second), Kind: "api", Action: "usage.read"}); err != nil {
 			t.Fatal(err)
@@ -482,7 +483,7 @@ func TestAuditPage(t *testing.T) {
 // estimated start as the scheduler ranked it, in the reader's zone.
 func TestJobsPageEstimates(t *testing.T) {
 	est := fixtureStart.Add(4*time.Hour + 20*time.Minute) // 14:20 UTC, 15:20 in Berlin
-	f := newJobsFixtureServer(t, nil, func(c *Config) { c.Ranks = rankTable{"j-000001": {prio: 0.5, pos: 2, est: est}} })
+	f := newJobsFixtureServer(t, nil, func(c *server.Config) { c.Ranks = rankTable{"j-000001": {prio: 0.5, pos: 2, est: est}} })
 	ranked := f.submit(t, asAlice, goodJob)
 	f.submit(t, asAlice, goodJob)
 	req, err := http.NewRequest(http.MethodGet, f.url+"/jobs", nil)
