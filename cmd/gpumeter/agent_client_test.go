@@ -313,3 +313,13 @@ func TestChooseSource(t *testing.T) {
 func mapEnv(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
+
+// TestWasteFromWire: the agent's findings turn back into the report they
+// were converted from, every field of it.
+func TestWasteFromWire(t *testing.T) {
+	for _, rep := range []*waste.Report{{}, {Findings: []waste.Finding{{}}}, testenv.Filled[*waste.Report](t)} {
+		if diff := cmp.Diff(rep, wasteFromWire(server.WasteFromReport(rep))); diff != "" {
+			t.Errorf("back from the wire (-want +got):\n%s", diff)
+		}
+	}
+}
