@@ -15,7 +15,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
-	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // fairShare is the fair share as the API and the queue read it. It never
@@ -61,36 +60,16 @@ func (f *fairShare) lifts(ctx context.Context) (map[string]bool, error) {
 var errNotYet = errors.New("the fair-share factors are still being computed from the ledger; try again in a moment")
 
 // FairShare implements server.FairShare.
-func (f *fairShare) FairShare(ctx context.Context) (apitype.FairShare, error) {
+func (f *fairShare) FairShare(ctx context.Context) (fairshare.Report, error) {
 	u := f.cache.Get()
 	if u == nil {
-		return apitype.FairShare{}, errNotYet
+		return fairshare.Report{}, errNotYet
 	}
 	lifted, err := f.lifts(ctx)
 	if err != nil {
-		return apitype.FairShare{}, err
+		return fairshare.Report{}, err
 	}
-	r := u.Report(f.cache.Settings(), lifted)
-	out := apitype.FairShare{Basis: r.Basis, HalfLife: units.FormatDuration(r.HalfLife), At: r.At.UTC(),
-		Users: make([]apitype.FairShareRow, 0, len(r.Users)), Teams: make([]apitype.FairShareRow, 0, len(r.Teams)),
-		Totals: fairShareRow(r.Totals)}
-	for _, row := range r.Users {
-		out.Users = append(out.Users, fairShareRow(row))
-	}
-	for _, row := range r.Teams {
-		out.Teams = append(out.Teams, fairShareRow(row))
-	}
-	return out, nil
-}
-
-func fairShareRow(r fairshare.Row) apitype.FairShareRow {
-	out := apitype.FairShareRow{Name: r.Name, Kind: r.Kind, Team: r.Team, Share: r.Share, NormShare: r.NormShare,
-		UsageGPUHours: r.Usage, NormUsage: r.NormUsage, Factor: r.Factor, BudgetUsedGPUHours: r.BudgetUsed, BudgetLifted: r.Lifted}
-	if r.Budget > 0 {
-		b := r.Budget
-		out.BudgetGPUHours = &b
-	}
-	return out
+	return u.Report(f.cache.Settings(), lifted), nil
 }
 
 // LiftBudget implements server.FairShare: the team must have a budget.

@@ -10,6 +10,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
 
 // FairShare is the queue's fair share: the factors of every user and team,
@@ -19,7 +20,7 @@ import (
 // unknown team or one without a budget is an *apitype.FieldError on the
 // field team, which the API answers with 400.
 type FairShare interface {
-	FairShare(ctx context.Context) (apitype.FairShare, error)
+	FairShare(ctx context.Context) (fairshare.Report, error)
 	LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error
 }
 
@@ -50,20 +51,15 @@ func (s *server) fairShare(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, r.URL.Path+" takes no parameters")
 		return
 	}
-	fs, err := s.cfg.FairShare.FairShare(r.Context())
+	rep, err := s.cfg.FairShare.FairShare(r.Context())
 	if err != nil {
 		s.cfg.Logger.Error("fair share", "caller", c.id.Caller(), "err", err)
 		writeError(w, http.StatusInternalServerError, apitype.CodeInternal, "the fair share could not be read; the agent's log says why")
 		return
 	}
+	fs := FairShareFromReport(rep)
 	if c.ownOnly {
 		fs = ownRows(fs, c.id.User)
-	}
-	if fs.Users == nil {
-		fs.Users = []apitype.FairShareRow{}
-	}
-	if fs.Teams == nil {
-		fs.Teams = []apitype.FairShareRow{}
 	}
 	writeJSON(w, fs)
 }

@@ -3,16 +3,21 @@ package server
 import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
-// This file turns the domain's audit events, waste findings and usage
-// reports into their wire shapes in apitype: one function per concept,
+// This file turns the domain's audit events, waste findings, usage
+// reports and fair share into their wire shapes in apitype: one function
+// per concept,
 // which every answer that carries the concept goes through (the CLI's
 // too, when it reads the ledger or a file itself and prints what the API
-// would). Each keeps the domain value's encoding byte for byte, nil
-// slices as null included; wire_test.go holds them to it.
+// would). Each but the fair share's keeps the domain value's encoding
+// byte for byte, nil slices as null included; wire_test.go holds them to
+// it. The fair share's domain type is not encoded: its conversion writes
+// the half-life in the units grammar and a budget of 0 as null.
 
 // AuditFromLog is events on the wire; none is [], not null.
 func AuditFromLog(events []audit.Event) []apitype.AuditEvent {
@@ -84,6 +89,30 @@ func wireUsageRow(x report.Row) apitype.UsageRow {
 			SubmittedAt: j.SubmittedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt,
 			WaitedSeconds: j.WaitedSeconds, RanSeconds: j.RanSeconds,
 		}
+	}
+	return out
+}
+
+// FairShareFromReport is r on the wire; no rows are [], not null.
+func FairShareFromReport(r fairshare.Report) apitype.FairShare {
+	out := apitype.FairShare{Basis: r.Basis, HalfLife: units.FormatDuration(r.HalfLife), At: r.At.UTC(),
+		Users: make([]apitype.FairShareRow, 0, len(r.Users)), Teams: make([]apitype.FairShareRow, 0, len(r.Teams)),
+		Totals: fairShareRow(r.Totals)}
+	for _, row := range r.Users {
+		out.Users = append(out.Users, fairShareRow(row))
+	}
+	for _, row := range r.Teams {
+		out.Teams = append(out.Teams, fairShareRow(row))
+	}
+	return out
+}
+
+func fairShareRow(r fairshare.Row) apitype.FairShareRow {
+	out := apitype.FairShareRow{Name: r.Name, Kind: r.Kind, Team: r.Team, Share: r.Share, NormShare: r.NormShare,
+		UsageGPUHours: r.Usage, NormUsage: r.NormUsage, Factor: r.Factor, BudgetUsedGPUHours: r.BudgetUsed, BudgetLifted: r.Lifted}
+	if r.Budget > 0 {
+		b := r.Budget
+		out.BudgetGPUHours = &b
 	}
 	return out
 }

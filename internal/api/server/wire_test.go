@@ -3,9 +3,15 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
+	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -40,6 +46,44 @@ func TestWireAsDomain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFairShareOnTheWire: the fair share's wire shape writes the
+// half-life in the units grammar, a budget of 0 as null and no rows as
+// [], and carries every field of the domain's rows: a field added to
+// fairshare.Row or Report fails here until the wire has it (or this test
+// says why not).
+func TestFairShareOnTheWire(t *testing.T) {
+	at := time.Date(2026, 12, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600))
+	nlp := fairshare.Row{Name: "nlp", Kind: fairshare.KindTeam, Share: 2, NormShare: 0.5, Usage: 120, NormUsage: 0.75, Factor: 0.4,
+		Budget: 2000, BudgetUsed: 1500, Lifted: true}
+	got := FairShareFromReport(fairshare.Report{Basis: "held", HalfLife: 7 * 24 * time.Hour, At: at,
+		Teams: []fairshare.Row{nlp}, Totals: fairshare.Row{Name: "total", Kind: fairshare.KindTotal, Usage: 120}})
+	budget := 2000.0
+	want := apitype.FairShare{Basis: "held", HalfLife: "7d", At: at.UTC(), Users: []apitype.FairShareRow{},
+		Teams: []apitype.FairShareRow{{Name: "nlp", Kind: apitype.FairShareTeam, Share: 2, NormShare: 0.5, UsageGPUHours: 120, NormUsage: 0.75,
+			Factor: 0.4, BudgetGPUHours: &budget, BudgetUsedGPUHours: 1500, BudgetLifted: true}},
+		Totals: apitype.FairShareRow{Name: "total", Kind: apitype.FairShareTotal, UsageGPUHours: 120}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("on the wire (-want +got):\n%s", diff)
+	}
+	if b := compact(t, got); !bytes.Contains(b, []byte(`"users":[]`)) || !bytes.Contains(b, []byte(`"budget_gpu_hours":null`)) {
+		t.Errorf("no users or no budget are not [] and null:\n%s", b)
+	}
+	for typ, copied := range map[reflect.Type][]string{
+		reflect.TypeFor[fairshare.Report](): {"Basis", "HalfLife", "Users", "Teams", "Totals", "At"},
+		reflect.TypeFor[fairshare.Row]():    {"Name", "Kind", "Team", "Share", "NormShare", "Usage", "NormUsage", "Factor", "Budget", "BudgetUsed", "Lifted"},
+	} {
+		var fields []string
+		for f := range typ.Fields() {
+			if f.IsExported() {
+				fields = append(fields, f.Name)
+			}
+		}
+		if diff := cmp.Diff(copied, fields); diff != "" {
+			t.Errorf("%s's fields are not those FairShareFromReport copies (-copied +fields):\n%s", typ, diff)
+		}
+	}
 }
 
 // sameJSON fails when domain and wire encode differently.
