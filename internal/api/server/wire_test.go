@@ -2,7 +2,9 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net/http"
 	"reflect"
 	"testing"
 	"time"
@@ -46,6 +48,28 @@ func TestWireAsDomain(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestUsageBody: GET /api/v1/usage answers what the report's own
+// WriteJSON writes, byte for byte, as it did when it wrote it itself.
+func TestUsageBody(t *testing.T) {
+	f := newFixture(t, nil)
+	a := f.get(t, asAdmin, "/api/v1/usage?by=team&since=1h")
+	asked := f.reports.take()
+	if a.status != http.StatusOK || len(asked) != 1 {
+		t.Fatalf("%d %s, asked %+v", a.status, a.body, asked)
+	}
+	rep, err := f.reports.Report(context.Background(), asked[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := rep.WriteJSON(&want); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.body, want.Bytes()) {
+		t.Errorf("body:\n%s\nwant, as report.WriteJSON:\n%s", a.body, want.Bytes())
+	}
 }
 
 // TestFairShareOnTheWire: the fair share's wire shape writes the
