@@ -11,13 +11,12 @@ import (
 
 // This file turns the domain's audit events, waste findings, usage
 // reports and fair share into their wire shapes in apitype: one function
-// per concept,
-// which every answer that carries the concept goes through (the CLI's
-// too, when it reads the ledger or a file itself and prints what the API
-// would). Each but the fair share's keeps the domain value's encoding
-// byte for byte, nil slices as null included; wire_test.go holds them to
-// it. The fair share's domain type is not encoded: its conversion writes
-// the half-life in the units grammar and a budget of 0 as null.
+// per concept, which every answer that carries the concept goes through
+// (the CLI's too, when it reads the ledger or a file itself and prints
+// what the API would). Each but the fair share's keeps the domain value's
+// encoding byte for byte, nil slices as null included; wire_test.go holds
+// them to it. The fair share's domain type is not encoded: its conversion
+// writes the half-life in the units grammar and a budget of 0 as null.
 
 // AuditFromLog is events on the wire; none is [], not null.
 func AuditFromLog(events []audit.Event) []apitype.AuditEvent {
