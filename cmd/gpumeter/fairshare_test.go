@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -28,7 +29,7 @@ func (s *tableShares) FairShare(context.Context) (fairshare.Report, error) { ret
 
 func (s *tableShares) LiftBudget(_ context.Context, team string, ev ledger.AuditEvent) error {
 	if ev.Action != "budget.lift" {
-		return &apitype.FieldError{Field: "team", Msg: "audit event for " + ev.Action}
+		return fmt.Errorf("audit event for %s", ev.Action)
 	}
 	s.lifted = append(s.lifted, team)
 	return nil

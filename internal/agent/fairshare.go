@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
@@ -81,11 +80,7 @@ func (f *fairShare) LiftBudget(ctx context.Context, team string, ev ledger.Audit
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		msg := fmt.Sprintf("team %q has no budget in queue.budgets", team)
-		if len(names) > 0 {
-			msg += fmt.Sprintf(" (teams with one: %v)", names)
-		}
-		return &apitype.FieldError{Field: "team", Msg: msg}
+		return &fairshare.NoBudgetError{Team: team, Teams: names}
 	}
 	month := ledger.BudgetMonth(f.now())
 	if err := f.budgets.LiftBudget(ctx, team, month, ev.Caller, ev); err != nil {

@@ -17,8 +17,8 @@ import (
 // from a cache refreshed in the background, so FairShare must not compute
 // them on the call. LiftBudget lets a team over its budget start jobs for
 // the rest of the calendar month, writing ev in the same transaction; an
-// unknown team or one without a budget is an *apitype.FieldError on the
-// field team, which the API answers with 400.
+// unknown team or one without a budget is a *fairshare.NoBudgetError,
+// which the API answers with 400 on the field team.
 type FairShare interface {
 	FairShare(ctx context.Context) (fairshare.Report, error)
 	LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error
@@ -112,10 +112,11 @@ func (s *server) liftBudget(w http.ResponseWriter, r *http.Request, c *call) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actTimeout)
 	defer cancel()
 	if err := s.cfg.FairShare.LiftBudget(ctx, team, ev); err != nil {
-		var fe *apitype.FieldError
-		if errors.As(err, &fe) {
-			s.observe(r, c, target, http.StatusBadRequest, err.Error())
-			writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: err.Error(), Field: fe.Field})
+		var nb *fairshare.NoBudgetError
+		if errors.As(err, &nb) {
+			msg := "team: " + nb.Error()
+			s.observe(r, c, target, http.StatusBadRequest, msg)
+			writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: "team"})
 			return
 		}
 		s.observe(r, c, target, http.StatusInternalServerError, err.Error())

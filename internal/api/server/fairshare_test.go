@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -37,7 +36,7 @@ func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev ledger.Aud
 		budget = budget || r.Name == team && r.Budget > 0
 	}
 	if !budget {
-		return &apitype.FieldError{Field: "team", Msg: fmt.Sprintf("team %s has no budget in queue.budgets", team)}
+		return &fairshare.NoBudgetError{Team: team}
 	}
 	if err := f.store.Audit(ctx, []ledger.AuditEvent{ev}); err != nil {
 		return err
@@ -127,7 +126,7 @@ func TestBudgetLift(t *testing.T) {
 		t.Errorf("lift: %d %s, want nlp lifted", a.status, a.body)
 	}
 	e := f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/cv/lift", nil, "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
-	if e.Field != "team" || !strings.Contains(e.Message, "queue.budgets") {
+	if e.Field != "team" || e.Message != `team: team "cv" has no budget in queue.budgets` {
 		t.Errorf("lift of a team without a budget: %+v, want field team naming queue.budgets", e)
 	}
 	f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", strings.NewReader(`{"force":true}`), "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
