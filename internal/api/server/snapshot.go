@@ -33,7 +33,7 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request, c *call) {
 		out.Containers, out.HostUsers, out.Unresolved = ctrs.Containers, ctrs.HostUsers, ctrs.Unresolved
 	}
 	if cw, ok := c.as(auth.ActWasteRead); ok && s.cfg.Waste != nil {
-		out.Waste = filterWaste(s.cfg.Waste.Report(), cw)
+		out.Waste = WasteFromReport(filterWaste(s.cfg.Waste.Report(), cw))
 	}
 	if cj, ok := c.as(auth.ActJobRead); ok && s.cfg.Jobs != nil {
 		q, err := s.queueSummary(r, cj)
