@@ -18,7 +18,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // defaultAuditLimit is the most events audit --file prints unless --limit
@@ -138,11 +137,7 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 		return resp, err
 	}
 	defer store.Close()
-	as, ok := store.Store.(ledger.AuditStore)
-	if !ok {
-		return resp, errors.New("this ledger keeps no audit events")
-	}
-	got, err := as.AuditEvents(cmd.Context(), ledger.Filter{From: w.From, To: w.To})
+	got, err := store.AuditEvents(cmd.Context(), audit.Filter{From: w.From, To: w.To})
 	if err != nil {
 		return resp, fmt.Errorf("read the audit events: %w", err)
 	}
@@ -152,11 +147,8 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 	if len(got) > limit {
 		got, resp.Truncated = got[len(got)-limit:], true
 	}
-	events := make([]audit.Event, len(got))
-	for i, e := range got {
-		events[i] = audit.FromLedger(e)
-	}
-	resp.Events = server.AuditFromLog(events)
+	// AuditFromLog gives an empty list, not null, when there are none.
+	resp.Events = server.AuditFromLog(got)
 	return resp, nil
 }
 

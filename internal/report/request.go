@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -242,7 +243,7 @@ func Run(ctx context.Context, store Reader, jobs JobReader, r Request, m cost.Mo
 	}
 	// The jobs after the usage, so that every job with usage is among
 	// them.
-	var js []Job
+	var js []queue.Job
 	if r.By == ByJob {
 		if js, err = readJobs(ctx, jobs); err != nil {
 			return nil, err

@@ -9,7 +9,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
 
@@ -21,7 +20,7 @@ import (
 // which the API answers with 400 on the field team.
 type FairShare interface {
 	FairShare(ctx context.Context) (fairshare.Report, error)
-	LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error
+	LiftBudget(ctx context.Context, team string, ev audit.Event) error
 }
 
 func (s *server) fairShareRoutes() []route {
@@ -107,7 +106,7 @@ func (s *server) liftBudget(w http.ResponseWriter, r *http.Request, c *call) {
 		writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: "team"})
 		return
 	}
-	ev := audit.ToLedger(s.event(r, c, target, http.StatusOK, ""))
+	ev := s.event(r, c, target, http.StatusOK, "")
 	// What is asked is done even if the caller hangs up.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actTimeout)
 	defer cancel()

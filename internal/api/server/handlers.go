@@ -296,7 +296,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
 			return
 		}
-		q, err := query(r)
+		q, err := apitype.ParseQuery(r.URL.RawQuery)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 			return
@@ -425,7 +425,7 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff, "the audit log is off")
 		return
 	}
-	raw, err := query(r)
+	raw, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return
