@@ -64,9 +64,9 @@ func (f *Service) lifts(ctx context.Context) (map[string]bool, error) {
 // errNotYet is Service.FairShare's error before the first computation.
 var errNotYet = errors.New("the fair-share factors are still being computed from the ledger; try again in a moment")
 
-// FairShare is the API's view of the fair share (server.FairShare): the
-// last computation with this month's lifts, or errNotYet before the
-// first. The server turns it into its wire shape.
+// FairShare is the fair share as the API reports it (server.FairShare):
+// the last computation with this month's lifts, or errNotYet before the
+// first.
 func (f *Service) FairShare(ctx context.Context) (Report, error) {
 	u := f.cache.Get()
 	if u == nil {
