@@ -21,11 +21,13 @@ var lowerOf = map[string][]string{
 	"internal/config": {"internal/units", "internal/yamlx"},
 	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
-	"internal/ledger": {"internal/units"},
+	// The ledger stores the audit log's events, of audit's own type.
+	"internal/audit":  {},
+	"internal/ledger": {"internal/audit", "internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
 	// The GPUs' last hour reads ticks and keeps no wire shapes.
-	"internal/gpuhistory": {"internal/container", "internal/gpu", "internal/ledger", "internal/meter", "internal/sampler", "internal/units"},
+	"internal/gpuhistory": {"internal/audit", "internal/container", "internal/gpu", "internal/ledger", "internal/meter", "internal/sampler", "internal/units"},
 	// The console renders what the API server gathers.
 	"internal/web": {},
 }

@@ -17,7 +17,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // defaultAuditLimit is the most events audit --file prints unless --limit
@@ -137,11 +136,7 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 		return resp, err
 	}
 	defer store.Close()
-	as, ok := store.Store.(ledger.AuditStore)
-	if !ok {
-		return resp, errors.New("this ledger keeps no audit events")
-	}
-	got, err := as.AuditEvents(cmd.Context(), ledger.Filter{From: w.From, To: w.To})
+	got, err := store.AuditEvents(cmd.Context(), audit.Filter{From: w.From, To: w.To})
 	if err != nil {
 		return resp, fmt.Errorf("read the audit events: %w", err)
 	}
@@ -151,10 +146,8 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 	if len(got) > limit {
 		got, resp.Truncated = got[len(got)-limit:], true
 	}
-	resp.Events = make([]audit.Event, len(got))
-	for i, e := range got {
-		resp.Events[i] = audit.FromLedger(e)
-	}
+	// An empty list, not null, when there are none.
+	resp.Events = append([]audit.Event{}, got...)
 	return resp, nil
 }
 

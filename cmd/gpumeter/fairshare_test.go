@@ -11,8 +11,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // tableShares is a fixed fair-share table, a fake good for the commands'
@@ -25,7 +26,7 @@ type tableShares struct {
 
 func (s *tableShares) FairShare(context.Context) (apitype.FairShare, error) { return s.table, nil }
 
-func (s *tableShares) LiftBudget(_ context.Context, team string, ev ledger.AuditEvent) error {
+func (s *tableShares) LiftBudget(_ context.Context, team string, ev audit.Event) error {
 	if ev.Action != "budget.lift" {
 		return &apitype.FieldError{Field: "team", Msg: "audit event for " + ev.Action}
 	}
@@ -35,13 +36,13 @@ func (s *tableShares) LiftBudget(_ context.Context, team string, ev ledger.Audit
 
 // startSharesAgent serves the API with shares, and points the commands at
 // it with a token of role.
-func startSharesAgent(t *testing.T, shares *tableShares, role auth.Role) {
+func startSharesAgent(t *testing.T, shares *tableShares, role config.Role) {
 	t.Helper()
 	secret, tok, err := auth.NewToken("laptop", "alice", role, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func sharesTable() apitype.FairShare {
 }
 
 func TestFairShareCommand(t *testing.T) {
-	startSharesAgent(t, &tableShares{table: sharesTable()}, auth.RoleViewer)
+	startSharesAgent(t, &tableShares{table: sharesTable()}, config.RoleViewer)
 	out, _, err := runCmd(t, "fairshare")
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +101,7 @@ $`)
 
 func TestBudgetLiftCommand(t *testing.T) {
 	shares := &tableShares{table: sharesTable()}
-	startSharesAgent(t, shares, auth.RoleAdmin)
+	startSharesAgent(t, shares, config.RoleAdmin)
 	out, _, err := runCmd(t, "budget", "lift", "nlp")
 	if err != nil || out != "lifted the budget of nlp for the rest of the month\n" || len(shares.lifted) != 1 || shares.lifted[0] != "nlp" {
 		t.Errorf("budget lift: %q %v, lifted %v", out, err, shares.lifted)
@@ -109,7 +110,7 @@ func TestBudgetLiftCommand(t *testing.T) {
 		t.Errorf("budget lift without a team: %v", err)
 	}
 
-	startSharesAgent(t, &tableShares{table: sharesTable()}, auth.RoleUser)
+	startSharesAgent(t, &tableShares{table: sharesTable()}, config.RoleUser)
 	if _, _, err := runCmd(t, "budget", "lift", "nlp"); err == nil || !strings.Contains(err.Error(), "budget.lift") {
 		t.Errorf("budget lift as a user: %v, want a refusal naming budget.lift", err)
 	}

@@ -83,7 +83,7 @@ func validate(req *report.Request) error {
 // openPriced opens the ledger and checks the config's price list against
 // it: a price for a model the ledger never metered is most likely
 // misspelt, and would silently fall back to the default price.
-func (lf *ledgerFlags) openPriced(cmd *cobra.Command, cfg *config.Config) (ledger.Store, cost.Model, error) {
+func (lf *ledgerFlags) openPriced(cmd *cobra.Command, cfg *config.Config) (ledger.Ledger, cost.Model, error) {
 	prices := cost.Model(cfg.Cost)
 	if err := prices.Check(); err != nil {
 		return nil, prices, fmt.Errorf("config cost: %w", err)

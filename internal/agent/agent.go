@@ -38,7 +38,7 @@ var ErrNoDriver = errors.New("no NVIDIA driver found")
 // The agent wires the policy engine to Docker and to the audit log; the
 // checks live here so that neither side imports the other.
 var (
-	_ policy.Stopper    = (*docker.Inventory)(nil)
+	_ policy.Stopper    = docker.Stopper{}
 	_ policy.Containers = (*docker.Inventory)(nil)
 	_ policy.Auditor    = (*audit.Log)(nil)
 )
@@ -52,7 +52,7 @@ type Agent struct {
 
 	sampler  *sampler.Sampler
 	docker   *docker.Inventory
-	store    ledger.Store
+	store    ledger.Ledger
 	lease    ledger.Lease // this agent's lease of its node in store
 	recorder *record.Recorder
 	waste    *liveWaste
@@ -93,6 +93,10 @@ type Agent struct {
 	// load reads on each value from reloads.
 	reloads <-chan os.Signal
 	load    func() (config.Config, error)
+
+	// dockerClient is the one connection to Docker that the inventory and
+	// the queue's job containers share; nil when docker is off.
+	dockerClient *docker.Client
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
@@ -183,8 +187,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		idle[k] = v
 	}
 	if useDocker {
-		inv, err := docker.New(docker.Config{
-			Host:         cfg.DockerHost,
+		cli, err := docker.NewClient(cfg.DockerHost, logger)
+		if err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+		a.closers = append(a.closers, cli.Close)
+		inv := docker.New(cli, docker.Config{
 			UserLabel:    cfg.UserLabel,
 			TeamLabel:    cfg.TeamLabel,
 			ProjectLabel: cfg.ProjectLabel,
@@ -192,10 +200,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			Logger:       logger,
 			Keep:         cfg.DockerKeep,
 		})
-		if err != nil {
-			return nil, fmt.Errorf("docker: %w", err)
-		}
-		a.docker = inv
+		a.docker, a.dockerClient = inv, cli
 		inventories = append(inventories, sampler.Named{Name: "docker", Inventory: inv})
 		if simSrc != nil {
 			simSrc.PlayContainers(inv, logger)
@@ -325,8 +330,8 @@ func (a *Agent) openAudit(node string) (*audit.File, error) {
 		a.closers = append(a.closers, f.Close)
 		lc.File = f
 	}
-	if as, ok := a.store.(ledger.AuditStore); ok {
-		lc.Store = as
+	if a.store != nil {
+		lc.Store = a.store
 	}
 	a.audit, a.auditFile = audit.NewLog(lc), lc.File
 	return lc.File, nil

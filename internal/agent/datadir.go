@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/policy"
 )
 
 // dataFiles says how the agent's own files under data_dir are kept: the
@@ -140,7 +139,7 @@ func actsForReal(cfg config.Config) bool {
 		return false
 	}
 	for _, r := range config.RuleNames() {
-		if cfg.Policy.Actions.For(r) != policy.ActionReport {
+		if cfg.Policy.Actions.For(r) != config.ActionReport {
 			return true
 		}
 	}

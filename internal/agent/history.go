@@ -61,8 +61,8 @@ func (a *Agent) historySource() server.History {
 		return nil
 	}
 	g := gpuHistory{ring: a.history, node: a.node}
-	if s, ok := a.store.(ledger.GPUSeriesStore); ok {
-		g.store = s
+	if a.store != nil {
+		g.store = a.store
 	}
 	return g
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
@@ -66,11 +67,11 @@ func BenchmarkHistory30Days(b *testing.B) {
 	}
 	defer store.Close()
 	m := ledgertest.Fill30Days(b, store)
-	secret, tok, err := auth.NewToken("viewer", "grafana", auth.RoleViewer, time.Time{})
+	secret, tok, err := auth.NewToken("viewer", "grafana", config.RoleViewer, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}

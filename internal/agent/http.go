@@ -75,14 +75,11 @@ func (a *Agent) Handler() http.Handler {
 		SessionLifetime: a.cfg.API.SessionLifetime,
 	}
 	if a.docker != nil {
-		ac.Stopper = a.docker
-		if a.queue != nil {
-			// A job's container stopped through the API ends cancelled.
-			ac.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonCancelled}
-		}
+		// A job's container stopped through the API ends cancelled.
+		ac.Stopper = a.stopper(queue.ReasonCancelled)
 	}
-	if u, ok := a.store.(ledger.OwnerUsageReader); ok && reports != nil {
-		ac.Usage = u
+	if a.store != nil && reports != nil {
+		ac.Usage = a.store
 	}
 	if a.audit != nil {
 		extra = append(extra, a.audit)
@@ -124,8 +121,7 @@ func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, e
 	}
 	var rep *report.Report
 	if err == nil {
-		jobs, _ := a.store.(ledger.JobStore)
-		rep, err = report.Run(ctx, a.store, jobs, r, prices)
+		rep, err = report.Run(ctx, a.store, a.store, r, prices)
 	}
 	if err != nil {
 		a.log.Warn("usage report", "err", err)

@@ -44,11 +44,11 @@ func BenchmarkPages30Days(b *testing.B) {
 		smp.Step(ctx, sc.Start.Add(2*time.Hour+time.Duration(i)*time.Second))
 	}
 	a := &Agent{cfg: config.Default(), log: slog.New(slog.DiscardHandler), sampler: smp, store: store, node: m.Node}
-	secret, tok, err := auth.NewToken("root", "root", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("root", "root", config.RoleAdmin, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}

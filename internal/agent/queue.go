@@ -20,7 +20,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/hostid"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
@@ -36,10 +35,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if a.store == nil {
 		return errors.New("queue.enabled: the queue keeps its jobs in the ledger; set ledger.enabled")
 	}
-	jobs, ok := a.store.(ledger.JobStore)
-	if !ok {
-		return errors.New("queue.enabled: this ledger backend keeps no jobs")
-	}
+	jobs := a.store
 	if a.docker == nil {
 		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
 	}
@@ -54,19 +50,14 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if rules.MaxOpenFiles < cfg.Queue.MaxOpenFiles {
 		a.log.Info("queue.max_open_files is more than this host allows the agent; jobs get at most its hard limit", "max_open_files", cfg.Queue.MaxOpenFiles, "limit", rules.MaxOpenFiles)
 	}
-	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
-	if err != nil {
-		return fmt.Errorf("queue: docker: %w", err)
-	}
+	engine := docker.NewJobs(a.dockerClient, node, a.log.With("part", "queue-docker"))
 	var jobEngine run.Engine = engine
 	if cfg.Queue.Network == config.NetworkIsolated {
 		if err := a.jobsNetwork(ctx, engine, rules.Network); err != nil {
-			_ = engine.Close()
 			return err
 		}
 		jobEngine = docker.IsolatedJobs{Jobs: engine}
 	}
-	a.closers = append(a.closers, engine.Close)
 	where := cfg.LedgerPath()
 	if cfg.LedgerDSN != "" {
 		where = "PostgreSQL"
@@ -104,12 +95,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
 		})
 	}
-	reader, ok := a.store.(fairshare.Reader)
-	budgets, ok2 := a.store.(ledger.BudgetStore)
-	if !ok || !ok2 {
-		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
-	}
-	a.fair = fairshare.NewService(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
+	a.fair = fairshare.NewService(fairshare.NewCache(a.store, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), a.store)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -157,10 +143,10 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	if a.audit != nil {
 		log := a.audit
-		rc.Audited = func(ctx context.Context, e ledger.AuditEvent) {
+		rc.Audited = func(ctx context.Context, e audit.Event) {
 			// The ledger holds the event; a failed file write is logged
 			// by the audit log itself.
-			_ = log.Recorded(ctx, audit.FromLedger(e))
+			_ = log.Recorded(ctx, e)
 		}
 	}
 	q, err := run.New(rc)
@@ -236,18 +222,19 @@ func dockerSocket(host string) string {
 	return p
 }
 
-// resolvePassing turns queue.gpu_passing into how jobs get their GPUs.
-// auto picks DeviceRequests where Docker has the nvidia runtime, and
-// NVIDIA_VISIBLE_DEVICES with a simulated GPU source (how the tests run on
-// an engine without either); on a real host without the runtime it
-// refuses, since jobs would run without their GPUs.
-func resolvePassing(ctx context.Context, setting string, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
+// resolvePassing turns queue.gpu_passing, which config checked, into how
+// jobs get their GPUs. auto (or unset) picks DeviceRequests where Docker
+// has the nvidia runtime, and NVIDIA_VISIBLE_DEVICES with a simulated GPU
+// source (how the tests run on an engine without either); on a real host
+// without the runtime it refuses, since jobs would run without their GPUs.
+func resolvePassing(ctx context.Context, setting config.GPUPassing, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
 	switch setting {
-	case string(spec.DeviceRequests), string(spec.CDI), string(spec.Env):
-		return spec.GPUPassing(setting), nil
-	case "", "auto":
-	default:
-		return "", fmt.Errorf("queue.gpu_passing: %q is not auto, device_requests, cdi or env", setting)
+	case config.PassingDeviceRequests:
+		return spec.DeviceRequests, nil
+	case config.PassingCDI:
+		return spec.CDI, nil
+	case config.PassingEnv:
+		return spec.Env, nil
 	}
 	if simulated {
 		return spec.Env, nil
@@ -300,18 +287,14 @@ func jobNotice(e run.JobEvent) policy.JobNotice {
 	}
 }
 
-// jobStopper tells the queue, before a container is stopped, that the stop
-// is the policy's (or an admin's through the API), so that a job's
-// container stopped that way ends with that reason and not as an exit.
-type jobStopper struct {
-	inv    *docker.Inventory
-	queue  *run.Queue
-	reason queue.Reason
-}
-
-func (s jobStopper) Stop(ctx context.Context, id string, grace time.Duration) error {
-	if c, ok := s.inv.Lookup(id); ok && c.JobID() != "" {
-		s.queue.ExpectStop(c.ID, s.reason)
+// stopper is the one stop path of the node's containers for a caller
+// that stops for reason: the queue, when there is one, hears first of a
+// stop of a job's container, so that the job ends with that reason and
+// not as an exit.
+func (a *Agent) stopper(reason queue.Reason) docker.Stopper {
+	var jobs docker.JobStops
+	if a.queue != nil {
+		jobs = a.queue
 	}
-	return s.inv.Stop(ctx, id, grace)
+	return docker.NewStopper(a.docker, jobs, reason)
 }

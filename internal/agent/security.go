@@ -55,7 +55,7 @@ func authConfig(c *config.Config, socketUIDs []int) auth.Config {
 		ac.Certs = append(ac.Certs, c.Auth.ClientCerts[cn])
 	}
 	if c.Auth.Anonymous == "viewer" {
-		ac.Anonymous = auth.RoleViewer
+		ac.Anonymous = config.RoleViewer
 	}
 	return ac
 }
@@ -73,7 +73,7 @@ func (s *security) prepare(cfg *config.Config) (prepared, error) {
 	var p prepared
 	ac := authConfig(cfg, socketUIDs())
 	if s.demoToken != "" {
-		ac.Tokens = append(ac.Tokens, auth.Token{ID: "demo", User: "demo", Role: auth.RoleAdmin, Hash: auth.HashToken(s.demoToken)})
+		ac.Tokens = append(ac.Tokens, config.Token{ID: "demo", User: "demo", Role: config.RoleAdmin, Hash: auth.HashToken(s.demoToken)})
 	}
 	var err error
 	if p.auth, err = auth.New(ac); err != nil {
@@ -103,7 +103,7 @@ func (s *security) prepare(cfg *config.Config) (prepared, error) {
 func (a *Agent) initSecurity(demo bool) error {
 	s := &a.sec
 	if demo && len(a.cfg.Auth.Tokens) == 0 {
-		secret, _, err := auth.NewToken("demo", "demo", auth.RoleAdmin, time.Time{})
+		secret, _, err := auth.NewToken("demo", "demo", config.RoleAdmin, time.Time{})
 		if err != nil {
 			return err
 		}

@@ -49,7 +49,7 @@ func CanSimulate(sc *sim.Scenario) error {
 // names the ledger in errors. It refuses a ledger that already holds
 // usage of the scenario's node in its window, which a second run would
 // count twice. The same scenario always gives the same ledger.
-func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Store, where string) (_ Simulation, err error) {
+func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where string) (_ Simulation, err error) {
 	if err := CanSimulate(sc); err != nil {
 		return Simulation{}, err
 	}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
 // Job is one job of the GPU queue as the ledger keeps it. The store does
@@ -72,7 +74,7 @@ type JobStore interface {
 	// sequence, and audit (its Target set to the ID when empty) in one
 	// transaction: both are written, or neither. It returns the job as
 	// stored.
-	SubmitJob(ctx context.Context, job Job, audit AuditEvent) (Job, error)
+	SubmitJob(ctx context.Context, job Job, audit audit.Event) (Job, error)
 	// Job returns the job with id, or an error wrapping ErrJobNotFound.
 	Job(ctx context.Context, id string) (Job, error)
 	// Jobs returns the jobs f selects, by ID (oldest first).
@@ -84,10 +86,10 @@ type JobStore interface {
 	// change may set State, Reason, ReasonText, GPUs, StartedAt, EndedAt,
 	// ExitCode, ContainerID, Held, Attempts, Requeues and Placement;
 	// other fields are kept.
-	UpdateJob(ctx context.Context, id, from string, change func(*Job), audit AuditEvent) (Job, error)
+	UpdateJob(ctx context.Context, id, from string, change func(*Job), audit audit.Event) (Job, error)
 	// SetHeld sets the job's Held flag while its state is from, as
 	// UpdateJob does.
-	SetHeld(ctx context.Context, id, from string, held bool, audit AuditEvent) (Job, error)
+	SetHeld(ctx context.Context, id, from string, held bool, audit audit.Event) (Job, error)
 	// ActiveJobs returns the jobs in the given states (for restart
 	// reconciliation: those starting and running), oldest first.
 	ActiveJobs(ctx context.Context, states ...string) ([]Job, error)

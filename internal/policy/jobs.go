@@ -7,6 +7,9 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // EventJob is the audit kind of a job notification.
@@ -37,7 +40,7 @@ type JobMessage struct {
 
 // JobNotifierConfig configures a JobNotifier.
 type JobNotifierConfig struct {
-	Webhook Webhook
+	Webhook config.Webhook
 	Client  *http.Client // nil: a client of its own
 	Audit   Auditor      // nil: not audited
 	Logger  *slog.Logger
@@ -116,7 +119,7 @@ func (j *JobNotifier) audit(ctx context.Context, n JobNotice, outcome string, at
 	if j.cfg.Audit == nil {
 		return
 	}
-	e := Event{Time: time.Now(), Kind: EventJob, Owner: n.User, Action: "jobs.notify", Target: n.ID, Outcome: outcome, Attempts: attempts, Caller: "queue"}
+	e := audit.Event{Time: time.Now(), Kind: EventJob, Owner: n.User, Action: "jobs.notify", Target: n.ID, Outcome: outcome, Attempts: attempts, Caller: "queue"}
 	if err != nil {
 		e.Error = err.Error()
 	}
@@ -136,8 +139,8 @@ func jobText(n JobNotice) string {
 	if n.Node != "" {
 		fmt.Fprintf(&b, " on %s", n.Node)
 	}
-	switch n.Event {
-	case "start":
+	switch config.NotifyEvent(n.Event) {
+	case config.NotifyStart:
 		fmt.Fprintf(&b, " started on %d GPU(s)", len(n.GPUs))
 	default:
 		fmt.Fprintf(&b, " ended: %s", n.State)

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // TestJobNotifier posts a job's start and end to a real HTTP server: the
@@ -36,7 +38,7 @@ func TestJobNotifier(t *testing.T) {
 	}))
 	defer srv.Close()
 	audit := &memAudit{}
-	n := NewJobNotifier(JobNotifierConfig{Webhook: Webhook{URL: srv.URL, Timeout: 5 * time.Second, Retries: 2}, Audit: audit})
+	n := NewJobNotifier(JobNotifierConfig{Webhook: config.Webhook{URL: srv.URL, Timeout: 5 * time.Second, Retries: 2}, Audit: audit})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
@@ -76,7 +78,7 @@ func TestJobNotifier(t *testing.T) {
 // TestJobNotifierFull drops what does not fit, and audits the drop.
 func TestJobNotifierFull(t *testing.T) {
 	audit := &memAudit{}
-	n := NewJobNotifier(JobNotifierConfig{Webhook: Webhook{URL: "http://127.0.0.1:1"}, Audit: audit, Queue: 1})
+	n := NewJobNotifier(JobNotifierConfig{Webhook: config.Webhook{URL: "http://127.0.0.1:1"}, Audit: audit, Queue: 1})
 	n.Notify(JobNotice{Event: "start", ID: "j-1"})
 	n.Notify(JobNotice{Event: "start", ID: "j-2"})
 	audit.mu.Lock()

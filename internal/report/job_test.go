@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
@@ -185,7 +186,7 @@ func TestRunByJobSQLite(t *testing.T) {
 	} {
 		got, err := store.SubmitJob(ctx, ledger.Job{Node: node, User: j.User, State: "queued", GPUsRequested: j.GPUsRequested,
 			Image: "train:1", Command: []string{"train"}, TimeLimit: 4 * time.Hour, SubmittedAt: j.SubmittedAt},
-			ledger.AuditEvent{Time: j.SubmittedAt, Node: node, Kind: "api", Caller: j.User, Role: "user",
+			audit.Event{Time: j.SubmittedAt, Node: node, Kind: "api", Caller: j.User, Role: "user",
 				Source: "unix uid 1000", Action: "jobs.submit", Status: 201})
 		if err != nil {
 			t.Fatal(err)
@@ -193,7 +194,7 @@ func TestRunByJobSQLite(t *testing.T) {
 		ids = append(ids, got.ID)
 		if _, err := store.UpdateJob(ctx, got.ID, "queued", func(x *ledger.Job) {
 			x.State, x.StartedAt, x.EndedAt = j.State, j.StartedAt, j.EndedAt
-		}, ledger.AuditEvent{}); err != nil {
+		}, audit.Event{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -41,7 +42,7 @@ func snapshotAt(step int) apitype.Snapshot {
 		},
 		HostUsers: []apitype.HostUser{{User: "carol", GPUs: []apitype.GPUShare{share(1, 4, 4<<30)}}},
 		Waste: &waste.Report{Findings: []waste.Finding{
-			{ID: "idle-bob", Rule: waste.RuleIdle, OwnerKind: waste.OwnerContainer, ContainerID: "bbbb", Container: "bob-notebook", Owner: "bob", Active: true, Since: t0},
+			{ID: "idle-bob", Rule: config.RuleIdle, OwnerKind: waste.OwnerContainer, ContainerID: "bbbb", Container: "bob-notebook", Owner: "bob", Active: true, Since: t0},
 		}},
 		Queue: &apitype.QueueSummary{Counts: map[string]int{"queued": 2, "running": 1}, Jobs: []apitype.JobBrief{{ID: "j-000001", Name: "train", User: "alice", State: "running", GPUsRequested: 1}}},
 	}

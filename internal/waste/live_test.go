@@ -90,11 +90,11 @@ var patternWants = []struct {
 	rule, who string
 	wasted    float64
 }{
-	{RuleOverAllocated, "greedy", 2}, // GPU 1 for 2 h
-	{RuleStalled, "stuck", 0.75},
-	{RuleIdle, "nb", 2},
-	{RuleTooOld, "old", 3},
-	{RuleOutside, "dave", 1},
+	{config.RuleOverAllocated, "greedy", 2}, // GPU 1 for 2 h
+	{config.RuleStalled, "stuck", 0.75},
+	{config.RuleIdle, "nb", 2},
+	{config.RuleTooOld, "old", 3},
+	{config.RuleOutside, "dave", 1},
 }
 
 // play runs the scenario through the sampler and meter, handing every
@@ -260,7 +260,7 @@ func TestLiveUnaccountedMemory(t *testing.T) {
 		t.Fatalf("%d findings, want 1:\n%s", len(rep.Findings), dump(rep))
 	}
 	f := rep.Findings[0]
-	if f.Rule != RuleOutside || f.OwnerKind != OwnerNone || len(f.GPUs) != 1 || f.GPUs[0].UUID != "GPU-0" {
+	if f.Rule != config.RuleOutside || f.OwnerKind != OwnerNone || len(f.GPUs) != 1 || f.GPUs[0].UUID != "GPU-0" {
 		t.Errorf("finding %+v, want outside on GPU-0 with no owner", f)
 	}
 	if f.Evidence[EvUnaccounted] != 3*giB || f.WastedGPUHours != 0 || f.Active {

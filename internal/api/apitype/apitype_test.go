@@ -3,13 +3,13 @@ package apitype
 import (
 	"testing"
 
-	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // TestTokenPrefix: the prefix a client checks a token by is the one the
 // agent makes tokens with.
 func TestTokenPrefix(t *testing.T) {
-	if TokenPrefix != auth.TokenPrefix {
-		t.Errorf("TokenPrefix %q, auth.TokenPrefix %q", TokenPrefix, auth.TokenPrefix)
+	if TokenPrefix != config.TokenPrefix {
+		t.Errorf("TokenPrefix %q, config.TokenPrefix %q", TokenPrefix, config.TokenPrefix)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
@@ -83,11 +84,11 @@ func (w *discardWriter) reset() {
 // the per-caller rate limit off as in scripts/api-load.sh.
 func benchHandler(b *testing.B, a Auditor) (http.Handler, string) {
 	b.Helper()
-	secret, tok, err := auth.NewToken("load", "load", auth.RoleViewer, time.Time{})
+	secret, tok, err := auth.NewToken("load", "load", config.RoleViewer, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // FairShare is the queue's fair share: the factors of every user and team,
@@ -20,7 +19,7 @@ import (
 // field team, which the API answers with 400.
 type FairShare interface {
 	FairShare(ctx context.Context) (apitype.FairShare, error)
-	LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error
+	LiftBudget(ctx context.Context, team string, ev audit.Event) error
 }
 
 func (s *server) fairShareRoutes() []route {
@@ -111,7 +110,7 @@ func (s *server) liftBudget(w http.ResponseWriter, r *http.Request, c *call) {
 		writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: "team"})
 		return
 	}
-	ev := audit.ToLedger(s.event(r, c, target, http.StatusOK, ""))
+	ev := s.event(r, c, target, http.StatusOK, "")
 	// What is asked is done even if the caller hangs up.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actTimeout)
 	defer cancel()

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 )
 
@@ -30,7 +30,7 @@ type fixedShares struct {
 
 func (f *fixedShares) FairShare(context.Context) (apitype.FairShare, error) { return f.table, nil }
 
-func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error {
+func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	var budget bool
 	for _, r := range f.table.Teams {
 		budget = budget || r.Name == team && r.BudgetGPUHours != nil
@@ -38,7 +38,7 @@ func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev ledger.Aud
 	if !budget {
 		return &apitype.FieldError{Field: "team", Msg: fmt.Sprintf("team %s has no budget in queue.budgets", team)}
 	}
-	if err := f.store.Audit(ctx, []ledger.AuditEvent{ev}); err != nil {
+	if err := f.store.Audit(ctx, []audit.Event{ev}); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -134,7 +134,7 @@ func TestBudgetLift(t *testing.T) {
 	if diff := cmp.Diff([]string{"nlp"}, fs.lifts); diff != "" {
 		t.Errorf("lifts (-want +got):\n%s", diff)
 	}
-	events, err := fs.store.AuditEvents(context.Background(), ledger.Filter{})
+	events, err := fs.store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
@@ -30,9 +31,9 @@ type Jobs interface {
 	Submit(ctx context.Context, s run.Submission) (ledger.Job, error)
 	Job(ctx context.Context, id string) (ledger.Job, error)
 	Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error)
-	Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
-	Hold(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
-	Release(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
+	Cancel(ctx context.Context, id string, ev audit.Event) (ledger.Job, error)
+	Hold(ctx context.Context, id string, ev audit.Event) (ledger.Job, error)
+	Release(ctx context.Context, id string, ev audit.Event) (ledger.Job, error)
 	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
 }
 
@@ -106,12 +107,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		user = body.AsUser
 	}
-	ev := audit.ToLedger(s.event(r, c, "", http.StatusOK, ""))
+	ev := s.event(r, c, "", http.StatusOK, "")
 	ev.Target = ""  // the job's id, once the store gives it one
 	ev.Owner = user // the caller's, or as_user's
 	// An admin may ask for the high class; the runtime adds the users of
 	// queue.priority.high_users.
-	high := c.id.Role == auth.RoleAdmin
+	high := c.id.Role == config.RoleAdmin
 	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
@@ -265,7 +266,7 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 		if !ok {
 			return
 		}
-		ev := audit.ToLedger(s.event(r, c, job.ID, http.StatusOK, ""))
+		ev := s.event(r, c, job.ID, http.StatusOK, "")
 		ev.Owner = job.User
 		// What is asked is done even if the caller hangs up; a cancel
 		// waits for the container to stop, past the write timeout.

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
@@ -26,11 +27,11 @@ import (
 // page request carrying the session's cookie, as a browser sends it.
 func benchPage(b *testing.B, path string, edit func(*Config)) (http.Handler, *http.Request) {
 	b.Helper()
-	secret, tok, err := auth.NewToken("root-laptop", "root", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("root-laptop", "root", config.RoleAdmin, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func runPage(b *testing.B, h http.Handler, r *http.Request, want string) {
 func BenchmarkWastePage(b *testing.B) {
 	h, r := benchPage(b, "/waste", func(c *Config) {
 		t := c.Ticks.Latest()
-		rules := []string{waste.RuleIdle, waste.RuleStalled, waste.RuleOverAllocated, waste.RuleLowEfficiency}
+		rules := []string{config.RuleIdle, config.RuleStalled, config.RuleOverAllocated, config.RuleLowEfficiency}
 		var fs []waste.Finding
 		for i := range 500 {
 			ct := t.Containers[i%len(t.Containers)]
@@ -111,14 +112,14 @@ func BenchmarkJobsPage(b *testing.B) {
 	for i := range 2000 {
 		j, err := store.SubmitJob(ctx, ledger.Job{Name: fmt.Sprintf("train-%d", i), User: fmt.Sprintf("user%d", i%20), State: "queued",
 			GPUsRequested: 1 + i%4, Image: "gpumeter/sleeper:1", Command: []string{"python", "train.py"}, TimeLimit: 4 * time.Hour,
-			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, ledger.AuditEvent{})
+			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, audit.Event{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if i%2 == 1 {
 			if _, err := store.UpdateJob(ctx, j.ID, "queued", func(j *ledger.Job) {
 				j.State, j.EndedAt, j.Reason, j.ReasonText = "cancelled", now, "cancelled", "cancelled by root"
-			}, ledger.AuditEvent{}); err != nil {
+			}, audit.Event{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -145,9 +146,9 @@ func BenchmarkAuditPage(b *testing.B) {
 	}
 	b.Cleanup(func() { store.Close() })
 	now := time.Now()
-	events := make([]ledger.AuditEvent, 0, 1000)
+	events := make([]audit.Event, 0, 1000)
 	for i := range 20000 {
-		events = append(events, ledger.AuditEvent{Time: now.Add(-time.Duration(20000-i) * 30 * time.Second), Node: "bench", Kind: "api",
+		events = append(events, audit.Event{Time: now.Add(-time.Duration(20000-i) * 30 * time.Second), Node: "bench", Kind: "api",
 			Caller: fmt.Sprintf("user%d (token laptop)", i%20), Role: "user", Source: "10.0.0.7", Action: "jobs.cancel",
 			Target: fmt.Sprintf("job j-%06d", i), Status: 200, Outcome: "ok"})
 		if len(events) == cap(events) {

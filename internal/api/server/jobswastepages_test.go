@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -94,11 +95,11 @@ func pageWaste() *waste.Report {
 	idle := map[string]float64{waste.EvSMPercent: 1.5, waste.EvSMPercentMax: 3, waste.EvCPUCores: 0.02, waste.EvCPUCoresMax: 0.05,
 		waste.EvThreshold: 5, waste.EvThresholdCPU: 0.1, waste.EvDuration: 3700, waste.EvWindow: 3600}
 	raw := &waste.Report{From: fixtureStart.Add(-time.Hour), To: fixtureStart.Add(time.Hour), Currency: "EUR", Findings: []waste.Finding{
-		finding("idle-script", waste.RuleIdle, aliceTrain, scriptName, "alice", 3, idle),
-		finding("stalled-old", waste.RuleStalled, aliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
-		finding("idle-bob", waste.RuleIdle, bobTrain, "bob-train", "bob", 2, idle),
-		finding("outside-carol", waste.RuleOutside, "", "", "carol", 0.5, map[string]float64{waste.EvPresentHours: 0.5, waste.EvMemoryBytes: 1 << 30}),
-		finding("old-bob", waste.RuleTooOld, bobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
+		finding("idle-script", config.RuleIdle, aliceTrain, scriptName, "alice", 3, idle),
+		finding("stalled-old", config.RuleStalled, aliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
+		finding("idle-bob", config.RuleIdle, bobTrain, "bob-train", "bob", 2, idle),
+		finding("outside-carol", config.RuleOutside, "", "", "carol", 0.5, map[string]float64{waste.EvPresentHours: 0.5, waste.EvMemoryBytes: 1 << 30}),
+		finding("old-bob", config.RuleTooOld, bobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
 	}}
 	raw.Findings[4].Active = false // it held, and holds no more
 	return raw.Only(func(*waste.Finding) bool { return true })
@@ -258,13 +259,13 @@ func TestJobsPage(t *testing.T) {
 	now := time.Now().UTC()
 	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *ledger.Job) {
 		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", ""
-	}, ledger.AuditEvent{}); err != nil {
+	}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	// A job in the ledger with a name the queue would refuse, as another
 	// agent or an older release may have written it.
 	if _, err := f.store.SubmitJob(context.Background(), ledger.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
-		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, ledger.AuditEvent{}); err != nil {
+		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	all, err := f.store.Jobs(context.Background(), ledger.JobFilter{})

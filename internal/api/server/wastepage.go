@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/waste"
 	"github.com/gpumeter/gpumeter/internal/web"
 )
@@ -36,7 +37,7 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 	// sends, of a container the latest sample shows running, for a
 	// finding that holds now.
 	mayStop := false
-	if ownOnly, err := auth.Authorize(c.id, auth.ActContainerStop); err == nil && !ownOnly && c.id.Role == auth.RoleAdmin {
+	if ownOnly, err := auth.Authorize(c.id, auth.ActContainerStop); err == nil && !ownOnly && c.id.Role == config.RoleAdmin {
 		switch {
 		case !f.CanAct():
 			v.StopNote = "Sign in to the console to stop containers from here."

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -22,7 +23,7 @@ const jobColumns = `seq, id, node, name, user_name, team, state, reason, reason_
 	request, time_limit_us, submitted_us, started_us, ended_us, exit_code, container_id, held, attempts, requeues, updated_us, rev, placement`
 
 // SubmitJob adds job with the next ID and its audit event in one transaction.
-func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.AuditEvent) (ledger.Job, error) {
+func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit audit.Event) (ledger.Job, error) {
 	if l.b.WriteTx == nil {
 		return ledger.Job{}, fmt.Errorf("submit job to %s: the backend has no job store", l.b.Name)
 	}
@@ -132,12 +133,12 @@ func (l Ledger) ActiveJobs(ctx context.Context, states ...string) ([]ledger.Job,
 }
 
 // SetHeld sets a job's Held flag while its state is from.
-func (l Ledger) SetHeld(ctx context.Context, id, from string, held bool, audit ledger.AuditEvent) (ledger.Job, error) {
+func (l Ledger) SetHeld(ctx context.Context, id, from string, held bool, audit audit.Event) (ledger.Job, error) {
 	return l.UpdateJob(ctx, id, from, func(j *ledger.Job) { j.Held = held }, audit)
 }
 
 // UpdateJob changes a job while its state is still from.
-func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*ledger.Job), audit ledger.AuditEvent) (ledger.Job, error) {
+func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*ledger.Job), audit audit.Event) (ledger.Job, error) {
 	if l.b.WriteTx == nil {
 		return ledger.Job{}, fmt.Errorf("update job in %s: the backend has no job store", l.b.Name)
 	}
@@ -213,7 +214,7 @@ func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*led
 	return normalise(out), nil
 }
 
-func insertAudit(ctx context.Context, tx Tx, e ledger.AuditEvent) error {
+func insertAudit(ctx context.Context, tx Tx, e audit.Event) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}

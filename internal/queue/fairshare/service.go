@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
@@ -103,7 +104,7 @@ func fairShareRow(r Row) apitype.FairShareRow {
 // LiftBudget lifts team's budget for this month (server.FairShare),
 // writing ev with it: the team must have a budget, or the error is an
 // *apitype.FieldError on team.
-func (f *Service) LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error {
+func (f *Service) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	s := f.cache.Settings()
 	if _, ok := s.Budgets[team]; !ok {
 		names := make([]string, 0, len(s.Budgets))

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
 // TestService: before the first computation the API hears to come back
@@ -45,10 +45,10 @@ func TestService(t *testing.T) {
 	}
 
 	var fe *apitype.FieldError
-	if err := f.LiftBudget(ctx, "nlp", ledger.AuditEvent{Time: now, Caller: "root"}); !errors.As(err, &fe) || fe.Field != "team" || !strings.Contains(err.Error(), "[cv]") {
+	if err := f.LiftBudget(ctx, "nlp", audit.Event{Time: now, Caller: "root"}); !errors.As(err, &fe) || fe.Field != "team" || !strings.Contains(err.Error(), "[cv]") {
 		t.Errorf("lift nlp, which has no budget: %v, want a FieldError on team naming cv", err)
 	}
-	if err := f.LiftBudget(ctx, "cv", ledger.AuditEvent{Time: now, Caller: "root", Kind: "api", Action: "budgets.lift"}); err != nil {
+	if err := f.LiftBudget(ctx, "cv", audit.Event{Time: now, Caller: "root", Kind: "api", Action: "budgets.lift"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, over := f.Standing(ctx, []string{"bob"}, []string{"cv"}); over["cv"] {

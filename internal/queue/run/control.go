@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -53,7 +54,7 @@ func (q *Queue) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, err
 // one is stopped (stop_grace, then killed) and Cancel returns once it has
 // ended, with its exit code kept, or when ctx ends. An ended job is a
 // *StateError. ev is written in the transaction that ends the job.
-func (q *Queue) Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Queue) Cancel(ctx context.Context, id string, ev audit.Event) (ledger.Job, error) {
 	ev = q.fill(ev, "jobs.cancel", id)
 	text := "cancelled"
 	if ev.Caller != "" {
@@ -121,12 +122,12 @@ const (
 
 // Hold keeps queued job id from starting; it keeps its place. Any other
 // state is a *StateError.
-func (q *Queue) Hold(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Queue) Hold(ctx context.Context, id string, ev audit.Event) (ledger.Job, error) {
 	return q.setHeld(ctx, id, true, q.fill(ev, "jobs.hold", id))
 }
 
 // Release lets held job id start again, and wakes the loop.
-func (q *Queue) Release(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Queue) Release(ctx context.Context, id string, ev audit.Event) (ledger.Job, error) {
 	j, err := q.setHeld(ctx, id, false, q.fill(ev, "jobs.release", id))
 	if err == nil {
 		q.poke()
@@ -134,7 +135,7 @@ func (q *Queue) Release(ctx context.Context, id string, ev ledger.AuditEvent) (l
 	return j, err
 }
 
-func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev audit.Event) (ledger.Job, error) {
 	action := "release"
 	if held {
 		action = "hold"

@@ -13,6 +13,7 @@ import (
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -98,11 +99,12 @@ func newEngineEnvAt(t testing.TB, n int, host func(*client.Client) string, edit 
 	t.Helper()
 	cli := dockertest.Client(t)
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := docker.NewJobs(host(cli), "", nil)
+	dcli, err := docker.NewClient(host(cli), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { jobs.Close() })
+	t.Cleanup(func() { dcli.Close() })
+	jobs := docker.NewJobs(dcli, "", nil)
 	eng := &labelled{Jobs: jobs}
 	e := &engineEnv{cli: cli, engine: eng, image: img}
 	e.env = newEnv(t, func(c *Config) {
@@ -296,7 +298,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 		j, _ := e.q.Job(context.Background(), big.ID)
 		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), j.State + " " + j.ReasonText
 	})
-	got, err := e.q.Cancel(context.Background(), a.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +309,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	if len(j.GPUs) != 2 {
 		t.Errorf("2-GPU job holds %q", j.GPUs)
 	}
-	if _, err := e.q.Cancel(context.Background(), a.ID, ledger.AuditEvent{}); err == nil {
+	if _, err := e.q.Cancel(context.Background(), a.ID, audit.Event{}); err == nil {
 		t.Errorf("cancel of a cancelled job succeeded")
 	}
 }

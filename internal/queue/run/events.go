@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
@@ -77,7 +78,7 @@ func (q *Queue) jobEnded(j ledger.Job) {
 		q.endedCounts[st]++
 	}
 	q.mu.Unlock()
-	q.emit(EventEnd, j)
+	q.emit(config.NotifyEnd, j)
 	if s != nil {
 		close(s.done) // last, so that whoever waits sees all of the above
 	}
@@ -85,18 +86,18 @@ func (q *Queue) jobEnded(j ledger.Job) {
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names
 // event.
-func (q *Queue) emit(event string, j ledger.Job) {
+func (q *Queue) emit(event config.NotifyEvent, j ledger.Job) {
 	if q.onEvent == nil {
 		return
 	}
-	want := slices.Contains(q.notify, event)
+	want := slices.Contains(q.notify, string(event))
 	if !want {
 		var r record
 		if json.Unmarshal(j.Request, &r) == nil {
-			want = slices.Contains(r.Notify, event)
+			want = slices.Contains(r.Notify, string(event))
 		}
 	}
 	if want {
-		q.onEvent(JobEvent{Event: event, Job: j})
+		q.onEvent(JobEvent{Event: string(event), Job: j})
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -20,8 +22,8 @@ const opTimeout = time.Minute
 func formatLimit(d time.Duration) string { return units.FormatDuration(d) }
 
 // queueEvent is an audit event of something the queue did by itself.
-func (q *Queue) queueEvent(action, id string) ledger.AuditEvent {
-	return q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed"}, action, id)
+func (q *Queue) queueEvent(action, id string) audit.Event {
+	return q.fill(audit.Event{Caller: "queue", Outcome: "allowed"}, action, id)
 }
 
 // start starts job j on gpus: the intent first (queued to starting, with
@@ -166,7 +168,7 @@ func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, startedAt time.Time) bool {
 	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *ledger.Job) {
 		j.ContainerID, j.StartedAt, j.ReasonText = cid, startedAt, "running on "+strings.Join(j.GPUs, ", ")
-	}, ledger.AuditEvent{})
+	}, audit.Event{})
 	if err != nil {
 		q.log.Error("record a started job", "job", j.ID, "err", err)
 		return false
@@ -174,7 +176,7 @@ func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, start
 	q.mu.Lock()
 	q.wait.observe(out.StartedAt.Sub(out.SubmittedAt))
 	q.mu.Unlock()
-	q.emit(EventStart, out)
+	q.emit(config.NotifyStart, out)
 	return true
 }
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -270,7 +271,7 @@ func (q *Queue) enforce(ctx context.Context, l *loop, j ledger.Job, now time.Tim
 		if !now.Before(due) {
 			q.askStop(j.ID, &stop{state: queue.Timeout, reason: queue.ReasonTimeLimit,
 				text:  "reached its time limit of " + formatLimit(j.TimeLimit) + " and was stopped",
-				audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed"}, "jobs.timeout", j.ID)})
+				audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed"}, "jobs.timeout", j.ID)})
 			due = time.Time{}
 		}
 	}
@@ -342,7 +343,7 @@ func (q *Queue) writeWait(ctx context.Context, j ledger.Job, w queue.Wait) {
 	}
 	_, err := q.store.UpdateJob(ctx, j.ID, string(queue.Queued), func(j *ledger.Job) {
 		j.Reason, j.ReasonText = string(w.Reason), w.Text
-	}, ledger.AuditEvent{})
+	}, audit.Event{})
 	var se *ledger.JobStateError
 	if err != nil && !errors.As(err, &se) {
 		q.log.Warn("write a waiting job's reason", "job", j.ID, "err", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -16,12 +18,6 @@ import (
 // it has stayed over for MemoryOverrunGrace, unless the action is warn.
 // It is enforcement by measurement, not isolation: a job can exceed its
 // memory between two ticks.
-
-// Memory overrun actions.
-const (
-	OverrunStop = "stop"
-	OverrunWarn = "warn"
-)
 
 // DefaultMemoryOverrunGrace is queue.memory_overrun_grace's default.
 const DefaultMemoryOverrunGrace = 2 * time.Minute
@@ -89,7 +85,7 @@ func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64
 	what := fmt.Sprintf("its GPU memory is %s, more than the %s it declared", units.FormatSize(measured), units.FormatSize(declared))
 	if warn {
 		text := what + "; it is stopped at " + due.UTC().Format("15:04:05") + " UTC unless it goes back under"
-		if action == OverrunWarn {
+		if action == config.OverrunWarn {
 			text = what + " (queue.memory_overrun_action is warn: it is not stopped)"
 		}
 		ev := q.queueEvent("jobs.memory_warn", j.ID)
@@ -101,7 +97,7 @@ func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64
 			q.onEvent(JobEvent{Event: EventWarn, Job: out})
 		}
 	}
-	if action == OverrunWarn {
+	if action == config.OverrunWarn {
 		return time.Time{}
 	}
 	if now.Before(due) {
@@ -109,7 +105,7 @@ func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64
 	}
 	q.askStop(j.ID, &stop{state: queue.Failed, reason: ReasonMemoryOverrun,
 		text:  what + " for " + units.FormatDuration(grace) + ", and was stopped (queue.memory_overrun_grace)",
-		audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
+		audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
 	q.poke() // the next pass sends the stop
 	return time.Time{}
 }

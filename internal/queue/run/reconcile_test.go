@@ -13,6 +13,7 @@ import (
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -23,7 +24,7 @@ func TestHoldKeepsAJobFromStarting(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.q.Observe(Observation{}) // no GPUs yet: the job waits
 	j := e.submit(t, "alice", e.sleeper())
-	if _, err := e.q.Hold(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Hold(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	e.q.Observe(Observation{GPUs: gpus(1)})
@@ -31,12 +32,12 @@ func TestHoldKeepsAJobFromStarting(t *testing.T) {
 	if got, _ := e.q.Job(context.Background(), j.ID); got.State != "queued" || got.Reason != "held" {
 		t.Errorf("held job with a free GPU: %s %s, want queued and held", got.State, got.Reason)
 	}
-	if _, err := e.q.Release(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Release(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitState(t, j.ID, queue.Running)
 	var se *StateError
-	if _, err := e.q.Hold(context.Background(), j.ID, ledger.AuditEvent{}); !errors.As(err, &se) || se.State != queue.Running {
+	if _, err := e.q.Hold(context.Background(), j.ID, audit.Event{}); !errors.As(err, &se) || se.State != queue.Running {
 		t.Errorf("hold of a running job: %v, want a state error", err)
 	}
 }
@@ -90,12 +91,12 @@ func TestCancelWhileStarting(t *testing.T) {
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
 	// The start intent was written, and then the agent stopped.
-	if _, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, ledger.AuditEvent{}); err != nil {
+	if _, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan ledger.Job, 1)
 	go func() {
-		got, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+		got, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api", Caller: "alice"})
 		if err != nil {
 			t.Error(err)
 		}
@@ -122,7 +123,7 @@ func TestReconcileBeforeCreate(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
-	if _, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, ledger.AuditEvent{}); err != nil {
+	if _, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	e.restart(t, 1)
@@ -136,7 +137,7 @@ func TestReconcileBetweenCreateAndStart(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
-	intent, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, ledger.AuditEvent{})
+	intent, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +224,7 @@ func TestLogsAndRetention(t *testing.T) {
 	if err := e.q.Logs(context.Background(), j.ID, false, &buf); err != nil {
 		t.Errorf("logs of a running job: %v", err)
 	}
-	if _, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	dockertest.WaitFor(t, 20*time.Second, "the ended job's container removed", func() (bool, string) {
@@ -253,7 +254,7 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	if l := ins.Config.Labels; l["gpumeter.job"] != j.ID || l["gpumeter.user"] != "alice" || l["gpumeter.team"] != "ml" || ins.Config.User != "4242:4242" {
 		t.Errorf("container labels %v user %q", l, ins.Config.User)
 	}
-	if _, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(e.q.envPath(j.ID)); !errors.Is(err, os.ErrNotExist) {

@@ -18,6 +18,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -63,12 +65,6 @@ var ErrExists = container.ErrExists
 // time out, end or requeue a job.
 const KindQueue = "queue"
 
-// Notify events.
-const (
-	EventStart = "start"
-	EventEnd   = "end"
-)
-
 // Config configures a Queue.
 type Config struct {
 	Store ledger.JobStore
@@ -88,13 +84,13 @@ type Config struct {
 	// LogRetention is how long an ended job's container (and its logs)
 	// is kept before it is removed; 0 keeps it.
 	LogRetention time.Duration
-	Notify       []string // "start", "end": for every job
+	Notify       []string // "start", "end" (config checked them): for every job
 	// MemoryOverrunGrace is how long a memory job may stay over the GPU
 	// memory it declared before it is stopped (0:
 	// DefaultMemoryOverrunGrace); MemoryOverrunAction is stop (""
-	// too) or warn.
+	// too) or warn, as config checked it.
 	MemoryOverrunGrace  time.Duration
-	MemoryOverrunAction string
+	MemoryOverrunAction config.OverrunAction
 	// Standing gives each pass the fair share's factors, expected shares
 	// and teams over budget; nil: everyone stands equal.
 	Standing Standing
@@ -107,7 +103,7 @@ type Config struct {
 	OnEvent func(JobEvent)
 	// Audited writes an event the store already committed (in a job's
 	// own transaction) to the audit log's file too; nil: nothing more.
-	Audited func(ctx context.Context, e ledger.AuditEvent)
+	Audited func(ctx context.Context, e audit.Event)
 	// EnvDir keeps the environment values of jobs (0700 directory, 0600
 	// files), which the ledger never holds; a job's file is removed when
 	// the job ends.
@@ -172,12 +168,12 @@ type Queue struct {
 	logRetention     time.Duration
 	notify           []string
 	onEvent          func(JobEvent)
-	audited          func(context.Context, ledger.AuditEvent)
+	audited          func(context.Context, audit.Event)
 	envDir           string
 	stage            *stage.Dir // nil: mounts are refused with stageRefusal
 	stageRefusal     string
 	overrunGrace     time.Duration
-	overrunAction    string
+	overrunAction    config.OverrunAction
 	standing         Standing
 	highUsers        []string
 
@@ -216,7 +212,7 @@ type stop struct {
 	state  queue.State // the state the job ends in
 	reason queue.Reason
 	text   string
-	audit  ledger.AuditEvent
+	audit  audit.Event
 	sent   bool // the container was told to stop
 	done   chan struct{}
 }
@@ -233,18 +229,8 @@ func New(cfg Config) (*Queue, error) {
 	case cfg.DefaultTimeLimit < 0, cfg.StopGrace < 0, cfg.LogRetention < 0, cfg.MaxRequeue < 0, cfg.MaxStartAttempts < 0:
 		return nil, errors.New("queue: default_time_limit, stop_grace, log_retention, max_requeue and max_start_attempts may not be negative")
 	}
-	switch cfg.MemoryOverrunAction {
-	case "", OverrunStop, OverrunWarn:
-	default:
-		return nil, fmt.Errorf("queue.memory_overrun_action: %q is not stop or warn", cfg.MemoryOverrunAction)
-	}
 	if cfg.MemoryOverrunGrace < 0 {
 		return nil, errors.New("queue.memory_overrun_grace may not be negative")
-	}
-	for _, n := range cfg.Notify {
-		if n != EventStart && n != EventEnd {
-			return nil, fmt.Errorf("queue.notify: %q is not start or end", n)
-		}
 	}
 	if cfg.Engine != nil {
 		switch cfg.Passing {
@@ -288,7 +274,7 @@ func New(cfg Config) (*Queue, error) {
 		memJobs: memoryJobs{}, overruns: map[string]*overrun{},
 		reqs: map[string]reqInfo{}, ranks: map[string]rank{},
 		standing: cfg.Standing, highUsers: append([]string(nil), cfg.HighUsers...),
-		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, OverrunStop),
+		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
 	}
 	if q.overrunGrace == 0 {
 		q.overrunGrace = DefaultMemoryOverrunGrace
@@ -322,14 +308,14 @@ func (q *Queue) poke() {
 }
 
 // auditedLater hands an event the store committed to Config.Audited.
-func (q *Queue) auditedLater(ctx context.Context, e ledger.AuditEvent) {
+func (q *Queue) auditedLater(ctx context.Context, e audit.Event) {
 	if q.audited != nil && e.Kind != "" {
 		q.audited(ctx, e)
 	}
 }
 
 // fill completes an audit event of an action on job id.
-func (q *Queue) fill(e ledger.AuditEvent, action, id string) ledger.AuditEvent {
+func (q *Queue) fill(e audit.Event, action, id string) audit.Event {
 	if e.Time.IsZero() {
 		e.Time = q.now()
 	}
@@ -359,7 +345,7 @@ func toState(j ledger.Job) (queue.State, error) {
 
 // update writes a change of job id from state from, checking the
 // transition table first when the change moves it to another state.
-func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev audit.Event) (ledger.Job, error) {
 	if from != to {
 		if err := queue.Transition(from, to); err != nil {
 			return ledger.Job{}, fmt.Errorf("job %s: %w", id, err)

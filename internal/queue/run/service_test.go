@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -25,7 +26,7 @@ type env struct {
 	cfg     Config
 	mu      sync.Mutex
 	events  []JobEvent
-	audited []ledger.AuditEvent
+	audited []audit.Event
 }
 
 var users = map[string]spec.Identity{
@@ -64,7 +65,7 @@ func newEnv(t testing.TB, edit func(*Config)) *env {
 			e.events = append(e.events, ev)
 			e.mu.Unlock()
 		},
-		Audited: func(_ context.Context, ev ledger.AuditEvent) {
+		Audited: func(_ context.Context, ev audit.Event) {
 			e.mu.Lock()
 			e.audited = append(e.audited, ev)
 			e.mu.Unlock()
@@ -89,7 +90,7 @@ func request() spec.Request {
 func (e *env) submit(t testing.TB, user string, req spec.Request) ledger.Job {
 	t.Helper()
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: user, Team: "ml",
-		Audit: ledger.AuditEvent{Kind: "api", Caller: user}})
+		Audit: audit.Event{Kind: "api", Caller: user}})
 	if err != nil {
 		t.Fatalf("submit for %s: %v", user, err)
 	}
@@ -98,7 +99,7 @@ func (e *env) submit(t testing.TB, user string, req spec.Request) ledger.Job {
 
 func (e *env) auditActions(t testing.TB) []string {
 	t.Helper()
-	evs, err := e.store.AuditEvents(context.Background(), ledger.Filter{})
+	evs, err := e.store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestSubmitKeepsTheJobAndItsEnvApart(t *testing.T) {
 	req.Env = []string{"TOKEN=s3cret", "EPOCHS=3"}
 	req.Name = "train"
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Team: "ml",
-		Notify: []string{"end"}, Audit: ledger.AuditEvent{Kind: "api", Caller: "alice"}})
+		Notify: []string{"end"}, Audit: audit.Event{Kind: "api", Caller: "alice"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,11 +241,11 @@ func TestCancelQueued(t *testing.T) {
 	req := request()
 	req.Env = []string{"K=v"}
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Notify: []string{"end"},
-		Audit: ledger.AuditEvent{Kind: "api"}})
+		Audit: audit.Event{Kind: "api"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+	got, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +261,12 @@ func TestCancelQueued(t *testing.T) {
 	if got := e.auditActions(t); !slices.Equal(got, []string{"jobs.submit j-000001", "jobs.cancel j-000001"}) {
 		t.Errorf("audit rows %q", got)
 	}
-	_, err = e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"})
+	_, err = e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"})
 	var se *StateError
 	if !errors.As(err, &se) || se.State != queue.Cancelled || se.ID != j.ID {
 		t.Errorf("second cancel: %v, want a state error naming cancelled", err)
 	}
-	if _, err := e.q.Cancel(context.Background(), "j-999999", ledger.AuditEvent{}); !errors.Is(err, ledger.ErrJobNotFound) {
+	if _, err := e.q.Cancel(context.Background(), "j-999999", audit.Event{}); !errors.Is(err, ledger.ErrJobNotFound) {
 		t.Errorf("cancel of an unknown job: %v, want ErrJobNotFound", err)
 	}
 }
@@ -274,25 +275,25 @@ func TestHoldAndRelease(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, "alice", request())
 	ctx := context.Background()
-	held, err := e.q.Hold(ctx, j.ID, ledger.AuditEvent{Kind: "api"})
+	held, err := e.q.Hold(ctx, j.ID, audit.Event{Kind: "api"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !held.Held || held.Reason != "held" || held.State != "queued" {
 		t.Errorf("held job %+v", held)
 	}
-	rel, err := e.q.Release(ctx, j.ID, ledger.AuditEvent{Kind: "api"})
+	rel, err := e.q.Release(ctx, j.ID, audit.Event{Kind: "api"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rel.Held || rel.Reason != "resources" || rel.State != "queued" {
 		t.Errorf("released job %+v", rel)
 	}
-	if _, err := e.q.Cancel(ctx, j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Cancel(ctx, j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
-	for name, f := range map[string]func(context.Context, string, ledger.AuditEvent) (ledger.Job, error){"hold": e.q.Hold, "release": e.q.Release} {
-		_, err := f(ctx, j.ID, ledger.AuditEvent{Kind: "api"})
+	for name, f := range map[string]func(context.Context, string, audit.Event) (ledger.Job, error){"hold": e.q.Hold, "release": e.q.Release} {
+		_, err := f(ctx, j.ID, audit.Event{Kind: "api"})
 		var se *StateError
 		if !errors.As(err, &se) || se.State != queue.Cancelled || se.Action != name {
 			t.Errorf("%s of a cancelled job: %v, want a state error", name, err)
@@ -309,7 +310,7 @@ func TestJobsLists(t *testing.T) {
 	a := e.submit(t, "alice", request())
 	b := e.submit(t, "bob", request())
 	ctx := context.Background()
-	if _, err := e.q.Cancel(ctx, a.ID, ledger.AuditEvent{}); err != nil {
+	if _, err := e.q.Cancel(ctx, a.ID, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	ids := func(f ledger.JobFilter) []string {
@@ -345,7 +346,7 @@ func TestJobsLists(t *testing.T) {
 func TestUpdateChecksTheTransitionTable(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, "alice", request())
-	_, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*ledger.Job) {}, ledger.AuditEvent{})
+	_, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*ledger.Job) {}, audit.Event{})
 	if err == nil || !strings.Contains(err.Error(), "cannot go to running") {
 		t.Errorf("queued to running: %v, want the transition refused", err)
 	}
@@ -368,7 +369,6 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 		"no store":    func(c *Config) { c.Store = nil },
 		"no identity": func(c *Config) { c.Identity = nil },
 		"no env dir":  func(c *Config) { c.EnvDir = "" },
-		"bad notify":  func(c *Config) { c.Notify = []string{"begin"} },
 		"bad rules":   func(c *Config) { c.Rules.MountRoots = []string{"/"} },
 	} {
 		e := newEnv(t, nil)

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -101,7 +101,7 @@ func TestMountsReachDockerStaged(t *testing.T) {
 		end   func(id string)
 	}{
 		{queue.Cancelled, nil, func(id string) {
-			if _, err := e.q.Cancel(context.Background(), id, ledger.AuditEvent{Kind: "api", Caller: "alice"}); err != nil {
+			if _, err := e.q.Cancel(context.Background(), id, audit.Event{Kind: "api", Caller: "alice"}); err != nil {
 				t.Fatal(err)
 			}
 		}},

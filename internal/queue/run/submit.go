@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -30,7 +32,7 @@ type Submission struct {
 	High bool
 	// Audit is written in the job's own transaction, its Target set to
 	// the job's id.
-	Audit ledger.AuditEvent
+	Audit audit.Event
 }
 
 // record is the request as the ledger keeps it (Job.Request): everything
@@ -188,8 +190,8 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
 func notifyList(in []string) ([]string, error) {
 	var out []string
 	for _, n := range in {
-		if n != EventStart && n != EventEnd {
-			return nil, &BadRequest{Field: "notify", Text: fmt.Sprintf("%q is not start or end; give --notify start,end", n)}
+		if _, err := config.ParseNotifyEvent(n); err != nil {
+			return nil, &BadRequest{Field: "notify", Text: err.Error() + "; give --notify start,end"}
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)
