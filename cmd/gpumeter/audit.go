@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 )
@@ -76,10 +77,10 @@ agent or ledger was read.`,
 				if err != nil {
 					return err
 				}
-				resp = apitype.AuditResponse{From: w.From.UTC(), To: w.To.UTC(), Events: events}
 				if len(events) > limit {
-					resp.Events, resp.Truncated = events[len(events)-limit:], true
+					events, resp.Truncated = events[len(events)-limit:], true
 				}
+				resp.From, resp.To, resp.Events = w.From.UTC(), w.To.UTC(), server.AuditFromLog(events)
 			} else if agent, err := chooseSource(cmd, &lf, &cf, hostEnv(), nil); err != nil {
 				return err
 			} else if agent == nil {
@@ -96,7 +97,7 @@ agent or ledger was read.`,
 				agent.announce(cmd)
 			}
 			if resp.Events == nil {
-				resp.Events = []audit.Event{}
+				resp.Events = []apitype.AuditEvent{}
 			}
 			if resp.Truncated {
 				fmt.Fprintf(cmd.ErrOrStderr(), "more events fell in the window than the %d shown, the newest: narrow the window or raise --limit\n", len(resp.Events))
@@ -146,22 +147,21 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 	if len(got) > limit {
 		got, resp.Truncated = got[len(got)-limit:], true
 	}
-	// An empty list, not null, when there are none.
-	resp.Events = append([]audit.Event{}, got...)
+	resp.Events = server.AuditFromLog(got)
 	return resp, nil
 }
 
 // writeAudit prints one line per event. API calls fill the caller's
 // columns; the policy's events put the rule in DETAIL and the container
 // in TARGET.
-func writeAudit(w io.Writer, events []audit.Event) error {
+func writeAudit(w io.Writer, events []apitype.AuditEvent) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tKIND\tCALLER\tROLE\tSOURCE\tACTION\tTARGET\tSTATUS/OUTCOME\tDETAIL")
 	for i := range events {
 		e := &events[i]
 		caller, action, target := e.Caller, e.Action, e.Target
 		var detail []string
-		if e.Kind != audit.KindAPI {
+		if e.Kind != apitype.AuditKindAPI {
 			if caller == "" {
 				caller = "policy"
 			}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -14,21 +15,22 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
 
 // tableShares is a fixed fair-share table, a fake good for the commands'
 // output only: the factors are tested where they are computed. It keeps
 // the teams it was asked to lift.
 type tableShares struct {
-	table  apitype.FairShare
+	table  fairshare.Report
 	lifted []string
 }
 
-func (s *tableShares) FairShare(context.Context) (apitype.FairShare, error) { return s.table, nil }
+func (s *tableShares) FairShare(context.Context) (fairshare.Report, error) { return s.table, nil }
 
 func (s *tableShares) LiftBudget(_ context.Context, team string, ev audit.Event) error {
 	if ev.Action != "budget.lift" {
-		return &apitype.FieldError{Field: "team", Msg: "audit event for " + ev.Action}
+		return fmt.Errorf("audit event for %s", ev.Action)
 	}
 	s.lifted = append(s.lifted, team)
 	return nil
@@ -56,18 +58,17 @@ func startSharesAgent(t *testing.T, shares *tableShares, role config.Role) {
 	t.Setenv("GPUMETER_TOKEN", secret)
 }
 
-func sharesTable() apitype.FairShare {
-	budget := 2000.0
-	return apitype.FairShare{Basis: "held", HalfLife: "7d", At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC),
-		Users: []apitype.FairShareRow{
-			{Name: "alice", Kind: "user", Team: "nlp", Share: 1, NormShare: 0.5, UsageGPUHours: 120, NormUsage: 0.75, Factor: 0.354},
-			{Name: "bob", Kind: "user", Team: "cv", Share: 1, NormShare: 0.5, UsageGPUHours: 40, NormUsage: 0.25, Factor: 0.707},
+func sharesTable() fairshare.Report {
+	return fairshare.Report{Basis: "held", HalfLife: 7 * 24 * time.Hour, At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC),
+		Users: []fairshare.Row{
+			{Name: "alice", Kind: "user", Team: "nlp", Share: 1, NormShare: 0.5, Usage: 120, NormUsage: 0.75, Factor: 0.354},
+			{Name: "bob", Kind: "user", Team: "cv", Share: 1, NormShare: 0.5, Usage: 40, NormUsage: 0.25, Factor: 0.707},
 		},
-		Teams: []apitype.FairShareRow{
-			{Name: "nlp", Kind: "team", Share: 2, NormShare: 0.667, UsageGPUHours: 120, NormUsage: 0.75, Factor: 0.459,
-				BudgetGPUHours: &budget, BudgetUsedGPUHours: 2012.5, BudgetLifted: true},
+		Teams: []fairshare.Row{
+			{Name: "nlp", Kind: "team", Share: 2, NormShare: 0.667, Usage: 120, NormUsage: 0.75, Factor: 0.459,
+				Budget: 2000, BudgetUsed: 2012.5, Lifted: true},
 		},
-		Totals: apitype.FairShareRow{Name: "total", Kind: "total", Share: 2, NormShare: 1, UsageGPUHours: 160, NormUsage: 1, Factor: 0.5},
+		Totals: fairshare.Row{Name: "total", Kind: "total", Share: 2, NormShare: 1, Usage: 160, NormUsage: 1, Factor: 0.5},
 	}
 }
 

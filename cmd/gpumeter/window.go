@@ -52,14 +52,14 @@ func (lf *ledgerFlags) window(req *report.Request) error {
 		}
 	}
 	if lf.from != "" {
-		t, err := report.ParseTime(lf.from)
+		t, err := units.ParseTime(lf.from)
 		if err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
 		req.From = &t
 	}
 	if lf.to != "" {
-		t, err := report.ParseTime(lf.to)
+		t, err := units.ParseTime(lf.to)
 		if err != nil {
 			return fmt.Errorf("--to: %w", err)
 		}

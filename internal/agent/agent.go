@@ -156,7 +156,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			}
 		}
 		src := sim.NewSource(sc, true)
-		wired := src.SamplerConfig(sampler.Config{})
+		wired := sampler.WithSimulated(sampler.Config{}, src)
 		gpus, gpuName, inventories, resolvers = wired.GPUs, wired.GPUName, wired.Inventories, wired.Resolvers
 		idle = sc.IdleWatts()
 		if node == "" {

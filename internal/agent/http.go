@@ -18,13 +18,14 @@ import (
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // Both ledgers read the usage page's hourly sums; the queue's fair share
 // is the API's.
 var (
-	_ server.UsageSeries = ledger.OwnerUsageReader(nil)
-	_ server.FairShare   = (*fairshare.Service)(nil)
+	_ web.UsageSeries  = ledger.OwnerUsageReader(nil)
+	_ server.FairShare = (*fairshare.Service)(nil)
 )
 
 // Listen opens the listeners, so that a caller learns a bad address

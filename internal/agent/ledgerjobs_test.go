@@ -26,6 +26,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
@@ -54,7 +55,7 @@ func writeLedger(t *testing.T, cfg config.Config, n int) {
 	}
 	defer s.Close()
 	for range n {
-		j := ledger.Job{Node: cfg.Hostname, User: "alice", State: "succeeded", GPUsRequested: 1, Image: "img:1",
+		j := queue.Job{Node: cfg.Hostname, User: "alice", State: "succeeded", GPUsRequested: 1, Image: "img:1",
 			Command: []string{"train", strings.Repeat("x", 200)}}
 		if _, err := s.SubmitJob(context.Background(), j, audit.Event{Kind: "api", Action: "jobs.submit", Outcome: "ok"}); err != nil {
 			t.Fatal(err)
@@ -249,7 +250,7 @@ func TestNewRaisesTheJobSequence(t *testing.T) {
 		t.Fatalf("New: %v", err)
 	}
 	js := a.store
-	j, err := js.SubmitJob(context.Background(), ledger.Job{Node: node, User: "bob", State: "queued"}, audit.Event{Kind: "api", Action: "jobs.submit", Outcome: "ok"})
+	j, err := js.SubmitJob(context.Background(), queue.Job{Node: node, User: "bob", State: "queued"}, audit.Event{Kind: "api", Action: "jobs.submit", Outcome: "ok"})
 	a.Close()
 	if err != nil {
 		t.Fatal(err)

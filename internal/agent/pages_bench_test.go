@@ -16,6 +16,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkPages30Days(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	smp := sim.NewSampler(sc, sampler.Config{Node: m.Node})
+	smp := samplertest.Scenario(sc, sampler.Config{Node: m.Node})
 	for i := range 3 {
 		smp.Step(ctx, sc.Start.Add(2*time.Hour+time.Duration(i)*time.Second))
 	}

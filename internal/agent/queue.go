@@ -139,7 +139,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	}
 	if a.jobNotices != nil {
 		notices := a.jobNotices
-		rc.OnEvent = func(e run.JobEvent) { notices.Notify(jobNotice(e)) }
+		rc.OnEvent = notices.Notify
 	}
 	if a.audit != nil {
 		log := a.audit
@@ -276,15 +276,6 @@ func (a *Agent) queueStats() (exporter.QueueStats, bool) {
 	// The queue counts +Inf too; the exporter takes it from WaitCount.
 	st.WaitCounts = s.WaitCounts[:min(len(s.WaitCounts), len(s.WaitBounds))]
 	return st, true
-}
-
-// jobNotice is a job event as the webhook hears of it.
-func jobNotice(e run.JobEvent) policy.JobNotice {
-	j := e.Job
-	return policy.JobNotice{
-		Event: e.Event, ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State,
-		Reason: j.Reason, GPUs: j.GPUs, ExitCode: j.ExitCode, Node: j.Node,
-	}
 }
 
 // stopper is the one stop path of the node's containers for a caller

@@ -76,7 +76,11 @@ func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where 
 	}()
 	// A batch run: trade memory for fewer garbage collections.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	s := sim.NewSampler(sc, sampler.Config{})
+	// The scenario's node and idle power, on the clock play steps.
+	s := sampler.New(sampler.WithSimulated(sampler.Config{
+		Node:  sc.Node,
+		Meter: meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
+	}, sim.NewSource(sc, false)))
 	wb := newWriteBehind(ctx, store)
 	rec := record.New(record.Config{Store: wb, Node: sc.Node, MaxRows: 1 << 30, Lease: lease})
 

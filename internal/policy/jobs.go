@@ -10,13 +10,15 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
+	gpuqueue "github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // EventJob is the audit kind of a job notification.
 const EventJob = "job_notify"
 
 // JobNotice is a GPU queue job that started or ended, as a webhook hears
-// of it.
+// of it: the webhook's own wire shape (its JSON is a contract receivers
+// read), made from the gpuqueue.Job once, by Notify.
 type JobNotice struct {
 	Event    string   `json:"event"` // start or end
 	ID       string   `json:"id"`
@@ -71,9 +73,14 @@ func NewJobNotifier(cfg JobNotifierConfig) *JobNotifier {
 	return &JobNotifier{cfg: cfg, ch: make(chan JobNotice, cfg.Queue)}
 }
 
-// Notify hands n to Run without waiting. A notice that finds the queue
-// full is dropped, and the drop is logged and audited.
-func (j *JobNotifier) Notify(n JobNotice) {
+// Notify hands the notice of event (start, end or warn) for job to Run
+// without waiting. A notice that finds the queue full is dropped, and the
+// drop is logged and audited.
+func (j *JobNotifier) Notify(event string, job gpuqueue.Job) {
+	n := JobNotice{
+		Event: event, ID: job.ID, Name: job.Name, User: job.User, Team: job.Team, State: string(job.State),
+		Reason: string(job.Reason), GPUs: job.GPUs, ExitCode: job.ExitCode, Node: job.Node,
+	}
 	select {
 	case j.ch <- n:
 	default:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/config"
+	gpuqueue "github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // TestJobNotifier posts a job's start and end to a real HTTP server: the
@@ -43,8 +44,8 @@ func TestJobNotifier(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
 	three := 3
-	n.Notify(JobNotice{Event: "start", ID: "j-000007", Name: "train", User: "alice", State: "running", GPUs: []string{"GPU-a", "GPU-b"}})
-	n.Notify(JobNotice{Event: "end", ID: "j-000007", User: "alice", State: "failed", Reason: "exit_code", ExitCode: &three})
+	n.Notify("start", gpuqueue.Job{ID: "j-000007", Name: "train", User: "alice", State: gpuqueue.Running, GPUs: []string{"GPU-a", "GPU-b"}})
+	n.Notify("end", gpuqueue.Job{ID: "j-000007", User: "alice", State: gpuqueue.Failed, Reason: gpuqueue.ReasonExitCode, ExitCode: &three})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		mu.Lock()
@@ -79,8 +80,8 @@ func TestJobNotifier(t *testing.T) {
 func TestJobNotifierFull(t *testing.T) {
 	audit := &memAudit{}
 	n := NewJobNotifier(JobNotifierConfig{Webhook: config.Webhook{URL: "http://127.0.0.1:1"}, Audit: audit, Queue: 1})
-	n.Notify(JobNotice{Event: "start", ID: "j-1"})
-	n.Notify(JobNotice{Event: "start", ID: "j-2"})
+	n.Notify("start", gpuqueue.Job{ID: "j-1"})
+	n.Notify("start", gpuqueue.Job{ID: "j-2"})
 	audit.mu.Lock()
 	defer audit.mu.Unlock()
 	if len(audit.events) != 1 || audit.events[0].Outcome != "dropped" || audit.events[0].Target != "j-2" {

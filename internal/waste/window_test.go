@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -87,7 +88,7 @@ func playUntil(t testing.TB, text string, stop time.Duration, sinks ...func(*sam
 	if stop >= sc.Duration {
 		t.Fatalf("stop %s is not before the scenario's end, %s: its containers would end", stop, sc.Duration)
 	}
-	s := sim.NewSampler(sc, sampler.Config{
+	s := samplertest.Scenario(sc, sampler.Config{
 		OnTick: func(tk *sampler.Tick) {
 			for _, f := range sinks {
 				f(tk)

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -104,7 +105,7 @@ func TestContainersHeldSeconds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	for i := range 61 {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -22,7 +23,7 @@ func benchSampler(b *testing.B) *sampler.Sampler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	for i := range 3 {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}

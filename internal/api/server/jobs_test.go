@@ -406,9 +406,9 @@ func TestJobLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := run.RequestOf(stored)
-	if err != nil {
-		t.Fatal(err)
+	req := stored.Request
+	if req == nil {
+		t.Fatal("the stored job has no request")
 	}
 	if want := []string{"gpumeter.project=vision", "gpumeter.sim.util=80"}; !slices.Equal(req.Labels, want) {
 		t.Errorf("stored labels %v, want %v", req.Labels, want)

@@ -49,7 +49,7 @@ func TestSnapshotAsTheRoutes(t *testing.T) {
 				t.Errorf("containers (-/api/v1/containers +snapshot):\n%s", diff)
 			}
 
-			var wr waste.Report
+			var wr apitype.WasteReport
 			f.get(t, caller, "/api/v1/waste").decode(t, &wr)
 			if snap.Waste == nil {
 				t.Fatal("no waste findings in the snapshot, though the live rules are on")

@@ -2,7 +2,6 @@ package ledgertest
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 func liftAudit(by string) audit.Event {
@@ -95,20 +95,23 @@ func testJobPlacement(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	j := submit(t, s, newJob("alice"))
 	if j.Placement != nil {
-		t.Errorf("placement of a new job = %s, want none", j.Placement)
+		t.Errorf("placement of a new job = %+v, want none", j.Placement)
 	}
 	if got, _ := s.Job(ctx, j.ID); got.Placement != nil {
-		t.Errorf("placement read back = %s, want none", got.Placement)
+		t.Errorf("placement read back = %+v, want none", got.Placement)
 	}
-	rec := json.RawMessage(`{"policy":"target","chosen":["GPU-1"],"candidates":[{"gpu":"GPU-1","score":97.5},{"gpu":"GPU-2","score":40}]}`)
-	up, err := s.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) { x.State, x.Placement = jobStarting, rec }, audit.Event{})
+	rec := &queue.PlacementRecord{Policy: queue.Target, Candidates: []queue.Candidate{
+		{UUID: "GPU-1", Index: 1, Score: 97.5, Util: 0.725, Chosen: true},
+		{UUID: "GPU-2", Index: 0, Score: 40, Util: 1.3},
+	}}
+	up, err := s.UpdateJob(ctx, j.ID, jobQueued, func(x *queue.Job) { x.State, x.Placement = jobStarting, rec }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(up.Placement) != string(rec) {
-		t.Errorf("UpdateJob returned placement %s, want %s", up.Placement, rec)
+	if d := gocmp.Diff(rec, up.Placement); d != "" {
+		t.Errorf("UpdateJob returned placement (-want +got):\n%s", d)
 	}
-	up, err = s.UpdateJob(ctx, j.ID, jobStarting, func(x *ledger.Job) { x.State = jobRunning }, audit.Event{})
+	up, err = s.UpdateJob(ctx, j.ID, jobStarting, func(x *queue.Job) { x.State = jobRunning }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,36 +119,21 @@ func testJobPlacement(t *testing.T, s ledger.Ledger) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !jsonEqual(t, got.Placement, rec) || !jsonEqual(t, up.Placement, rec) {
-		t.Errorf("placement after an update that kept it: read %s, returned %s; want %s", got.Placement, up.Placement, rec)
+	if !gocmp.Equal(got.Placement, rec) || !gocmp.Equal(up.Placement, rec) {
+		t.Errorf("placement after an update that kept it: read %+v, returned %+v; want %+v", got.Placement, up.Placement, rec)
 	}
 	k := newJob("bob")
 	k.Placement = rec
 	k = submit(t, s, k)
-	if got, _ := s.Job(ctx, k.ID); !jsonEqual(t, got.Placement, rec) {
-		t.Errorf("placement submitted read back as %s", got.Placement)
+	if got, _ := s.Job(ctx, k.ID); !gocmp.Equal(got.Placement, rec) {
+		t.Errorf("placement submitted read back as %+v", got.Placement)
 	}
-	if _, err := s.UpdateJob(ctx, k.ID, jobQueued, func(x *ledger.Job) { x.Placement = nil }, audit.Event{}); err != nil {
+	if _, err := s.UpdateJob(ctx, k.ID, jobQueued, func(x *queue.Job) { x.Placement = nil }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.Job(ctx, k.ID); got.Placement != nil {
-		t.Errorf("placement cleared read back as %s", got.Placement)
+		t.Errorf("placement cleared read back as %+v", got.Placement)
 	}
-}
-
-// jsonEqual compares two JSON values by meaning: PostgreSQL may keep text
-// as it is, but a backend is free to re-encode.
-func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal(a, &x); err != nil {
-		t.Errorf("placement %q is not JSON: %v", a, err)
-		return false
-	}
-	if err := json.Unmarshal(b, &y); err != nil {
-		t.Fatal(err)
-	}
-	return gocmp.Equal(x, y)
 }
 
 // Schema7Job is the job a backend's upgrade test writes into a ledger at
@@ -170,12 +158,12 @@ func AfterSchema7(t *testing.T, s ledger.Ledger) {
 	if j.Placement != nil || j.User != "alice" || j.Team != "nlp" || j.State != jobQueued || j.TimeLimit != time.Hour {
 		t.Errorf("the version 7 job read back as %+v", j)
 	}
-	rec := json.RawMessage(`{"policy":"binpack","chosen":["GPU-1"]}`)
-	if _, err := s.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) { x.Placement = rec }, audit.Event{}); err != nil {
+	rec := &queue.PlacementRecord{Policy: queue.Binpack, Candidates: []queue.Candidate{{UUID: "GPU-1", Chosen: true}}}
+	if _, err := s.UpdateJob(ctx, j.ID, jobQueued, func(x *queue.Job) { x.Placement = rec }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Job(ctx, j.ID); !jsonEqual(t, got.Placement, rec) {
-		t.Errorf("placement of the version 7 job = %s, want %s", got.Placement, rec)
+	if got, _ := s.Job(ctx, j.ID); !gocmp.Equal(got.Placement, rec) {
+		t.Errorf("placement of the version 7 job = %+v, want %+v", got.Placement, rec)
 	}
 	if k := submit(t, s, newJob("bob")); k.ID != "j-000002" {
 		t.Errorf("the first job after the upgrade is %s, want j-000002", k.ID)

@@ -12,10 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // Service is the fair share as the API and the queue read it. It never
@@ -66,44 +64,24 @@ func (f *Service) lifts(ctx context.Context) (map[string]bool, error) {
 // errNotYet is Service.FairShare's error before the first computation.
 var errNotYet = errors.New("the fair-share factors are still being computed from the ledger; try again in a moment")
 
-// FairShare is the API's view of the fair share (server.FairShare): the
-// last computation with this month's lifts, or errNotYet before the
+// FairShare is the fair share as the API reports it (server.FairShare):
+// the last computation with this month's lifts, or errNotYet before the
 // first.
-func (f *Service) FairShare(ctx context.Context) (apitype.FairShare, error) {
+func (f *Service) FairShare(ctx context.Context) (Report, error) {
 	u := f.cache.Get()
 	if u == nil {
-		return apitype.FairShare{}, errNotYet
+		return Report{}, errNotYet
 	}
 	lifted, err := f.lifts(ctx)
 	if err != nil {
-		return apitype.FairShare{}, err
+		return Report{}, err
 	}
-	r := u.Report(f.cache.Settings(), lifted)
-	out := apitype.FairShare{Basis: r.Basis, HalfLife: units.FormatDuration(r.HalfLife), At: r.At.UTC(),
-		Users: make([]apitype.FairShareRow, 0, len(r.Users)), Teams: make([]apitype.FairShareRow, 0, len(r.Teams)),
-		Totals: fairShareRow(r.Totals)}
-	for _, row := range r.Users {
-		out.Users = append(out.Users, fairShareRow(row))
-	}
-	for _, row := range r.Teams {
-		out.Teams = append(out.Teams, fairShareRow(row))
-	}
-	return out, nil
-}
-
-func fairShareRow(r Row) apitype.FairShareRow {
-	out := apitype.FairShareRow{Name: r.Name, Kind: r.Kind, Team: r.Team, Share: r.Share, NormShare: r.NormShare,
-		UsageGPUHours: r.Usage, NormUsage: r.NormUsage, Factor: r.Factor, BudgetUsedGPUHours: r.BudgetUsed, BudgetLifted: r.Lifted}
-	if r.Budget > 0 {
-		b := r.Budget
-		out.BudgetGPUHours = &b
-	}
-	return out
+	return u.Report(f.cache.Settings(), lifted), nil
 }
 
 // LiftBudget lifts team's budget for this month (server.FairShare),
 // writing ev with it: the team must have a budget, or the error is an
-// *apitype.FieldError on team.
+// *NoBudgetError.
 func (f *Service) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	s := f.cache.Settings()
 	if _, ok := s.Budgets[team]; !ok {
@@ -112,11 +90,7 @@ func (f *Service) LiftBudget(ctx context.Context, team string, ev audit.Event) e
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		msg := fmt.Sprintf("team %q has no budget in queue.budgets", team)
-		if len(names) > 0 {
-			msg += fmt.Sprintf(" (teams with one: %v)", names)
-		}
-		return &apitype.FieldError{Field: "team", Msg: msg}
+		return &NoBudgetError{Team: team, Teams: names}
 	}
 	month := ledger.BudgetMonth(f.now())
 	if err := f.budgets.LiftBudget(ctx, team, month, ev.Caller, ev); err != nil {

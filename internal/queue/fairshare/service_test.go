@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
@@ -37,16 +36,16 @@ func TestService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fs.Basis != "held" || fs.HalfLife != "1d" || len(fs.Users) == 0 {
+	if fs.Basis != "held" || fs.HalfLife != 24*time.Hour || len(fs.Users) == 0 {
 		t.Errorf("FairShare: %+v", fs)
 	}
 	if _, _, over := f.Standing(ctx, []string{"bob"}, []string{"cv", "nlp"}); !over["cv"] || over["nlp"] {
 		t.Errorf("over budget %v, want cv alone", over)
 	}
 
-	var fe *apitype.FieldError
-	if err := f.LiftBudget(ctx, "nlp", audit.Event{Time: now, Caller: "root"}); !errors.As(err, &fe) || fe.Field != "team" || !strings.Contains(err.Error(), "[cv]") {
-		t.Errorf("lift nlp, which has no budget: %v, want a FieldError on team naming cv", err)
+	var nb *NoBudgetError
+	if err := f.LiftBudget(ctx, "nlp", audit.Event{Time: now, Caller: "root"}); !errors.As(err, &nb) || nb.Team != "nlp" || !strings.Contains(err.Error(), "[cv]") {
+		t.Errorf("lift nlp, which has no budget: %v, want a NoBudgetError naming cv", err)
 	}
 	if err := f.LiftBudget(ctx, "cv", audit.Event{Time: now, Caller: "root", Kind: "api", Action: "budgets.lift"}); err != nil {
 		t.Fatal(err)

@@ -16,7 +16,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -176,16 +175,16 @@ func (e *engineEnv) sleeper(cmd ...string) spec.Request {
 }
 
 // waitState waits until job id is in state.
-func (e *engineEnv) waitState(t testing.TB, id string, state queue.State) ledger.Job {
+func (e *engineEnv) waitState(t testing.TB, id string, state queue.State) queue.Job {
 	t.Helper()
-	var j ledger.Job
+	var j queue.Job
 	dockertest.WaitFor(t, 30*time.Second, id+" "+string(state), func() (bool, string) {
 		var err error
 		j, err = e.q.Job(context.Background(), id)
 		if err != nil {
 			return false, err.Error()
 		}
-		return j.State == string(state), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
+		return j.State == state, fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
 	})
 	return j
 }
@@ -214,7 +213,7 @@ func (e *engineEnv) jobContainers(t testing.TB, id string) []mcontainer.Summary 
 	return res.Items
 }
 
-func exitCode(j ledger.Job) string {
+func exitCode(j queue.Job) string {
 	if j.ExitCode == nil {
 		return "none"
 	}
@@ -242,7 +241,7 @@ func TestSixJobsOnFourGPUs(t *testing.T) {
 	for _, id := range ids[4:] {
 		dockertest.WaitFor(t, 10*time.Second, id+" waiting for resources", func() (bool, string) {
 			j, _ := e.q.Job(context.Background(), id)
-			return j.State == "queued" && j.Reason == "resources" && strings.HasPrefix(j.ReasonText, "waiting"), j.Reason + ": " + j.ReasonText
+			return j.State == "queued" && j.Reason == "resources" && strings.HasPrefix(j.ReasonText, "waiting"), string(j.Reason) + ": " + j.ReasonText
 		})
 	}
 	// A pass that ran while the first jobs were still starting knows no
@@ -296,7 +295,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	big := e.submit(t, "alice", req)
 	dockertest.WaitFor(t, 10*time.Second, "the 2-GPU job waiting", func() (bool, string) {
 		j, _ := e.q.Job(context.Background(), big.ID)
-		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), j.State + " " + j.ReasonText
+		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), string(j.State) + " " + j.ReasonText
 	})
 	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {

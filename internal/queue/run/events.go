@@ -1,11 +1,9 @@
 package run
 
 import (
-	"encoding/json"
 	"slices"
 
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -64,7 +62,7 @@ func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
 // jobEnded does what follows a job's end: its environment values and
 // staged mounts go, the end is notified, and whoever waits for the stop
 // is told.
-func (q *Queue) jobEnded(j ledger.Job) {
+func (q *Queue) jobEnded(j queue.Job) {
 	q.removeEnv(j.ID)
 	q.unstage(j.ID)
 	q.forget(j.ID)
@@ -74,8 +72,8 @@ func (q *Queue) jobEnded(j ledger.Job) {
 	if j.ContainerID != "" {
 		delete(q.containerStops, j.ContainerID)
 	}
-	if st, err := queue.ParseState(j.State); err == nil {
-		q.endedCounts[st]++
+	if j.State.Valid() {
+		q.endedCounts[j.State]++
 	}
 	q.mu.Unlock()
 	q.emit(config.NotifyEnd, j)
@@ -86,18 +84,17 @@ func (q *Queue) jobEnded(j ledger.Job) {
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names
 // event.
-func (q *Queue) emit(event config.NotifyEvent, j ledger.Job) {
+func (q *Queue) emit(event config.NotifyEvent, j queue.Job) {
 	if q.onEvent == nil {
 		return
 	}
 	want := slices.Contains(q.notify, string(event))
 	if !want {
-		var r record
-		if json.Unmarshal(j.Request, &r) == nil {
+		if r := j.Request; r != nil {
 			want = slices.Contains(r.Notify, string(event))
 		}
 	}
 	if want {
-		q.onEvent(JobEvent{Event: string(event), Job: j})
+		q.onEvent(string(event), j)
 	}
 }

@@ -32,7 +32,7 @@ func (q *Queue) queueEvent(action, id string) audit.Event {
 // twice), a check of the mounts Docker made, and start. It returns when
 // the started job's time limit is due (zero: not started, or no limit),
 // so that the loop's timer covers it.
-func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
+func (q *Queue) start(ctx context.Context, l *loop, j queue.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
 	if j.ID == "" {
 		return time.Time{}
 	}
@@ -42,9 +42,9 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 		q.holdMu.Unlock()
 		return time.Time{}
 	}
-	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) {
+	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *queue.Job) {
 		j.GPUs, j.Reason = gpus, ""
-		j.Placement = placementJSON(placement)
+		j.Placement = placement
 		j.ReasonText = "starting on " + strings.Join(gpus, ", ")
 	}, q.queueEvent("jobs.start", j.ID))
 	q.holdMu.Unlock()
@@ -135,8 +135,8 @@ func (q *Queue) start(ctx context.Context, l *loop, j ledger.Job, gpus []string,
 
 // buildSpec builds the container spec of a job from its stored request,
 // its environment values and the submitter as the host knows them now.
-func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
-	req, _, err := decodeRecord(j)
+func (q *Queue) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
+	req, err := specRequest(j)
 	if err != nil {
 		return nil, err
 	}
@@ -165,8 +165,8 @@ func (q *Queue) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 
 // markRunning records that job j's container runs, and reports whether
 // the store took it.
-func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, startedAt time.Time) bool {
-	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *ledger.Job) {
+func (q *Queue) markRunning(ctx context.Context, j queue.Job, cid string, startedAt time.Time) bool {
+	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *queue.Job) {
 		j.ContainerID, j.StartedAt, j.ReasonText = cid, startedAt, "running on "+strings.Join(j.GPUs, ", ")
 	}, audit.Event{})
 	if err != nil {
@@ -186,7 +186,7 @@ func (q *Queue) markRunning(ctx context.Context, j ledger.Job, cid string, start
 // attempts. A start that failed because the engine is unavailable is not
 // the job's fault: it goes back as engine_unavailable, counting no
 // attempt, and the loop starts nothing until the engine answers again.
-func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause error) {
+func (q *Queue) requeueStart(ctx context.Context, l *loop, j queue.Job, cause error) {
 	if errors.Is(cause, container.ErrUnavailable) {
 		q.engineLost(l, cause)
 		q.requeueUnavailable(ctx, l, j, cause)
@@ -199,9 +199,9 @@ func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause e
 		}
 		return
 	}
-	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID, j.Attempts = nil, "", j.Attempts+1
-		j.Reason = string(queue.ReasonStartFailed)
+		j.Reason = queue.ReasonStartFailed
 		j.ReasonText = fmt.Sprintf("start %d failed, trying again: %v", j.Attempts, cause)
 	}, q.queueEvent("jobs.start_failed", j.ID))
 	q.unstage(j.ID)
@@ -215,10 +215,10 @@ func (q *Queue) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause e
 
 // requeueUnavailable puts starting job j back in the queue with
 // engine_unavailable, its attempts as they were.
-func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j ledger.Job, cause error) {
-	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j queue.Job, cause error) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID = nil, ""
-		j.Reason = string(queue.ReasonEngineUnavailable)
+		j.Reason = queue.ReasonEngineUnavailable
 		j.ReasonText = fmt.Sprintf("the Docker engine could not be reached; the job starts once it answers (no attempt counted): %v", cause)
 	}, q.queueEvent("jobs.start_deferred", j.ID))
 	q.unstage(j.ID) // staged again at its next start
@@ -230,16 +230,16 @@ func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j ledger.Job, c
 }
 
 // failStart fails a job that cannot start as it is.
-func (q *Queue) failStart(ctx context.Context, l *loop, j ledger.Job, from queue.State, cause error) {
+func (q *Queue) failStart(ctx context.Context, l *loop, j queue.Job, from queue.State, cause error) {
 	if !q.fail(ctx, j, from, queue.ReasonStartRefused, "cannot start: "+cause.Error(), j.Attempts) {
 		l.reconciled = false
 	}
 }
 
 // fail ends job j failed, and reports whether the store took it.
-func (q *Queue) fail(ctx context.Context, j ledger.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
-	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *ledger.Job) {
-		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = string(reason), text, q.now().UTC(), attempts
+func (q *Queue) fail(ctx context.Context, j queue.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
+	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *queue.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = reason, text, q.now().UTC(), attempts
 	}, q.queueEvent("jobs.fail", j.ID))
 	if err != nil {
 		q.log.Error("fail a job", "job", j.ID, "err", err)
@@ -298,7 +298,7 @@ func (q *Queue) ended(ctx context.Context, l *loop, jc container.JobContainer) {
 		l.pendingEnds[jc.ID] = jc
 		return
 	}
-	if j.State != string(queue.Running) || j.ContainerID != jc.ID {
+	if j.State != queue.Running || j.ContainerID != jc.ID {
 		return
 	}
 	q.finish(ctx, l, j, jc)
@@ -318,7 +318,7 @@ func (q *Queue) applyPendingEnds(ctx context.Context, l *loop) {
 
 // finish ends running job j, whose container jc exited, with the state
 // its cause gives: a cancel, a time limit, the policy, or its exit code.
-func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+func (q *Queue) finish(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	exit := jc.ExitCode
 	state, reason := queue.Succeeded, queue.ReasonExitCode
 	text := fmt.Sprintf("exited with code %d", exit)
@@ -346,8 +346,8 @@ func (q *Queue) finish(ctx context.Context, l *loop, j ledger.Job, jc container.
 	if ended.IsZero() {
 		ended = q.now()
 	}
-	out, err := q.update(ctx, j.ID, queue.Running, state, func(j *ledger.Job) {
-		j.Reason, j.ReasonText, j.EndedAt, j.ExitCode = string(reason), text, ended.UTC(), &exit
+	out, err := q.update(ctx, j.ID, queue.Running, state, func(j *queue.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.ExitCode = reason, text, ended.UTC(), &exit
 	}, ev)
 	var se *ledger.JobStateError
 	if err != nil && !errors.As(err, &se) {
@@ -379,7 +379,7 @@ const killCheckDelay = 5 * time.Second
 // engine_failure; otherwise the verdict waits killCheckDelay for the
 // engine to go away (see applyKillChecks), and the exit code decides
 // after that.
-func (q *Queue) engineMayHaveKilled(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) bool {
+func (q *Queue) engineMayHaveKilled(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) bool {
 	if jc.OOMKilled || jc.ExitCode != 137 && jc.ExitCode != 143 || l.killVerdict[jc.ID] {
 		return false
 	}
@@ -427,7 +427,7 @@ func (q *Queue) engineAnswers(ctx context.Context) bool {
 // killed, back in the queue as engine_failure, counting no requeue: it is
 // not the job's fault. Its old container goes first, since it holds the
 // name the next run's container takes.
-func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	l.stale[j.ID] = jc.ID
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	if err := q.engine.Remove(rctx, jc.ID); err == nil {
@@ -435,13 +435,13 @@ func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j ledger.Job,
 	}
 	cancel()
 	text := fmt.Sprintf("its container was killed when the Docker engine stopped (exit code %d); back in the queue, no requeue counted", jc.ExitCode)
-	lost, err := q.update(ctx, j.ID, queue.Running, queue.Lost, func(j *ledger.Job) {
+	lost, err := q.update(ctx, j.ID, queue.Running, queue.Lost, func(j *queue.Job) {
 		j.ReasonText = text
 	}, q.queueEvent("jobs.lost", j.ID))
 	if err == nil {
-		_, err = q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *ledger.Job) {
+		_, err = q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *queue.Job) {
 			j.GPUs, j.ContainerID, j.StartedAt = nil, "", time.Time{}
-			j.Reason, j.ReasonText = string(queue.ReasonEngineFailure), text
+			j.Reason, j.ReasonText = queue.ReasonEngineFailure, text
 		}, q.queueEvent("jobs.requeue", lost.ID))
 	}
 	var se *ledger.JobStateError
@@ -453,8 +453,8 @@ func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j ledger.Job,
 
 // markLost records that job j's container vanished with no exit code,
 // then requeues or fails it.
-func (q *Queue) markLost(ctx context.Context, j ledger.Job, from queue.State) {
-	out, err := q.update(ctx, j.ID, from, queue.Lost, func(j *ledger.Job) {
+func (q *Queue) markLost(ctx context.Context, j queue.Job, from queue.State) {
+	out, err := q.update(ctx, j.ID, from, queue.Lost, func(j *queue.Job) {
 		j.ReasonText = "its container vanished with no exit code"
 	}, q.queueEvent("jobs.lost", j.ID))
 	if err != nil {
@@ -466,16 +466,16 @@ func (q *Queue) markLost(ctx context.Context, j ledger.Job, from queue.State) {
 
 // resolveLost puts a lost job back in the queue, up to max_requeue
 // times, and fails it after.
-func (q *Queue) resolveLost(ctx context.Context, j ledger.Job) {
+func (q *Queue) resolveLost(ctx context.Context, j queue.Job) {
 	if j.Requeues >= q.maxRequeue {
 		q.fail(ctx, j, queue.Lost, queue.ReasonRequeueLimit,
 			fmt.Sprintf("its container vanished with no exit code, and it was requeued %d times already (queue.max_requeue)", j.Requeues), j.Attempts)
 		return
 	}
-	_, err := q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *ledger.Job) {
+	_, err := q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *queue.Job) {
 		j.Requeues++
 		j.GPUs, j.ContainerID, j.StartedAt = nil, "", time.Time{}
-		j.Reason = string(queue.ReasonLostRequeued)
+		j.Reason = queue.ReasonLostRequeued
 		j.ReasonText = fmt.Sprintf("its container vanished with no exit code; back in the queue (requeue %d of %d)", j.Requeues, q.maxRequeue)
 	}, q.queueEvent("jobs.requeue", j.ID))
 	q.unstage(j.ID)

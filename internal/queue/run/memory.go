@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
@@ -65,7 +64,7 @@ func (q *Queue) observeMemory(measured map[string]uint64, now time.Time) bool {
 // enforceMemory warns and stops the running memory jobs that stay over
 // what they declared; it returns when the next stop is due (zero: none).
 // It runs in the loop.
-func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64, now time.Time) time.Time {
+func (q *Queue) enforceMemory(ctx context.Context, j queue.Job, declared uint64, now time.Time) time.Time {
 	q.mu.Lock()
 	o, over := q.overruns[j.ID]
 	var since time.Time
@@ -90,11 +89,11 @@ func (q *Queue) enforceMemory(ctx context.Context, j ledger.Job, declared uint64
 		}
 		ev := q.queueEvent("jobs.memory_warn", j.ID)
 		ev.Error = what
-		out, err := q.update(ctx, j.ID, queue.Running, queue.Running, func(j *ledger.Job) { j.ReasonText = text }, ev)
+		out, err := q.update(ctx, j.ID, queue.Running, queue.Running, func(j *queue.Job) { j.ReasonText = text }, ev)
 		if err == nil && q.onEvent != nil {
 			// The submitter accepted the contract: the warning goes to
 			// the webhook whatever the job's notify list says.
-			q.onEvent(JobEvent{Event: EventWarn, Job: out})
+			q.onEvent(EventWarn, out)
 		}
 	}
 	if action == config.OverrunWarn {

@@ -43,7 +43,7 @@ func TestMemoryContract(t *testing.T) {
 		return strings.Contains(got.ReasonText, "more than the 10GiB it declared"), got.ReasonText
 	})
 	got := e.waitState(t, j.ID, queue.Failed)
-	if got.Reason != string(queue.ReasonMemoryOverrun) || !strings.Contains(got.ReasonText, "queue.memory_overrun_grace") {
+	if got.Reason != queue.ReasonMemoryOverrun || !strings.Contains(got.ReasonText, "queue.memory_overrun_grace") {
 		t.Errorf("ended %s %q, want memory_overrun", got.Reason, got.ReasonText)
 	}
 	// The grace is waited out; how soon after it the stop came is the

@@ -100,7 +100,7 @@ type Config struct {
 	// OnEvent is called when a job starts or ends and its notify list
 	// (its own plus Notify) names that event. It must not block for
 	// long: the loop waits for it.
-	OnEvent func(JobEvent)
+	OnEvent func(event string, j queue.Job)
 	// Audited writes an event the store already committed (in a job's
 	// own transaction) to the audit log's file too; nil: nothing more.
 	Audited func(ctx context.Context, e audit.Event)
@@ -117,12 +117,6 @@ type Config struct {
 	StageRefusal string
 	Logger       *slog.Logger
 	Now          func() time.Time
-}
-
-// JobEvent is a job that started or ended, for notifications.
-type JobEvent struct {
-	Event string // start or end
-	Job   ledger.Job
 }
 
 // BadRequest is a request the queue cannot take as it is, naming the
@@ -167,7 +161,7 @@ type Queue struct {
 	maxStartAttempts int
 	logRetention     time.Duration
 	notify           []string
-	onEvent          func(JobEvent)
+	onEvent          func(event string, j queue.Job)
 	audited          func(context.Context, audit.Event)
 	envDir           string
 	stage            *stage.Dir // nil: mounts are refused with stageRefusal
@@ -200,9 +194,7 @@ type Queue struct {
 	// overruns those of them seen over it.
 	memJobs  memoryJobs
 	overruns map[string]*overrun
-	// reqs are the scheduler's views of the live jobs' requests, read
-	// once; ranks the queued jobs' places after the last pass.
-	reqs  map[string]reqInfo
+	// ranks are the queued jobs' places after the last pass.
 	ranks map[string]rank
 }
 
@@ -272,7 +264,7 @@ func New(cfg Config) (*Queue, error) {
 		stops: map[string]*stop{}, containerStops: map[string]queue.Reason{},
 		wait: newWaitHistogram(), endedCounts: map[queue.State]int{},
 		memJobs: memoryJobs{}, overruns: map[string]*overrun{},
-		reqs: map[string]reqInfo{}, ranks: map[string]rank{},
+		ranks:    map[string]rank{},
 		standing: cfg.Standing, highUsers: append([]string(nil), cfg.HighUsers...),
 		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
 	}
@@ -335,8 +327,8 @@ func (q *Queue) fill(e audit.Event, action, id string) audit.Event {
 }
 
 // toState returns the job's state, checked against the state table.
-func toState(j ledger.Job) (queue.State, error) {
-	s, err := queue.ParseState(j.State)
+func toState(j queue.Job) (queue.State, error) {
+	s, err := queue.ParseState(string(j.State))
 	if err != nil {
 		return "", fmt.Errorf("job %s: %w", j.ID, err)
 	}
@@ -345,18 +337,18 @@ func toState(j ledger.Job) (queue.State, error) {
 
 // update writes a change of job id from state from, checking the
 // transition table first when the change moves it to another state.
-func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev audit.Event) (ledger.Job, error) {
+func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*queue.Job), ev audit.Event) (queue.Job, error) {
 	if from != to {
 		if err := queue.Transition(from, to); err != nil {
-			return ledger.Job{}, fmt.Errorf("job %s: %w", id, err)
+			return queue.Job{}, fmt.Errorf("job %s: %w", id, err)
 		}
 	}
-	j, err := q.store.UpdateJob(ctx, id, string(from), func(j *ledger.Job) {
+	j, err := q.store.UpdateJob(ctx, id, from, func(j *queue.Job) {
 		change(j)
-		j.State = string(to)
+		j.State = to
 	}, ev)
 	if err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	q.auditedLater(ctx, ev)
 	return j, nil

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,12 +21,18 @@ import (
 )
 
 // env is a queue over a real SQLite ledger in a temp dir.
+// event is a job event the queue's OnEvent was called with.
+type event struct {
+	Event string
+	Job   queue.Job
+}
+
 type env struct {
 	q       *Queue
 	store   *sqlite.Store
 	cfg     Config
 	mu      sync.Mutex
-	events  []JobEvent
+	events  []event
 	audited []audit.Event
 }
 
@@ -60,9 +67,9 @@ func newEnv(t testing.TB, edit func(*Config)) *env {
 		Identity: lookup,
 		Node:     "node1",
 		EnvDir:   filepath.Join(dir, "env"),
-		OnEvent: func(ev JobEvent) {
+		OnEvent: func(name string, j queue.Job) {
 			e.mu.Lock()
-			e.events = append(e.events, ev)
+			e.events = append(e.events, event{name, j})
 			e.mu.Unlock()
 		},
 		Audited: func(_ context.Context, ev audit.Event) {
@@ -87,7 +94,7 @@ func request() spec.Request {
 	return spec.Request{GPUs: 1, TimeLimit: time.Hour, Image: "img:1", Command: []string{"sleep", "1"}}
 }
 
-func (e *env) submit(t testing.TB, user string, req spec.Request) ledger.Job {
+func (e *env) submit(t testing.TB, user string, req spec.Request) queue.Job {
 	t.Helper()
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: user, Team: "ml",
 		Audit: audit.Event{Kind: "api", Caller: user}})
@@ -133,11 +140,11 @@ func TestSubmitKeepsTheJobAndItsEnvApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(got.Request), "s3cret") {
-		t.Errorf("the ledger's request holds an env value: %s", got.Request)
+	if b, _ := json.Marshal(got); strings.Contains(string(b), "s3cret") {
+		t.Errorf("the ledger's job holds an env value: %s", b)
 	}
-	if !strings.Contains(string(got.Request), `"notify":["end"]`) {
-		t.Errorf("the ledger's request lacks the notify list: %s", got.Request)
+	if got.Request == nil || !slices.Equal(got.Request.Notify, []string{"end"}) {
+		t.Errorf("the ledger's request lacks the notify list: %+v", got.Request)
 	}
 	envs, err := e.q.readEnv(got)
 	if err != nil || !slices.Equal(envs, req.Env) {
@@ -292,7 +299,7 @@ func TestHoldAndRelease(t *testing.T) {
 	if _, err := e.q.Cancel(ctx, j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
-	for name, f := range map[string]func(context.Context, string, audit.Event) (ledger.Job, error){"hold": e.q.Hold, "release": e.q.Release} {
+	for name, f := range map[string]func(context.Context, string, audit.Event) (queue.Job, error){"hold": e.q.Hold, "release": e.q.Release} {
 		_, err := f(ctx, j.ID, audit.Event{Kind: "api"})
 		var se *StateError
 		if !errors.As(err, &se) || se.State != queue.Cancelled || se.Action != name {
@@ -334,11 +341,11 @@ func TestJobsLists(t *testing.T) {
 	if got := ids(ledger.JobFilter{User: "alice", IncludeEnded: true}); !slices.Equal(got, []string{a.ID}) {
 		t.Errorf("alice's jobs %q", got)
 	}
-	if got := ids(ledger.JobFilter{States: []string{"cancelled"}}); !slices.Equal(got, []string{a.ID}) {
+	if got := ids(ledger.JobFilter{States: []queue.State{queue.Cancelled}}); !slices.Equal(got, []string{a.ID}) {
 		t.Errorf("cancelled jobs %q", got)
 	}
 	var br *BadRequest
-	if _, err := e.q.Jobs(ctx, ledger.JobFilter{States: []string{"done"}}); !errors.As(err, &br) || br.Field != "state" {
+	if _, err := e.q.Jobs(ctx, ledger.JobFilter{States: []queue.State{"done"}}); !errors.As(err, &br) || br.Field != "state" {
 		t.Errorf("unknown state: %v, want a bad request on state", err)
 	}
 }
@@ -346,7 +353,7 @@ func TestJobsLists(t *testing.T) {
 func TestUpdateChecksTheTransitionTable(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, "alice", request())
-	_, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*ledger.Job) {}, audit.Event{})
+	_, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*queue.Job) {}, audit.Event{})
 	if err == nil || !strings.Contains(err.Error(), "cannot go to running") {
 		t.Errorf("queued to running: %v, want the transition refused", err)
 	}

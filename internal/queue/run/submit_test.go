@@ -26,7 +26,7 @@ func TestSubmitMemoryJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := decodeRecord(stored)
+	got, err := specRequest(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestSubmitHighClass(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Submit high with the right: %v", err)
 	}
-	got, _, err := decodeRecord(j)
+	got, err := specRequest(j)
 	if err != nil || got.Class != spec.ClassHigh {
 		t.Errorf("stored class %q (%v), want high", got.Class, err)
 	}

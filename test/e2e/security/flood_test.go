@@ -22,7 +22,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -155,7 +154,10 @@ func TestSecurityFloodStops(t *testing.T) {
 	// Every stop is in the ledger as soon as its answer has come.
 	ans := send(t, a.client, "GET", a.URL+"/api/v1/audit?since=1h", harness.AdminToken(), nil)
 	ans.want(t, "GET /api/v1/audit", http.StatusOK, "")
-	var resp apitype.AuditResponse
+	// Decoded as the file's lines are, which the API's events match.
+	var resp struct {
+		Events []audit.Event `json:"events"`
+	}
 	ans.decode(t, &resp)
 	if missing := missingStops(resp.Events, victims); len(missing) > 0 {
 		t.Errorf("the ledger's audit events lack the stops of %s", strings.Join(missing, ", "))

@@ -695,7 +695,7 @@ func TestSecurityAPI(t *testing.T) {
 		}
 		var resp apitype.AuditResponse
 		ans.decode(t, &resp)
-		return slices.ContainsFunc(resp.Events, func(e audit.Event) bool {
+		return slices.ContainsFunc(resp.Events, func(e apitype.AuditEvent) bool {
 			return e.Source == noToken.source && e.Status == http.StatusUnauthorized && e.Outcome == audit.OutcomeDenied
 		})
 	})
