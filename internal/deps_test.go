@@ -46,8 +46,10 @@ var floors = map[string]int{
 	"internal/ledger/backend": 5, "internal/policy": 5, "internal/web": 5,
 	// 6: the API server, which mounts the console.
 	"internal/api/server": 6,
-	// 7: the agent, which wires everything below.
-	"internal/agent": 7,
+	// 7: the agent, which wires everything below, and the API server's
+	// test fixture, which serves it for the server's and the console's
+	// tests.
+	"internal/agent": 7, "internal/api/server/servertest": 7,
 	// 8: the command line.
 	"cmd/gpumeter": 8,
 }
@@ -84,7 +86,8 @@ var only = map[string][]string{
 
 // testOnly are packages for tests: no package but another of them (or a
 // test) imports them.
-var testOnly = []string{"internal/testenv", "internal/dockertest", "internal/ledger/ledgertest", "internal/ledger/pgtest"}
+var testOnly = []string{"internal/testenv", "internal/dockertest", "internal/ledger/ledgertest", "internal/ledger/pgtest",
+	"internal/api/server/servertest"}
 
 type listed struct {
 	ImportPath string

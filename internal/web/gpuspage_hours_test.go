@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 )
@@ -105,10 +106,8 @@ func TestGPUsPageAtAnyHour(t *testing.T) {
 			// progress, which the agent has not written yet.
 			dataFrom, dataTo := now.Add(-8*24*time.Hour).Truncate(time.Minute), now.Truncate(time.Minute)
 			store := gpuLedger(t, dataFrom, dataTo)
-			f := newFixture(t, func(c *server.Config) { c.History = ledgerHistory{store: store, node: "n1"} })
-			f.clock.mu.Lock()
-			f.clock.t = now
-			f.clock.mu.Unlock()
+			f := servertest.NewFixture(t, func(c *server.Config) { c.History = ledgerHistory{store: store, node: "n1"} })
+			f.Clock.Set(now)
 			for _, w := range []struct {
 				window     string
 				span, step time.Duration
@@ -121,12 +120,12 @@ func TestGPUsPageAtAnyHour(t *testing.T) {
 						want++
 					}
 				}
-				a := f.get(t, asAdmin, "/gpus?window="+w.window)
-				if a.status != 200 {
-					t.Fatalf("%s: %d %s", w.window, a.status, a.body)
+				a := f.Get(t, servertest.AsAdmin, "/gpus?window="+w.window)
+				if a.Status != 200 {
+					t.Fatalf("%s: %d %s", w.window, a.Status, a.Body)
 				}
 				for _, chart := range []string{"util", "memory", "power", "temperature"} {
-					got := chartLines(t, a.body, chart)
+					got := chartLines(t, a.Body, chart)
 					if len(got) != 2 {
 						t.Errorf("%s %s: lines %v, want GPU 0 and GPU 1", w.window, chart, got)
 					}
@@ -140,7 +139,7 @@ func TestGPUsPageAtAnyHour(t *testing.T) {
 			}
 			// The API's series, which the page draws, say the same.
 			var h apitype.HistoryResponse
-			f.get(t, asAdmin, "/api/v1/gpus/history?window=7d").decode(t, &h)
+			f.Get(t, servertest.AsAdmin, "/api/v1/gpus/history?window=7d").Decode(t, &h)
 			for _, g := range h.GPUs {
 				if n := len(g.Points); n < 167 || n > 168 {
 					t.Errorf("7d API: %s has %d points, want 167 or 168", g.UUID, n)

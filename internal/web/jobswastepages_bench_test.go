@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -22,6 +23,9 @@ import (
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
+
+// benchScenario is the load the benchmarks play.
+const benchScenario = "../../testdata/bench-8gpu-64ctr.yaml"
 
 // benchPage serves the API over the load scenario's tick with cfg's
 // parts, signs an admin in with a session and returns the handler and a
@@ -37,7 +41,7 @@ func benchPage(b *testing.B, path string, edit func(*server.Config)) (http.Handl
 		b.Fatal(err)
 	}
 	cfg := server.Config{
-		Ticks: benchSampler(b), Audit: newCountingAudit(), Stopper: &recordingStopper{},
+		Ticks: servertest.BenchSampler(b, benchScenario), Audit: servertest.NewCountingAudit(), Stopper: &servertest.RecordingStopper{},
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return nil },
 	}
@@ -69,7 +73,7 @@ func runPage(b *testing.B, h http.Handler, r *http.Request, want string) {
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), want) {
 		b.Fatalf("%s: %d, no %q in %.2000s", r.URL, rec.Code, want, rec.Body)
 	}
-	b.ReportMetric(float64(serveLoop(b, h, r, http.StatusOK)), "bytes/page")
+	b.ReportMetric(float64(servertest.ServeLoop(b, h, r, http.StatusOK)), "bytes/page")
 }
 
 // BenchmarkWastePage is /waste for an admin's session with 500 live
@@ -92,7 +96,7 @@ func BenchmarkWastePage(b *testing.B) {
 				WastedGPUHours: float64(i%7) + 0.5, Cost: float64(i % 11)})
 		}
 		rep := &waste.Report{From: t.Time.Add(-time.Hour), To: t.Time, Currency: "EUR", Findings: fs}
-		c.Waste = fixedWaste{rep.Only(func(*waste.Finding) bool { return true })}
+		c.Waste = servertest.FixedWaste{Findings: rep.Only(func(*waste.Finding) bool { return true })}
 	})
 	runPage(b, h, r, `data-path="/api/v1/containers/`)
 }
@@ -125,7 +129,7 @@ func BenchmarkJobsPage(b *testing.B) {
 			}
 		}
 	}
-	q, err := run.New(run.Config{Store: store, Node: "bench", Identity: lookupUser, EnvDir: filepath.Join(b.TempDir(), "env"),
+	q, err := run.New(run.Config{Store: store, Node: "bench", Identity: servertest.LookupUser, EnvDir: filepath.Join(b.TempDir(), "env"),
 		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}, MaxGPUs: 8, MaxTimeLimit: 24 * time.Hour}})
 	if err != nil {
 		b.Fatal(err)

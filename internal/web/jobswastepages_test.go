@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -26,27 +27,27 @@ const scriptName = "<script>alert(1)</script>"
 // pageAs gets path as a browser signed in by caller's session (with its
 // CSRF token, as console.js sends it), or with caller's token in the
 // Authorization header when session is false.
-func (f *fixture) pageAs(t *testing.T, caller string, session bool, path string) answer {
+func pageAs(t *testing.T, f *servertest.Fixture, caller string, session bool, path string) servertest.Answer {
 	t.Helper()
 	if !session {
-		return f.get(t, caller, path)
+		return f.Get(t, caller, path)
 	}
-	b, ses := f.signIn(t, caller)
-	b.csrf = ses.CSRFToken
-	return b.do(t, http.MethodGet, path, "")
+	b, ses := f.SignIn(t, caller)
+	b.CSRF = ses.CSRFToken
+	return b.Do(t, http.MethodGet, path, "")
 }
 
 // checkHTMLPage checks that a is a console page with status and that
 // nothing named by scriptName reached it unescaped.
-func checkHTMLPage(t *testing.T, a answer, status int) string {
+func checkHTMLPage(t *testing.T, a servertest.Answer, status int) string {
 	t.Helper()
-	if a.status != status {
-		t.Fatalf("status %d, want %d; body %s", a.status, status, a.body)
+	if a.Status != status {
+		t.Fatalf("status %d, want %d; body %s", a.Status, status, a.Body)
 	}
-	if ct := a.header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+	if ct := a.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
 		t.Errorf("Content-Type %q, want text/html", ct)
 	}
-	body := string(a.body)
+	body := string(a.Body)
 	if strings.Contains(body, scriptName) || strings.Contains(body, "<script>alert") {
 		t.Errorf("the page holds an unescaped script:\n%s", body)
 	}
@@ -91,17 +92,17 @@ func pageWaste() *waste.Report {
 			kind = waste.OwnerHost
 		}
 		return waste.Finding{ID: id, Rule: rule, Node: "n1", OwnerKind: kind, ContainerID: ctrID, Container: ctr, Owner: owner,
-			GPUs: []waste.GPURef{{Index: 0, UUID: "GPU-0"}}, Since: fixtureStart, FirstSeen: fixtureStart, Until: fixtureStart.Add(time.Hour),
+			GPUs: []waste.GPURef{{Index: 0, UUID: "GPU-0"}}, Since: servertest.Start, FirstSeen: servertest.Start, Until: servertest.Start.Add(time.Hour),
 			Active: true, Evidence: ev, WastedGPUHours: hours, Cost: 2 * hours}
 	}
 	idle := map[string]float64{waste.EvSMPercent: 1.5, waste.EvSMPercentMax: 3, waste.EvCPUCores: 0.02, waste.EvCPUCoresMax: 0.05,
 		waste.EvThreshold: 5, waste.EvThresholdCPU: 0.1, waste.EvDuration: 3700, waste.EvWindow: 3600}
-	raw := &waste.Report{From: fixtureStart.Add(-time.Hour), To: fixtureStart.Add(time.Hour), Currency: "EUR", Findings: []waste.Finding{
-		finding("idle-script", config.RuleIdle, aliceTrain, scriptName, "alice", 3, idle),
-		finding("stalled-old", config.RuleStalled, aliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
-		finding("idle-bob", config.RuleIdle, bobTrain, "bob-train", "bob", 2, idle),
+	raw := &waste.Report{From: servertest.Start.Add(-time.Hour), To: servertest.Start.Add(time.Hour), Currency: "EUR", Findings: []waste.Finding{
+		finding("idle-script", config.RuleIdle, servertest.AliceTrain, scriptName, "alice", 3, idle),
+		finding("stalled-old", config.RuleStalled, servertest.AliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
+		finding("idle-bob", config.RuleIdle, servertest.BobTrain, "bob-train", "bob", 2, idle),
 		finding("outside-carol", config.RuleOutside, "", "", "carol", 0.5, map[string]float64{waste.EvPresentHours: 0.5, waste.EvMemoryBytes: 1 << 30}),
-		finding("old-bob", config.RuleTooOld, bobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
+		finding("old-bob", config.RuleTooOld, servertest.BobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
 	}}
 	raw.Findings[4].Active = false // it held, and holds no more
 	return raw.Only(func(*waste.Finding) bool { return true })
@@ -120,7 +121,7 @@ func findingIDs(body string) []string {
 // buttons, only for running containers, and the button stops the
 // container through the API with the rule as its reason.
 func TestWastePageRoles(t *testing.T) {
-	f := newFixture(t, func(c *server.Config) { c.Waste = fixedWaste{pageWaste()} })
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Waste = servertest.FixedWaste{Findings: pageWaste()} })
 	all := []string{"idle-script", "idle-bob", "stalled-old", "outside-carol", "old-bob"}
 	for _, tt := range []struct {
 		name, caller string
@@ -129,14 +130,14 @@ func TestWastePageRoles(t *testing.T) {
 		stops        []string
 		note         string
 	}{
-		{"admin by session", asAdmin, true, all, []string{aliceTrain, bobTrain}, ""},
-		{"admin by token", asAdmin, false, all, nil, "Sign in to the console to stop containers"},
-		{"viewer", asViewer, true, all, nil, ""},
-		{"alice", asAlice, true, []string{"idle-script", "stalled-old"}, nil, ""},
-		{"bob", asBob, true, []string{"idle-bob", "old-bob"}, nil, ""},
+		{"admin by session", servertest.AsAdmin, true, all, []string{servertest.AliceTrain, servertest.BobTrain}, ""},
+		{"admin by token", servertest.AsAdmin, false, all, nil, "Sign in to the console to stop containers"},
+		{"viewer", servertest.AsViewer, true, all, nil, ""},
+		{"alice", servertest.AsAlice, true, []string{"idle-script", "stalled-old"}, nil, ""},
+		{"bob", servertest.AsBob, true, []string{"idle-bob", "old-bob"}, nil, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			body := checkHTMLPage(t, f.pageAs(t, tt.caller, tt.session, "/waste"), http.StatusOK)
+			body := checkHTMLPage(t, pageAs(t, f, tt.caller, tt.session, "/waste"), http.StatusOK)
 			if got := findingIDs(body); !slices.Equal(got, tt.ids) {
 				t.Errorf("findings %v, want %v", got, tt.ids)
 			}
@@ -160,7 +161,7 @@ func TestWastePageRoles(t *testing.T) {
 		})
 	}
 
-	body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
+	body := checkHTMLPage(t, pageAs(t, f, servertest.AsAdmin, true, "/waste"), http.StatusOK)
 	for _, want := range []string{
 		"&lt;script&gt;alert(1)&lt;/script&gt;",
 		// Evidence with units.
@@ -180,19 +181,19 @@ func TestWastePageRoles(t *testing.T) {
 
 	// Press the button as console.js does: its path and body, with the
 	// session's CSRF token.
-	b, ses := f.signIn(t, asAdmin)
-	b.csrf = ses.CSRFToken
-	f.audit.take()
+	b, ses := f.SignIn(t, servertest.AsAdmin)
+	b.CSRF = ses.CSRFToken
+	f.Audit.Take()
 	stop := buttons(body)[0]
-	if a := b.do(t, stop.Method, stop.Path, stop.Body); a.status != http.StatusOK {
-		t.Fatalf("the stop button's call: %d %s", a.status, a.body)
+	if a := b.Do(t, stop.Method, stop.Path, stop.Body); a.Status != http.StatusOK {
+		t.Fatalf("the stop button's call: %d %s", a.Status, a.Body)
 	}
-	if calls := f.stopper.take(); len(calls) != 1 || calls[0].ID != aliceTrain {
+	if calls := f.Stopper.Take(); len(calls) != 1 || calls[0].ID != servertest.AliceTrain {
 		t.Errorf("stops %v, want alice's container", calls)
 	}
 	found := false
-	for _, e := range f.audit.take() {
-		found = found || e.Action == "containers.stop" && strings.Contains(e.Outcome+e.Error+e.Target, aliceTrain)
+	for _, e := range f.Audit.Take() {
+		found = found || e.Action == "containers.stop" && strings.Contains(e.Outcome+e.Error+e.Target, servertest.AliceTrain)
 	}
 	if !found {
 		t.Errorf("the stop is not in the audit log")
@@ -202,18 +203,18 @@ func TestWastePageRoles(t *testing.T) {
 // TestWastePageOffAndBadInput: waste off says so, and so does Docker
 // off to an admin; a parameter is a message, not a page.
 func TestWastePageOffAndBadInput(t *testing.T) {
-	f := newFixture(t, func(c *server.Config) { c.Waste = nil })
-	body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Waste = nil })
+	body := checkHTMLPage(t, pageAs(t, f, servertest.AsAdmin, true, "/waste"), http.StatusOK)
 	if !strings.Contains(body, "The live waste rules are off on this agent (waste.enabled: false)") || len(buttons(body)) != 0 {
 		t.Errorf("the page with waste off:\n%s", body)
 	}
 	// Without Docker there is nothing to stop with, and the page says so.
-	f = newFixture(t, func(c *server.Config) { c.Waste, c.Stopper = fixedWaste{pageWaste()}, nil })
-	body = checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
+	f = servertest.NewFixture(t, func(c *server.Config) { c.Waste, c.Stopper = servertest.FixedWaste{Findings: pageWaste()}, nil })
+	body = checkHTMLPage(t, pageAs(t, f, servertest.AsAdmin, true, "/waste"), http.StatusOK)
 	if len(buttons(body)) != 0 || !strings.Contains(body, "The agent does not manage containers here (docker.enabled: false)") {
 		t.Errorf("the page without Docker:\n%s", body)
 	}
-	body = checkHTMLPage(t, f.get(t, asViewer, "/waste?rule=idle"), http.StatusBadRequest)
+	body = checkHTMLPage(t, f.Get(t, servertest.AsViewer, "/waste?rule=idle"), http.StatusBadRequest)
 	if msg := pageMessage(body); !strings.Contains(msg, `the waste page takes no parameters (it was given "rule=idle")`) {
 		t.Errorf("message %q", msg)
 	}
@@ -252,25 +253,25 @@ func jobButtons(t *testing.T, body string) map[string][]string {
 // buttons follow the state (a running job can be cancelled, not held),
 // and pressing one does what it says.
 func TestJobsPage(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	cmdJob := strings.Replace(goodJob, `"command":["sleep","60"]`, `"command":["sleep","`+strings.ReplaceAll(scriptName, `"`, `\"`)+`"]`, 1)
-	a1 := f.submit(t, asAlice, cmdJob)
-	a2 := f.submit(t, asAlice, goodJob)
-	b1 := f.submit(t, asBob, goodJob)
+	f := servertest.NewJobsFixture(t, nil)
+	cmdJob := strings.Replace(servertest.GoodJob, `"command":["sleep","60"]`, `"command":["sleep","`+strings.ReplaceAll(scriptName, `"`, `\"`)+`"]`, 1)
+	a1 := f.Submit(t, servertest.AsAlice, cmdJob)
+	a2 := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	b1 := f.Submit(t, servertest.AsBob, servertest.GoodJob)
 	// a2 runs: the store takes the write as the queue's launcher makes it.
 	now := time.Now().UTC()
-	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *queue.Job) {
+	if _, err := f.Store.UpdateJob(context.Background(), a2.ID, "queued", func(j *queue.Job) {
 		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", ""
 	}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	// A job in the ledger with a name the queue would refuse, as another
 	// agent or an older release may have written it.
-	if _, err := f.store.SubmitJob(context.Background(), queue.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
+	if _, err := f.Store.SubmitJob(context.Background(), queue.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
 		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	all, err := f.store.Jobs(context.Background(), ledger.JobFilter{})
+	all, err := f.Store.Jobs(context.Background(), ledger.JobFilter{})
 	if err != nil || len(all) != 4 {
 		t.Fatalf("jobs %v, %v", all, err)
 	}
@@ -282,14 +283,14 @@ func TestJobsPage(t *testing.T) {
 		ids          []string
 		buttons      map[string][]string
 	}{
-		{"alice", asAlice, true, []string{a1.ID, a2.ID}, map[string][]string{a1.ID: {"cancel", "hold"}, a2.ID: {"cancel"}}},
-		{"alice by token", asAlice, false, []string{a1.ID, a2.ID}, map[string][]string{}},
-		{"bob", asBob, true, []string{b1.ID, b2}, map[string][]string{b1.ID: {"cancel", "hold"}, b2: {"cancel", "hold"}}},
-		{"viewer", asViewer, true, everyone, map[string][]string{}},
-		{"admin", asAdmin, true, everyone, map[string][]string{a1.ID: {"cancel", "hold"}, a2.ID: {"cancel"}, b1.ID: {"cancel", "hold"}, b2: {"cancel", "hold"}}},
+		{"alice", servertest.AsAlice, true, []string{a1.ID, a2.ID}, map[string][]string{a1.ID: {"cancel", "hold"}, a2.ID: {"cancel"}}},
+		{"alice by token", servertest.AsAlice, false, []string{a1.ID, a2.ID}, map[string][]string{}},
+		{"bob", servertest.AsBob, true, []string{b1.ID, b2}, map[string][]string{b1.ID: {"cancel", "hold"}, b2: {"cancel", "hold"}}},
+		{"viewer", servertest.AsViewer, true, everyone, map[string][]string{}},
+		{"admin", servertest.AsAdmin, true, everyone, map[string][]string{a1.ID: {"cancel", "hold"}, a2.ID: {"cancel"}, b1.ID: {"cancel", "hold"}, b2: {"cancel", "hold"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			body := checkHTMLPage(t, f.pageAs(t, tt.caller, tt.session, "/jobs"), http.StatusOK)
+			body := checkHTMLPage(t, pageAs(t, f.Fixture, tt.caller, tt.session, "/jobs"), http.StatusOK)
 			if got := jobIDs(body); !slices.Equal(got, tt.ids) {
 				t.Errorf("jobs %v, want %v", got, tt.ids)
 			}
@@ -309,9 +310,9 @@ func TestJobsPage(t *testing.T) {
 	}
 
 	// Alice holds a1 with the page's button; it then offers release.
-	b, ses := f.signIn(t, asAlice)
-	b.csrf = ses.CSRFToken
-	body := checkHTMLPage(t, b.do(t, "GET", "/jobs", ""), http.StatusOK)
+	b, ses := f.SignIn(t, servertest.AsAlice)
+	b.CSRF = ses.CSRFToken
+	body := checkHTMLPage(t, b.Do(t, "GET", "/jobs", ""), http.StatusOK)
 	var hold apiButton
 	for _, bt := range buttons(body) {
 		if bt.Path == "/api/v1/jobs/"+a1.ID+"/hold" {
@@ -321,10 +322,10 @@ func TestJobsPage(t *testing.T) {
 	if hold.Confirm != "Hold job "+a1.ID+" (train) of alice?" {
 		t.Errorf("hold confirms %q", hold.Confirm)
 	}
-	if a := b.do(t, hold.Method, hold.Path, "{}"); a.status != http.StatusOK {
-		t.Fatalf("hold: %d %s", a.status, a.body)
+	if a := b.Do(t, hold.Method, hold.Path, "{}"); a.Status != http.StatusOK {
+		t.Fatalf("hold: %d %s", a.Status, a.Body)
 	}
-	body = checkHTMLPage(t, b.do(t, "GET", "/jobs", ""), http.StatusOK)
+	body = checkHTMLPage(t, b.Do(t, "GET", "/jobs", ""), http.StatusOK)
 	if got := jobButtons(t, body)[a1.ID]; !slices.Equal(got, []string{"cancel", "release"}) {
 		t.Errorf("a held job's buttons %v, want cancel and release", got)
 	}
@@ -333,23 +334,23 @@ func TestJobsPage(t *testing.T) {
 	}
 
 	// Cancelled, a1 leaves the live list and shows with all=1.
-	if a := f.post(t, asAlice, "/api/v1/jobs/"+a1.ID+"/cancel"); a.status != http.StatusOK {
-		t.Fatalf("cancel: %d %s", a.status, a.body)
+	if a := f.Post(t, servertest.AsAlice, "/api/v1/jobs/"+a1.ID+"/cancel"); a.Status != http.StatusOK {
+		t.Fatalf("cancel: %d %s", a.Status, a.Body)
 	}
-	if got := jobIDs(checkHTMLPage(t, f.get(t, asAlice, "/jobs"), http.StatusOK)); !slices.Equal(got, []string{a2.ID}) {
+	if got := jobIDs(checkHTMLPage(t, f.Get(t, servertest.AsAlice, "/jobs"), http.StatusOK)); !slices.Equal(got, []string{a2.ID}) {
 		t.Errorf("live jobs %v, want only a2", got)
 	}
-	body = checkHTMLPage(t, b.do(t, "GET", "/jobs?all=1", ""), http.StatusOK)
+	body = checkHTMLPage(t, b.Do(t, "GET", "/jobs?all=1", ""), http.StatusOK)
 	if got := jobIDs(body); !slices.Equal(got, []string{a1.ID, a2.ID}) {
 		t.Errorf("all jobs %v, want a1 and a2", got)
 	}
 	if got := jobButtons(t, body)[a1.ID]; len(got) != 0 {
 		t.Errorf("a cancelled job has buttons %v", got)
 	}
-	if got := jobIDs(checkHTMLPage(t, f.get(t, asViewer, "/jobs?state=running"), http.StatusOK)); !slices.Equal(got, []string{a2.ID}) {
+	if got := jobIDs(checkHTMLPage(t, f.Get(t, servertest.AsViewer, "/jobs?state=running"), http.StatusOK)); !slices.Equal(got, []string{a2.ID}) {
 		t.Errorf("running jobs %v, want a2", got)
 	}
-	if got := jobIDs(checkHTMLPage(t, f.get(t, asViewer, "/jobs?state=cancelled"), http.StatusOK)); !slices.Equal(got, []string{a1.ID}) {
+	if got := jobIDs(checkHTMLPage(t, f.Get(t, servertest.AsViewer, "/jobs?state=cancelled"), http.StatusOK)); !slices.Equal(got, []string{a1.ID}) {
 		t.Errorf("cancelled jobs %v, want a1", got)
 	}
 }
@@ -369,20 +370,20 @@ func equalButtons(a, b map[string][]string) bool {
 // TestJobsPageBadInputAndOff: parameters the page does not know are a
 // message naming them; the queue off says so.
 func TestJobsPageBadInputAndOff(t *testing.T) {
-	f := newJobsFixture(t, nil)
+	f := servertest.NewJobsFixture(t, nil)
 	for query, want := range map[string]string{
 		"state=bogus":   `state: unknown job state "bogus"`,
 		"user=bob":      "user: not a parameter of this endpoint (it takes all, state)",
 		"all=maybe":     `all: "maybe" is not 1 or 0`,
 		"state=queued,": "state: an empty state",
 	} {
-		body := checkHTMLPage(t, f.get(t, asViewer, "/jobs?"+query), http.StatusBadRequest)
+		body := checkHTMLPage(t, f.Get(t, servertest.AsViewer, "/jobs?"+query), http.StatusBadRequest)
 		if msg := pageMessage(body); !strings.HasPrefix(msg, "the jobs page cannot show that: ") || !strings.Contains(msg, want) {
 			t.Errorf("%s: message %q, want one with %q", query, msg, want)
 		}
 	}
-	off := newFixture(t, nil)
-	body := checkHTMLPage(t, off.pageAs(t, asAdmin, true, "/jobs"), http.StatusOK)
+	off := servertest.NewFixture(t, nil)
+	body := checkHTMLPage(t, pageAs(t, off, servertest.AsAdmin, true, "/jobs"), http.StatusOK)
 	if !strings.Contains(body, "The GPU job queue is off on this agent") || len(buttons(body)) != 0 {
 		t.Errorf("the page with the queue off:\n%s", body)
 	}
@@ -391,14 +392,14 @@ func TestJobsPageBadInputAndOff(t *testing.T) {
 // TestAuditPage: the log for admins, newest first, over the window the
 // query asks for, saying when it is cut; others are turned away.
 func TestAuditPage(t *testing.T) {
-	f := newFixture(t, nil)
-	now := f.clock.Now()
+	f := servertest.NewFixture(t, nil)
+	now := f.Clock.Now()
 	for _, e := range []audit.Event{
 		{Time: now.Add(-3 * 24 * time.Hour), Kind: "api", Action: "jobs.cancel", Caller: "bob (token bob-laptop)", Target: "job j-000001", Outcome: "ok", Status: 200},
 		{Time: now.Add(-2 * time.Hour), Kind: "api", Action: "usage.read", Caller: "alice (token alice-laptop)", Target: "user=alice", Outcome: "ok", Status: 200},
-		{Time: now.Add(-30 * time.Minute), Kind: "action", Rule: "idle", Container: scriptName, ContainerID: aliceTrain, Owner: "alice", Outcome: "stopped", DryRun: true},
+		{Time: now.Add(-30 * time.Minute), Kind: "action", Rule: "idle", Container: scriptName, ContainerID: servertest.AliceTrain, Owner: "alice", Outcome: "stopped", DryRun: true},
 	} {
-		if err := f.audit.Act(context.Background(), e); err != nil {
+		if err := f.Audit.Act(context.Background(), e); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -418,7 +419,7 @@ func TestAuditPage(t *testing.T) {
 		// The form sends an empty to: now.
 		"?from=" + iso(100*time.Hour) + "&to=": {iso(30 * time.Minute), iso(2 * time.Hour), iso(72 * time.Hour)},
 	} {
-		body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/audit"+query), http.StatusOK)
+		body := checkHTMLPage(t, pageAs(t, f, servertest.AsAdmin, true, "/audit"+query), http.StatusOK)
 		if got := rows(body); !slices.Equal(got, want) {
 			t.Errorf("%s: events at %v, want %v", query, got, want)
 		}
@@ -426,7 +427,7 @@ func TestAuditPage(t *testing.T) {
 			t.Errorf("%s: said to be truncated", query)
 		}
 	}
-	body := checkHTMLPage(t, f.get(t, asAdmin, "/audit?window=7d&limit=2"), http.StatusOK)
+	body := checkHTMLPage(t, f.Get(t, servertest.AsAdmin, "/audit?window=7d&limit=2"), http.StatusOK)
 	if got := rows(body); !slices.Equal(got, []string{iso(30 * time.Minute), iso(2 * time.Hour)}) {
 		t.Errorf("limited: events at %v, want the newest two", got)
 	}
@@ -442,25 +443,25 @@ func TestAuditPage(t *testing.T) {
 
 	// Without limit the page shows its 500, below the API's most; the
 	// events are recorded oldest first, as the log keeps them.
-	g := newFixture(t, func(c *server.Config) { c.Limits.MaxAuditEvents = 1000 })
+	g := servertest.NewFixture(t, func(c *server.Config) { c.Limits.MaxAuditEvents = 1000 })
 	for i := range 501 {
-		if err := g.audit.Act(context.Background(), audit.Event{Time: now.Add(-time.Duration(501-i) * time.Second), Kind: "api", Action: "usage.read"}); err != nil {
+		if err := g.Audit.Act(context.Background(), audit.Event{Time: now.Add(-time.Duration(501-i) * time.Second), Kind: "api", Action: "usage.read"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	body = checkHTMLPage(t, g.get(t, asAdmin, "/audit"), http.StatusOK)
+	body = checkHTMLPage(t, g.Get(t, servertest.AsAdmin, "/audit"), http.StatusOK)
 	if got := rows(body); len(got) != 500 || got[0] != iso(time.Second) {
 		t.Errorf("%d rows from %v, want the newest 500", len(got), got[:1])
 	}
 	if !strings.Contains(body, "more than 500 events") {
 		t.Errorf("the page's own limit is not said")
 	}
-	if got := rows(checkHTMLPage(t, g.get(t, asAdmin, "/audit?limit=1000"), http.StatusOK)); len(got) != 501 {
+	if got := rows(checkHTMLPage(t, g.Get(t, servertest.AsAdmin, "/audit?limit=1000"), http.StatusOK)); len(got) != 501 {
 		t.Errorf("limit=1000: %d rows, want 501", len(got))
 	}
 
-	for _, caller := range []string{asAlice, asViewer} {
-		body := checkHTMLPage(t, f.pageAs(t, caller, true, "/audit"), http.StatusForbidden)
+	for _, caller := range []string{servertest.AsAlice, servertest.AsViewer} {
+		body := checkHTMLPage(t, pageAs(t, f, caller, true, "/audit"), http.StatusForbidden)
 		if msg := pageMessage(body); !strings.HasPrefix(msg, "this page is not for you: ") || len(rows(body)) != 0 {
 			t.Errorf("%s: message %q, rows %v", caller, msg, rows(body))
 		}
@@ -472,7 +473,7 @@ func TestAuditPage(t *testing.T) {
 		"window=1h&from=" + iso(time.Hour): "window and from exclude each other",
 		"limit=51":                         `limit: "51" is not a number from 1 to 50`,
 	} {
-		body := checkHTMLPage(t, f.get(t, asAdmin, "/audit?"+query), http.StatusBadRequest)
+		body := checkHTMLPage(t, f.Get(t, servertest.AsAdmin, "/audit?"+query), http.StatusBadRequest)
 		if msg := pageMessage(body); !strings.Contains(msg, want) {
 			t.Errorf("%s: message %q, want one with %q", query, msg, want)
 		}
@@ -482,15 +483,15 @@ func TestAuditPage(t *testing.T) {
 // TestJobsPageEstimates: a queued job shows its place in line and its
 // estimated start as the scheduler ranked it, in the reader's zone.
 func TestJobsPageEstimates(t *testing.T) {
-	est := fixtureStart.Add(4*time.Hour + 20*time.Minute) // 14:20 UTC, 15:20 in Berlin
-	f := newJobsFixtureServer(t, nil, func(c *server.Config) { c.Ranks = rankTable{"j-000001": {prio: 0.5, pos: 2, est: est}} })
-	ranked := f.submit(t, asAlice, goodJob)
-	f.submit(t, asAlice, goodJob)
-	req, err := http.NewRequest(http.MethodGet, f.url+"/jobs", nil)
+	est := servertest.Start.Add(4*time.Hour + 20*time.Minute) // 14:20 UTC, 15:20 in Berlin
+	f := servertest.NewJobsFixtureServer(t, nil, func(c *server.Config) { c.Ranks = servertest.RankTable{"j-000001": {Prio: 0.5, Pos: 2, Est: est}} })
+	ranked := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	req, err := http.NewRequest(http.MethodGet, f.URL+"/jobs", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", f.headers[asAlice])
+	req.Header.Set("Authorization", f.Headers[servertest.AsAlice])
 	req.AddCookie(&http.Cookie{Name: zoneCookie, Value: "Europe%2FBerlin"})
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -501,7 +502,7 @@ func TestJobsPageEstimates(t *testing.T) {
 	if _, err := io.Copy(&sb, resp.Body); err != nil {
 		t.Fatal(err)
 	}
-	body := checkHTMLPage(t, answer{resp.StatusCode, resp.Header, []byte(sb.String())}, http.StatusOK)
+	body := checkHTMLPage(t, servertest.Answer{Status: resp.StatusCode, Header: resp.Header, Body: []byte(sb.String())}, http.StatusOK)
 	row := regexp.MustCompile(`(?s)<tr id="job-` + ranked.ID + `".*?</tr>`).FindString(body)
 	for _, want := range []string{"queued <span class=\"muted\">#2 in line</span>", `<span class="estimate">about 15:20:00</span>`} {
 		if !strings.Contains(row, want) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -54,16 +55,16 @@ func (h historyOf) Stored(_ context.Context, from, _ time.Time, step time.Durati
 }
 
 // page GETs a console page as caller and checks it is HTML.
-func (f *fixture) page(t *testing.T, caller, path string) (int, string) {
+func page(t *testing.T, f *servertest.Fixture, caller, path string) (int, string) {
 	t.Helper()
-	a := f.get(t, caller, path)
-	if ct := a.header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
-		t.Fatalf("GET %s: Content-Type %q, want HTML; %d %s", path, ct, a.status, a.body)
+	a := f.Get(t, caller, path)
+	if ct := a.Header.Get("Content-Type"); ct != "text/html; charset=utf-8" {
+		t.Fatalf("GET %s: Content-Type %q, want HTML; %d %s", path, ct, a.Status, a.Body)
 	}
-	if csp := a.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
+	if csp := a.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") || strings.Contains(csp, "unsafe-inline") {
 		t.Errorf("GET %s: CSP %q lets inline script or style in", path, csp)
 	}
-	return a.status, string(a.body)
+	return a.Status, string(a.Body)
 }
 
 var messageRE = regexp.MustCompile(`id="message">([^<]*)<`)
@@ -81,30 +82,30 @@ func message(body string) string {
 // which goes back to the page; a bad token says so; anyone signed in
 // sees the page with their name.
 func TestPagesSignIn(t *testing.T) {
-	f := newFixture(t, func(c *server.Config) { c.History = historyOf{} })
+	f := servertest.NewFixture(t, func(c *server.Config) { c.History = historyOf{} })
 	for _, path := range []string{"/", "/gpus?window=24h"} {
-		status, body := f.page(t, asNone, path)
+		status, body := page(t, f, servertest.AsNone, path)
 		if status != http.StatusUnauthorized || !strings.Contains(body, `id="login"`) || !strings.Contains(body, "not signed in") {
 			t.Errorf("GET %s without a token: %d, want 401 and the sign-in form:\n%s", path, status, body)
 		}
 		if want := `data-next="` + strings.ReplaceAll(path, "&", "&amp;") + `"`; !strings.Contains(body, want) {
 			t.Errorf("GET %s: the sign-in form does not come back here (%s)", path, want)
 		}
-		status, body = f.page(t, asBad, path)
+		status, body = page(t, f, servertest.AsBad, path)
 		if status != http.StatusUnauthorized || !strings.Contains(body, "bad token") {
 			t.Errorf("GET %s with a bad token: %d, want 401 saying bad token", path, status)
 		}
-		status, body = f.page(t, asAlice, path)
+		status, body = page(t, f, servertest.AsAlice, path)
 		if status != http.StatusOK || !strings.Contains(body, "signed in as alice (user)") {
 			t.Errorf("GET %s as alice: %d, want the page signed in as alice:\n%.2000s", path, status, body)
 		}
 	}
 	// A next that leaves the agent is not followed.
-	_, body := f.page(t, asNone, "/?next=//evil.example/")
+	_, body := page(t, f, servertest.AsNone, "/?next=//evil.example/")
 	if strings.Contains(body, "evil.example") && strings.Contains(body, `data-next="//evil`) {
 		t.Errorf("the sign-in form would go to another site: %s", body)
 	}
-	status, body := f.page(t, asNone, "/signin?next=%2Fgpus")
+	status, body := page(t, f, servertest.AsNone, "/signin?next=%2Fgpus")
 	if status != http.StatusOK || !strings.Contains(body, `data-next="/gpus"`) {
 		t.Errorf("/signin?next=/gpus: %d %s", status, body)
 	}
@@ -113,9 +114,9 @@ func TestPagesSignIn(t *testing.T) {
 // TestOverviewRoles: every role sees every GPU's own figures; a user sees
 // their holders by name and everyone else's as another user.
 func TestOverviewRoles(t *testing.T) {
-	f := newFixture(t, nil)
-	f.resample()
-	_, admin := f.page(t, asAdmin, "/")
+	f := servertest.NewFixture(t, nil)
+	f.Resample()
+	_, admin := page(t, f, servertest.AsAdmin, "/")
 	for _, want := range []string{`id="gpu-0"`, `id="gpu-1"`, "alice-train", "bob-train", "carol (host)", "60 %", "300 W", "50 °C", "16 GiB of 80 GiB"} {
 		if !strings.Contains(admin, want) {
 			t.Errorf("the admin's overview lacks %q", want)
@@ -124,7 +125,7 @@ func TestOverviewRoles(t *testing.T) {
 	if strings.Contains(admin, anotherUser) {
 		t.Errorf("the admin's overview hides a holder")
 	}
-	_, alice := f.page(t, asAlice, "/")
+	_, alice := page(t, f, servertest.AsAlice, "/")
 	for _, want := range []string{"alice-train", "alice (host)", anotherUser, "60 %", "40 %"} {
 		if !strings.Contains(alice, want) {
 			t.Errorf("alice's overview lacks %q", want)
@@ -135,11 +136,11 @@ func TestOverviewRoles(t *testing.T) {
 			t.Errorf("alice's overview shows %q, which is not hers", other)
 		}
 	}
-	_, viewer := f.page(t, asViewer, "/")
+	_, viewer := page(t, f, servertest.AsViewer, "/")
 	if !strings.Contains(viewer, "bob-train") || strings.Contains(viewer, "data-path") {
 		t.Errorf("the viewer's overview: want every holder and no buttons")
 	}
-	status, body := f.page(t, asAdmin, "/?window=7d")
+	status, body := page(t, f, servertest.AsAdmin, "/?window=7d")
 	if status != http.StatusBadRequest || !strings.Contains(message(body), "takes no parameters") {
 		t.Errorf("/?window=7d: %d %q, want 400 with a message", status, message(body))
 	}
@@ -150,12 +151,12 @@ func TestOverviewRoles(t *testing.T) {
 // a window whose ledger is off, say so.
 func TestGPUsPage(t *testing.T) {
 	h := &historyOf{}
-	f := newFixture(t, func(c *server.Config) { c.History = h })
-	f.resample()
+	f := servertest.NewFixture(t, func(c *server.Config) { c.History = h })
+	f.Resample()
 	pathD := regexp.MustCompile(`<path class="line c\d" d="(M[^"]+)"`)
 	for _, w := range []string{"", "?window=1h", "?window=24h", "?window=7d"} {
-		for _, caller := range []string{asAdmin, asAlice, asViewer} {
-			status, body := f.page(t, caller, "/gpus"+w)
+		for _, caller := range []string{servertest.AsAdmin, servertest.AsAlice, servertest.AsViewer} {
+			status, body := page(t, f, caller, "/gpus"+w)
 			if status != http.StatusOK {
 				t.Fatalf("/gpus%s as %s: %d %s", w, caller, status, message(body))
 			}
@@ -178,11 +179,11 @@ func TestGPUsPage(t *testing.T) {
 			}
 		}
 	}
-	_, alice := f.page(t, asAlice, "/gpus")
+	_, alice := page(t, f, servertest.AsAlice, "/gpus")
 	if strings.Contains(alice, "bob-train") || !strings.Contains(alice, anotherUser) {
 		t.Errorf("alice's GPUs page shows bob's container, or hides no holder")
 	}
-	_, one := f.page(t, asAdmin, "/gpus?window=24h&gpu=GPU-1")
+	_, one := page(t, f, servertest.AsAdmin, "/gpus?window=24h&gpu=GPU-1")
 	if n := len(pathD.FindAllString(one, -1)); n != 4 {
 		t.Errorf("/gpus?gpu=GPU-1: %d lines, want 4", n)
 	}
@@ -196,18 +197,18 @@ func TestGPUsPage(t *testing.T) {
 		{"/gpus?window=1h&window=7d", 400, "window is given 2 times"},
 		{"/gpus?gpu=GPU-9", 404, `no GPU "GPU-9" has figures`},
 	} {
-		status, body := f.page(t, asAdmin, tc.path)
+		status, body := page(t, f, servertest.AsAdmin, tc.path)
 		if status != tc.status || !strings.Contains(message(body), tc.want) {
 			t.Errorf("%s: %d %q, want %d saying %q", tc.path, status, message(body), tc.status, tc.want)
 		}
 	}
 	h.err = server.ErrNoLedger
-	status, body := f.page(t, asAdmin, "/gpus?window=7d")
+	status, body := page(t, f, servertest.AsAdmin, "/gpus?window=7d")
 	if status != http.StatusServiceUnavailable || !strings.Contains(message(body), "ledger, which is off") {
 		t.Errorf("7d without a ledger: %d %q", status, message(body))
 	}
 	h.err = errors.New("disk on fire")
-	status, body = f.page(t, asAdmin, "/gpus?window=7d")
+	status, body = page(t, f, servertest.AsAdmin, "/gpus?window=7d")
 	if status != http.StatusInternalServerError || strings.Contains(body, "disk on fire") || message(body) == "" {
 		t.Errorf("a failing ledger: %d %q, want 500 with a message and not the error", status, message(body))
 	}
@@ -216,10 +217,10 @@ func TestGPUsPage(t *testing.T) {
 // TestEveryPageSaysWho: every page's layout names the reader and has the
 // navigation, whatever fields its own view has.
 func TestEveryPageSaysWho(t *testing.T) {
-	f := newFixture(t, func(c *server.Config) { c.History = historyOf{} })
-	f.resample()
+	f := servertest.NewFixture(t, func(c *server.Config) { c.History = historyOf{} })
+	f.Resample()
 	for _, path := range []string{"/", "/gpus", "/usage", "/waste", "/jobs", "/audit"} {
-		_, body := f.page(t, asAdmin, path)
+		_, body := page(t, f, servertest.AsAdmin, path)
 		if !strings.Contains(body, `<span id="status">signed in as root (admin)</span>`) || !strings.Contains(body, `aria-current="page"`) {
 			t.Errorf("%s does not say who is signed in, or which page it is:\n%.3000s", path, body)
 		}

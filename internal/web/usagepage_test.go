@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -47,14 +48,14 @@ func usageLedger(t *testing.T) *sqlite.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	day := fixtureStart.Truncate(24 * time.Hour)
+	day := servertest.Start.Truncate(24 * time.Hour)
 	at := func(h int) time.Time { return day.Add(time.Duration(h) * time.Hour) }
 	gpus := []ledger.GPU{{Node: "n1", UUID: "GPU-0", Index: 0, Model: "H100", MemoryTotal: 80 << 30},
 		{Node: "n1", UUID: "GPU-1", Index: 1, Model: "H100", MemoryTotal: 80 << 30}}
 	ctrs := []ledger.Container{
-		{Node: "n1", ID: aliceTrain, Name: "alice-train", Image: "train:1", User: "alice", Team: "ml", FirstSeen: at(-96), LastSeen: at(11)},
-		{Node: "n1", ID: bobTrain, Name: "bob-train", Image: "train:1", User: "bob", Team: "vision", FirstSeen: at(9), LastSeen: at(11)},
-		{Node: "n1", ID: ghost, Name: evilName, Image: "evil:1", User: evilName, Team: "ml", FirstSeen: at(8), LastSeen: at(9)},
+		{Node: "n1", ID: servertest.AliceTrain, Name: "alice-train", Image: "train:1", User: "alice", Team: "ml", FirstSeen: at(-96), LastSeen: at(11)},
+		{Node: "n1", ID: servertest.BobTrain, Name: "bob-train", Image: "train:1", User: "bob", Team: "vision", FirstSeen: at(9), LastSeen: at(11)},
+		{Node: "n1", ID: servertest.Ghost, Name: evilName, Image: "evil:1", User: evilName, Team: "ml", FirstSeen: at(8), LastSeen: at(9)},
 	}
 	b := ledger.Batch{Nodes: []ledger.Node{{Name: "n1", FirstSeen: at(-96), LastSeen: at(11)}}, GPUs: gpus, Containers: ctrs}
 	use := func(h int, id, gpu string, used float64) {
@@ -66,16 +67,16 @@ func usageLedger(t *testing.T) *sqlite.Store {
 			GPUSums: ledger.GPUSums{Seconds: 3600, AllocatedSeconds: alloc, IdleSeconds: 3600 - alloc, EnergyJoules: 7.2e5, IdleEnergyJoules: 3.6e5 * (1 - alloc/3600)}})
 	}
 	for h := 8; h < 11; h++ {
-		use(h, aliceTrain, "GPU-0", 1800)
+		use(h, servertest.AliceTrain, "GPU-0", 1800)
 		gpuHour(h, "GPU-0", 3600)
 	}
-	use(8, ghost, "GPU-1", 900)
+	use(8, servertest.Ghost, "GPU-1", 900)
 	gpuHour(8, "GPU-1", 3600)
 	for h := 9; h < 11; h++ {
-		use(h, bobTrain, "GPU-1", 3600)
+		use(h, servertest.BobTrain, "GPU-1", 3600)
 		gpuHour(h, "GPU-1", 3600)
 	}
-	use(-84, aliceTrain, "GPU-0", 3600)
+	use(-84, servertest.AliceTrain, "GPU-0", 3600)
 	gpuHour(-84, "GPU-0", 3600)
 	gpuHour(-84, "GPU-1", 0)
 	if err := store.Write(ctx, b); err != nil {
@@ -86,10 +87,10 @@ func usageLedger(t *testing.T) *sqlite.Store {
 
 // newUsageFixture is the fixture with its reports and hourly sums read
 // from usageLedger.
-func newUsageFixture(t *testing.T, edit func(*server.Config)) *fixture {
+func newUsageFixture(t *testing.T, edit func(*server.Config)) *servertest.Fixture {
 	t.Helper()
 	store := usageLedger(t)
-	return newFixture(t, func(c *server.Config) {
+	return servertest.NewFixture(t, func(c *server.Config) {
 		c.Reports = ledgerReports{store: store, model: cost.Model{Currency: "EUR", GPUHour: map[string]float64{"default": 2}}}
 		c.Usage = store
 		if edit != nil {
@@ -100,13 +101,13 @@ func newUsageFixture(t *testing.T, edit func(*server.Config)) *fixture {
 
 // pageIn gets path as caller with the browser's zone cookie set to zone
 // ("" for none).
-func (f *fixture) pageIn(t *testing.T, caller, path, zone string) answer {
+func pageIn(t *testing.T, f *servertest.Fixture, caller, path, zone string) servertest.Answer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, f.url+path, nil)
+	req, err := http.NewRequest(http.MethodGet, f.URL+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := f.headers[caller]; h != "" {
+	if h := f.Headers[caller]; h != "" {
 		req.Header.Set("Authorization", h)
 	}
 	if zone != "" {
@@ -121,7 +122,7 @@ func (f *fixture) pageIn(t *testing.T, caller, path, zone string) answer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return answer{resp.StatusCode, resp.Header, body}
+	return servertest.Answer{Status: resp.StatusCode, Header: resp.Header, Body: body}
 }
 
 var (
@@ -153,12 +154,12 @@ func downloads(body []byte) map[string]string {
 
 func TestUsagePageAdmin(t *testing.T) {
 	f := newUsageFixture(t, nil)
-	a := f.pageIn(t, asAdmin, "/usage?window=24h&by=user", "")
-	if a.status != http.StatusOK {
-		t.Fatalf("%d %s", a.status, a.body)
+	a := pageIn(t, f, servertest.AsAdmin, "/usage?window=24h&by=user", "")
+	if a.Status != http.StatusOK {
+		t.Fatalf("%d %s", a.Status, a.Body)
 	}
-	body := string(a.body)
-	keys, links := rowKeys(a.body)
+	body := string(a.Body)
+	keys, links := rowKeys(a.Body)
 	// Ordered by cost: alice held 3 GPU-hours, bob 2, the other 1.
 	if want := []string{"alice", "bob", evilName}; strings.Join(keys, "|") != strings.Join(want, "|") {
 		t.Errorf("rows %q, want %q", keys, want)
@@ -196,12 +197,12 @@ func TestUsagePageAdmin(t *testing.T) {
 	if !strings.Contains(body, `download="usage-by-user-20261101T1100Z-20261102T1100Z.csv"`) {
 		t.Error("the CSV download has no file name naming its grouping and window")
 	}
-	dl := downloads(a.body)
+	dl := downloads(a.Body)
 	if len(dl) != 3 || !strings.HasPrefix(dl["CSV"], "/api/v1/usage.csv?") || !strings.Contains(dl["FOCUS CSV"], "format=focus") {
 		t.Fatalf("downloads %v", dl)
 	}
 	var rep report.Report
-	f.get(t, asAdmin, dl["JSON"]).decode(t, &rep)
+	f.Get(t, servertest.AsAdmin, dl["JSON"]).Decode(t, &rep)
 	var apiKeys []string
 	for _, r := range rep.Rows {
 		apiKeys = append(apiKeys, r.Key)
@@ -213,33 +214,33 @@ func TestUsagePageAdmin(t *testing.T) {
 		t.Errorf("the JSON download covers %s, want %s", got, want)
 	}
 	for _, name := range []string{"CSV", "FOCUS CSV"} {
-		if a := f.get(t, asAdmin, dl[name]); a.status != http.StatusOK || a.header.Get("Content-Type") != "text/csv; charset=utf-8" {
-			t.Errorf("%s download: %d %s %.200s", name, a.status, a.header.Get("Content-Type"), a.body)
+		if a := f.Get(t, servertest.AsAdmin, dl[name]); a.Status != http.StatusOK || a.Header.Get("Content-Type") != "text/csv; charset=utf-8" {
+			t.Errorf("%s download: %d %s %.200s", name, a.Status, a.Header.Get("Content-Type"), a.Body)
 		}
 	}
 }
 
 func TestUsagePageDrillDown(t *testing.T) {
 	f := newUsageFixture(t, nil)
-	a := f.pageIn(t, asViewer, "/usage?by=team", "")
-	keys, links := rowKeys(a.body)
-	if a.status != http.StatusOK || strings.Join(keys, "|") != "ml|vision" {
-		t.Fatalf("%d, rows %q, want ml and vision", a.status, keys)
+	a := pageIn(t, f, servertest.AsViewer, "/usage?by=team", "")
+	keys, links := rowKeys(a.Body)
+	if a.Status != http.StatusOK || strings.Join(keys, "|") != "ml|vision" {
+		t.Fatalf("%d, rows %q, want ml and vision", a.Status, keys)
 	}
-	a = f.pageIn(t, asViewer, links["ml"], "")
-	keys, links = rowKeys(a.body)
-	if a.status != http.StatusOK || strings.Join(keys, "|") != "alice|"+evilName {
-		t.Fatalf("team ml: %d, rows %q, want alice and %s", a.status, keys, evilName)
+	a = pageIn(t, f, servertest.AsViewer, links["ml"], "")
+	keys, links = rowKeys(a.Body)
+	if a.Status != http.StatusOK || strings.Join(keys, "|") != "alice|"+evilName {
+		t.Fatalf("team ml: %d, rows %q, want alice and %s", a.Status, keys, evilName)
 	}
-	if !strings.Contains(string(a.body), `<span aria-current="page">team ml</span>`) {
+	if !strings.Contains(string(a.Body), `<span aria-current="page">team ml</span>`) {
 		t.Error("team ml's page has no breadcrumb naming it")
 	}
-	a = f.pageIn(t, asViewer, links["alice"], "")
-	keys, _ = rowKeys(a.body)
-	if a.status != http.StatusOK || strings.Join(keys, "|") != "alice-train" {
-		t.Fatalf("alice: %d, rows %q, want alice-train", a.status, keys)
+	a = pageIn(t, f, servertest.AsViewer, links["alice"], "")
+	keys, _ = rowKeys(a.Body)
+	if a.Status != http.StatusOK || strings.Join(keys, "|") != "alice-train" {
+		t.Fatalf("alice: %d, rows %q, want alice-train", a.Status, keys)
 	}
-	body := string(a.body)
+	body := string(a.Body)
 	for _, want := range []string{`href="/usage?by=team&amp;window=24h">all teams</a>`, `href="/usage?by=user&amp;team=ml&amp;window=24h">team ml</a>`,
 		`<span aria-current="page">user alice</span>`} {
 		if !strings.Contains(body, want) {
@@ -247,11 +248,11 @@ func TestUsagePageDrillDown(t *testing.T) {
 		}
 	}
 	// The window is kept down the drill.
-	a = f.pageIn(t, asViewer, "/usage?by=team&window=7d", "")
-	if _, links := rowKeys(a.body); links["ml"] != "/usage?by=user&team=ml&window=7d" {
+	a = pageIn(t, f, servertest.AsViewer, "/usage?by=team&window=7d", "")
+	if _, links := rowKeys(a.Body); links["ml"] != "/usage?by=user&team=ml&window=7d" {
 		t.Errorf("7 days by team: ml leads to %q", links["ml"])
 	}
-	if !strings.Contains(string(a.body), "GPU-hours used and held per day") {
+	if !strings.Contains(string(a.Body), "GPU-hours used and held per day") {
 		t.Error("a 7-day window is not drawn per day")
 	}
 }
@@ -261,51 +262,51 @@ func TestUsagePageRoles(t *testing.T) {
 	// A user sees their own rows, whatever the grouping, and not the
 	// node's idle pool.
 	for _, by := range []string{"user", "team", "container"} {
-		a := f.pageIn(t, asAlice, "/usage?by="+by, "")
-		keys, _ := rowKeys(a.body)
+		a := pageIn(t, f, servertest.AsAlice, "/usage?by="+by, "")
+		keys, _ := rowKeys(a.Body)
 		want := map[string]string{"user": "alice", "team": "ml", "container": "alice-train"}[by]
-		if a.status != http.StatusOK || strings.Join(keys, "|") != want {
-			t.Errorf("alice by %s: %d, rows %q, want %q", by, a.status, keys, want)
+		if a.Status != http.StatusOK || strings.Join(keys, "|") != want {
+			t.Errorf("alice by %s: %d, rows %q, want %q", by, a.Status, keys, want)
 		}
-		if strings.Contains(string(a.body), "bob") || strings.Contains(string(a.body), `id="idle-row"`) {
+		if strings.Contains(string(a.Body), "bob") || strings.Contains(string(a.Body), `id="idle-row"`) {
 			t.Errorf("alice by %s sees bob or the idle pool", by)
 		}
 	}
 	// Her chart is hers: 0.5 h used at 08:00, not the other user's.
-	a := f.pageIn(t, asAlice, "/usage", "")
-	if !strings.Contains(string(a.body), "2026-11-02 08:00 used: 0.5 h") {
+	a := pageIn(t, f, servertest.AsAlice, "/usage", "")
+	if !strings.Contains(string(a.Body), "2026-11-02 08:00 used: 0.5 h") {
 		t.Error("alice's chart does not show her own 0.5 h at 08:00")
 	}
-	a = f.pageIn(t, asAlice, "/usage?by=container&user=bob", "")
-	if a.status != http.StatusForbidden || !strings.Contains(string(a.body), `id="message"`) || strings.Contains(string(a.body), "bob-train") {
-		t.Errorf("alice asking for bob's usage: %d %.300s", a.status, a.body)
+	a = pageIn(t, f, servertest.AsAlice, "/usage?by=container&user=bob", "")
+	if a.Status != http.StatusForbidden || !strings.Contains(string(a.Body), `id="message"`) || strings.Contains(string(a.Body), "bob-train") {
+		t.Errorf("alice asking for bob's usage: %d %.300s", a.Status, a.Body)
 	}
 	// A viewer sees every row and the idle pool, and has no buttons.
-	a = f.pageIn(t, asViewer, "/usage", "")
-	if keys, _ := rowKeys(a.body); a.status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.body), `id="idle-row"`) {
-		t.Errorf("viewer: %d, rows %q", a.status, keys)
+	a = pageIn(t, f, servertest.AsViewer, "/usage", "")
+	if keys, _ := rowKeys(a.Body); a.Status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.Body), `id="idle-row"`) {
+		t.Errorf("viewer: %d, rows %q", a.Status, keys)
 	}
-	if strings.Contains(string(a.body), "data-method") {
+	if strings.Contains(string(a.Body), "data-method") {
 		t.Error("the viewer's usage page has buttons")
 	}
 	// Signed in by a session, the downloads work with the cookie alone
 	// and are the user's own.
-	br, _ := f.signIn(t, asAlice)
-	a = br.do(t, http.MethodGet, "/usage?by=container", "")
-	if a.status != http.StatusOK {
-		t.Fatalf("alice's session: %d %.300s", a.status, a.body)
+	br, _ := f.SignIn(t, servertest.AsAlice)
+	a = br.Do(t, http.MethodGet, "/usage?by=container", "")
+	if a.Status != http.StatusOK {
+		t.Fatalf("alice's session: %d %.300s", a.Status, a.Body)
 	}
-	dl := downloads(a.body)
-	csv := br.do(t, http.MethodGet, dl["CSV"], "")
-	if csv.status != http.StatusOK || !strings.Contains(string(csv.body), "alice-train") || strings.Contains(string(csv.body), "bob-train") {
-		t.Errorf("alice's CSV download by cookie: %d %.300s", csv.status, csv.body)
+	dl := downloads(a.Body)
+	csv := br.Do(t, http.MethodGet, dl["CSV"], "")
+	if csv.Status != http.StatusOK || !strings.Contains(string(csv.Body), "alice-train") || strings.Contains(string(csv.Body), "bob-train") {
+		t.Errorf("alice's CSV download by cookie: %d %.300s", csv.Status, csv.Body)
 	}
 	var rep report.Report
-	if js := br.do(t, http.MethodGet, dl["JSON"], ""); js.status != http.StatusOK || json.Unmarshal(js.body, &rep) != nil || len(rep.Rows) != 1 {
-		t.Errorf("alice's JSON download by cookie: %d %.300s", js.status, js.body)
+	if js := br.Do(t, http.MethodGet, dl["JSON"], ""); js.Status != http.StatusOK || json.Unmarshal(js.Body, &rep) != nil || len(rep.Rows) != 1 {
+		t.Errorf("alice's JSON download by cookie: %d %.300s", js.Status, js.Body)
 	}
-	if a := f.pageIn(t, asNone, "/usage", ""); a.status != http.StatusUnauthorized || !strings.Contains(string(a.body), `id="login"`) {
-		t.Errorf("no token: %d, want the sign-in form", a.status)
+	if a := pageIn(t, f, servertest.AsNone, "/usage", ""); a.Status != http.StatusUnauthorized || !strings.Contains(string(a.Body), `id="login"`) {
+		t.Errorf("no token: %d, want the sign-in form", a.Status)
 	}
 }
 
@@ -323,31 +324,31 @@ func TestUsagePageWindows(t *testing.T) {
 		{"/usage?window=custom&from=2026-10-29&to=2026-11-02", "", "2026-10-29T00:00:00Z", "2026-11-03T00:00:00Z"},
 		{"/usage?from=2026-11-02&to=2026-11-02&by=gpu", "Asia/Tokyo", "2026-11-01T15:00:00Z", "2026-11-02T15:00:00Z"},
 	} {
-		a := f.pageIn(t, asAdmin, c.path, c.zone)
-		body := string(a.body)
-		if a.status != http.StatusOK || !strings.Contains(body, `From <time datetime="`+c.from+`"`) || !strings.Contains(body, `to <time datetime="`+c.to+`"`) {
+		a := pageIn(t, f, servertest.AsAdmin, c.path, c.zone)
+		body := string(a.Body)
+		if a.Status != http.StatusOK || !strings.Contains(body, `From <time datetime="`+c.from+`"`) || !strings.Contains(body, `to <time datetime="`+c.to+`"`) {
 			m := regexp.MustCompile(`id="window">[^\n]*`).FindString(body)
-			t.Errorf("%s in %q: %d %s, want from %s to %s", c.path, c.zone, a.status, m, c.from, c.to)
+			t.Errorf("%s in %q: %d %s, want from %s to %s", c.path, c.zone, a.Status, m, c.from, c.to)
 		}
 	}
 	// Every grouping the report offers, the page shows.
 	for _, by := range report.Groupings() {
-		a := f.pageIn(t, asAdmin, "/usage?window=7d&by="+by, "")
-		keys, _ := rowKeys(a.body)
-		if a.status != http.StatusOK || len(keys) == 0 || !strings.Contains(string(a.body), `<option value="`+by+`" selected>`) {
-			t.Errorf("by %s: %d, rows %q", by, a.status, keys)
+		a := pageIn(t, f, servertest.AsAdmin, "/usage?window=7d&by="+by, "")
+		keys, _ := rowKeys(a.Body)
+		if a.Status != http.StatusOK || len(keys) == 0 || !strings.Contains(string(a.Body), `<option value="`+by+`" selected>`) {
+			t.Errorf("by %s: %d, rows %q", by, a.Status, keys)
 		}
 	}
 	// The custom window's inputs show its days, the last one included.
-	a := f.pageIn(t, asAdmin, "/usage?window=7d", "")
+	a := pageIn(t, f, servertest.AsAdmin, "/usage?window=7d", "")
 	for _, want := range []string{`id="from" name="from" type="date" value="2026-10-26"`, `id="to" name="to" type="date" value="2026-11-02"`,
 		`href="/usage?by=user&amp;window=month">this month</a>`, `href="/usage?by=user&amp;window=7d" aria-current="true">7 days</a>`} {
-		if !strings.Contains(string(a.body), want) {
+		if !strings.Contains(string(a.Body), want) {
 			t.Errorf("7 days: the page lacks %s", want)
 		}
 	}
 	// Alice's hour four days ago is in the 7-day chart, on its day.
-	if !strings.Contains(string(a.body), "2026-10-29 00:00 used: 1 h") {
+	if !strings.Contains(string(a.Body), "2026-10-29 00:00 used: 1 h") {
 		t.Error("the 7-day chart lacks alice's hour of 29 October")
 	}
 }
@@ -369,26 +370,26 @@ func TestUsagePageBadInput(t *testing.T) {
 		{"/usage?user=%zz", "not valid in a URL"},
 		{"/usage?window=" + url.QueryEscape(evilName), "&lt;script&gt;"},
 	} {
-		a := f.pageIn(t, asAdmin, c.path, "")
-		body := strings.ReplaceAll(string(a.body), "&#34;", `"`)
-		if a.status != http.StatusBadRequest || !strings.Contains(body, `id="message"`) || !strings.Contains(body, c.want) || strings.Contains(body, evilName) {
-			t.Errorf("%s: %d %s, want 400 with a message saying %s", c.path, a.status, regexp.MustCompile(`id="message">[^<]*`).FindString(body), c.want)
+		a := pageIn(t, f, servertest.AsAdmin, c.path, "")
+		body := strings.ReplaceAll(string(a.Body), "&#34;", `"`)
+		if a.Status != http.StatusBadRequest || !strings.Contains(body, `id="message"`) || !strings.Contains(body, c.want) || strings.Contains(body, evilName) {
+			t.Errorf("%s: %d %s, want 400 with a message saying %s", c.path, a.Status, regexp.MustCompile(`id="message">[^<]*`).FindString(body), c.want)
 		}
 	}
 	few := newUsageFixture(t, func(c *server.Config) { c.Limits.MaxReportRows = 2 })
-	if a := few.pageIn(t, asAdmin, "/usage?by=user", ""); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "api.max_report_rows") {
-		t.Errorf("3 rows over a limit of 2: %d %.300s", a.status, a.body)
+	if a := pageIn(t, few, servertest.AsAdmin, "/usage?by=user", ""); a.Status != http.StatusBadRequest || !strings.Contains(string(a.Body), "api.max_report_rows") {
+		t.Errorf("3 rows over a limit of 2: %d %.300s", a.Status, a.Body)
 	}
-	off := newFixture(t, func(c *server.Config) { c.Reports = nil })
-	if a := off.pageIn(t, asAdmin, "/usage", ""); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), "the ledger is off") {
-		t.Errorf("ledger off: %d %.300s", a.status, a.body)
+	off := servertest.NewFixture(t, func(c *server.Config) { c.Reports = nil })
+	if a := pageIn(t, off, servertest.AsAdmin, "/usage", ""); a.Status != http.StatusServiceUnavailable || !strings.Contains(string(a.Body), "the ledger is off") {
+		t.Errorf("ledger off: %d %.300s", a.Status, a.Body)
 	}
 	// Without the hourly sums the table still stands, and the chart says
 	// why it is empty.
 	noSeries := newUsageFixture(t, func(c *server.Config) { c.Usage = nil })
-	a := noSeries.pageIn(t, asAdmin, "/usage", "")
-	if keys, _ := rowKeys(a.body); a.status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.body), "hourly sums are not read") {
-		t.Errorf("no hourly sums: %d, rows %q", a.status, keys)
+	a := pageIn(t, noSeries, servertest.AsAdmin, "/usage", "")
+	if keys, _ := rowKeys(a.Body); a.Status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.Body), "hourly sums are not read") {
+		t.Errorf("no hourly sums: %d, rows %q", a.Status, keys)
 	}
 }
 
@@ -396,9 +397,9 @@ func TestUsagePageBadInput(t *testing.T) {
 // read of usage, as the API's report is.
 func TestUsagePageAudited(t *testing.T) {
 	f := newUsageFixture(t, nil)
-	f.audit.take()
-	f.pageIn(t, asAlice, "/usage?by=team", "")
-	ev := f.audit.take()
+	f.Audit.Take()
+	pageIn(t, f, servertest.AsAlice, "/usage?by=team", "")
+	ev := f.Audit.Take()
 	if len(ev) != 1 || ev[0].Action != string(auth.ActUsageRead) || ev[0].Caller == "" || !strings.Contains(ev[0].Target, "/usage?by=team") {
 		t.Errorf("audit %+v, want one usage read by alice", ev)
 	}

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/gpu"
@@ -39,7 +40,7 @@ func TestErrorsAreJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(Config{Ticks: s, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }}))
+	srv := httptest.NewServer(server.New(server.Config{Ticks: s, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }}))
 	defer srv.Close()
 
 	tests := []struct {
@@ -88,13 +89,13 @@ func TestErrorsAreJSON(t *testing.T) {
 
 // openHandler serves the API to anyone as a viewer, for tests of what
 // the endpoints answer rather than of who may call them.
-func openHandler(t *testing.T, ticks TickSource, reports Reports, findings Waste) http.Handler {
+func openHandler(t *testing.T, ticks server.TickSource, reports server.Reports, findings server.Waste) http.Handler {
 	t.Helper()
 	authn, err := auth.New(auth.Config{Anonymous: config.RoleViewer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(Config{Ticks: ticks, Reports: reports, Waste: findings, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }})
+	return server.New(server.Config{Ticks: ticks, Reports: reports, Waste: findings, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil }})
 }
 
 // TestContainersHeldSeconds: in shared.yaml alice and bob share GPU 0
@@ -110,7 +111,7 @@ func TestContainersHeldSeconds(t *testing.T) {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}
 	got := map[string][2]float64{}
-	for _, c := range ContainersFromTick(s.Latest()).Containers {
+	for _, c := range server.ContainersFromTick(s.Latest()).Containers {
 		for _, g := range c.GPUs {
 			got[c.Name] = [2]float64{g.AllocatedSeconds, g.HeldSeconds}
 		}

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
@@ -21,15 +23,15 @@ import (
 // TestJobAsUser: as_user is honoured only from root on the agent's
 // socket; a token, even an admin's, is refused with the rule.
 func TestJobAsUser(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	body := strings.Replace(goodJob, `"gpus":1,`, `"gpus":1,"as_user":"bob",`, 1)
-	for _, caller := range []string{asAlice, asAdmin} {
-		e := f.do(t, caller, http.MethodPost, "/api/v1/jobs", strings.NewReader(body), "").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f := servertest.NewJobsFixture(t, nil)
+	body := strings.Replace(servertest.GoodJob, `"gpus":1,`, `"gpus":1,"as_user":"bob",`, 1)
+	for _, caller := range []string{servertest.AsAlice, servertest.AsAdmin} {
+		e := f.Do(t, caller, http.MethodPost, "/api/v1/jobs", strings.NewReader(body), "").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
 		if !strings.Contains(e.Message, "root on the agent's socket") {
 			t.Errorf("as_user from %s's token: %q, want the rule named", caller, e.Message)
 		}
 	}
-	if got := listIDs(t, f.get(t, asAdmin, "/api/v1/jobs?all_users=1")); len(got) != 0 {
+	if got := listIDs(t, f.Get(t, servertest.AsAdmin, "/api/v1/jobs?all_users=1")); len(got) != 0 {
 		t.Errorf("as_user from a token queued %v", got)
 	}
 }
@@ -45,7 +47,7 @@ func TestJobAsUserOnSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	q, err := run.New(run.Config{Store: store, Node: "n1", Identity: lookupUser, EnvDir: filepath.Join(t.TempDir(), "env"),
+	q, err := run.New(run.Config{Store: store, Node: "n1", Identity: servertest.LookupUser, EnvDir: filepath.Join(t.TempDir(), "env"),
 		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +58,7 @@ func TestJobAsUserOnSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln, path := testenv.ListenUnix(t)
-	srv := &http.Server{ConnContext: auth.ConnContext, Handler: New(Config{
+	srv := &http.Server{ConnContext: auth.ConnContext, Handler: server.New(server.Config{
 		Jobs: q, Auth: func() *auth.Authenticator { return authn }, Limiter: func() *auth.Limiter { return nil },
 	})}
 	go srv.Serve(ln)

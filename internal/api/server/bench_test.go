@@ -1,89 +1,22 @@
-package server
+package server_test
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/sampler"
-	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
-	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
-// benchSampler plays the load scenario (8 GPUs, 64 containers, 256 GPU
-// processes) through the real sampler and meter for a few ticks, so that
-// the latest tick has totals, as on a node that has been running.
-func benchSampler(b *testing.B) *sampler.Sampler {
-	b.Helper()
-	sc, err := sim.Load("../../../testdata/bench-8gpu-64ctr.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	s := samplertest.Scenario(sc, sampler.Config{})
-	for i := range 3 {
-		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
-	}
-	return s
-}
-
-// countingAudit is the agent's audit log, writing nowhere, that counts
-// what it is told: what a read or a refusal costs the request is building
-// its event and summing it.
-type countingAudit struct {
-	*audit.Log
-	n int
-}
-
-func newCountingAudit() *countingAudit {
-	return &countingAudit{Log: audit.NewLog(audit.LogConfig{Node: "bench"})}
-}
-
-func (a *countingAudit) Observe(e audit.Event) {
-	a.n++
-	a.Log.Observe(e)
-}
-
-func (a *countingAudit) Events(context.Context, time.Time, time.Time, int) ([]audit.Event, bool, error) {
-	return nil, false, nil
-}
-
-// discardWriter is a response recorder that keeps the status and the
-// size of the body but not the body, and can be reused, so that the
-// benchmarks measure the handler rather than a growing buffer.
-type discardWriter struct {
-	h      http.Header
-	status int
-	n      int
-}
-
-func (w *discardWriter) Header() http.Header { return w.h }
-
-func (w *discardWriter) WriteHeader(status int) {
-	if w.status == 0 {
-		w.status = status
-	}
-}
-
-func (w *discardWriter) Write(p []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	w.n += len(p)
-	return len(p), nil
-}
-
-func (w *discardWriter) reset() {
-	clear(w.h)
-	w.status, w.n = 0, 0
-}
+// benchScenario is the load the benchmarks play.
+const benchScenario = "../../../testdata/bench-8gpu-64ctr.yaml"
 
 // benchHandler is the API as the agent builds it for a viewer token, with
 // the per-caller rate limit off as in scripts/api-load.sh.
-func benchHandler(b *testing.B, a Auditor) (http.Handler, string) {
+func benchHandler(b *testing.B, a server.Auditor) (http.Handler, string) {
 	b.Helper()
 	secret, tok, err := auth.NewToken("load", "load", config.RoleViewer, time.Time{})
 	if err != nil {
@@ -94,8 +27,8 @@ func benchHandler(b *testing.B, a Auditor) (http.Handler, string) {
 		b.Fatal(err)
 	}
 	limiter := auth.NewLimiter(0, 1, 0)
-	h := New(Config{
-		Ticks:   benchSampler(b),
+	h := server.New(server.Config{
+		Ticks:   servertest.BenchSampler(b, benchScenario),
 		Audit:   a,
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return limiter },
@@ -110,7 +43,7 @@ func benchHandler(b *testing.B, a Auditor) (http.Handler, string) {
 //
 //	go test -run '^$' -bench Containers -benchmem ./internal/api
 func BenchmarkContainersAuthenticated(b *testing.B) {
-	a := newCountingAudit()
+	a := servertest.NewCountingAudit()
 	h, secret := benchHandler(b, a)
 	r, err := http.NewRequest(http.MethodGet, "/api/v1/containers", nil)
 	if err != nil {
@@ -118,8 +51,8 @@ func BenchmarkContainersAuthenticated(b *testing.B) {
 	}
 	r.RemoteAddr = "127.0.0.1:40000"
 	r.Header.Set("Authorization", "Bearer "+secret)
-	b.ReportMetric(float64(serveLoop(b, h, r, http.StatusOK)), "bytes/response")
-	if a.n == 0 {
+	b.ReportMetric(float64(servertest.ServeLoop(b, h, r, http.StatusOK)), "bytes/response")
+	if a.N == 0 {
 		b.Fatal("no read was audited")
 	}
 }
@@ -129,7 +62,7 @@ func BenchmarkContainersAuthenticated(b *testing.B) {
 //
 //	go test -run '^$' -bench GuardRefusal -benchmem ./internal/api
 func BenchmarkGuardRefusal(b *testing.B) {
-	a := newCountingAudit()
+	a := servertest.NewCountingAudit()
 	h, _ := benchHandler(b, a)
 	r, err := http.NewRequest(http.MethodGet, "/api/v1/containers", nil)
 	if err != nil {
@@ -137,8 +70,8 @@ func BenchmarkGuardRefusal(b *testing.B) {
 	}
 	r.RemoteAddr = "127.0.0.1:40000"
 	r.Header.Set("Authorization", "Bearer gpm_not-a-token-the-agent-knows-000000000000")
-	serveLoop(b, h, r, http.StatusUnauthorized)
-	if a.n == 0 {
+	servertest.ServeLoop(b, h, r, http.StatusUnauthorized)
+	if a.N == 0 {
 		b.Fatal("no refusal was audited")
 	}
 }
@@ -149,29 +82,12 @@ func BenchmarkGuardRefusal(b *testing.B) {
 //
 //	go test -run '^$' -bench ContainersEncode -benchmem ./internal/api
 func BenchmarkContainersEncode(b *testing.B) {
-	t := benchSampler(b).Latest()
-	var tb tickBody
+	t := servertest.BenchSampler(b, benchScenario).Latest()
+	var tb server.TickBody
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		tb.tick = nil
-		n = len(tb.get(t, func() any { return ContainersFromTick(t) }))
+		n = len(tb.Fresh(t, func() any { return server.ContainersFromTick(t) }))
 	}
 	b.ReportMetric(float64(n), "bytes/response")
-}
-
-// serveLoop serves r until the benchmark ends, each answer with status,
-// and returns the last answer's size.
-func serveLoop(b *testing.B, h http.Handler, r *http.Request, status int) int {
-	b.Helper()
-	w := &discardWriter{h: http.Header{}}
-	b.ReportAllocs()
-	for b.Loop() {
-		w.reset()
-		h.ServeHTTP(w, r)
-		if w.status != status {
-			b.Fatalf("status %d, want %d", w.status, status)
-		}
-	}
-	return w.n
 }

@@ -1,8 +1,10 @@
-package server
+package server_test
 
 import (
 	"net/http"
 	"testing"
+
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 )
 
 // TestConsoleMountedBesideTheAPI: the console's paths and the API's are
@@ -10,7 +12,7 @@ import (
 // would answer it: a wrong method is a 405 with Allow, an unknown path a
 // 404, on the console's paths and on /healthz alike.
 func TestConsoleMountedBesideTheAPI(t *testing.T) {
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -22,9 +24,9 @@ func TestConsoleMountedBesideTheAPI(t *testing.T) {
 		{http.MethodGet, "/nowhere", http.StatusNotFound, ""},
 		{http.MethodGet, "/signin", http.StatusOK, ""},
 	} {
-		a := f.do(t, asAdmin, tc.method, tc.path, nil, "")
-		if a.status != tc.status || a.header.Get("Allow") != tc.allow {
-			t.Errorf("%s %s: %d, Allow %q; want %d, Allow %q", tc.method, tc.path, a.status, a.header.Get("Allow"), tc.status, tc.allow)
+		a := f.Do(t, servertest.AsAdmin, tc.method, tc.path, nil, "")
+		if a.Status != tc.status || a.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d, Allow %q; want %d, Allow %q", tc.method, tc.path, a.Status, a.Header.Get("Allow"), tc.status, tc.allow)
 		}
 	}
 }

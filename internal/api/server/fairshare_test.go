@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
@@ -61,7 +63,7 @@ func shareTable() fairshare.Report {
 	}
 }
 
-func newSharesFixture(t *testing.T) (*fixture, *fixedShares) {
+func newSharesFixture(t *testing.T) (*servertest.Fixture, *fixedShares) {
 	t.Helper()
 	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
 	if err != nil {
@@ -69,7 +71,7 @@ func newSharesFixture(t *testing.T) (*fixture, *fixedShares) {
 	}
 	t.Cleanup(func() { store.Close() })
 	fs := &fixedShares{table: shareTable(), store: store}
-	return newFixture(t, func(c *Config) { c.FairShare = fs }), fs
+	return servertest.NewFixture(t, func(c *server.Config) { c.FairShare = fs }), fs
 }
 
 // names lists the rows' names.
@@ -89,15 +91,15 @@ func TestFairShareSeenBy(t *testing.T) {
 		caller       string
 		users, teams []string
 	}{
-		{asAlice, []string{"alice"}, []string{"nlp"}},
-		{asBob, []string{"bob"}, []string{"cv"}},
-		{asNobody, []string{}, []string{}}, // no row of their own
-		{asViewer, []string{"alice", "bob"}, []string{"nlp", "cv"}},
-		{asAdmin, []string{"alice", "bob"}, []string{"nlp", "cv"}},
+		{servertest.AsAlice, []string{"alice"}, []string{"nlp"}},
+		{servertest.AsBob, []string{"bob"}, []string{"cv"}},
+		{servertest.AsNobody, []string{}, []string{}}, // no row of their own
+		{servertest.AsViewer, []string{"alice", "bob"}, []string{"nlp", "cv"}},
+		{servertest.AsAdmin, []string{"alice", "bob"}, []string{"nlp", "cv"}},
 	}
 	for _, tt := range tests {
 		var got apitype.FairShare
-		f.get(t, tt.caller, "/api/v1/fairshare").decode(t, &got)
+		f.Get(t, tt.caller, "/api/v1/fairshare").Decode(t, &got)
 		if diff := cmp.Diff(tt.users, names(got.Users)); diff != "" {
 			t.Errorf("%s's users (-want +got):\n%s", tt.caller, diff)
 		}
@@ -108,28 +110,28 @@ func TestFairShareSeenBy(t *testing.T) {
 			t.Errorf("%s: totals %+v basis %q half-life %q, want the table's", tt.caller, got.Totals, got.Basis, got.HalfLife)
 		}
 	}
-	f.get(t, asAlice, "/api/v1/fairshare?user=bob").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
-	f.get(t, asNone, "/api/v1/fairshare").apiError(t, http.StatusUnauthorized, "unauthenticated")
+	f.Get(t, servertest.AsAlice, "/api/v1/fairshare?user=bob").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+	f.Get(t, servertest.AsNone, "/api/v1/fairshare").APIError(t, http.StatusUnauthorized, "unauthenticated")
 }
 
 // TestBudgetLift: only an admin lifts a budget; the lift is one audit row
 // in the ledger; a team without a budget is a 400 naming the field.
 func TestBudgetLift(t *testing.T) {
 	f, fs := newSharesFixture(t)
-	for _, caller := range []string{asAlice, asViewer} {
-		f.do(t, caller, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", nil, "").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	for _, caller := range []string{servertest.AsAlice, servertest.AsViewer} {
+		f.Do(t, caller, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", nil, "").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
 	}
 	var lift apitype.BudgetLift
-	a := f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", strings.NewReader(`{}`), "")
-	a.decode(t, &lift)
-	if a.status != http.StatusOK || lift != (apitype.BudgetLift{Team: "nlp", Lifted: true}) {
-		t.Errorf("lift: %d %s, want nlp lifted", a.status, a.body)
+	a := f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", strings.NewReader(`{}`), "")
+	a.Decode(t, &lift)
+	if a.Status != http.StatusOK || lift != (apitype.BudgetLift{Team: "nlp", Lifted: true}) {
+		t.Errorf("lift: %d %s, want nlp lifted", a.Status, a.Body)
 	}
-	e := f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/cv/lift", nil, "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+	e := f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/fairshare/budgets/cv/lift", nil, "").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 	if e.Field != "team" || e.Message != `team: team "cv" has no budget in queue.budgets` {
 		t.Errorf("lift of a team without a budget: %+v, want field team naming queue.budgets", e)
 	}
-	f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", strings.NewReader(`{"force":true}`), "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+	f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", strings.NewReader(`{"force":true}`), "").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 	if diff := cmp.Diff([]string{"nlp"}, fs.lifts); diff != "" {
 		t.Errorf("lifts (-want +got):\n%s", diff)
 	}
@@ -151,7 +153,7 @@ func TestBudgetLift(t *testing.T) {
 // TestFairShareOff: an agent without a fair share says so on both
 // endpoints.
 func TestFairShareOff(t *testing.T) {
-	f := newFixture(t, nil)
-	f.get(t, asAlice, "/api/v1/fairshare").apiError(t, http.StatusServiceUnavailable, apitype.CodeFairShareOff)
-	f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", nil, "").apiError(t, http.StatusServiceUnavailable, apitype.CodeFairShareOff)
+	f := servertest.NewFixture(t, nil)
+	f.Get(t, servertest.AsAlice, "/api/v1/fairshare").APIError(t, http.StatusServiceUnavailable, apitype.CodeFairShareOff)
+	f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", nil, "").APIError(t, http.StatusServiceUnavailable, apitype.CodeFairShareOff)
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"errors"
@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
@@ -23,24 +25,24 @@ import (
 // TestContainersSeenBy: a user sees their own containers and host user
 // and nothing unresolved; admins and viewers see everything.
 func TestContainersSeenBy(t *testing.T) {
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	type seen struct {
 		Containers, HostUsers []string
 		Unresolved            int
 	}
-	everything := seen{Containers: []string{"alice-old", "alice-train", "bob-train", ghost[:12]}, HostUsers: []string{"alice", "carol"}, Unresolved: 1}
+	everything := seen{Containers: []string{"alice-old", "alice-train", "bob-train", servertest.Ghost[:12]}, HostUsers: []string{"alice", "carol"}, Unresolved: 1}
 	for caller, want := range map[string]seen{
-		asAdmin:  everything,
-		asViewer: everything,
-		asAlice:  {Containers: []string{"alice-old", "alice-train"}, HostUsers: []string{"alice"}},
-		asBob:    {Containers: []string{"bob-train"}},
+		servertest.AsAdmin:  everything,
+		servertest.AsViewer: everything,
+		servertest.AsAlice:  {Containers: []string{"alice-old", "alice-train"}, HostUsers: []string{"alice"}},
+		servertest.AsBob:    {Containers: []string{"bob-train"}},
 		// The placeholder user of a container the inventory does not
 		// know is nobody's, even a user's of that name.
-		asNobody: {},
+		servertest.AsNobody: {},
 	} {
 		t.Run(caller, func(t *testing.T) {
 			var got apitype.ContainersResponse
-			f.get(t, caller, "/api/v1/containers").decode(t, &got)
+			f.Get(t, caller, "/api/v1/containers").Decode(t, &got)
 			var s seen
 			for _, c := range got.Containers {
 				s.Containers = append(s.Containers, c.Name)
@@ -63,9 +65,9 @@ func TestContainersSeenBy(t *testing.T) {
 // TestGPUsSeenBy: a user sees every GPU with its own figures, which say
 // nothing of anyone, but only their own processes and owners.
 func TestGPUsSeenBy(t *testing.T) {
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	var all apitype.GPUsResponse
-	f.get(t, asAdmin, "/api/v1/gpus").decode(t, &all)
+	f.Get(t, servertest.AsAdmin, "/api/v1/gpus").Decode(t, &all)
 	if len(all.GPUs) != 2 || all.GPUs[0].Totals.MeteredSeconds != 60 || all.GPUs[0].UtilPercent == nil {
 		t.Fatalf("the admin's view lacks the GPUs' figures: %+v", all.GPUs)
 	}
@@ -74,15 +76,15 @@ func TestGPUsSeenBy(t *testing.T) {
 		Owners [][]string
 	}
 	for caller, want := range map[string]seen{
-		asAdmin:  {PIDs: [][]uint32{{100, 200, 300, 400}, {101, 500}}, Owners: [][]string{{aliceTrain, "alice", "carol", ""}, {bobTrain, ghost}}},
-		asViewer: {PIDs: [][]uint32{{100, 200, 300, 400}, {101, 500}}, Owners: [][]string{{aliceTrain, "alice", "carol", ""}, {bobTrain, ghost}}},
-		asAlice:  {PIDs: [][]uint32{{100, 200}, {}}, Owners: [][]string{{aliceTrain, "alice"}, {}}},
-		asBob:    {PIDs: [][]uint32{{}, {101}}, Owners: [][]string{{}, {bobTrain}}},
-		asNobody: {PIDs: [][]uint32{{}, {}}, Owners: [][]string{{}, {}}},
+		servertest.AsAdmin:  {PIDs: [][]uint32{{100, 200, 300, 400}, {101, 500}}, Owners: [][]string{{servertest.AliceTrain, "alice", "carol", ""}, {servertest.BobTrain, servertest.Ghost}}},
+		servertest.AsViewer: {PIDs: [][]uint32{{100, 200, 300, 400}, {101, 500}}, Owners: [][]string{{servertest.AliceTrain, "alice", "carol", ""}, {servertest.BobTrain, servertest.Ghost}}},
+		servertest.AsAlice:  {PIDs: [][]uint32{{100, 200}, {}}, Owners: [][]string{{servertest.AliceTrain, "alice"}, {}}},
+		servertest.AsBob:    {PIDs: [][]uint32{{}, {101}}, Owners: [][]string{{}, {servertest.BobTrain}}},
+		servertest.AsNobody: {PIDs: [][]uint32{{}, {}}, Owners: [][]string{{}, {}}},
 	} {
 		t.Run(caller, func(t *testing.T) {
 			var got apitype.GPUsResponse
-			f.get(t, caller, "/api/v1/gpus").decode(t, &got)
+			f.Get(t, caller, "/api/v1/gpus").Decode(t, &got)
 			s := seen{PIDs: [][]uint32{}, Owners: [][]string{}}
 			for _, g := range got.GPUs {
 				pids, owners := []uint32{}, []string{}
@@ -112,21 +114,21 @@ func TestGPUsSeenBy(t *testing.T) {
 // TestWasteSeenBy: a user sees their own findings, with the totals summed
 // over those alone; findings nobody owns are nobody's.
 func TestWasteSeenBy(t *testing.T) {
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	for caller, want := range map[string]struct {
 		ids    []string
 		hours  float64
 		active int
 	}{
-		asAdmin:  {[]string{"idle-bob", "idle-alice", "outside-carol", "outside-nobody"}, 3.75, 4},
-		asViewer: {[]string{"idle-bob", "idle-alice", "outside-carol", "outside-nobody"}, 3.75, 4},
-		asAlice:  {[]string{"idle-alice"}, 1, 1},
-		asBob:    {[]string{"idle-bob"}, 2, 1},
-		asNobody: {[]string{}, 0, 0},
+		servertest.AsAdmin:  {[]string{"idle-bob", "idle-alice", "outside-carol", "outside-nobody"}, 3.75, 4},
+		servertest.AsViewer: {[]string{"idle-bob", "idle-alice", "outside-carol", "outside-nobody"}, 3.75, 4},
+		servertest.AsAlice:  {[]string{"idle-alice"}, 1, 1},
+		servertest.AsBob:    {[]string{"idle-bob"}, 2, 1},
+		servertest.AsNobody: {[]string{}, 0, 0},
 	} {
 		t.Run(caller, func(t *testing.T) {
 			var got apitype.WasteReport
-			f.get(t, caller, "/api/v1/waste").decode(t, &got)
+			f.Get(t, caller, "/api/v1/waste").Decode(t, &got)
 			ids := []string{}
 			for _, fd := range got.Findings {
 				ids = append(ids, fd.ID)
@@ -152,44 +154,44 @@ func TestWasteSeenBy(t *testing.T) {
 // TestUsageSeenBy: a user's report is always of their own usage; asking
 // for someone else's is refused and audited.
 func TestUsageSeenBy(t *testing.T) {
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	tests := []struct {
 		caller, query string
 		status        int
 		user          string // the user the report was asked for
 	}{
-		{asAlice, "", 200, "alice"},
-		{asAlice, "?user=alice", 200, "alice"},
-		{asAlice, "?by=team&team=vision", 200, "alice"},
-		{asAlice, "?user=bob", 403, ""},
-		{asBob, "", 200, "bob"},
-		{asAdmin, "", 200, ""},
-		{asAdmin, "?user=bob", 200, "bob"},
-		{asViewer, "?user=bob", 200, "bob"},
+		{servertest.AsAlice, "", 200, "alice"},
+		{servertest.AsAlice, "?user=alice", 200, "alice"},
+		{servertest.AsAlice, "?by=team&team=vision", 200, "alice"},
+		{servertest.AsAlice, "?user=bob", 403, ""},
+		{servertest.AsBob, "", 200, "bob"},
+		{servertest.AsAdmin, "", 200, ""},
+		{servertest.AsAdmin, "?user=bob", 200, "bob"},
+		{servertest.AsViewer, "?user=bob", 200, "bob"},
 	}
 	for _, tt := range tests {
 		for _, path := range []string{"/api/v1/usage", "/api/v1/usage.csv"} {
 			t.Run(tt.caller+" "+path+tt.query, func(t *testing.T) {
-				a := f.get(t, tt.caller, path+tt.query)
-				got := f.reports.take()
-				events := f.audit.take()
+				a := f.Get(t, tt.caller, path+tt.query)
+				got := f.Reports.Take()
+				events := f.Audit.Take()
 				if tt.status == http.StatusForbidden {
-					e := a.apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+					e := a.APIError(t, http.StatusForbidden, apitype.CodeForbidden)
 					if want := `alice may usage.read only for their own containers and usage`; e.Message != want {
 						t.Errorf("message %q, want %q", e.Message, want)
 					}
 					if len(got) != 0 {
 						t.Errorf("the ledger was read: %+v", got)
 					}
-					want := []audit.Event{{Time: f.clock.Now(), Kind: audit.KindAPI, Caller: "alice (token alice-laptop)", Role: "user", Action: "usage.read",
+					want := []audit.Event{{Time: f.Clock.Now(), Kind: audit.KindAPI, Caller: "alice (token alice-laptop)", Role: "user", Action: "usage.read",
 						Target: "usage user=bob", Status: http.StatusForbidden, Outcome: audit.OutcomeDenied, Error: e.Message}}
 					if diff := cmp.Diff(want, eventsWithoutSource(t, events)); diff != "" {
 						t.Errorf("audit events (-want +got):\n%s", diff)
 					}
 					return
 				}
-				if a.status != http.StatusOK {
-					t.Fatalf("%d %s", a.status, a.body)
+				if a.Status != http.StatusOK {
+					t.Fatalf("%d %s", a.Status, a.Body)
 				}
 				if len(got) != 1 || got[0].User != tt.user {
 					t.Errorf("reports asked %+v, want one for user %q", got, tt.user)
@@ -198,11 +200,11 @@ func TestUsageSeenBy(t *testing.T) {
 				if strings.HasSuffix(path, ".csv") {
 					wantType = "text/csv; charset=utf-8"
 				}
-				if ct := a.header.Get("Content-Type"); ct != wantType {
+				if ct := a.Header.Get("Content-Type"); ct != wantType {
 					t.Errorf("Content-Type %q, want %q", ct, wantType)
 				}
 				// A read is observed, with what was asked, to be summed.
-				want := []audit.Event{{Time: f.clock.Now(), Kind: audit.KindAPI, Caller: callerOf[tt.caller], Role: roleOf[tt.caller], Action: "usage.read",
+				want := []audit.Event{{Time: f.Clock.Now(), Kind: audit.KindAPI, Caller: callerOf[tt.caller], Role: roleOf[tt.caller], Action: "usage.read",
 					Target: "GET " + path + tt.query, Status: http.StatusOK, Outcome: audit.OutcomeAllowed}}
 				if diff := cmp.Diff(want, eventsWithoutSource(t, events)); diff != "" {
 					t.Errorf("audit events of the read (-want +got):\n%s", diff)
@@ -215,7 +217,7 @@ func TestUsageSeenBy(t *testing.T) {
 // TestReportLimits: the API refuses a report over a longer window or with
 // more rows than its limits, and says which limit.
 func TestReportLimits(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Limits.MaxReportWindow = 7 * 24 * time.Hour; c.Limits.MaxReportRows = 5 })
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Limits.MaxReportWindow = 7 * 24 * time.Hour; c.Limits.MaxReportRows = 5 })
 	tests := []struct {
 		name, query string
 		rows        int
@@ -245,17 +247,17 @@ func TestReportLimits(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f.reports.answer(tt.rows, nil)
-			a := f.get(t, asAdmin, "/api/v1/usage"+tt.query)
+			f.Reports.Answer(tt.rows, nil)
+			a := f.Get(t, servertest.AsAdmin, "/api/v1/usage"+tt.query)
 			if tt.status == http.StatusOK {
 				var got report.Report
-				a.decode(t, &got)
-				if a.status != http.StatusOK || len(got.Rows) != tt.rows {
-					t.Errorf("%d with %d rows, want 200 with %d", a.status, len(got.Rows), tt.rows)
+				a.Decode(t, &got)
+				if a.Status != http.StatusOK || len(got.Rows) != tt.rows {
+					t.Errorf("%d with %d rows, want 200 with %d", a.Status, len(got.Rows), tt.rows)
 				}
 				return
 			}
-			if e := a.apiError(t, tt.status, tt.code); !strings.Contains(e.Message, tt.msg) {
+			if e := a.APIError(t, tt.status, tt.code); !strings.Contains(e.Message, tt.msg) {
 				t.Errorf("message %q, want it to contain %q", e.Message, tt.msg)
 			}
 		})
@@ -263,27 +265,27 @@ func TestReportLimits(t *testing.T) {
 	// The limit holds the window as asked, before its ends are rounded
 	// out to whole minutes: since=7d fits a 7-day limit whatever the
 	// second of now.
-	f.clock.advance(30*time.Second + time.Millisecond)
-	f.reports.answer(1, nil)
-	if a := f.get(t, asAdmin, "/api/v1/usage?since=7d"); a.status != http.StatusOK {
-		t.Errorf("since=7d at %s under a 7-day limit: %d %s", f.clock.Now().Format(time.RFC3339Nano), a.status, a.body)
+	f.Clock.Advance(30*time.Second + time.Millisecond)
+	f.Reports.Answer(1, nil)
+	if a := f.Get(t, servertest.AsAdmin, "/api/v1/usage?since=7d"); a.Status != http.StatusOK {
+		t.Errorf("since=7d at %s under a 7-day limit: %d %s", f.Clock.Now().Format(time.RFC3339Nano), a.Status, a.Body)
 	}
-	f.clock.advance(-30*time.Second - time.Millisecond)
-	f.reports.answer(1, nil)
-	if e := f.get(t, asAdmin, "/api/v1/usage.csv?format=json").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest); e.Message != "format: /api/v1/usage.csv serves csv only" {
+	f.Clock.Advance(-30*time.Second - time.Millisecond)
+	f.Reports.Answer(1, nil)
+	if e := f.Get(t, servertest.AsAdmin, "/api/v1/usage.csv?format=json").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest); e.Message != "format: /api/v1/usage.csv serves csv only" {
 		t.Errorf("message %q", e.Message)
 	}
 
 	// A ledger that fails says so without its own words.
-	f.reports.answer(1, errors.New(`read usage: pq: relation "usage_hour" does not exist at /srv/ledger.go:12`))
-	if e := f.get(t, asAdmin, "/api/v1/usage").apiError(t, http.StatusInternalServerError, "ledger_error"); strings.Contains(e.Message, "usage_hour") {
+	f.Reports.Answer(1, errors.New(`read usage: pq: relation "usage_hour" does not exist at /srv/ledger.go:12`))
+	if e := f.Get(t, servertest.AsAdmin, "/api/v1/usage").APIError(t, http.StatusInternalServerError, "ledger_error"); strings.Contains(e.Message, "usage_hour") {
 		t.Errorf("message %q shows the ledger's error", e.Message)
 	}
-	f.reports.answer(1, fmt.Errorf("price: %w", cost.ErrInvalidCost))
-	f.get(t, asAdmin, "/api/v1/usage").apiError(t, http.StatusInternalServerError, "bad_config")
+	f.Reports.Answer(1, fmt.Errorf("price: %w", cost.ErrInvalidCost))
+	f.Get(t, servertest.AsAdmin, "/api/v1/usage").APIError(t, http.StatusInternalServerError, "bad_config")
 
-	off := newFixture(t, func(c *Config) { c.Reports = nil })
-	off.get(t, asAlice, "/api/v1/usage").apiError(t, http.StatusServiceUnavailable, apitype.CodeLedgerOff)
+	off := servertest.NewFixture(t, func(c *server.Config) { c.Reports = nil })
+	off.Get(t, servertest.AsAlice, "/api/v1/usage").APIError(t, http.StatusServiceUnavailable, apitype.CodeLedgerOff)
 }
 
 // TestStop: who may stop which container, and what each failure answers.
@@ -298,54 +300,54 @@ func TestStop(t *testing.T) {
 		outcome              string
 		audited              int // the audit event's status, when not status
 	}{
-		{name: "admin stops bob's", caller: asAdmin, target: "bob-train", status: 200, stopped: bobTrain, outcome: audit.OutcomeAllowed},
-		{name: "alice stops hers by name", caller: asAlice, target: "alice-train", status: 200, stopped: aliceTrain, outcome: audit.OutcomeAllowed},
-		{name: "alice stops hers by ID", caller: asAlice, target: aliceTrain, status: 200, stopped: aliceTrain, outcome: audit.OutcomeAllowed},
-		{name: "alice stops hers by short ID", caller: asAlice, target: aliceTrain[:12], status: 200, stopped: aliceTrain, outcome: audit.OutcomeAllowed},
-		{name: "a prefix under 12 is no ID", caller: asAlice, target: aliceTrain[:11], status: 404, code: apitype.CodeNotFound, msg: `no container "` + aliceTrain[:11] + `" is known to the agent`, outcome: apitype.OutcomeFailed},
+		{name: "admin stops bob's", caller: servertest.AsAdmin, target: "bob-train", status: 200, stopped: servertest.BobTrain, outcome: audit.OutcomeAllowed},
+		{name: "alice stops hers by name", caller: servertest.AsAlice, target: "alice-train", status: 200, stopped: servertest.AliceTrain, outcome: audit.OutcomeAllowed},
+		{name: "alice stops hers by ID", caller: servertest.AsAlice, target: servertest.AliceTrain, status: 200, stopped: servertest.AliceTrain, outcome: audit.OutcomeAllowed},
+		{name: "alice stops hers by short ID", caller: servertest.AsAlice, target: servertest.AliceTrain[:12], status: 200, stopped: servertest.AliceTrain, outcome: audit.OutcomeAllowed},
+		{name: "a prefix under 12 is no ID", caller: servertest.AsAlice, target: servertest.AliceTrain[:11], status: 404, code: apitype.CodeNotFound, msg: `no container "` + servertest.AliceTrain[:11] + `" is known to the agent`, outcome: apitype.OutcomeFailed},
 		// Answered as a name nobody has, so that alice cannot tell bob's
 		// containers from no container; audited as the refusal it is.
-		{name: "alice on bob's", caller: asAlice, target: "bob-train", status: 404, code: apitype.CodeNotFound, msg: `no container "bob-train" is known to the agent`, audited: 403, outcome: audit.OutcomeDenied},
-		{name: "viewer", caller: asViewer, target: "alice-train", status: 403, code: apitype.CodeForbidden, msg: "role viewer may not containers.stop", outcome: audit.OutcomeDenied},
-		{name: "unknown", caller: asAdmin, target: "nope", status: 404, code: apitype.CodeNotFound, msg: `no container "nope" is known to the agent`, outcome: apitype.OutcomeFailed},
-		{name: "unknown to alice", caller: asAlice, target: "nope", status: 404, code: apitype.CodeNotFound, msg: `no container "nope" is known to the agent`, outcome: apitype.OutcomeFailed},
-		{name: "not in the inventory", caller: asAdmin, target: ghost, status: 404, code: apitype.CodeNotFound, msg: "is known to the agent", outcome: apitype.OutcomeFailed},
-		{name: "already stopped", caller: asAdmin, target: "alice-old", status: 409, code: apitype.CodeConflict, msg: "container alice-old is not running", outcome: apitype.OutcomeFailed},
-		{name: "alice's already stopped", caller: asAlice, target: "alice-old", status: 409, code: apitype.CodeConflict, msg: "container alice-old is not running", outcome: apitype.OutcomeFailed},
-		{name: "no docker", caller: asAdmin, target: "bob-train", noStopper: true, status: 503, code: apitype.CodeDockerOff, msg: "docker.enabled: false", outcome: apitype.OutcomeFailed},
-		{name: "gone meanwhile", caller: asAlice, target: "alice-train", stopErr: fmt.Errorf("stop %s: %w", aliceTrain, container.ErrNotFound),
-			status: 404, code: apitype.CodeNotFound, msg: "container alice-train no longer exists", stopped: aliceTrain, outcome: apitype.OutcomeFailed},
-		{name: "docker fails", caller: asAlice, target: "alice-train", stopErr: errors.New("Post http://%2Fvar%2Frun%2Fdocker.sock/v1.47/containers/a1/stop: dial unix: permission denied"),
-			status: 502, code: apitype.CodeInternal, msg: "docker could not stop the container; the agent's log says why", stopped: aliceTrain, outcome: apitype.OutcomeFailed},
+		{name: "alice on bob's", caller: servertest.AsAlice, target: "bob-train", status: 404, code: apitype.CodeNotFound, msg: `no container "bob-train" is known to the agent`, audited: 403, outcome: audit.OutcomeDenied},
+		{name: "viewer", caller: servertest.AsViewer, target: "alice-train", status: 403, code: apitype.CodeForbidden, msg: "role viewer may not containers.stop", outcome: audit.OutcomeDenied},
+		{name: "unknown", caller: servertest.AsAdmin, target: "nope", status: 404, code: apitype.CodeNotFound, msg: `no container "nope" is known to the agent`, outcome: apitype.OutcomeFailed},
+		{name: "unknown to alice", caller: servertest.AsAlice, target: "nope", status: 404, code: apitype.CodeNotFound, msg: `no container "nope" is known to the agent`, outcome: apitype.OutcomeFailed},
+		{name: "not in the inventory", caller: servertest.AsAdmin, target: servertest.Ghost, status: 404, code: apitype.CodeNotFound, msg: "is known to the agent", outcome: apitype.OutcomeFailed},
+		{name: "already stopped", caller: servertest.AsAdmin, target: "alice-old", status: 409, code: apitype.CodeConflict, msg: "container alice-old is not running", outcome: apitype.OutcomeFailed},
+		{name: "alice's already stopped", caller: servertest.AsAlice, target: "alice-old", status: 409, code: apitype.CodeConflict, msg: "container alice-old is not running", outcome: apitype.OutcomeFailed},
+		{name: "no docker", caller: servertest.AsAdmin, target: "bob-train", noStopper: true, status: 503, code: apitype.CodeDockerOff, msg: "docker.enabled: false", outcome: apitype.OutcomeFailed},
+		{name: "gone meanwhile", caller: servertest.AsAlice, target: "alice-train", stopErr: fmt.Errorf("stop %s: %w", servertest.AliceTrain, container.ErrNotFound),
+			status: 404, code: apitype.CodeNotFound, msg: "container alice-train no longer exists", stopped: servertest.AliceTrain, outcome: apitype.OutcomeFailed},
+		{name: "docker fails", caller: servertest.AsAlice, target: "alice-train", stopErr: errors.New("Post http://%2Fvar%2Frun%2Fdocker.sock/v1.47/containers/a1/stop: dial unix: permission denied"),
+			status: 502, code: apitype.CodeInternal, msg: "docker could not stop the container; the agent's log says why", stopped: servertest.AliceTrain, outcome: apitype.OutcomeFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			stopper := &recordingStopper{err: tt.stopErr}
-			f := newFixture(t, func(c *Config) {
+			stopper := &servertest.RecordingStopper{Err: tt.stopErr}
+			f := servertest.NewFixture(t, func(c *server.Config) {
 				c.Stopper = stopper
 				if tt.noStopper {
 					c.Stopper = nil
 				}
 			})
-			f.stopper = stopper
-			a := f.do(t, tt.caller, http.MethodPost, "/api/v1/containers/"+url.PathEscape(tt.target)+"/stop", strings.NewReader(`{"timeout":"1m"}`), "")
+			f.Stopper = stopper
+			a := f.Do(t, tt.caller, http.MethodPost, "/api/v1/containers/"+url.PathEscape(tt.target)+"/stop", strings.NewReader(`{"timeout":"1m"}`), "")
 			if tt.status == http.StatusOK {
 				var got apitype.StopResponse
-				a.decode(t, &got)
-				if a.status != http.StatusOK || got.ID != tt.stopped || !got.Stopped {
-					t.Errorf("%d %+v, want 200 with %s stopped", a.status, got, tt.stopped)
+				a.Decode(t, &got)
+				if a.Status != http.StatusOK || got.ID != tt.stopped || !got.Stopped {
+					t.Errorf("%d %+v, want 200 with %s stopped", a.Status, got, tt.stopped)
 				}
-			} else if e := a.apiError(t, tt.status, tt.code); e.Message != tt.msg && !strings.Contains(e.Message, tt.msg) {
+			} else if e := a.APIError(t, tt.status, tt.code); e.Message != tt.msg && !strings.Contains(e.Message, tt.msg) {
 				t.Errorf("message %q, want it to contain %q", e.Message, tt.msg)
 			}
-			var want []stopCall
+			var want []servertest.StopCall
 			if tt.stopped != "" {
-				want = []stopCall{{tt.stopped, time.Minute}}
+				want = []servertest.StopCall{{ID: tt.stopped, Grace: time.Minute}}
 			}
-			if diff := cmp.Diff(want, f.stopper.take()); diff != "" {
+			if diff := cmp.Diff(want, f.Stopper.Take()); diff != "" {
 				t.Errorf("stops (-want +got):\n%s", diff)
 			}
-			events, acted := f.audit.takeActed()
+			events, acted := f.Audit.TakeActed()
 			audited := tt.status
 			if tt.audited != 0 {
 				audited = tt.audited
@@ -367,29 +369,29 @@ func TestStop(t *testing.T) {
 // one while a stop is under way. After the next sample the inventory
 // decides again.
 func TestStopTwiceInOneTick(t *testing.T) {
-	stopper := &recordingStopper{}
-	f := newFixture(t, func(c *Config) { c.Stopper = stopper })
-	f.stopper = stopper // no new sample after the stop
+	stopper := &servertest.RecordingStopper{}
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Stopper = stopper })
+	f.Stopper = stopper // no new sample after the stop
 	path := "/api/v1/containers/alice-train/stop"
-	if a := f.do(t, asAlice, http.MethodPost, path, nil, ""); a.status != http.StatusOK {
-		t.Fatalf("first stop: %d %s", a.status, a.body)
+	if a := f.Do(t, servertest.AsAlice, http.MethodPost, path, nil, ""); a.Status != http.StatusOK {
+		t.Fatalf("first stop: %d %s", a.Status, a.Body)
 	}
-	e := f.do(t, asAdmin, http.MethodPost, path, nil, "").apiError(t, http.StatusConflict, apitype.CodeConflict)
-	if want := "container alice-train was stopped at " + f.clock.Now().UTC().Format(time.RFC3339); e.Message != want {
+	e := f.Do(t, servertest.AsAdmin, http.MethodPost, path, nil, "").APIError(t, http.StatusConflict, apitype.CodeConflict)
+	if want := "container alice-train was stopped at " + f.Clock.Now().UTC().Format(time.RFC3339); e.Message != want {
 		t.Errorf("second stop: %q, want %q", e.Message, want)
 	}
-	if calls := stopper.take(); len(calls) != 1 {
+	if calls := stopper.Take(); len(calls) != 1 {
 		t.Errorf("docker was asked %d times, want once", len(calls))
 	}
 
 	// Two at once: one stops, the other is told a stop is under way.
-	slow := &recordingStopper{delay: 300 * time.Millisecond}
-	g := newFixture(t, func(c *Config) { c.Stopper = slow })
-	g.stopper = slow
+	slow := &servertest.RecordingStopper{Delay: 300 * time.Millisecond}
+	g := servertest.NewFixture(t, func(c *server.Config) { c.Stopper = slow })
+	g.Stopper = slow
 	statuses := make(chan int, 2)
 	for range 2 {
 		go func() {
-			statuses <- g.do(t, asAdmin, http.MethodPost, "/api/v1/containers/bob-train/stop", nil, "").status
+			statuses <- g.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/containers/bob-train/stop", nil, "").Status
 		}()
 	}
 	got := []int{<-statuses, <-statuses}
@@ -399,9 +401,9 @@ func TestStopTwiceInOneTick(t *testing.T) {
 	}
 
 	// The next sample is the inventory's word again.
-	f.resample()
-	if a := f.do(t, asAlice, http.MethodPost, path, nil, ""); a.status != http.StatusOK {
-		t.Errorf("a stop after the next sample: %d %s, want 200 (the fixture's inventory still shows it running)", a.status, a.body)
+	f.Resample()
+	if a := f.Do(t, servertest.AsAlice, http.MethodPost, path, nil, ""); a.Status != http.StatusOK {
+		t.Errorf("a stop after the next sample: %d %s, want 200 (the fixture's inventory still shows it running)", a.Status, a.Body)
 	}
 }
 
@@ -411,19 +413,19 @@ func TestStopTwiceInOneTick(t *testing.T) {
 // at the timeout and the client gets no answer, while the container is
 // stopped and the audit log says 200.
 func TestStopLongGrace(t *testing.T) {
-	stopper := &recordingStopper{delay: 1500 * time.Millisecond}
-	f := newFixtureServer(t, func(c *Config) { c.Stopper = stopper }, func(s *http.Server) { s.WriteTimeout = 500 * time.Millisecond })
-	f.stopper = stopper
-	a := f.do(t, asAlice, http.MethodPost, "/api/v1/containers/alice-train/stop", strings.NewReader(`{"timeout":"2s"}`), "")
-	if a.status != http.StatusOK {
-		t.Fatalf("%d %s, want 200", a.status, a.body)
+	stopper := &servertest.RecordingStopper{Delay: 1500 * time.Millisecond}
+	f := servertest.NewFixtureServer(t, func(c *server.Config) { c.Stopper = stopper }, func(s *http.Server) { s.WriteTimeout = 500 * time.Millisecond })
+	f.Stopper = stopper
+	a := f.Do(t, servertest.AsAlice, http.MethodPost, "/api/v1/containers/alice-train/stop", strings.NewReader(`{"timeout":"2s"}`), "")
+	if a.Status != http.StatusOK {
+		t.Fatalf("%d %s, want 200", a.Status, a.Body)
 	}
 	var got apitype.StopResponse
-	a.decode(t, &got)
+	a.Decode(t, &got)
 	if !got.Stopped || got.Grace != "2s" || got.Seconds < 1.5 || got.Killed() {
 		t.Errorf("answer %+v, want stopped in about 1.5 s of a 2s grace, not killed", got)
 	}
-	if events, acted := f.audit.takeActed(); len(events) != 1 || events[0].Status != http.StatusOK || !acted[0] {
+	if events, acted := f.Audit.TakeActed(); len(events) != 1 || events[0].Status != http.StatusOK || !acted[0] {
 		t.Errorf("audit events %+v (actions %v), want the stop as an action", events, acted)
 	}
 	// A stop that takes the whole grace was a kill.
@@ -435,14 +437,14 @@ func TestStopLongGrace(t *testing.T) {
 // TestStopOutlivesTheClient: a client that hangs up does not cut the
 // stop short, and the audit log says what Docker did.
 func TestStopOutlivesTheClient(t *testing.T) {
-	stopper := &recordingStopper{delay: 600 * time.Millisecond}
-	f := newFixture(t, func(c *Config) { c.Stopper = stopper })
-	f.stopper = stopper
-	req, err := http.NewRequest(http.MethodPost, f.url+"/api/v1/containers/alice-train/stop", strings.NewReader(`{}`))
+	stopper := &servertest.RecordingStopper{Delay: 600 * time.Millisecond}
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Stopper = stopper })
+	f.Stopper = stopper
+	req, err := http.NewRequest(http.MethodPost, f.URL+"/api/v1/containers/alice-train/stop", strings.NewReader(`{}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", f.headers[asAlice])
+	req.Header.Set("Authorization", f.Headers[servertest.AsAlice])
 	if _, err := (&http.Client{Timeout: 100 * time.Millisecond}).Do(req); err == nil {
 		t.Fatal("the impatient client got an answer")
 	}
@@ -450,9 +452,9 @@ func TestStopOutlivesTheClient(t *testing.T) {
 	var events []audit.Event
 	for len(events) == 0 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		events = f.audit.take()
+		events = f.Audit.Take()
 	}
-	if len(events) != 1 || events[0].Status != http.StatusOK || len(stopper.take()) != 1 {
+	if len(events) != 1 || events[0].Status != http.StatusOK || len(stopper.Take()) != 1 {
 		t.Errorf("audit events %+v, want the stop done and recorded with 200", events)
 	}
 }
@@ -460,27 +462,27 @@ func TestStopOutlivesTheClient(t *testing.T) {
 // TestAuditEndpoint: the admin reads the audit log over a window and a
 // limit.
 func TestAuditEndpoint(t *testing.T) {
-	f := newFixture(t, nil)
-	now := f.clock.Now()
+	f := servertest.NewFixture(t, nil)
+	now := f.Clock.Now()
 	for i := range 3 {
-		f.audit.Observe(audit.Event{Time: now.Add(-time.Duration(3-i) * time.Minute), Kind: audit.KindAPI, Caller: fmt.Sprint("c", i)})
+		f.Audit.Observe(audit.Event{Time: now.Add(-time.Duration(3-i) * time.Minute), Kind: audit.KindAPI, Caller: fmt.Sprint("c", i)})
 	}
-	f.audit.Observe(audit.Event{Time: now.Add(-48 * time.Hour), Kind: audit.KindAPI, Caller: "old"})
+	f.Audit.Observe(audit.Event{Time: now.Add(-48 * time.Hour), Kind: audit.KindAPI, Caller: "old"})
 
 	var got apitype.AuditResponse
-	f.get(t, asAdmin, "/api/v1/audit").decode(t, &got)
+	f.Get(t, servertest.AsAdmin, "/api/v1/audit").Decode(t, &got)
 	if len(got.Events) != 3 || got.Truncated || !got.To.Equal(now) || !got.From.Equal(now.Add(-24*time.Hour)) {
 		t.Errorf("default window: %+v, want the 3 events of the last 24h", got)
 	}
-	f.get(t, asAdmin, "/api/v1/audit?limit=2").decode(t, &got)
+	f.Get(t, servertest.AsAdmin, "/api/v1/audit?limit=2").Decode(t, &got)
 	if len(got.Events) != 2 || !got.Truncated || got.Events[1].Caller != "c2" {
 		t.Errorf("limit 2: %+v, want the 2 newest, truncated", got)
 	}
-	f.get(t, asAdmin, "/api/v1/audit?since=3d").decode(t, &got)
+	f.Get(t, servertest.AsAdmin, "/api/v1/audit?since=3d").Decode(t, &got)
 	if len(got.Events) != 4 {
 		t.Errorf("since 3d: %d events, want 4", len(got.Events))
 	}
-	f.get(t, asAdmin, "/api/v1/audit?from=2020-01-01&to=2020-01-02").decode(t, &got)
+	f.Get(t, servertest.AsAdmin, "/api/v1/audit?from=2020-01-01&to=2020-01-02").Decode(t, &got)
 	if got.Events == nil || len(got.Events) != 0 {
 		t.Errorf("an empty window: %+v, want events []", got.Events)
 	}
@@ -491,7 +493,7 @@ func TestAuditEndpoint(t *testing.T) {
 		"?from=2026-11-03":          "from: 2026-11-03T00:00:00Z is not before to 2026-11-02T11:00:00Z",
 		"?user=bob":                 "\"user\" is not a parameter of /api/v1/audit (since, from, to, limit)",
 	} {
-		if e := f.get(t, asAdmin, "/api/v1/audit"+query).apiError(t, http.StatusBadRequest, apitype.CodeBadRequest); e.Message != msg {
+		if e := f.Get(t, servertest.AsAdmin, "/api/v1/audit"+query).APIError(t, http.StatusBadRequest, apitype.CodeBadRequest); e.Message != msg {
 			t.Errorf("%s: message %q, want %q", query, e.Message, msg)
 		}
 	}

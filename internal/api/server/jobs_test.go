@@ -1,11 +1,9 @@
-package server
+package server_test
 
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,101 +12,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
-	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
-// hostUsers are the users the test host's passwd file would list; root,
-// the admin's token user, is uid 0.
-var hostUsers = map[string]spec.Identity{
-	"root":  {UID: 0, GID: 0},
-	"alice": {UID: 4242, GID: 4242},
-	"bob":   {UID: 4343, GID: 4343},
-}
-
-func lookupUser(user string) (spec.Identity, error) {
-	id, ok := hostUsers[user]
-	if !ok {
-		return spec.Identity{}, fmt.Errorf("no user %s in the passwd file", user)
-	}
-	return id, nil
-}
-
-// jobsFixture is the API over a real queue on a real SQLite ledger, with
-// no engine: jobs stay queued, which is all the API needs.
-type jobsFixture struct {
-	*fixture
-	store *sqlite.Store
-}
-
-func newJobsFixture(t *testing.T, edit func(*run.Config)) *jobsFixture {
-	t.Helper()
-	return newJobsFixtureServer(t, edit, nil)
-}
-
-// newJobsFixtureServer is newJobsFixture with the API's config edited by
-// server.
-func newJobsFixtureServer(t *testing.T, edit func(*run.Config), server func(*Config)) *jobsFixture {
-	t.Helper()
-	return newJobsFixtureIn(t, t.TempDir(), edit, server)
-}
-
-// newJobsFixtureIn is newJobsFixtureServer with the ledger and the jobs'
-// environment files in dir, as in an agent's data directory.
-func newJobsFixtureIn(t *testing.T, dir string, edit func(*run.Config), server func(*Config)) *jobsFixture {
-	t.Helper()
-	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(dir, "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	cfg := run.Config{
-		Store: store, Node: "n1", Identity: lookupUser, EnvDir: filepath.Join(dir, "job-env"),
-		Rules: spec.Rules{Images: []string{"gpumeter/sleeper:*"}, MaxGPUs: 8, MaxTimeLimit: 24 * time.Hour},
-	}
-	if edit != nil {
-		edit(&cfg)
-	}
-	q, err := run.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, func(c *Config) {
-		c.Jobs = q
-		c.Limits.MaxBodyBytes = 16 << 10
-		if server != nil {
-			server(c)
-		}
-	})
-	return &jobsFixture{fixture: f, store: store}
-}
-
-const goodJob = `{"gpus":1,"time_limit":"4h","image":"gpumeter/sleeper:1","name":"train","env":["WANDB_MODE=offline"],"command":["sleep","60"]}`
-
-// submit posts body as caller and returns the job it made.
-func (f *jobsFixture) submit(t *testing.T, caller, body string) apitype.Job {
-	t.Helper()
-	a := f.do(t, caller, http.MethodPost, "/api/v1/jobs", strings.NewReader(body), "")
-	if a.status != http.StatusOK {
-		t.Fatalf("submit as %s: %d %s", caller, a.status, a.body)
-	}
-	var j apitype.Job
-	a.decode(t, &j)
-	return j
-}
-
-func (f *jobsFixture) post(t *testing.T, caller, path string) answer {
-	t.Helper()
-	return f.do(t, caller, http.MethodPost, path, nil, "")
-}
-
-func listIDs(t *testing.T, a answer) []string {
+func listIDs(t *testing.T, a servertest.Answer) []string {
 	t.Helper()
 	var r apitype.JobsResponse
-	a.decode(t, &r)
+	a.Decode(t, &r)
 	ids := []string{}
 	for _, j := range r.Jobs {
 		ids = append(ids, j.ID)
@@ -120,9 +32,9 @@ func listIDs(t *testing.T, a answer) []string {
 // another user's job is a 404, as a job that does not exist; a viewer
 // reads every job but not its logs, and changes nothing.
 func TestJobsSeenBy(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	alices := f.submit(t, asAlice, goodJob)
-	bobs := f.submit(t, asBob, goodJob)
+	f := servertest.NewJobsFixture(t, nil)
+	alices := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	bobs := f.Submit(t, servertest.AsBob, servertest.GoodJob)
 	if alices.ID != "j-000001" || alices.User != "alice" || bobs.User != "bob" {
 		t.Fatalf("submitted %s by %s and %s by %s, want j-000001 by alice and one by bob", alices.ID, alices.User, bobs.ID, bobs.User)
 	}
@@ -131,24 +43,24 @@ func TestJobsSeenBy(t *testing.T) {
 		caller, path string
 		want         []string
 	}{
-		{asAlice, "/api/v1/jobs", []string{alices.ID}},
-		{asBob, "/api/v1/jobs", []string{bobs.ID}},
-		{asViewer, "/api/v1/jobs?all_users=1", []string{alices.ID, bobs.ID}},
-		{asAdmin, "/api/v1/jobs?all_users=1&state=queued", []string{alices.ID, bobs.ID}},
-		{asAdmin, "/api/v1/jobs?all_users=1&state=running,succeeded", []string{}},
-		{asAdmin, "/api/v1/jobs", []string{}}, // root submitted nothing
+		{servertest.AsAlice, "/api/v1/jobs", []string{alices.ID}},
+		{servertest.AsBob, "/api/v1/jobs", []string{bobs.ID}},
+		{servertest.AsViewer, "/api/v1/jobs?all_users=1", []string{alices.ID, bobs.ID}},
+		{servertest.AsAdmin, "/api/v1/jobs?all_users=1&state=queued", []string{alices.ID, bobs.ID}},
+		{servertest.AsAdmin, "/api/v1/jobs?all_users=1&state=running,succeeded", []string{}},
+		{servertest.AsAdmin, "/api/v1/jobs", []string{}}, // root submitted nothing
 	}
 	for _, tt := range tests {
-		a := f.get(t, tt.caller, tt.path)
-		if a.status != http.StatusOK {
-			t.Errorf("%s GET %s: %d %s", tt.caller, tt.path, a.status, a.body)
+		a := f.Get(t, tt.caller, tt.path)
+		if a.Status != http.StatusOK {
+			t.Errorf("%s GET %s: %d %s", tt.caller, tt.path, a.Status, a.Body)
 			continue
 		}
 		if got := listIDs(t, a); !slices.Equal(got, tt.want) {
 			t.Errorf("%s GET %s: %v, want %v", tt.caller, tt.path, got, tt.want)
 		}
 	}
-	e := f.get(t, asAlice, "/api/v1/jobs?all_users=1").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	e := f.Get(t, servertest.AsAlice, "/api/v1/jobs?all_users=1").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
 	if !strings.Contains(e.Message, "all_users") {
 		t.Errorf("all_users refusal %q does not name the parameter", e.Message)
 	}
@@ -162,29 +74,29 @@ func TestJobsSeenBy(t *testing.T) {
 		{http.MethodPost, "/api/v1/jobs/" + bobs.ID + "/hold"},
 		{http.MethodPost, "/api/v1/jobs/" + bobs.ID + "/release"},
 	} {
-		theirs := f.do(t, asAlice, tt.method, tt.path, nil, "").apiError(t, http.StatusNotFound, apitype.CodeNotFound)
-		nobodys := f.do(t, asAlice, tt.method, strings.Replace(tt.path, bobs.ID, "j-999999", 1), nil, "").apiError(t, http.StatusNotFound, apitype.CodeNotFound)
+		theirs := f.Do(t, servertest.AsAlice, tt.method, tt.path, nil, "").APIError(t, http.StatusNotFound, apitype.CodeNotFound)
+		nobodys := f.Do(t, servertest.AsAlice, tt.method, strings.Replace(tt.path, bobs.ID, "j-999999", 1), nil, "").APIError(t, http.StatusNotFound, apitype.CodeNotFound)
 		if strings.ReplaceAll(theirs.Message, bobs.ID, "ID") != strings.ReplaceAll(nobodys.Message, "j-999999", "ID") {
 			t.Errorf("%s %s: %q, and for a job nobody has %q: they tell the two apart", tt.method, tt.path, theirs.Message, nobodys.Message)
 		}
 	}
 	var got apitype.Job
-	f.get(t, asBob, "/api/v1/jobs/"+bobs.ID).decode(t, &got)
+	f.Get(t, servertest.AsBob, "/api/v1/jobs/"+bobs.ID).Decode(t, &got)
 	if got.State != "queued" || got.Held {
 		t.Errorf("bob's job after alice's tries: %s held %v, want queued and not held", got.State, got.Held)
 	}
 
 	// The viewer reads any job, but not its logs, and changes nothing.
-	if a := f.get(t, asViewer, "/api/v1/jobs/"+bobs.ID); a.status != http.StatusOK {
-		t.Errorf("viewer GET bob's job: %d %s", a.status, a.body)
+	if a := f.Get(t, servertest.AsViewer, "/api/v1/jobs/"+bobs.ID); a.Status != http.StatusOK {
+		t.Errorf("viewer GET bob's job: %d %s", a.Status, a.Body)
 	}
-	f.get(t, asViewer, "/api/v1/jobs/"+bobs.ID+"/logs").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
-	f.post(t, asViewer, "/api/v1/jobs/"+bobs.ID+"/cancel").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
-	f.post(t, asViewer, "/api/v1/jobs/"+bobs.ID+"/hold").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
-	f.do(t, asViewer, http.MethodPost, "/api/v1/jobs", strings.NewReader(goodJob), "").apiError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.Get(t, servertest.AsViewer, "/api/v1/jobs/"+bobs.ID+"/logs").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.Post(t, servertest.AsViewer, "/api/v1/jobs/"+bobs.ID+"/cancel").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.Post(t, servertest.AsViewer, "/api/v1/jobs/"+bobs.ID+"/hold").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
+	f.Do(t, servertest.AsViewer, http.MethodPost, "/api/v1/jobs", strings.NewReader(servertest.GoodJob), "").APIError(t, http.StatusForbidden, apitype.CodeForbidden)
 	// The admin may touch anyone's.
 	var held apitype.Job
-	f.post(t, asAdmin, "/api/v1/jobs/"+bobs.ID+"/hold").decode(t, &held)
+	f.Post(t, servertest.AsAdmin, "/api/v1/jobs/"+bobs.ID+"/hold").Decode(t, &held)
 	if !held.Held || held.Reason != "held" {
 		t.Errorf("admin's hold of bob's job: held %v reason %q, want held", held.Held, held.Reason)
 	}
@@ -194,11 +106,11 @@ func TestJobsSeenBy(t *testing.T) {
 // promises, under these names, with null for what is not known and []
 // for empty lists; environment values never appear.
 func TestJobJSONContract(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	j := f.submit(t, asAlice, goodJob)
-	a := f.get(t, asAlice, "/api/v1/jobs/"+j.ID)
+	f := servertest.NewJobsFixture(t, nil)
+	j := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	a := f.Get(t, servertest.AsAlice, "/api/v1/jobs/"+j.ID)
 	var raw map[string]json.RawMessage
-	a.decode(t, &raw)
+	a.Decode(t, &raw)
 	var keys []string
 	for k := range raw {
 		keys = append(keys, k)
@@ -227,11 +139,11 @@ func TestJobJSONContract(t *testing.T) {
 	if !strings.HasSuffix(string(raw["submitted_at"]), `Z"`) {
 		t.Errorf("submitted_at %s is not written in UTC", raw["submitted_at"])
 	}
-	if strings.Contains(string(a.body), "offline") {
-		t.Errorf("the job's JSON shows an environment value: %s", a.body)
+	if strings.Contains(string(a.Body), "offline") {
+		t.Errorf("the job's JSON shows an environment value: %s", a.Body)
 	}
 	var list map[string]json.RawMessage
-	f.get(t, asAlice, "/api/v1/jobs").decode(t, &list)
+	f.Get(t, servertest.AsAlice, "/api/v1/jobs").Decode(t, &list)
 	if _, ok := list["jobs"]; !ok || len(list) != 1 {
 		t.Errorf("the list is %v, want one field jobs", list)
 	}
@@ -241,8 +153,8 @@ func TestJobJSONContract(t *testing.T) {
 // the field at fault, a refusal with its rule's reason code, and nothing
 // is queued.
 func TestJobSubmitErrors(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	with := func(edit string) string { return strings.Replace(goodJob, `"gpus":1,`, edit, 1) }
+	f := servertest.NewJobsFixture(t, nil)
+	with := func(edit string) string { return strings.Replace(servertest.GoodJob, `"gpus":1,`, edit, 1) }
 	tests := []struct {
 		name, body   string
 		code, reason string
@@ -251,49 +163,49 @@ func TestJobSubmitErrors(t *testing.T) {
 	}{
 		{"unknown field", with(`"gpus":1,"privileged":true,`), "bad_request", "", "", `"privileged"`},
 		{"image twice, in two cases", with(`"gpus":1,"IMAGE":"evil/miner:latest",`), "bad_request", "", "", `the body has the field "IMAGE" twice, as "IMAGE" and "image"`},
-		{"image invalid", strings.Replace(goodJob, "gpumeter/sleeper:1", "gpumeter/sleeper@sha256:abc", 1), "refused", "image_invalid", "image", "not an image reference Docker takes"},
+		{"image invalid", strings.Replace(servertest.GoodJob, "gpumeter/sleeper:1", "gpumeter/sleeper@sha256:abc", 1), "refused", "image_invalid", "image", "not an image reference Docker takes"},
 		{"gpus as text", with(`"gpus":"1",`), "bad_request", "", "", `"gpus"`},
 		{"no gpus", with(`"gpus":0,`), "bad_request", "", "gpus", "at least 1 GPU"},
 		{"negative gpus", with(`"gpus":-2,`), "bad_request", "", "gpus", "at least 1 GPU"},
 		{"bad memory", with(`"gpus":1,"memory":"lots",`), "bad_request", "", "memory", "memory"},
 		{"zero memory", with(`"gpus":1,"memory":"0",`), "bad_request", "", "memory", "no memory"},
 		{"bad shm", with(`"gpus":1,"shm_size":"8 gigs",`), "bad_request", "", "shm_size", "shm_size"},
-		{"bad time limit", strings.Replace(goodJob, `"4h"`, `"4 hours"`, 1), "bad_request", "", "time_limit", "time_limit"},
-		{"zero time limit", strings.Replace(goodJob, `"4h"`, `"0s"`, 1), "bad_request", "", "time_limit", "above 0"},
-		{"no time limit", strings.Replace(goodJob, `"time_limit":"4h",`, ``, 1), "bad_request", "", "time_limit", "queue.default_time_limit"},
+		{"bad time limit", strings.Replace(servertest.GoodJob, `"4h"`, `"4 hours"`, 1), "bad_request", "", "time_limit", "time_limit"},
+		{"zero time limit", strings.Replace(servertest.GoodJob, `"4h"`, `"0s"`, 1), "bad_request", "", "time_limit", "above 0"},
+		{"no time limit", strings.Replace(servertest.GoodJob, `"time_limit":"4h",`, ``, 1), "bad_request", "", "time_limit", "queue.default_time_limit"},
 		{"bad notify", with(`"gpus":1,"notify":["always"],`), "bad_request", "", "notify", "start or end"},
-		{"empty command", strings.Replace(goodJob, `["sleep","60"]`, `[]`, 1), "bad_request", "", "command", "empty"},
+		{"empty command", strings.Replace(servertest.GoodJob, `["sleep","60"]`, `[]`, 1), "bad_request", "", "command", "empty"},
 		{"malformed mount", with(`"gpus":1,"mounts":["data"],`), "", "", "mounts", ""},
-		{"image not allowed", strings.Replace(goodJob, "gpumeter/sleeper:1", "evil/miner:latest", 1), "refused", "image_not_allowed", "image", "queue.images"},
-		{"time limit too long", strings.Replace(goodJob, `"4h"`, `"2d"`, 1), "refused", "time_limit_too_long", "time_limit", "queue.max_time_limit"},
+		{"image not allowed", strings.Replace(servertest.GoodJob, "gpumeter/sleeper:1", "evil/miner:latest", 1), "refused", "image_not_allowed", "image", "queue.images"},
+		{"time limit too long", strings.Replace(servertest.GoodJob, `"4h"`, `"2d"`, 1), "refused", "time_limit_too_long", "time_limit", "queue.max_time_limit"},
 		{"too many gpus", with(`"gpus":9,`), "refused", "too_big", "gpus", "queue.max_gpus"},
 		{"label not allowed", with(`"gpus":1,"labels":["gpumeter.project=vision"],`), "refused", "label_not_allowed", "labels", "queue.labels is empty"},
 		{"label not K=V", with(`"gpus":1,"labels":["gpumeter.project"],`), "bad_request", "", "labels", "KEY=VALUE"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(tt.body), "")
+			a := f.Do(t, servertest.AsAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(tt.body), "")
 			var e apitype.Error
-			a.decode(t, &e)
-			if a.status != http.StatusBadRequest {
-				t.Fatalf("%d %s, want 400", a.status, a.body)
+			a.Decode(t, &e)
+			if a.Status != http.StatusBadRequest {
+				t.Fatalf("%d %s, want 400", a.Status, a.Body)
 			}
 			if tt.code != "" && e.Code != tt.code || tt.reason != "" && e.Reason != tt.reason || tt.field != "" && e.Field != tt.field || !strings.Contains(e.Message, tt.says) {
-				t.Errorf("%s, want code %s reason %q field %q saying %q", a.body, tt.code, tt.reason, tt.field, tt.says)
+				t.Errorf("%s, want code %s reason %q field %q saying %q", a.Body, tt.code, tt.reason, tt.field, tt.says)
 			}
 			// A refusal may quote the queue's patterns, stars and all.
 			checkOwnWords(t, strings.ReplaceAll(e.Message, "*", ""))
 		})
 	}
 	// The env refusal replaces the good job's variable.
-	env := strings.Replace(goodJob, `"WANDB_MODE=offline"`, `"NVIDIA_VISIBLE_DEVICES=all"`, 1)
-	a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(env), "")
+	env := strings.Replace(servertest.GoodJob, `"WANDB_MODE=offline"`, `"NVIDIA_VISIBLE_DEVICES=all"`, 1)
+	a := f.Do(t, servertest.AsAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(env), "")
 	var e apitype.Error
-	a.decode(t, &e)
-	if a.status != http.StatusBadRequest || e.Code != apitype.CodeRefused || e.Reason != "env_not_allowed" || e.Field != "env" {
-		t.Errorf("NVIDIA_VISIBLE_DEVICES=all: %d %s, want a 400 refused with env_not_allowed in env", a.status, a.body)
+	a.Decode(t, &e)
+	if a.Status != http.StatusBadRequest || e.Code != apitype.CodeRefused || e.Reason != "env_not_allowed" || e.Field != "env" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=all: %d %s, want a 400 refused with env_not_allowed in env", a.Status, a.Body)
 	}
-	if got := listIDs(t, f.get(t, asAdmin, "/api/v1/jobs?all_users=1&all=1")); len(got) != 0 {
+	if got := listIDs(t, f.Get(t, servertest.AsAdmin, "/api/v1/jobs?all_users=1&all=1")); len(got) != 0 {
 		t.Errorf("refused requests queued %v", got)
 	}
 }
@@ -303,8 +215,8 @@ func TestJobSubmitErrors(t *testing.T) {
 // and each action, with the submit, is one audit row in the ledger,
 // written with the job's change.
 func TestJobActionsAudited(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	j := f.submit(t, asAlice, goodJob)
+	f := servertest.NewJobsFixture(t, nil)
+	j := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
 	base := "/api/v1/jobs/" + j.ID
 	steps := []struct {
 		verb   string
@@ -317,30 +229,30 @@ func TestJobActionsAudited(t *testing.T) {
 		{"cancel", "cancelled", false, "cancelled"},
 	}
 	for _, s := range steps {
-		a := f.post(t, asAlice, base+"/"+s.verb)
-		if a.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", s.verb, a.status, a.body)
+		a := f.Post(t, servertest.AsAlice, base+"/"+s.verb)
+		if a.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", s.verb, a.Status, a.Body)
 		}
 		var got apitype.Job
-		a.decode(t, &got)
+		a.Decode(t, &got)
 		if got.State != s.state || got.Held != s.held || got.Reason != s.reason {
 			t.Errorf("after %s: %s held %v reason %s, want %s held %v reason %s", s.verb, got.State, got.Held, got.Reason, s.state, s.held, s.reason)
 		}
 	}
-	e := f.post(t, asAlice, base+"/cancel").apiError(t, http.StatusConflict, apitype.CodeConflict)
+	e := f.Post(t, servertest.AsAlice, base+"/cancel").APIError(t, http.StatusConflict, apitype.CodeConflict)
 	if e.State != "cancelled" || !strings.Contains(e.Message, "cancelled") {
 		t.Errorf("cancel of a cancelled job: state %q message %q, want its state", e.State, e.Message)
 	}
-	f.post(t, asAlice, base+"/hold").apiError(t, http.StatusConflict, apitype.CodeConflict)
+	f.Post(t, servertest.AsAlice, base+"/hold").APIError(t, http.StatusConflict, apitype.CodeConflict)
 	// A queued job has no logs yet: a conflict naming its state.
-	k := f.submit(t, asAlice, goodJob)
-	if e := f.get(t, asAlice, "/api/v1/jobs/"+k.ID+"/logs").apiError(t, http.StatusConflict, apitype.CodeConflict); e.State != "queued" {
+	k := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	if e := f.Get(t, servertest.AsAlice, "/api/v1/jobs/"+k.ID+"/logs").APIError(t, http.StatusConflict, apitype.CodeConflict); e.State != "queued" {
 		t.Errorf("logs of a queued job: state %q, want queued", e.State)
 	}
 	// A body on an action may only be empty.
-	f.do(t, asAlice, http.MethodPost, "/api/v1/jobs/"+k.ID+"/hold", strings.NewReader(`{"force":true}`), "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+	f.Do(t, servertest.AsAlice, http.MethodPost, "/api/v1/jobs/"+k.ID+"/hold", strings.NewReader(`{"force":true}`), "").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 
-	events, err := f.store.AuditEvents(context.Background(), audit.Filter{})
+	events, err := f.Store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,14 +274,14 @@ func TestJobActionsAudited(t *testing.T) {
 
 // TestJobsQueueOff: an agent without the queue says how to turn it on.
 func TestJobsQueueOff(t *testing.T) {
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	for _, tt := range []struct{ method, path string }{
 		{http.MethodGet, "/api/v1/jobs"},
 		{http.MethodPost, "/api/v1/jobs"},
 		{http.MethodGet, "/api/v1/jobs/j-000001"},
 		{http.MethodPost, "/api/v1/jobs/j-000001/cancel"},
 	} {
-		e := f.do(t, asAdmin, tt.method, tt.path, nil, "").apiError(t, http.StatusServiceUnavailable, apitype.CodeQueueOff)
+		e := f.Do(t, servertest.AsAdmin, tt.method, tt.path, nil, "").APIError(t, http.StatusServiceUnavailable, apitype.CodeQueueOff)
 		if !strings.Contains(e.Message, "queue.enabled") {
 			t.Errorf("%s %s: %q, want it to name queue.enabled", tt.method, tt.path, e.Message)
 		}
@@ -379,14 +291,14 @@ func TestJobsQueueOff(t *testing.T) {
 // TestJobListParams: the list refuses parameters it does not know and
 // states that are not states.
 func TestJobListParams(t *testing.T) {
-	f := newJobsFixture(t, nil)
+	f := servertest.NewJobsFixture(t, nil)
 	for path, says := range map[string]string{
 		"/api/v1/jobs?state=sleeping": "sleeping",
 		"/api/v1/jobs?state=":         "empty state",
 		"/api/v1/jobs?user=bob":       "user",
 		"/api/v1/jobs?all=yes":        "all",
 	} {
-		e := f.get(t, asAlice, path).apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+		e := f.Get(t, servertest.AsAlice, path).APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 		if !strings.Contains(e.Message, says) {
 			t.Errorf("GET %s: %q, want it to say %q", path, e.Message, says)
 		}
@@ -397,12 +309,12 @@ func TestJobListParams(t *testing.T) {
 // container gets it at start; the queue's own keys are refused even where
 // a pattern matches them.
 func TestJobLabels(t *testing.T) {
-	f := newJobsFixture(t, func(c *run.Config) { c.Rules.Labels = []string{"gpumeter.*"} })
+	f := servertest.NewJobsFixture(t, func(c *run.Config) { c.Rules.Labels = []string{"gpumeter.*"} })
 	with := func(labels string) string {
-		return strings.Replace(goodJob, `"gpus":1,`, `"gpus":1,"labels":`+labels+`,`, 1)
+		return strings.Replace(servertest.GoodJob, `"gpus":1,`, `"gpus":1,"labels":`+labels+`,`, 1)
 	}
-	j := f.submit(t, asAlice, with(`["gpumeter.project=vision","gpumeter.sim.util=80"]`))
-	stored, err := f.store.Job(context.Background(), j.ID)
+	j := f.Submit(t, servertest.AsAlice, with(`["gpumeter.project=vision","gpumeter.sim.util=80"]`))
+	stored, err := f.Store.Job(context.Background(), j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,11 +326,11 @@ func TestJobLabels(t *testing.T) {
 		t.Errorf("stored labels %v, want %v", req.Labels, want)
 	}
 	for _, l := range []string{"gpumeter.user=bob", "gpumeter.exempt=true", "gpumeter.job=j-000001"} {
-		a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(with(`["`+l+`"]`)), "")
+		a := f.Do(t, servertest.AsAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(with(`["`+l+`"]`)), "")
 		var e apitype.Error
-		a.decode(t, &e)
-		if a.status != http.StatusBadRequest || e.Reason != "label_not_allowed" || e.Field != "labels" {
-			t.Errorf("label %s: %d %s, want a 400 refused with label_not_allowed", l, a.status, a.body)
+		a.Decode(t, &e)
+		if a.Status != http.StatusBadRequest || e.Reason != "label_not_allowed" || e.Field != "labels" {
+			t.Errorf("label %s: %d %s, want a 400 refused with label_not_allowed", l, a.Status, a.Body)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 	"github.com/gpumeter/gpumeter/internal/ledger/postgres"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
@@ -27,12 +28,12 @@ func TestLedgerOutageAnswers503(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	f := newJobsFixture(t, func(c *run.Config) { c.Store = store })
-	j := f.submit(t, asAlice, goodJob)
+	f := servertest.NewJobsFixture(t, func(c *run.Config) { c.Store = store })
+	j := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
 
 	proxy.Partition()
 	for _, tt := range []struct{ name, path, body string }{
-		{"submit", "/api/v1/jobs", goodJob},
+		{"submit", "/api/v1/jobs", servertest.GoodJob},
 		{"hold", "/api/v1/jobs/" + j.ID + "/hold", ""},
 		{"release", "/api/v1/jobs/" + j.ID + "/release", ""},
 		{"cancel", "/api/v1/jobs/" + j.ID + "/cancel", ""},
@@ -42,22 +43,22 @@ func TestLedgerOutageAnswers503(t *testing.T) {
 			if tt.body != "" {
 				body = strings.NewReader(tt.body)
 			}
-			var a answer
+			var a servertest.Answer
 			if body != nil {
-				a = f.do(t, asAlice, http.MethodPost, tt.path, body, "")
+				a = f.Do(t, servertest.AsAlice, http.MethodPost, tt.path, body, "")
 			} else {
-				a = f.post(t, asAlice, tt.path)
+				a = f.Post(t, servertest.AsAlice, tt.path)
 			}
-			a.apiError(t, http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable)
-			if s, err := strconv.Atoi(a.header.Get("Retry-After")); err != nil || s <= 0 {
-				t.Errorf("Retry-After %q, want a number of seconds", a.header.Get("Retry-After"))
+			a.APIError(t, http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable)
+			if s, err := strconv.Atoi(a.Header.Get("Retry-After")); err != nil || s <= 0 {
+				t.Errorf("Retry-After %q, want a number of seconds", a.Header.Get("Retry-After"))
 			}
 		})
 	}
 
 	proxy.Heal()
-	f.post(t, asAlice, "/api/v1/jobs/"+j.ID+"/hold").decode(t, new(apitype.Job))
-	if got := f.submit(t, asAlice, goodJob); got.State != "queued" {
+	f.Post(t, servertest.AsAlice, "/api/v1/jobs/"+j.ID+"/hold").Decode(t, new(apitype.Job))
+	if got := f.Submit(t, servertest.AsAlice, servertest.GoodJob); got.State != "queued" {
 		t.Errorf("submit after the outage: %s, want queued", got.State)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
@@ -25,17 +27,17 @@ import (
 // queue on SQLite: the snapshot never shows more than the routes, and
 // leaves nothing out that they show.
 func TestSnapshotAsTheRoutes(t *testing.T) {
-	f := newJobsFixture(t, nil)
-	alice1 := f.submit(t, asAlice, goodJob)
-	alice2 := f.submit(t, asAlice, goodJob)
-	bob1 := f.submit(t, asBob, goodJob)
-	for _, caller := range []string{asAdmin, asViewer, asAlice, asBob, asNobody} {
+	f := servertest.NewJobsFixture(t, nil)
+	alice1 := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	alice2 := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	bob1 := f.Submit(t, servertest.AsBob, servertest.GoodJob)
+	for _, caller := range []string{servertest.AsAdmin, servertest.AsViewer, servertest.AsAlice, servertest.AsBob, servertest.AsNobody} {
 		t.Run(caller, func(t *testing.T) {
 			var snap apitype.Snapshot
-			f.get(t, caller, "/api/v1/snapshot").decode(t, &snap)
+			f.Get(t, caller, "/api/v1/snapshot").Decode(t, &snap)
 
 			var gpus apitype.GPUsResponse
-			f.get(t, caller, "/api/v1/gpus").decode(t, &gpus)
+			f.Get(t, caller, "/api/v1/gpus").Decode(t, &gpus)
 			if diff := cmp.Diff(gpus.GPUs, snap.GPUs); diff != "" {
 				t.Errorf("GPUs (-/api/v1/gpus +snapshot):\n%s", diff)
 			}
@@ -44,13 +46,13 @@ func TestSnapshotAsTheRoutes(t *testing.T) {
 			}
 
 			var ctrs apitype.ContainersResponse
-			f.get(t, caller, "/api/v1/containers").decode(t, &ctrs)
+			f.Get(t, caller, "/api/v1/containers").Decode(t, &ctrs)
 			if diff := cmp.Diff(ctrs, apitype.ContainersResponse{Node: snap.Node, Time: snap.Time, Containers: snap.Containers, HostUsers: snap.HostUsers, Unresolved: snap.Unresolved}); diff != "" {
 				t.Errorf("containers (-/api/v1/containers +snapshot):\n%s", diff)
 			}
 
 			var wr apitype.WasteReport
-			f.get(t, caller, "/api/v1/waste").decode(t, &wr)
+			f.Get(t, caller, "/api/v1/waste").Decode(t, &wr)
 			if snap.Waste == nil {
 				t.Fatal("no waste findings in the snapshot, though the live rules are on")
 			}
@@ -60,10 +62,10 @@ func TestSnapshotAsTheRoutes(t *testing.T) {
 
 			// A user lists their own jobs; admins and viewers everyone's.
 			path := "/api/v1/jobs?all_users=1"
-			if roleOf[caller] == "user" || caller == asNobody {
+			if roleOf[caller] == "user" || caller == servertest.AsNobody {
 				path = "/api/v1/jobs"
 			}
-			wantIDs := listIDs(t, f.get(t, caller, path))
+			wantIDs := listIDs(t, f.Get(t, caller, path))
 			if snap.Queue == nil {
 				t.Fatal("no queue in the snapshot, though the queue is on")
 			}
@@ -87,13 +89,13 @@ func TestSnapshotAsTheRoutes(t *testing.T) {
 	for caller, want := range map[string]struct {
 		containers, hostUsers, jobs, findings []string
 	}{
-		asAlice:  {[]string{"alice-old", "alice-train"}, []string{"alice"}, []string{alice1.ID, alice2.ID}, []string{"idle-alice"}},
-		asBob:    {[]string{"bob-train"}, nil, []string{bob1.ID}, []string{"idle-bob"}},
-		asNobody: {nil, nil, nil, nil},
+		servertest.AsAlice:  {[]string{"alice-old", "alice-train"}, []string{"alice"}, []string{alice1.ID, alice2.ID}, []string{"idle-alice"}},
+		servertest.AsBob:    {[]string{"bob-train"}, nil, []string{bob1.ID}, []string{"idle-bob"}},
+		servertest.AsNobody: {nil, nil, nil, nil},
 	} {
 		t.Run("own rows of "+caller, func(t *testing.T) {
 			var snap apitype.Snapshot
-			f.get(t, caller, "/api/v1/snapshot").decode(t, &snap)
+			f.Get(t, caller, "/api/v1/snapshot").Decode(t, &snap)
 			var got struct{ containers, hostUsers, jobs, findings []string }
 			for _, c := range snap.Containers {
 				got.containers = append(got.containers, c.Name)
@@ -138,20 +140,20 @@ func TestSnapshotAsTheRoutes(t *testing.T) {
 // parts are null and the rest is there; the route takes no parameters
 // and answers 503 before the first sample.
 func TestSnapshotParts(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Waste = nil })
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Waste = nil })
 	var snap apitype.Snapshot
-	a := f.get(t, asAdmin, "/api/v1/snapshot")
-	a.decode(t, &snap)
+	a := f.Get(t, servertest.AsAdmin, "/api/v1/snapshot")
+	a.Decode(t, &snap)
 	if snap.Waste != nil || snap.Queue != nil {
 		t.Errorf("waste %+v and queue %+v, want both null", snap.Waste, snap.Queue)
 	}
 	if len(snap.GPUs) != 2 || len(snap.Containers) == 0 {
 		t.Errorf("%d GPUs and %d containers, want 2 and some", len(snap.GPUs), len(snap.Containers))
 	}
-	f.get(t, asAdmin, "/api/v1/snapshot?user=alice").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
+	f.Get(t, servertest.AsAdmin, "/api/v1/snapshot?user=alice").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 
-	f = newFixture(t, func(c *Config) { c.Ticks = nilTicks{} })
-	f.get(t, asViewer, "/api/v1/snapshot").apiError(t, http.StatusServiceUnavailable, apitype.CodeNoSample)
+	f = servertest.NewFixture(t, func(c *server.Config) { c.Ticks = nilTicks{} })
+	f.Get(t, servertest.AsViewer, "/api/v1/snapshot").APIError(t, http.StatusServiceUnavailable, apitype.CodeNoSample)
 }
 
 // snapshotBench is the API over the load scenario's latest tick (8 GPUs,
@@ -161,7 +163,7 @@ func TestSnapshotParts(t *testing.T) {
 func snapshotBench(b *testing.B) (h http.Handler, viewer, user string) {
 	b.Helper()
 	ctx := context.Background()
-	ticks := benchSampler(b)
+	ticks := servertest.BenchSampler(b, benchScenario)
 	t := ticks.Latest()
 	var findings []waste.Finding
 	for _, c := range t.Containers {
@@ -204,8 +206,8 @@ func snapshotBench(b *testing.B) (h http.Handler, viewer, user string) {
 		b.Fatal(err)
 	}
 	limiter := auth.NewLimiter(0, 1, 0)
-	h = New(Config{
-		Ticks: ticks, Waste: fixedWaste{rep}, Jobs: q, Audit: newCountingAudit(),
+	h = server.New(server.Config{
+		Ticks: ticks, Waste: servertest.FixedWaste{Findings: rep}, Jobs: q, Audit: servertest.NewCountingAudit(),
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return limiter },
 	})
@@ -228,7 +230,7 @@ func BenchmarkSnapshot(b *testing.B) {
 			}
 			r.RemoteAddr = "127.0.0.1:40000"
 			r.Header.Set("Authorization", "Bearer "+bb.secret)
-			b.ReportMetric(float64(serveLoop(b, h, r, http.StatusOK)), "bytes/response")
+			b.ReportMetric(float64(servertest.ServeLoop(b, h, r, http.StatusOK)), "bytes/response")
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -22,25 +24,25 @@ import (
 // socketFixture serves the fixture's API on a real Unix socket, with the
 // peer's uid read from the kernel as the agent does, and with uids the
 // socket peers let in without a token.
-func socketFixture(t *testing.T, uids []int) (*fixture, string) {
+func socketFixture(t *testing.T, uids []int) (*servertest.Fixture, string) {
 	t.Helper()
-	f := newFixture(t, nil)
+	f := servertest.NewFixture(t, nil)
 	secret, tok, err := auth.NewToken("alice-laptop", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.headers[asAlice] = "Bearer " + secret
+	f.Headers[servertest.AsAlice] = "Bearer " + secret
 	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}, SocketUIDs: uids})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln, path := testenv.ListenUnix(t)
-	srv := &http.Server{ConnContext: auth.ConnContext, Handler: New(Config{
-		Ticks: fixtureSampler(), Stopper: f.stopper, Audit: f.audit, Node: "n1",
+	srv := &http.Server{ConnContext: auth.ConnContext, Handler: server.New(server.Config{
+		Ticks: servertest.FixtureSampler(), Stopper: f.Stopper, Audit: f.Audit, Node: "n1",
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return nil },
-		Limits:  Limits{MaxBodyBytes: 1 << 10, MaxAuditEvents: 50},
-		Now:     f.clock.Now,
+		Limits:  server.Limits{MaxBodyBytes: 1 << 10, MaxAuditEvents: 50},
+		Now:     f.Clock.Now,
 	})}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
@@ -57,7 +59,7 @@ func TestSocketPeerOverStaleToken(t *testing.T) {
 	want := "the token was ignored (the token is not accepted: it is wrong or has been removed): uid " + strconv.Itoa(uid) + " on the agent's socket is admin by its kernel identity"
 
 	var answers []client.Answer
-	stale := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asBad], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
+	stale := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.Headers[servertest.AsBad], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
 	me, err := stale.Whoami(context.Background())
 	if err != nil {
 		t.Fatalf("whoami with a stale token over the socket: %v", err)
@@ -73,7 +75,7 @@ func TestSocketPeerOverStaleToken(t *testing.T) {
 		t.Errorf("answers (-want +got):\n%s", diff)
 	}
 	// The whoami is a read, observed; the stop is the one action.
-	all, acted := f.audit.takeActed()
+	all, acted := f.Audit.TakeActed()
 	var events []audit.Event
 	for i, e := range all {
 		if acted[i] {
@@ -85,7 +87,7 @@ func TestSocketPeerOverStaleToken(t *testing.T) {
 	}
 
 	answers = nil
-	good := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asAlice], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
+	good := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.Headers[servertest.AsAlice], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
 	if me, err := good.Whoami(context.Background()); err != nil || me.User != "alice" {
 		t.Errorf("whoami with alice's token over the socket: %+v, %v; want alice", me, err)
 	}
@@ -97,7 +99,7 @@ func TestSocketPeerOverStaleToken(t *testing.T) {
 func TestSocketStrangerStaleToken(t *testing.T) {
 	f, path := socketFixture(t, []int{os.Geteuid() + 1})
 	var answers []client.Answer
-	c := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.headers[asBad], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
+	c := &client.Client{URL: "unix://" + path, Token: strings.TrimPrefix(f.Headers[servertest.AsBad], "Bearer "), Answered: func(a client.Answer) { answers = append(answers, a) }}
 	_, err := c.Whoami(context.Background())
 	if !client.IsUnauthorized(err) || !strings.Contains(err.Error(), "the token is not accepted") {
 		t.Errorf("a stale token from a peer not admitted by its uid: err %v, want 401 bad token", err)

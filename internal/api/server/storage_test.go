@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
@@ -64,31 +65,31 @@ func fill(t *testing.T, dir string) string {
 // fails; nothing is queued, and once room is made submits work again.
 func TestJobSubmitDiskFull(t *testing.T) {
 	dir := smallTmpfs(t, "2m")
-	f := newJobsFixtureIn(t, dir, nil, nil)
-	f.submit(t, asAlice, goodJob)
+	f := servertest.NewJobsFixtureIn(t, dir, nil, nil)
+	f.Submit(t, servertest.AsAlice, servertest.GoodJob)
 	filler := fill(t, dir)
-	noEnv := strings.Replace(goodJob, `"env":["WANDB_MODE=offline"],`, ``, 1)
+	noEnv := strings.Replace(servertest.GoodJob, `"env":["WANDB_MODE=offline"],`, ``, 1)
 	for _, tc := range []struct{ name, body string }{
-		{"environment file", goodJob},
+		{"environment file", servertest.GoodJob},
 		{"ledger", noEnv},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a := f.do(t, asAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(tc.body), "")
+			a := f.Do(t, servertest.AsAlice, http.MethodPost, "/api/v1/jobs", strings.NewReader(tc.body), "")
 			var e apitype.Error
-			a.decode(t, &e)
-			if a.status != http.StatusInsufficientStorage || e.Code != apitype.CodeStorageFull {
-				t.Fatalf("%d %s, want 507 %s", a.status, a.body, apitype.CodeStorageFull)
+			a.Decode(t, &e)
+			if a.Status != http.StatusInsufficientStorage || e.Code != apitype.CodeStorageFull {
+				t.Fatalf("%d %s, want 507 %s", a.Status, a.Body, apitype.CodeStorageFull)
 			}
 			if !strings.Contains(e.Message, dir) || !strings.Contains(e.Message, "frees space in the data directory") {
 				t.Errorf("message %q does not name the data directory %s and the fix", e.Message, dir)
 			}
 		})
 	}
-	if got := listIDs(t, f.get(t, asAdmin, "/api/v1/jobs?all_users=1&all=1")); len(got) != 1 {
+	if got := listIDs(t, f.Get(t, servertest.AsAdmin, "/api/v1/jobs?all_users=1&all=1")); len(got) != 1 {
 		t.Errorf("jobs after the refused submits: %v, want only the first", got)
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	f.submit(t, asAlice, noEnv)
+	f.Submit(t, servertest.AsAlice, noEnv)
 }

@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"context"
@@ -10,15 +10,11 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
-
-// fixedWaste serves one report.
-type fixedWaste struct{ rep *waste.Report }
-
-func (f fixedWaste) Report() *waste.Report { return f.rep }
 
 // TestWaste: /api/v1/waste serves the live findings as `gpumeter waste
 // --format json` writes them, and says when the rules are off.
@@ -47,7 +43,7 @@ func TestWaste(t *testing.T) {
 		return resp.StatusCode, body
 	}
 
-	status, body := get(openHandler(t, s, nil, fixedWaste{rep}), "/api/v1/waste")
+	status, body := get(openHandler(t, s, nil, servertest.FixedWaste{Findings: rep}), "/api/v1/waste")
 	if status != http.StatusOK {
 		t.Fatalf("status %d: %s", status, body)
 	}
@@ -67,7 +63,7 @@ func TestWaste(t *testing.T) {
 		code   string
 	}{
 		{"off", openHandler(t, s, nil, nil), "/api/v1/waste", http.StatusServiceUnavailable, "waste_off"},
-		{"parameters", openHandler(t, s, nil, fixedWaste{rep}), "/api/v1/waste?since=1h", http.StatusBadRequest, "bad_request"},
+		{"parameters", openHandler(t, s, nil, servertest.FixedWaste{Findings: rep}), "/api/v1/waste?since=1h", http.StatusBadRequest, "bad_request"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			status, body := get(tt.h, tt.path)

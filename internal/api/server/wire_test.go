@@ -1,4 +1,4 @@
-package server
+package server_test
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
@@ -27,14 +29,14 @@ import (
 func TestWireAsDomain(t *testing.T) {
 	t.Run("audit", func(t *testing.T) {
 		for _, events := range [][]audit.Event{{{}}, testenv.Filled[[]audit.Event](t)} {
-			sameJSON(t, compact, events, AuditFromLog(events))
+			sameJSON(t, compact, events, server.AuditFromLog(events))
 		}
 	})
 	t.Run("waste", func(t *testing.T) {
 		for _, rep := range []*waste.Report{{}, {Findings: []waste.Finding{{}}}, testenv.Filled[*waste.Report](t)} {
-			sameJSON(t, compact, rep, WasteFromReport(rep))
+			sameJSON(t, compact, rep, server.WasteFromReport(rep))
 		}
-		if got := WasteFromReport(nil); got != nil {
+		if got := server.WasteFromReport(nil); got != nil {
 			t.Errorf("WasteFromReport(nil) = %+v, want nil", got)
 		}
 	})
@@ -44,7 +46,7 @@ func TestWireAsDomain(t *testing.T) {
 			if err := rep.WriteJSON(&want); err != nil {
 				t.Fatal(err)
 			}
-			if got := indented(t, UsageFromReport(rep)); !bytes.Equal(got, want.Bytes()) {
+			if got := indented(t, server.UsageFromReport(rep)); !bytes.Equal(got, want.Bytes()) {
 				t.Errorf("on the wire:\n%s\nwant, as report.WriteJSON:\n%s", got, want.Bytes())
 			}
 		}
@@ -54,13 +56,13 @@ func TestWireAsDomain(t *testing.T) {
 // TestUsageBody: GET /api/v1/usage answers what the report's own
 // WriteJSON writes, byte for byte, as it did when it wrote it itself.
 func TestUsageBody(t *testing.T) {
-	f := newFixture(t, nil)
-	a := f.get(t, asAdmin, "/api/v1/usage?by=team&since=1h")
-	asked := f.reports.take()
-	if a.status != http.StatusOK || len(asked) != 1 {
-		t.Fatalf("%d %s, asked %+v", a.status, a.body, asked)
+	f := servertest.NewFixture(t, nil)
+	a := f.Get(t, servertest.AsAdmin, "/api/v1/usage?by=team&since=1h")
+	asked := f.Reports.Take()
+	if a.Status != http.StatusOK || len(asked) != 1 {
+		t.Fatalf("%d %s, asked %+v", a.Status, a.Body, asked)
 	}
-	rep, err := f.reports.Report(context.Background(), asked[0])
+	rep, err := f.Reports.Report(context.Background(), asked[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,8 +70,8 @@ func TestUsageBody(t *testing.T) {
 	if err := rep.WriteJSON(&want); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(a.body, want.Bytes()) {
-		t.Errorf("body:\n%s\nwant, as report.WriteJSON:\n%s", a.body, want.Bytes())
+	if !bytes.Equal(a.Body, want.Bytes()) {
+		t.Errorf("body:\n%s\nwant, as report.WriteJSON:\n%s", a.Body, want.Bytes())
 	}
 }
 
@@ -82,7 +84,7 @@ func TestFairShareOnTheWire(t *testing.T) {
 	at := time.Date(2026, 12, 1, 13, 0, 0, 0, time.FixedZone("CET", 3600))
 	nlp := fairshare.Row{Name: "nlp", Kind: fairshare.KindTeam, Share: 2, NormShare: 0.5, Usage: 120, NormUsage: 0.75, Factor: 0.4,
 		Budget: 2000, BudgetUsed: 1500, Lifted: true}
-	got := FairShareFromReport(fairshare.Report{Basis: "held", HalfLife: 7 * 24 * time.Hour, At: at,
+	got := server.FairShareFromReport(fairshare.Report{Basis: "held", HalfLife: 7 * 24 * time.Hour, At: at,
 		Teams: []fairshare.Row{nlp}, Totals: fairshare.Row{Name: "total", Kind: fairshare.KindTotal, Usage: 120}})
 	budget := 2000.0
 	want := apitype.FairShare{Basis: "held", HalfLife: "7d", At: at.UTC(), Users: []apitype.FairShareRow{},
@@ -116,14 +118,14 @@ func TestFairShareOnTheWire(t *testing.T) {
 // wire has it (or this test says why not).
 func TestHistoryOnTheWire(t *testing.T) {
 	p := testenv.Filled[ledger.GPUPoint](t)
-	got := HistoryFromLedger([]ledger.GPUHistory{{GPU: ledger.GPU{Node: "n1", UUID: "GPU-a", Index: 2, Model: "H100"}, Points: []ledger.GPUPoint{p}}, {}})
+	got := server.HistoryFromLedger([]ledger.GPUHistory{{GPU: ledger.GPU{Node: "n1", UUID: "GPU-a", Index: 2, Model: "H100"}, Points: []ledger.GPUPoint{p}}, {}})
 	want := []apitype.GPUHistory{{UUID: "GPU-a", Index: 2, Model: "H100", Points: []apitype.HistoryPoint{{T: p.Start, Samples: p.Samples,
 		UtilMean: p.UtilMean, UtilMax: p.UtilMax, MemMean: p.MemoryMean, MemMax: p.MemoryMax,
 		PowerMean: p.PowerMean, PowerMax: p.PowerMax, TempMean: p.TempMean, TempMax: p.TempMax}}}, {}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("on the wire (-want +got):\n%s", diff)
 	}
-	if got := HistoryFromLedger(nil); got != nil {
+	if got := server.HistoryFromLedger(nil); got != nil {
 		t.Errorf("HistoryFromLedger(nil) = %+v, want nil", got)
 	}
 	// A GPU's node and memory are not part of its series on the wire.
