@@ -12,14 +12,11 @@ import (
 // queue, and wakes the loop when it changes what the scheduler sees: the
 // GPUs, the containers outside the queue, or a GPU's outside memory
 // crossing the threshold.
-func (q *Queue) Observe(o Observation) {
-	q.mu.Lock()
-	changed := !sameObservation(q.obs, o, q.sched)
-	q.obs = o
-	if q.observeMemory(o.JobMemory, q.now()) {
+func (q *Launcher) Observe(o Observation) {
+	changed := q.settings.observe(o)
+	if q.memory.observe(o.JobMemory, q.now()) {
 		changed = true
 	}
-	q.mu.Unlock()
 	if changed {
 		q.poke()
 	}
@@ -54,29 +51,21 @@ func sameObservation(a, b Observation, cfg queue.Config) bool {
 // ExpectStop tells the queue that the waste policy is stopping container
 // id: if it is a job's, the job ends failed with reason
 // stopped_by_policy rather than by its exit code.
-func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
-	q.mu.Lock()
-	q.containerStops[containerID] = reason
-	q.mu.Unlock()
+func (q *Launcher) ExpectStop(containerID string, reason queue.Reason) {
+	q.stops.expect(containerID, reason)
 }
 
 // jobEnded does what follows a job's end: its environment values and
 // staged mounts go, the end is notified, and whoever waits for the stop
 // is told.
-func (q *Queue) jobEnded(j ledger.Job) {
-	q.removeEnv(j.ID)
+func (q *Launcher) jobEnded(j ledger.Job) {
+	q.env.remove(j.ID)
 	q.unstage(j.ID)
-	q.forget(j.ID)
-	q.mu.Lock()
-	s := q.stops[j.ID]
-	delete(q.stops, j.ID)
-	if j.ContainerID != "" {
-		delete(q.containerStops, j.ContainerID)
-	}
+	q.ranks.forget(j.ID)
+	s := q.stops.end(j.ID, j.ContainerID)
 	if st, err := queue.ParseState(j.State); err == nil {
-		q.endedCounts[st]++
+		q.metrics.ended(st)
 	}
-	q.mu.Unlock()
 	q.emit(EventEnd, j)
 	if s != nil {
 		close(s.done) // last, so that whoever waits sees all of the above
@@ -85,7 +74,7 @@ func (q *Queue) jobEnded(j ledger.Job) {
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names
 // event.
-func (q *Queue) emit(event string, j ledger.Job) {
+func (q *Launcher) emit(event string, j ledger.Job) {
 	if q.onEvent == nil {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -32,8 +33,21 @@ type rank struct {
 	estimated time.Time
 }
 
+// ranking is what the launcher keeps of the live jobs between passes:
+// the scheduler's view of each one's request, read once, and the queued
+// jobs' places after the last pass, which the API reads.
+type ranking struct {
+	mu    sync.Mutex
+	reqs  map[string]reqInfo
+	ranks map[string]rank
+}
+
+func newRanking() *ranking {
+	return &ranking{reqs: map[string]reqInfo{}, ranks: map[string]rank{}}
+}
+
 // info returns the scheduler's view of job j's request, read once.
-func (q *Queue) info(j ledger.Job) reqInfo {
+func (q *ranking) info(j ledger.Job) reqInfo {
 	q.mu.Lock()
 	ri, ok := q.reqs[j.ID]
 	q.mu.Unlock()
@@ -50,7 +64,7 @@ func (q *Queue) info(j ledger.Job) reqInfo {
 }
 
 // forget drops what the queue kept of an ended job.
-func (q *Queue) forget(id string) {
+func (q *ranking) forget(id string) {
 	q.mu.Lock()
 	delete(q.reqs, id)
 	delete(q.ranks, id)
@@ -61,17 +75,22 @@ func (q *Queue) forget(id string) {
 // priority, its position (1 first) and its estimated start, as of the
 // last pass.
 func (q *Queue) Rank(id string) (priority float64, position int, estimated time.Time, ok bool) {
+	return q.ranks.rank(id)
+}
+
+// rank returns job id's place after the last pass.
+func (q *ranking) rank(id string) (priority float64, position int, estimated time.Time, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r, ok := q.ranks[id]
 	return r.priority, r.position, r.estimated, ok
 }
 
-// setRanks keeps the order and the estimates of a pass. A position is
+// set keeps the order and the estimates of a pass. A position is
 // the job's place among the jobs the pass leaves queued: one the pass
 // starts is no longer ahead of anyone, as the waits' sentences already
 // count ("no job ahead of you").
-func (q *Queue) setRanks(p queue.Plan) {
+func (q *ranking) set(p queue.Plan) {
 	started := make(map[string]bool, len(p.Starts))
 	for _, s := range p.Starts {
 		started[s.JobID] = true
@@ -156,31 +175,4 @@ func placementJSON(p *queue.PlacementRecord) json.RawMessage {
 		return nil
 	}
 	return b
-}
-
-// highUser says whether user may ask for the high class by the queue's
-// own list (admins may whatever it says).
-func (q *Queue) highUser(user string) bool { return slices.Contains(q.highUsers, user) }
-
-// memoryLimit is the most GPU memory a job may declare: from the shared
-// GPUs seen (queue.shared_gpus), or given when none is configured (the
-// rules' own, 0 unless a caller set one). The caller holds q.mu.
-func (q *Queue) memoryLimit(given uint64) uint64 {
-	if len(q.sched.SharedGPUs) == 0 {
-		return given
-	}
-	sched := q.sched
-	sched.SharedGPUs = resolveShared(sched.SharedGPUs, q.obs.GPUs)
-	return maxGPUMemory(sched, q.obs.GPUs)
-}
-
-// exclusiveGPUs is how many GPUs seen serve jobs of whole GPUs (those not
-// shared), or -1 before the first tick: then nothing is refused for the
-// host's size. The caller holds q.mu.
-func (q *Queue) exclusiveGPUs() int {
-	if len(q.obs.GPUs) == 0 {
-		return -1
-	}
-	shared := resolveShared(q.sched.SharedGPUs, q.obs.GPUs)
-	return len(q.obs.GPUs) - len(shared)
 }
