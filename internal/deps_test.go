@@ -21,11 +21,22 @@ var lowerOf = map[string][]string{
 	"internal/config": {"internal/units", "internal/yamlx"},
 	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
-	"internal/ledger": {"internal/units"},
+	// The ledger stores the audit log's events and the queue's jobs, of
+	// their own packages' types.
+	"internal/audit":  {},
+	"internal/ledger": {"internal/audit", "internal/queue", "internal/units"},
 	"internal/queue":  {},
 	"internal/hostid": {},
-	// The console renders what the API server gathers.
-	"internal/web": {},
+	// The GPUs' last hour reads ticks and keeps no wire shapes.
+	"internal/gpuhistory": {"internal/audit", "internal/container", "internal/gpu", "internal/ledger", "internal/meter", "internal/queue", "internal/sampler", "internal/units"},
+	// The simulator is a source: it feeds the sampler and builds none.
+	"internal/sim": {"internal/container", "internal/gpu", "internal/units", "internal/yamlx"},
+	// The console draws what the API server lets it read, through the
+	// interface it hands in: the domain and wire packages, never the
+	// server itself, the queue's runtime, a source or the agent.
+	"internal/web": {"internal/api/apitype", "internal/audit", "internal/auth", "internal/config", "internal/container",
+		"internal/cost", "internal/gpu", "internal/ledger", "internal/meter", "internal/queue", "internal/report",
+		"internal/sampler", "internal/units", "internal/waste", "internal/yamlx"},
 }
 
 // TestImportsFlowDown runs go list -deps on each low package and fails on

@@ -4,7 +4,8 @@
 # per second through POST /api/v1/jobs into SQLite with api.rate_limit 0,
 # and release-to-start latency over many releases on a 4-GPU sim host.
 # Runs TestQueueLoad of test/e2e/queue, which skips unless
-# E2E_QUEUE_LOAD=1; the figures are its lines starting FIGURE.
+# GPUMETER_LOAD=1, as every load run does; the figures are its lines
+# starting FIGURE.
 #
 #   scripts/queue-load.sh
 #
@@ -18,7 +19,7 @@ for v in SUBMITS CONCURRENCY RELEASES; do
   val=${!v:-}
   case $val in '' ) ;; *[!0-9]* | 0) echo "$v=$val: want a whole number above 0" >&2; exit 2 ;; esac
 done
-export E2E_QUEUE_LOAD=1
+export GPUMETER_LOAD=1
 export CGO_CFLAGS=${CGO_CFLAGS:-"-O2 -g -Wno-deprecated-declarations"}
 go test -count=1 -run '^TestQueueLoad$' -v -timeout 15m ./test/e2e/queue 2>&1 |
   tee /dev/stderr | grep -o 'FIGURE .*' || { echo "queue-load: the run failed or gave no figures; see the output above" >&2; exit 1; }

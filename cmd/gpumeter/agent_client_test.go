@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
-	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/waste"
 
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -56,8 +56,8 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 			},
 			Totals: []waste.Total{{Rule: "idle", Findings: 2, Active: 1, WastedGPUHours: 2, Cost: 5}, {Rule: waste.TotalKey, Findings: 2, Active: 1, WastedGPUHours: 2, Cost: 5}},
 		},
-		audit: apitype.AuditResponse{From: since, To: since.Add(time.Hour), Events: []audit.Event{
-			{Time: since.Add(time.Minute), Kind: audit.KindAPI, Caller: "bob (token bob-1)", Role: "user", Source: "10.0.0.7:1", Action: "containers.stop", Target: "container x", Status: 403, Outcome: audit.OutcomeDenied},
+		audit: apitype.AuditResponse{From: since, To: since.Add(time.Hour), Events: []apitype.AuditEvent{
+			{Time: since.Add(time.Minute), Kind: apitype.AuditKindAPI, Caller: "bob (token bob-1)", Role: "user", Source: "10.0.0.7:1", Action: "containers.stop", Target: "container x", Status: 403, Outcome: apitype.OutcomeDenied},
 		}, Truncated: true},
 	}
 	answer := func(v any) http.HandlerFunc {
@@ -73,7 +73,9 @@ func startFakeAgent(t *testing.T) *fakeAgent {
 		GPUs: []apitype.GPUShare{{OwnerKind: "container", GPU: 0, Share: 1, SMPercent: 55, MemoryBytes: 2 << 30}},
 	}}}))
 	mux.Handle("POST /api/v1/containers/{id}/stop", answer(apitype.StopResponse{ID: "0123456789abcdef", Name: "alice-train", Stopped: true}))
-	mux.Handle("GET /api/v1/waste", answer(fa.waste))
+	// The findings go through the server's conversion, so that what the
+	// CLI prints of them is checked against the agent's own.
+	mux.Handle("GET /api/v1/waste", answer(server.WasteFromReport(fa.waste)))
 	mux.Handle("GET /api/v1/audit", answer(fa.audit))
 	mux.HandleFunc("GET /api/v1/usage", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
@@ -310,4 +312,14 @@ func TestChooseSource(t *testing.T) {
 // mapEnv is a Getenv over m.
 func mapEnv(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
+}
+
+// TestWasteFromWire: the agent's findings turn back into the report they
+// were converted from, every field of it.
+func TestWasteFromWire(t *testing.T) {
+	for _, rep := range []*waste.Report{{}, {Findings: []waste.Finding{{}}}, testenv.Filled[*waste.Report](t)} {
+		if diff := cmp.Diff(rep, wasteFromWire(server.WasteFromReport(rep))); diff != "" {
+			t.Errorf("back from the wire (-want +got):\n%s", diff)
+		}
+	}
 }

@@ -15,9 +15,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // defaultAuditLimit is the most events audit --file prints unless --limit
@@ -77,10 +77,10 @@ agent or ledger was read.`,
 				if err != nil {
 					return err
 				}
-				resp = apitype.AuditResponse{From: w.From.UTC(), To: w.To.UTC(), Events: events}
 				if len(events) > limit {
-					resp.Events, resp.Truncated = events[len(events)-limit:], true
+					events, resp.Truncated = events[len(events)-limit:], true
 				}
+				resp.From, resp.To, resp.Events = w.From.UTC(), w.To.UTC(), server.AuditFromLog(events)
 			} else if agent, err := chooseSource(cmd, &lf, &cf, hostEnv(), nil); err != nil {
 				return err
 			} else if agent == nil {
@@ -97,7 +97,7 @@ agent or ledger was read.`,
 				agent.announce(cmd)
 			}
 			if resp.Events == nil {
-				resp.Events = []audit.Event{}
+				resp.Events = []apitype.AuditEvent{}
 			}
 			if resp.Truncated {
 				fmt.Fprintf(cmd.ErrOrStderr(), "more events fell in the window than the %d shown, the newest: narrow the window or raise --limit\n", len(resp.Events))
@@ -137,11 +137,7 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 		return resp, err
 	}
 	defer store.Close()
-	as, ok := store.Store.(ledger.AuditStore)
-	if !ok {
-		return resp, errors.New("this ledger keeps no audit events")
-	}
-	got, err := as.AuditEvents(cmd.Context(), ledger.Filter{From: w.From, To: w.To})
+	got, err := store.AuditEvents(cmd.Context(), audit.Filter{From: w.From, To: w.To})
 	if err != nil {
 		return resp, fmt.Errorf("read the audit events: %w", err)
 	}
@@ -151,24 +147,21 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 	if len(got) > limit {
 		got, resp.Truncated = got[len(got)-limit:], true
 	}
-	resp.Events = make([]audit.Event, len(got))
-	for i, e := range got {
-		resp.Events[i] = audit.FromLedger(e)
-	}
+	resp.Events = server.AuditFromLog(got)
 	return resp, nil
 }
 
 // writeAudit prints one line per event. API calls fill the caller's
 // columns; the policy's events put the rule in DETAIL and the container
 // in TARGET.
-func writeAudit(w io.Writer, events []audit.Event) error {
+func writeAudit(w io.Writer, events []apitype.AuditEvent) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIME\tKIND\tCALLER\tROLE\tSOURCE\tACTION\tTARGET\tSTATUS/OUTCOME\tDETAIL")
 	for i := range events {
 		e := &events[i]
 		caller, action, target := e.Caller, e.Action, e.Target
 		var detail []string
-		if e.Kind != audit.KindAPI {
+		if e.Kind != apitype.AuditKindAPI {
 			if caller == "" {
 				caller = "policy"
 			}

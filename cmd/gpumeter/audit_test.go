@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -81,7 +82,7 @@ func TestAuditFile(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if diff := cmp.Diff(events[2:], got.Events); diff != "" || !got.Truncated {
+	if diff := cmp.Diff(server.AuditFromLog(events[2:]), got.Events); diff != "" || !got.Truncated {
 		t.Errorf("truncated %v, events (-want +got):\n%s", got.Truncated, diff)
 	}
 	if !strings.Contains(stderr, "more events fell in the window than the 2 shown") {

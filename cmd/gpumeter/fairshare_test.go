@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"regexp"
 	"strings"
@@ -11,23 +12,25 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
 
 // tableShares is a fixed fair-share table, a fake good for the commands'
 // output only: the factors are tested where they are computed. It keeps
 // the teams it was asked to lift.
 type tableShares struct {
-	table  apitype.FairShare
+	table  fairshare.Report
 	lifted []string
 }
 
-func (s *tableShares) FairShare(context.Context) (apitype.FairShare, error) { return s.table, nil }
+func (s *tableShares) FairShare(context.Context) (fairshare.Report, error) { return s.table, nil }
 
-func (s *tableShares) LiftBudget(_ context.Context, team string, ev ledger.AuditEvent) error {
+func (s *tableShares) LiftBudget(_ context.Context, team string, ev audit.Event) error {
 	if ev.Action != "budget.lift" {
-		return &apitype.FieldError{Field: "team", Msg: "audit event for " + ev.Action}
+		return fmt.Errorf("audit event for %s", ev.Action)
 	}
 	s.lifted = append(s.lifted, team)
 	return nil
@@ -35,13 +38,13 @@ func (s *tableShares) LiftBudget(_ context.Context, team string, ev ledger.Audit
 
 // startSharesAgent serves the API with shares, and points the commands at
 // it with a token of role.
-func startSharesAgent(t *testing.T, shares *tableShares, role auth.Role) {
+func startSharesAgent(t *testing.T, shares *tableShares, role config.Role) {
 	t.Helper()
 	secret, tok, err := auth.NewToken("laptop", "alice", role, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,23 +58,22 @@ func startSharesAgent(t *testing.T, shares *tableShares, role auth.Role) {
 	t.Setenv("GPUMETER_TOKEN", secret)
 }
 
-func sharesTable() apitype.FairShare {
-	budget := 2000.0
-	return apitype.FairShare{Basis: "held", HalfLife: "7d", At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC),
-		Users: []apitype.FairShareRow{
-			{Name: "alice", Kind: "user", Team: "nlp", Share: 1, NormShare: 0.5, UsageGPUHours: 120, NormUsage: 0.75, Factor: 0.354},
-			{Name: "bob", Kind: "user", Team: "cv", Share: 1, NormShare: 0.5, UsageGPUHours: 40, NormUsage: 0.25, Factor: 0.707},
+func sharesTable() fairshare.Report {
+	return fairshare.Report{Basis: "held", HalfLife: 7 * 24 * time.Hour, At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC),
+		Users: []fairshare.Row{
+			{Name: "alice", Kind: "user", Team: "nlp", Share: 1, NormShare: 0.5, Usage: 120, NormUsage: 0.75, Factor: 0.354},
+			{Name: "bob", Kind: "user", Team: "cv", Share: 1, NormShare: 0.5, Usage: 40, NormUsage: 0.25, Factor: 0.707},
 		},
-		Teams: []apitype.FairShareRow{
-			{Name: "nlp", Kind: "team", Share: 2, NormShare: 0.667, UsageGPUHours: 120, NormUsage: 0.75, Factor: 0.459,
-				BudgetGPUHours: &budget, BudgetUsedGPUHours: 2012.5, BudgetLifted: true},
+		Teams: []fairshare.Row{
+			{Name: "nlp", Kind: "team", Share: 2, NormShare: 0.667, Usage: 120, NormUsage: 0.75, Factor: 0.459,
+				Budget: 2000, BudgetUsed: 2012.5, Lifted: true},
 		},
-		Totals: apitype.FairShareRow{Name: "total", Kind: "total", Share: 2, NormShare: 1, UsageGPUHours: 160, NormUsage: 1, Factor: 0.5},
+		Totals: fairshare.Row{Name: "total", Kind: "total", Share: 2, NormShare: 1, Usage: 160, NormUsage: 1, Factor: 0.5},
 	}
 }
 
 func TestFairShareCommand(t *testing.T) {
-	startSharesAgent(t, &tableShares{table: sharesTable()}, auth.RoleViewer)
+	startSharesAgent(t, &tableShares{table: sharesTable()}, config.RoleViewer)
 	out, _, err := runCmd(t, "fairshare")
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +102,7 @@ $`)
 
 func TestBudgetLiftCommand(t *testing.T) {
 	shares := &tableShares{table: sharesTable()}
-	startSharesAgent(t, shares, auth.RoleAdmin)
+	startSharesAgent(t, shares, config.RoleAdmin)
 	out, _, err := runCmd(t, "budget", "lift", "nlp")
 	if err != nil || out != "lifted the budget of nlp for the rest of the month\n" || len(shares.lifted) != 1 || shares.lifted[0] != "nlp" {
 		t.Errorf("budget lift: %q %v, lifted %v", out, err, shares.lifted)
@@ -109,7 +111,7 @@ func TestBudgetLiftCommand(t *testing.T) {
 		t.Errorf("budget lift without a team: %v", err)
 	}
 
-	startSharesAgent(t, &tableShares{table: sharesTable()}, auth.RoleUser)
+	startSharesAgent(t, &tableShares{table: sharesTable()}, config.RoleUser)
 	if _, _, err := runCmd(t, "budget", "lift", "nlp"); err == nil || !strings.Contains(err.Error(), "budget.lift") {
 		t.Errorf("budget lift as a user: %v, want a refusal naming budget.lift", err)
 	}

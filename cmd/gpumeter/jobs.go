@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -35,10 +36,11 @@ the ended ones, as ps -a does. A waiting job's row says why it waits.
 			if format != "table" && format != "json" {
 				return fmt.Errorf("--format: %q is not table or json", format)
 			}
-			var err error
-			if q.States, err = apitype.ParseJobStates(states); err != nil {
-				return fmt.Errorf("--%w", err)
+			st, err := queue.ParseStates(states)
+			if err != nil {
+				return fmt.Errorf("--state: %w", err)
 			}
+			q.States = queue.StateNames(st)
 			c, err := cf.client(cmd)
 			if err != nil {
 				return err
@@ -134,7 +136,7 @@ has. Every job named is tried; the exit status is 1 if any could not be.`,
 		},
 	}
 	cf.register(cmd)
-	cmd.ValidArgsFunction = completeJobs(&cf, true, false, func(j apitype.Job) bool { return !j.Ended() })
+	cmd.ValidArgsFunction = completeJobs(&cf, true, false, func(j apitype.Job) bool { return !ended(j) })
 	return cmd
 }
 
@@ -168,7 +170,7 @@ func newHold(release bool) *cobra.Command {
 	}
 	cf.register(cmd)
 	// Only a queued job can be held, and only a held one released.
-	cmd.ValidArgsFunction = completeJobs(&cf, false, false, func(j apitype.Job) bool { return j.State == "queued" && j.Held == release })
+	cmd.ValidArgsFunction = completeJobs(&cf, false, false, func(j apitype.Job) bool { return queue.State(j.State) == queue.Queued && j.Held == release })
 	return cmd
 }
 
@@ -265,19 +267,22 @@ func positionWord(p *int) string {
 }
 
 func stateWord(j apitype.Job) string {
-	if j.Held && j.State == "queued" {
+	if j.Held && queue.State(j.State) == queue.Queued {
 		return "queued (held)"
 	}
 	return client.Clean(j.State)
 }
 
+// ended reports whether the job is in a state it never leaves.
+func ended(j apitype.Job) bool { return queue.State(j.State).Ended() }
+
 // reasonWords is the sentence of a waiting job, the code and exit code
 // of an ended one.
 func reasonWords(j apitype.Job) string {
 	switch {
-	case j.State == "queued" && j.ReasonText != "":
+	case queue.State(j.State) == queue.Queued && j.ReasonText != "":
 		return j.ReasonText
-	case j.Ended() && j.ExitCode != nil:
+	case ended(j) && j.ExitCode != nil:
 		return fmt.Sprintf("%s (exit code %d)", j.Reason, *j.ExitCode)
 	}
 	return dash(j.Reason)

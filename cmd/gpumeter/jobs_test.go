@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -43,15 +44,15 @@ func startQueueAgent(t testing.TB) (adminSecret string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret, tok, err := auth.NewToken("alice-laptop", "alice", auth.RoleUser, time.Time{})
+	secret, tok, err := auth.NewToken("alice-laptop", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	adminSecret, admin, err := auth.NewToken("ops-1", "ops", auth.RoleAdmin, time.Time{})
+	adminSecret, admin, err := auth.NewToken("ops-1", "ops", config.RoleAdmin, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok, admin}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok, admin}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
@@ -76,7 +75,7 @@ job)", so that the rows still add up to the host.`,
 				return err
 			}
 			defer store.Close()
-			rep, err := report.Run(cmd.Context(), store, jobStore(store), req, cost)
+			rep, err := report.Run(cmd.Context(), store, store, req, cost)
 			if err != nil {
 				return err
 			}
@@ -132,16 +131,4 @@ func writeReport(cmd *cobra.Command, rep *report.Report, format string) error {
 	default:
 		return rep.WriteTable(w)
 	}
-}
-
-// jobStore is the queue's job store in the ledger store opened, nil when
-// it has none.
-func jobStore(s ledger.Store) report.JobReader {
-	if ls, ok := s.(*ledgerStore); ok {
-		s = ls.Store
-	}
-	if js, ok := s.(ledger.JobStore); ok {
-		return js
-	}
-	return nil
 }

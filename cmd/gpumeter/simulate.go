@@ -113,7 +113,7 @@ const postgresLedger = "the PostgreSQL ledger"
 
 // simulate plays sc into store and prints what it played; where names
 // the ledger, a file or postgresLedger.
-func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger.Store, where string) error {
+func simulate(ctx context.Context, out io.Writer, sc *sim.Scenario, store ledger.Ledger, where string) error {
 	r, err := agent.Simulate(ctx, sc, store, where)
 	if err != nil {
 		return err

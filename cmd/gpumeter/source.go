@@ -126,7 +126,7 @@ func probeSocket(ctx context.Context, path string) error {
 
 // ledgerStore is an open ledger and what the CLI says about it.
 type ledgerStore struct {
-	ledger.Store
+	ledger.Ledger
 	// models are the GPU models it metered, sorted.
 	models []string
 }
@@ -156,7 +156,7 @@ func (lf *ledgerFlags) open(cmd *cobra.Command, cfg *config.Config) (*ledgerStor
 		store.Close()
 		return nil, fmt.Errorf("read the ledger's GPUs: %w", err)
 	}
-	ls := &ledgerStore{Store: store}
+	ls := &ledgerStore{Ledger: store}
 	var nodes []string
 	for _, g := range gpus {
 		if !slices.Contains(nodes, g.GPU.Node) {

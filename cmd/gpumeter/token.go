@@ -111,11 +111,11 @@ reads their own usage; viewer reads everything and changes nothing.`,
 }
 
 // configLine is the token's line under auth.tokens.
-func configLine(t auth.Token) string {
+func configLine(t config.Token) string {
 	return t.ID + ": " + strconv.Quote(t.Entry())
 }
 
-func writeTokenJSON(w io.Writer, secret string, t auth.Token) error {
+func writeTokenJSON(w io.Writer, secret string, t config.Token) error {
 	out := tokenCreated{ID: t.ID, User: t.User, Role: string(t.Role), Token: secret, ConfigLine: configLine(t)}
 	if !t.Expires.IsZero() {
 		e := t.Expires.UTC()
@@ -126,7 +126,7 @@ func writeTokenJSON(w io.Writer, secret string, t auth.Token) error {
 	return enc.Encode(out)
 }
 
-func writeTokenText(w io.Writer, secret string, t auth.Token) error {
+func writeTokenText(w io.Writer, secret string, t config.Token) error {
 	expiry := "it never expires"
 	if !t.Expires.IsZero() {
 		expiry = "it expires at " + t.Expires.UTC().Format(time.RFC3339)

@@ -31,13 +31,13 @@ func runCmd(t testing.TB, args ...string) (stdout, stderr string, err error) {
 
 // checkConfigLine parses line as the agent's config would, under
 // auth.tokens, and checks that it holds the hash of secret.
-func checkConfigLine(t *testing.T, line, secret string) auth.Token {
+func checkConfigLine(t *testing.T, line, secret string) config.Token {
 	t.Helper()
 	var entry map[string]string
 	if err := yaml.Unmarshal([]byte(line), &entry); err != nil || len(entry) != 1 {
 		t.Fatalf("config line %q is not one YAML key: %v", line, err)
 	}
-	var tok auth.Token
+	var tok config.Token
 	for id, e := range entry {
 		var err error
 		if tok, err = config.ParseToken(id, e); err != nil {
@@ -66,11 +66,11 @@ func TestTokenCreateJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if !regexp.MustCompile(`^alice-[0-9a-f]{6}$`).MatchString(got.ID) || got.User != "alice" || got.Role != "user" || !strings.HasPrefix(got.Token, auth.TokenPrefix) {
+	if !regexp.MustCompile(`^alice-[0-9a-f]{6}$`).MatchString(got.ID) || got.User != "alice" || got.Role != "user" || !strings.HasPrefix(got.Token, config.TokenPrefix) {
 		t.Errorf("token %+v, want alice-XXXXXX for alice as user with a gpm_ token", got)
 	}
 	tok := checkConfigLine(t, got.ConfigLine, got.Token)
-	if tok.ID != got.ID || tok.User != "alice" || tok.Role != auth.RoleUser {
+	if tok.ID != got.ID || tok.User != "alice" || tok.Role != config.RoleUser {
 		t.Errorf("config line gives %+v", tok)
 	}
 	want := time.Now().Add(90 * 24 * time.Hour)
@@ -90,7 +90,7 @@ func TestTokenCreateText(t *testing.T) {
 		t.Fatalf("no token or config line in:\n%s", out)
 	}
 	tok := checkConfigLine(t, line[1], secret[1])
-	if tok.Role != auth.RoleAdmin || !tok.Expires.IsZero() {
+	if tok.Role != config.RoleAdmin || !tok.Expires.IsZero() {
 		t.Errorf("config line gives %+v, want an admin token that never expires", tok)
 	}
 	for _, w := range []string{"never expires", "auth.tokens", "SIGHUP", "GPUMETER_TOKEN"} {
@@ -125,7 +125,7 @@ func TestTokenCreateErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("err %v, want one saying %q", err, tt.want)
 			}
-			if strings.Contains(out, auth.TokenPrefix) {
+			if strings.Contains(out, config.TokenPrefix) {
 				t.Errorf("a token was printed:\n%s", out)
 			}
 		})

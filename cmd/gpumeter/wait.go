@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // waitPoll and waitPollMax are how often wait asks after the job: at
@@ -49,7 +50,7 @@ wait itself failed (no such job, the agent unreachable).`,
 				if err != nil {
 					return waitFailed(cmd, c.explain(err))
 				}
-				if j.Ended() {
+				if ended(j) {
 					code := waitStatus(j)
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", client.Clean(j.ID), client.Clean(j.State), client.Clean(endWords(j)))
 					if code == 0 {
@@ -79,12 +80,12 @@ func waitFailed(cmd *cobra.Command, err error) error {
 
 // waitStatus is wait's exit status for an ended job.
 func waitStatus(j apitype.Job) int {
-	switch j.State {
-	case "succeeded":
+	switch queue.State(j.State) {
+	case queue.Succeeded:
 		return 0
-	case "timeout":
+	case queue.Timeout:
 		return exitTimeout
-	case "cancelled":
+	case queue.Cancelled:
 		return exitCancelled
 	}
 	if j.ExitCode != nil && *j.ExitCode != 0 {

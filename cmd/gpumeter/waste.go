@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -116,11 +117,12 @@ func wasteUnserved(f *pflag.Flag) error {
 // wasteFromAgent prints the agent's live findings, on node only when
 // node is set.
 func wasteFromAgent(cmd *cobra.Command, c *agentClient, node, format string) error {
-	rep, err := c.Waste(cmd.Context())
+	got, err := c.Waste(cmd.Context())
 	if err != nil {
 		return c.explain(err)
 	}
 	c.announce(cmd)
+	rep := wasteFromWire(got)
 	if node != "" {
 		rep = rep.Only(func(f *waste.Finding) bool { return f.Node == node })
 	}
@@ -136,4 +138,35 @@ func writeWaste(w io.Writer, rep *waste.Report, format string) error {
 	default:
 		return rep.WriteTable(w)
 	}
+}
+
+// wasteFromWire is the agent's findings as the waste package prints
+// them, so that they print as those of the ledger do.
+func wasteFromWire(r *apitype.WasteReport) *waste.Report {
+	out := &waste.Report{From: r.From, To: r.To, Currency: r.Currency}
+	if r.Findings != nil {
+		out.Findings = make([]waste.Finding, len(r.Findings))
+	}
+	for i, f := range r.Findings {
+		out.Findings[i] = waste.Finding{
+			ID: f.ID, Rule: f.Rule, Node: f.Node, OwnerKind: f.OwnerKind,
+			ContainerID: f.ContainerID, Container: f.Container, Image: f.Image,
+			Owner: f.Owner, Team: f.Team, Project: f.Project,
+			Since: f.Since, FirstSeen: f.FirstSeen, Until: f.Until, Active: f.Active,
+			Evidence: f.Evidence, WastedGPUHours: f.WastedGPUHours, Cost: f.Cost,
+		}
+		if f.GPUs != nil {
+			out.Findings[i].GPUs = make([]waste.GPURef, len(f.GPUs))
+		}
+		for j, g := range f.GPUs {
+			out.Findings[i].GPUs[j] = waste.GPURef{Index: g.Index, UUID: g.UUID, Model: g.Model}
+		}
+	}
+	if r.Totals != nil {
+		out.Totals = make([]waste.Total, len(r.Totals))
+	}
+	for i, t := range r.Totals {
+		out.Totals[i] = waste.Total{Rule: t.Rule, Findings: t.Findings, Active: t.Active, WastedGPUHours: t.WastedGPUHours, Cost: t.Cost}
+	}
+	return out
 }

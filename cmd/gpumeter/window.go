@@ -52,14 +52,14 @@ func (lf *ledgerFlags) window(req *report.Request) error {
 		}
 	}
 	if lf.from != "" {
-		t, err := report.ParseTime(lf.from)
+		t, err := units.ParseTime(lf.from)
 		if err != nil {
 			return fmt.Errorf("--from: %w", err)
 		}
 		req.From = &t
 	}
 	if lf.to != "" {
-		t, err := report.ParseTime(lf.to)
+		t, err := units.ParseTime(lf.to)
 		if err != nil {
 			return fmt.Errorf("--to: %w", err)
 		}
@@ -83,7 +83,7 @@ func validate(req *report.Request) error {
 // openPriced opens the ledger and checks the config's price list against
 // it: a price for a model the ledger never metered is most likely
 // misspelt, and would silently fall back to the default price.
-func (lf *ledgerFlags) openPriced(cmd *cobra.Command, cfg *config.Config) (ledger.Store, cost.Model, error) {
+func (lf *ledgerFlags) openPriced(cmd *cobra.Command, cfg *config.Config) (ledger.Ledger, cost.Model, error) {
 	prices := cost.Model(cfg.Cost)
 	if err := prices.Check(); err != nil {
 		return nil, prices, fmt.Errorf("config cost: %w", err)

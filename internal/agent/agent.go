@@ -11,16 +11,19 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
+	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/policy"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
@@ -35,7 +38,7 @@ var ErrNoDriver = errors.New("no NVIDIA driver found")
 // The agent wires the policy engine to Docker and to the audit log; the
 // checks live here so that neither side imports the other.
 var (
-	_ policy.Stopper    = (*docker.Inventory)(nil)
+	_ policy.Stopper    = docker.Stopper{}
 	_ policy.Containers = (*docker.Inventory)(nil)
 	_ policy.Auditor    = (*audit.Log)(nil)
 )
@@ -49,7 +52,7 @@ type Agent struct {
 
 	sampler  *sampler.Sampler
 	docker   *docker.Inventory
-	store    ledger.Store
+	store    ledger.Ledger
 	lease    ledger.Lease // this agent's lease of its node in store
 	recorder *record.Recorder
 	waste    *liveWaste
@@ -58,9 +61,8 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	queueUtil  *utilRing    // the GPUs' utilisation over queue.placement_window
-	history    *historyRing // the GPUs' figures of the last hour
-	fair       *fairShare   // the queue's fair share and budgets
+	history    *gpuhistory.Ring   // the GPUs' figures of the last hour
+	fair       *fairshare.Service // the queue's fair share and budgets
 	reloadMu   sync.Mutex
 	closers    []func() error
 	listener   net.Listener
@@ -68,7 +70,18 @@ type Agent struct {
 	sec        security
 	audit      *audit.Log
 	auditFile  *audit.File
-	dataFiles  *dataFiles // once checked, see files
+	dataFiles  *dataFiles // once checked, see files; the demo's own from the start
+	// placementWindow is queue.placement_window, read once: how far back
+	// the queue's target placement averages each GPU's utilisation in
+	// history.
+	placementWindow time.Duration
+	// tempDir is the demo's directory of its own, its data_dir, which
+	// Close removes; "" for every other source.
+	tempDir string
+	// socketOptional has the agent serve without the Unix socket when it
+	// cannot make one, as the demo does: it is reached with its token
+	// over TCP, and a real agent may hold the socket.
+	socketOptional bool
 	// noDataDir is set when the data directory cannot be written and
 	// nothing needs it: no audit log file, no socket in it.
 	noDataDir bool
@@ -80,20 +93,42 @@ type Agent struct {
 	// load reads on each value from reloads.
 	reloads <-chan os.Signal
 	load    func() (config.Config, error)
+
+	// dockerClient is the one connection to Docker that the inventory and
+	// the queue's job containers share; nil when docker is off.
+	dockerClient *docker.Client
 }
 
 // New builds the agent from cfg: it opens the GPU source and prepares the
 // inventories, but starts nothing.
 func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version string) (_ *Agent, err error) {
-	if cfg.Source == "demo" {
+	// The demo is decided here, once. It charges the demo's prices when
+	// the config sets none, makes itself an admin token, may serve
+	// without the socket, and plays made-up processes, whose pids are no
+	// host process's. Its made-up usage, findings and jobs must not mix
+	// with a real ledger (a shared PostgreSQL one least of all) or audit
+	// log: its data_dir is a directory of its own for as long as it runs,
+	// holding a SQLite ledger new at every start.
+	demo := cfg.Source == "demo"
+	if demo {
 		cfg.Cost = withDemoPrices(cfg.Cost)
 	}
-	a := &Agent{cfg: cfg, log: logger, version: version}
+	a := &Agent{cfg: cfg, log: logger, version: version, socketOptional: demo}
 	defer func() {
 		if err != nil {
 			a.Close() // the ledger too, giving back its lease
 		}
 	}()
+	ledgerPath, ledgerDSN, hostResolver := cfg.LedgerPath(), cfg.LedgerDSN, !demo
+	if demo {
+		dir, err := os.MkdirTemp("", "gpumeter-demo")
+		if err != nil {
+			return nil, err
+		}
+		a.tempDir = dir
+		a.dataFiles = &dataFiles{dir: dir, mode: 0o600, gid: -1}
+		ledgerPath, ledgerDSN = filepath.Join(dir, "ledger.db"), ""
+	}
 	users := cgroup.NewUsers(cfg.PasswdFile)
 	procs := cgroup.NewResolver(cfg.ProcRoot, users)
 	a.closers = append(a.closers, procs.Close)
@@ -108,9 +143,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		idle        = map[string]float64{}
 		useDocker   = cfg.DockerEnabled
 		simSrc      *sim.Source // plays the real containers' labels
+		simulated   bool        // a scenario plays the GPUs
 	)
 	switch cfg.Source {
 	case "demo", "sim":
+		simulated = true
 		sc := sim.Demo()
 		if cfg.Source == "sim" {
 			var err error
@@ -119,7 +156,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			}
 		}
 		src := sim.NewSource(sc, true)
-		wired := src.SamplerConfig(sampler.Config{})
+		wired := sampler.WithSimulated(sampler.Config{}, src)
 		gpus, gpuName, inventories, resolvers = wired.GPUs, wired.GPUName, wired.Inventories, wired.Resolvers
 		idle = sc.IdleWatts()
 		if node == "" {
@@ -150,8 +187,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		idle[k] = v
 	}
 	if useDocker {
-		inv, err := docker.New(docker.Config{
-			Host:         cfg.DockerHost,
+		cli, err := docker.NewClient(cfg.DockerHost, logger)
+		if err != nil {
+			return nil, fmt.Errorf("docker: %w", err)
+		}
+		a.closers = append(a.closers, cli.Close)
+		inv := docker.New(cli, docker.Config{
 			UserLabel:    cfg.UserLabel,
 			TeamLabel:    cfg.TeamLabel,
 			ProjectLabel: cfg.ProjectLabel,
@@ -159,51 +200,32 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 			Logger:       logger,
 			Keep:         cfg.DockerKeep,
 		})
-		if err != nil {
-			return nil, fmt.Errorf("docker: %w", err)
-		}
-		a.docker = inv
+		a.docker, a.dockerClient = inv, cli
 		inventories = append(inventories, sampler.Named{Name: "docker", Inventory: inv})
 		if simSrc != nil {
 			simSrc.PlayContainers(inv, logger)
 		}
 	}
-	if cfg.Source != "demo" {
+	if hostResolver {
 		resolvers = append(resolvers, host)
 	}
-	if cfg.Source != "demo" {
-		use, err := a.useDataDir(cfg)
-		if err != nil {
-			return nil, err
-		}
-		a.noDataDir = !use
+	use, err := a.useDataDir(cfg)
+	if err != nil {
+		return nil, err
 	}
+	a.noDataDir = !use
 	var onTick func(*sampler.Tick)
 	if cfg.LedgerEnabled {
-		path := cfg.LedgerPath()
-		dsn := cfg.LedgerDSN
-		if cfg.Source == "demo" {
-			// The demo's made-up usage must not mix with a real ledger,
-			// a shared PostgreSQL one least of all: it gets a SQLite
-			// ledger of its own for as long as it runs.
-			dsn = ""
-			dir, err := os.MkdirTemp("", "gpumeter-demo")
-			if err != nil {
-				return nil, err
-			}
-			a.closers = append(a.closers, func() error { return os.RemoveAll(dir) })
-			path = filepath.Join(dir, "ledger.db")
-		}
-		if dsn == "" && cfg.Source != "demo" {
+		if ledgerDSN == "" {
 			files, err := a.files()
 			if err != nil {
 				return nil, err
 			}
-			if err := files.ensureLedger(path); err != nil {
+			if err := files.ensureLedger(ledgerPath); err != nil {
 				return nil, err
 			}
 		}
-		store, err := backend.Open(ctx, dsn, path, true)
+		store, err := backend.Open(ctx, ledgerDSN, ledgerPath, true)
 		if err != nil {
 			return nil, fmt.Errorf("open the ledger: %w", err)
 		}
@@ -229,14 +251,18 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		})
 		onTick = a.recorder.Add
 	}
-	if err := a.initSecurity(cfg.Source == "demo"); err != nil {
+	if err := a.initSecurity(demo); err != nil {
 		return nil, err
 	}
-	if _, err := a.openAudit(cfg, node); err != nil {
+	if _, err := a.openAudit(node); err != nil {
 		return nil, err
 	}
+	// The ring is on the chain before the queue, which reads the tick's
+	// utilisation back from it.
+	a.history = gpuhistory.New(cfg.Interval)
+	onTick = chain(onTick, a.history.Add)
 	if cfg.Queue.Enabled {
-		if err := a.newQueue(ctx, cfg, node, cfg.Source == "demo" || cfg.Source == "sim"); err != nil {
+		if err := a.newQueue(ctx, cfg, node, simulated); err != nil {
 			return nil, err
 		}
 		onTick = chain(onTick, a.observeQueue)
@@ -246,8 +272,6 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
 	}
-	a.history = newHistoryRing(cfg.Interval)
-	onTick = chain(onTick, a.history.add)
 	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
@@ -288,27 +312,14 @@ func (a *Agent) Sampler() *sampler.Sampler { return a.sampler }
 
 // openAudit opens the audit log the policy and the API write to: a JSON
 // lines file under the data directory, and the ledger when there is one.
-func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
-	dir := cfg.DataDir
-	if cfg.Source == "demo" {
-		// The demo's made-up findings stay out of a real audit log.
-		d, err := os.MkdirTemp("", "gpumeter-demo-audit")
+func (a *Agent) openAudit(node string) (*audit.File, error) {
+	lc := audit.LogConfig{Node: node, Logger: a.log.With("part", "audit")}
+	if !a.noDataDir {
+		files, err := a.files()
 		if err != nil {
 			return nil, err
 		}
-		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
-		dir = d
-	}
-	lc := audit.LogConfig{Node: node, Logger: a.log.With("part", "audit")}
-	if !a.noDataDir || cfg.Source == "demo" {
-		files := dataFiles{dir: dir, mode: 0o600, gid: -1} // the demo's own directory
-		if cfg.Source != "demo" {
-			var err error
-			if files, err = a.files(); err != nil {
-				return nil, err
-			}
-		}
-		f, err := audit.OpenFile(filepath.Join(dir, "audit.jsonl"))
+		f, err := audit.OpenFile(filepath.Join(files.dir, "audit.jsonl"))
 		if err != nil {
 			return nil, err
 		}
@@ -319,8 +330,8 @@ func (a *Agent) openAudit(cfg config.Config, node string) (*audit.File, error) {
 		a.closers = append(a.closers, f.Close)
 		lc.File = f
 	}
-	if as, ok := a.store.(ledger.AuditStore); ok {
-		lc.Store = as
+	if a.store != nil {
+		lc.Store = a.store
 	}
 	a.audit, a.auditFile = audit.NewLog(lc), lc.File
 	return lc.File, nil

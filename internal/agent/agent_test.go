@@ -27,7 +27,7 @@ func (oneGPU) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
 // server behind a dead network does not, and whose Close waits for the
 // reads under way to give up, as a pgx pool's does.
 type stuckStore struct {
-	ledger.Store
+	ledger.Ledger
 	reading chan struct{} // closed when the first read starts
 	once    sync.Once
 	reads   sync.WaitGroup
@@ -54,11 +54,11 @@ func TestRunStopsWithAReportStuck(t *testing.T) {
 	cfg := config.Default()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.API.Socket = "none"
-	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("t", "admin", config.RoleAdmin, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Auth.Tokens = map[string]auth.Token{"t": tok}
+	cfg.Auth.Tokens = map[string]config.Token{"t": tok}
 	store := &stuckStore{reading: make(chan struct{})}
 	a := &Agent{
 		cfg:      cfg,

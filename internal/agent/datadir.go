@@ -11,7 +11,6 @@ import (
 	"syscall"
 
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/policy"
 )
 
 // dataFiles says how the agent's own files under data_dir are kept: the
@@ -140,7 +139,7 @@ func actsForReal(cfg config.Config) bool {
 		return false
 	}
 	for _, r := range config.RuleNames() {
-		if cfg.Policy.Actions.For(r) != policy.ActionReport {
+		if cfg.Policy.Actions.For(r) != config.ActionReport {
 			return true
 		}
 	}
@@ -203,9 +202,9 @@ func (d dataFiles) ensureLedger(path string) error {
 	return nil
 }
 
-// files checks data_dir the first time a part of the agent needs it: the
-// SQLite ledger and the audit log do, an agent on PostgreSQL with the
-// demo's audit log does not.
+// files checks data_dir the first time a part of the agent needs it. The
+// demo's data_dir is the directory New made for it, set there and never
+// checked.
 func (a *Agent) files() (dataFiles, error) {
 	if a.dataFiles == nil {
 		d, err := prepareDataDir(a.cfg.DataDir, a.cfg.DataGroup, a.log)

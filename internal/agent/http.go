@@ -16,11 +16,17 @@ import (
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/web"
 )
 
-// Both ledgers read the usage page's hourly sums.
-var _ server.UsageSeries = ledger.OwnerUsageReader(nil)
+// Both ledgers read the usage page's hourly sums; the queue's fair share
+// is the API's.
+var (
+	_ web.UsageSeries  = ledger.OwnerUsageReader(nil)
+	_ server.FairShare = (*fairshare.Service)(nil)
+)
 
 // Listen opens the listeners, so that a caller learns a bad address
 // before Run and can read the chosen port (":0" in tests).
@@ -70,14 +76,11 @@ func (a *Agent) Handler() http.Handler {
 		SessionLifetime: a.cfg.API.SessionLifetime,
 	}
 	if a.docker != nil {
-		ac.Stopper = a.docker
-		if a.queue != nil {
-			// A job's container stopped through the API ends cancelled.
-			ac.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonCancelled}
-		}
+		// A job's container stopped through the API ends cancelled.
+		ac.Stopper = a.stopper(queue.ReasonCancelled)
 	}
-	if u, ok := a.store.(ledger.OwnerUsageReader); ok && reports != nil {
-		ac.Usage = u
+	if a.store != nil && reports != nil {
+		ac.Usage = a.store
 	}
 	if a.audit != nil {
 		extra = append(extra, a.audit)
@@ -119,8 +122,7 @@ func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, e
 	}
 	var rep *report.Report
 	if err == nil {
-		jobs, _ := a.store.(ledger.JobStore)
-		rep, err = report.Run(ctx, a.store, jobs, r, prices)
+		rep, err = report.Run(ctx, a.store, a.store, r, prices)
 	}
 	if err != nil {
 		a.log.Warn("usage report", "err", err)

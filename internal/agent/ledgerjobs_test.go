@@ -20,11 +20,13 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
@@ -53,9 +55,9 @@ func writeLedger(t *testing.T, cfg config.Config, n int) {
 	}
 	defer s.Close()
 	for range n {
-		j := ledger.Job{Node: cfg.Hostname, User: "alice", State: "succeeded", GPUsRequested: 1, Image: "img:1",
+		j := queue.Job{Node: cfg.Hostname, User: "alice", State: "succeeded", GPUsRequested: 1, Image: "img:1",
 			Command: []string{"train", strings.Repeat("x", 200)}}
-		if _, err := s.SubmitJob(context.Background(), j, ledger.AuditEvent{Kind: "api", Action: "jobs.submit", Outcome: "ok"}); err != nil {
+		if _, err := s.SubmitJob(context.Background(), j, audit.Event{Kind: "api", Action: "jobs.submit", Outcome: "ok"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -247,8 +249,8 @@ func TestNewRaisesTheJobSequence(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	js := a.store.(ledger.JobStore)
-	j, err := js.SubmitJob(context.Background(), ledger.Job{Node: node, User: "bob", State: "queued"}, ledger.AuditEvent{Kind: "api", Action: "jobs.submit", Outcome: "ok"})
+	js := a.store
+	j, err := js.SubmitJob(context.Background(), queue.Job{Node: node, User: "bob", State: "queued"}, audit.Event{Kind: "api", Action: "jobs.submit", Outcome: "ok"})
 	a.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -305,11 +307,11 @@ func TestSubmitWithTheDataDirFull(t *testing.T) {
 	if err := os.WriteFile(cfg.GroupFile, []byte("alice:x:2001:\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	secret, tok, err := auth.NewToken("alice-laptop", "alice", auth.RoleUser, time.Time{})
+	secret, tok, err := auth.NewToken("alice-laptop", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Auth.Tokens = map[string]auth.Token{tok.ID: tok}
+	cfg.Auth.Tokens = map[string]config.Token{tok.ID: tok}
 	a, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler), "test")
 	if err != nil {
 		t.Fatal(err)

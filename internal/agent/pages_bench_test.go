@@ -12,9 +12,11 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -38,16 +40,16 @@ func BenchmarkPages30Days(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	smp := sim.NewSampler(sc, sampler.Config{Node: m.Node})
+	smp := samplertest.Scenario(sc, sampler.Config{Node: m.Node})
 	for i := range 3 {
 		smp.Step(ctx, sc.Start.Add(2*time.Hour+time.Duration(i)*time.Second))
 	}
 	a := &Agent{cfg: config.Default(), log: slog.New(slog.DiscardHandler), sampler: smp, store: store, node: m.Node}
-	secret, tok, err := auth.NewToken("root", "root", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("root", "root", config.RoleAdmin, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func BenchmarkPages30Days(b *testing.B) {
 	h := server.New(server.Config{
 		Ticks:   smp,
 		Reports: a,
-		History: gpuHistory{historyRing: newHistoryRing(time.Second), store: store, node: m.Node},
+		History: gpuHistory{ring: gpuhistory.New(time.Second), store: store, node: m.Node},
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return nil },
 		Now:     func() time.Time { return now },

@@ -72,10 +72,7 @@ func (a *Agent) newPolicy(cfg config.Config) {
 		Logger:   a.log.With("part", "policy"),
 	}
 	if a.docker != nil {
-		ec.Stopper, ec.Containers = a.docker, a.docker
-		if a.queue != nil {
-			ec.Stopper = jobStopper{inv: a.docker, queue: a.queue, reason: queue.ReasonStoppedByPolicy}
-		}
+		ec.Stopper, ec.Containers = a.stopper(queue.ReasonStoppedByPolicy), a.docker
 	}
 	a.policy = policy.NewEngine(ec)
 }
@@ -157,7 +154,7 @@ func (a *Agent) reload(cfg config.Config) error {
 		}
 		rules.ExemptLabels = exemptKeys(cfg.Policy.Exempt.Labels)
 		queueReload = func() error {
-			a.fair.cache.SetSettings(fairshare.SettingsOf(cfg.Queue))
+			a.fair.Cache().SetSettings(fairshare.SettingsOf(cfg.Queue))
 			return a.queue.Reload(rules, sched, cfg.Queue.DefaultTimeLimit)
 		}
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/policy"
 )
 
 // TestReload: a config that does not validate changes nothing; one that
@@ -44,11 +43,11 @@ func TestReload(t *testing.T) {
 
 	good := cfg
 	good.Waste.Idle.Window = 2 * time.Second
-	good.Policy.Actions.Idle = policy.ActionStop
+	good.Policy.Actions.Idle = config.ActionStop
 	if err := a.Reload(good); err != nil {
 		t.Fatal(err)
 	}
-	if a.waste.cur.Load() == live || a.policy.Policy().Actions.Idle != policy.ActionStop {
+	if a.waste.cur.Load() == live || a.policy.Policy().Actions.Idle != config.ActionStop {
 		t.Error("a good config did not take effect")
 	}
 	// The same rules again keep the evaluator and its findings.

@@ -17,11 +17,9 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/cgroup"
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/hostid"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
@@ -37,10 +35,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if a.store == nil {
 		return errors.New("queue.enabled: the queue keeps its jobs in the ledger; set ledger.enabled")
 	}
-	jobs, ok := a.store.(ledger.JobStore)
-	if !ok {
-		return errors.New("queue.enabled: this ledger backend keeps no jobs")
-	}
+	jobs := a.store
 	if a.docker == nil {
 		return errors.New("queue.enabled: the queue runs jobs in Docker; set docker.enabled")
 	}
@@ -55,25 +50,20 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if rules.MaxOpenFiles < cfg.Queue.MaxOpenFiles {
 		a.log.Info("queue.max_open_files is more than this host allows the agent; jobs get at most its hard limit", "max_open_files", cfg.Queue.MaxOpenFiles, "limit", rules.MaxOpenFiles)
 	}
-	engine, err := docker.NewJobs(cfg.DockerHost, node, a.log.With("part", "queue-docker"))
-	if err != nil {
-		return fmt.Errorf("queue: docker: %w", err)
-	}
+	engine := docker.NewJobs(a.dockerClient, node, a.log.With("part", "queue-docker"))
 	var jobEngine run.Engine = engine
 	if cfg.Queue.Network == config.NetworkIsolated {
 		if err := a.jobsNetwork(ctx, engine, rules.Network); err != nil {
-			_ = engine.Close()
 			return err
 		}
 		jobEngine = docker.IsolatedJobs{Jobs: engine}
 	}
-	a.closers = append(a.closers, engine.Close)
 	where := cfg.LedgerPath()
 	if cfg.LedgerDSN != "" {
 		where = "PostgreSQL"
 	}
-	// The demo's ledger is a new one of its own at every start.
-	if cfg.Source != "demo" {
+	// The demo's ledger, in its own directory, is new at every start.
+	if a.tempDir == "" {
 		if err := checkJobContainers(ctx, jobs, engine, node, where, a.log); err != nil {
 			return err
 		}
@@ -85,7 +75,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 	if passing == spec.Env && !simulated {
 		a.log.Warn("queue.gpu_passing env: jobs get their GPUs only from NVIDIA_VISIBLE_DEVICES, which works only where nvidia is Docker's default runtime")
 	}
-	envDir, err := a.jobEnvDir(cfg)
+	envDir, err := a.jobEnvDir()
 	if err != nil {
 		return err
 	}
@@ -105,12 +95,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 			Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "queue-notify"),
 		})
 	}
-	reader, ok := a.store.(fairshare.Reader)
-	budgets, ok2 := a.store.(ledger.BudgetStore)
-	if !ok || !ok2 {
-		return errors.New("queue.enabled: this ledger backend keeps no usage by owner or budget lifts")
-	}
-	a.fair = newFairShare(fairshare.NewCache(reader, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), budgets)
+	a.fair = fairshare.NewService(fairshare.NewCache(a.store, fairshare.SettingsOf(cfg.Queue), a.log.With("part", "fairshare"), nil), a.store)
 	passwd, group := cfg.PasswdFile, cfg.GroupFile
 	users := cgroup.NewUsers(passwd)
 	rc := run.Config{
@@ -148,20 +133,20 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		StageRefusal:        stageRefusal,
 		MemoryOverrunGrace:  cfg.Queue.MemoryOverrunGrace,
 		MemoryOverrunAction: cfg.Queue.MemoryOverrunAction,
-		Standing:            a.fair.standing,
+		Standing:            a.fair.Standing,
 		HighUsers:           cfg.Queue.Priority.HighUsers,
 		Logger:              a.log.With("part", "queue"),
 	}
 	if a.jobNotices != nil {
 		notices := a.jobNotices
-		rc.OnEvent = func(e run.JobEvent) { notices.Notify(jobNotice(e)) }
+		rc.OnEvent = notices.Notify
 	}
 	if a.audit != nil {
 		log := a.audit
-		rc.Audited = func(ctx context.Context, e ledger.AuditEvent) {
+		rc.Audited = func(ctx context.Context, e audit.Event) {
 			// The ledger holds the event; a failed file write is logged
 			// by the audit log itself.
-			_ = log.Recorded(ctx, audit.FromLedger(e))
+			_ = log.Recorded(ctx, e)
 		}
 	}
 	q, err := run.New(rc)
@@ -169,7 +154,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		return fmt.Errorf("queue: %w", err)
 	}
 	a.queue = q
-	a.queueUtil = newUtilRing(cfg.Queue.PlacementWindow, cfg.Interval)
+	a.placementWindow = cfg.Queue.PlacementWindow
 	return nil
 }
 
@@ -206,19 +191,12 @@ func (a *Agent) jobsNetwork(ctx context.Context, engine *docker.Jobs, name strin
 
 // jobEnvDir is where the queue keeps the environment values of jobs, which
 // the ledger never holds: a directory only the agent reads.
-func (a *Agent) jobEnvDir(cfg config.Config) (string, error) {
-	base := cfg.DataDir
-	if cfg.Source == "demo" {
-		d, err := os.MkdirTemp("", "gpumeter-demo-jobs")
-		if err != nil {
-			return "", err
-		}
-		a.closers = append(a.closers, func() error { return os.RemoveAll(d) })
-		base = d
-	} else if _, err := a.files(); err != nil {
+func (a *Agent) jobEnvDir() (string, error) {
+	files, err := a.files()
+	if err != nil {
 		return "", fmt.Errorf("queue.enabled: %w", err)
 	}
-	dir := filepath.Join(base, "job-env")
+	dir := filepath.Join(files.dir, "job-env")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("queue: %w", err)
 	}
@@ -244,18 +222,19 @@ func dockerSocket(host string) string {
 	return p
 }
 
-// resolvePassing turns queue.gpu_passing into how jobs get their GPUs.
-// auto picks DeviceRequests where Docker has the nvidia runtime, and
-// NVIDIA_VISIBLE_DEVICES with a simulated GPU source (how the tests run on
-// an engine without either); on a real host without the runtime it
-// refuses, since jobs would run without their GPUs.
-func resolvePassing(ctx context.Context, setting string, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
+// resolvePassing turns queue.gpu_passing, which config checked, into how
+// jobs get their GPUs. auto (or unset) picks DeviceRequests where Docker
+// has the nvidia runtime, and NVIDIA_VISIBLE_DEVICES with a simulated GPU
+// source (how the tests run on an engine without either); on a real host
+// without the runtime it refuses, since jobs would run without their GPUs.
+func resolvePassing(ctx context.Context, setting config.GPUPassing, simulated bool, support func(context.Context) (bool, error)) (spec.GPUPassing, error) {
 	switch setting {
-	case string(spec.DeviceRequests), string(spec.CDI), string(spec.Env):
-		return spec.GPUPassing(setting), nil
-	case "", "auto":
-	default:
-		return "", fmt.Errorf("queue.gpu_passing: %q is not auto, device_requests, cdi or env", setting)
+	case config.PassingDeviceRequests:
+		return spec.DeviceRequests, nil
+	case config.PassingCDI:
+		return spec.CDI, nil
+	case config.PassingEnv:
+		return spec.Env, nil
 	}
 	if simulated {
 		return spec.Env, nil
@@ -276,15 +255,9 @@ func resolvePassing(ctx context.Context, setting string, simulated bool, support
 
 // observeQueue hands the queue what the tick saw of the GPUs.
 func (a *Agent) observeQueue(t *sampler.Tick) {
-	gpus, outside, jobMemory := queueView(t, container.JobLabel)
-	o := run.Observation{GPUs: gpus, Outside: outside, JobMemory: jobMemory}
+	o := run.ObservationOf(t)
 	if t != nil && t.Tick != nil {
-		for _, d := range t.Sample.Devices {
-			if d.Err == nil {
-				a.queueUtil.add(d.UUID, t.Time, d.Util)
-			}
-		}
-		o.Util = a.queueUtil.means(t.Time)
+		o.Util = a.history.Means(t.Time, a.placementWindow)
 	}
 	a.queue.Observe(o)
 }
@@ -305,27 +278,14 @@ func (a *Agent) queueStats() (exporter.QueueStats, bool) {
 	return st, true
 }
 
-// jobNotice is a job event as the webhook hears of it.
-func jobNotice(e run.JobEvent) policy.JobNotice {
-	j := e.Job
-	return policy.JobNotice{
-		Event: e.Event, ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State,
-		Reason: j.Reason, GPUs: j.GPUs, ExitCode: j.ExitCode, Node: j.Node,
+// stopper is the one stop path of the node's containers for a caller
+// that stops for reason: the queue, when there is one, hears first of a
+// stop of a job's container, so that the job ends with that reason and
+// not as an exit.
+func (a *Agent) stopper(reason queue.Reason) docker.Stopper {
+	var jobs docker.JobStops
+	if a.queue != nil {
+		jobs = a.queue
 	}
-}
-
-// jobStopper tells the queue, before a container is stopped, that the stop
-// is the policy's (or an admin's through the API), so that a job's
-// container stopped that way ends with that reason and not as an exit.
-type jobStopper struct {
-	inv    *docker.Inventory
-	queue  *run.Queue
-	reason queue.Reason
-}
-
-func (s jobStopper) Stop(ctx context.Context, id string, grace time.Duration) error {
-	if c, ok := s.inv.Lookup(id); ok && c.JobID() != "" {
-		s.queue.ExpectStop(c.ID, s.reason)
-	}
-	return s.inv.Stop(ctx, id, grace)
+	return docker.NewStopper(a.docker, jobs, reason)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
@@ -18,7 +19,7 @@ func TestResolvePassing(t *testing.T) {
 		return func(context.Context) (bool, error) { return v, err }
 	}
 	for _, tc := range []struct {
-		setting   string
+		setting   config.GPUPassing
 		simulated bool
 		support   func(context.Context) (bool, error)
 		want      spec.GPUPassing
@@ -32,7 +33,6 @@ func TestResolvePassing(t *testing.T) {
 		{"cdi", false, has(false, nil), spec.CDI, ""},
 		{"env", false, has(false, nil), spec.Env, ""},
 		{"device_requests", true, has(false, nil), spec.DeviceRequests, ""},
-		{"magic", true, has(false, nil), "", "not auto, device_requests, cdi or env"},
 	} {
 		got, err := resolvePassing(ctx, tc.setting, tc.simulated, tc.support)
 		if tc.wantErr != "" {

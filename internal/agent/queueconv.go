@@ -1,6 +1,5 @@
 // The queue's view of the host: the settings turned into the allowlist
-// and the scheduler's config, and each tick turned into the GPUs and the
-// use outside the queue.
+// and the scheduler's config.
 
 package agent
 
@@ -11,11 +10,8 @@ import (
 	"strings"
 
 	"github.com/gpumeter/gpumeter/internal/config"
-	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
-	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
 // queueRules turns queue.* into the allowlist and the scheduler's
@@ -115,71 +111,6 @@ func portRange(s string) (spec.PortRange, error) {
 		return spec.PortRange{}, fmt.Errorf("%q is not a port or a range of ports such as 8000-8099", s)
 	}
 	return spec.PortRange{First: uint16(a), Last: uint16(b)}, nil
-}
-
-// queueView is what the queue sees of one tick: the GPUs, and the use of
-// them outside the queue. A container labelled as a job is the queue's
-// own; every other running container that holds GPUs, and every process
-// that is not a job's, is outside use.
-// jobMemory is, by job id, the GPU memory the processes of each job's
-// container hold (the queue's memory contract is checked against it).
-func queueView(t *sampler.Tick, jobLabel string) (gpus []queue.GPU, out queue.Outside, jobMemory map[string]uint64) {
-	out = queue.Outside{MemoryUsed: map[string]uint64{}}
-	jobMemory = map[string]uint64{}
-	if t == nil || t.Tick == nil {
-		return nil, out, jobMemory
-	}
-	gpus = make([]queue.GPU, 0, len(t.Sample.Devices))
-	for _, d := range t.Sample.Devices {
-		gpus = append(gpus, queue.GPU{UUID: d.UUID, Index: d.Index, MemoryTotal: d.MemoryTotal,
-			NVLink: d.Topology.NVLink, PCIeSwitch: d.Topology.PCIeSwitch})
-	}
-	jobs := map[string]string{} // container id -> job id
-	for i := range t.Containers {
-		c := &t.Containers[i].Container
-		if id, ok := c.Labels[jobLabel]; ok {
-			jobs[c.ID] = id
-			continue
-		}
-		if !c.Running || c.GPUs.Empty() {
-			continue
-		}
-		oc := queue.OutsideContainer{Name: c.Name, User: c.User}
-		for _, d := range t.Sample.Devices {
-			if c.GPUs.Holds(d.Index, d.UUID, migUUIDs(d.MIG)...) {
-				oc.GPUs = append(oc.GPUs, d.UUID)
-			}
-		}
-		if len(oc.GPUs) > 0 {
-			out.Containers = append(out.Containers, oc)
-		}
-	}
-	for i, d := range t.Sample.Devices {
-		if d.Err != nil {
-			continue
-		}
-		for j, p := range d.Processes {
-			if i < len(t.Owners) && j < len(t.Owners[i]) {
-				o := t.Owners[i][j]
-				if id, ok := jobs[o.ID]; ok && o.Kind == container.OwnerContainer {
-					jobMemory[id] += p.MemoryUsed
-					continue
-				}
-			}
-			out.MemoryUsed[d.UUID] += p.MemoryUsed
-		}
-	}
-	return gpus, out, jobMemory
-}
-
-// migUUIDs are the UUIDs of a GPU's MIG instances, which a container's
-// GPU request may name instead of the GPU's own.
-func migUUIDs(mig []gpu.MIGInstance) []string {
-	var ids []string
-	for _, m := range mig {
-		ids = append(ids, m.UUID)
-	}
-	return ids
 }
 
 // exemptKeys are the label keys of policy.exempt.labels (key=value or

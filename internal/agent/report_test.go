@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 )
@@ -26,13 +28,13 @@ func TestReportByJob(t *testing.T) {
 	}
 	defer store.Close()
 	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
-	job, err := store.SubmitJob(ctx, ledger.Job{Node: "n1", User: "alice", State: "queued", GPUsRequested: 1,
+	job, err := store.SubmitJob(ctx, queue.Job{Node: "n1", User: "alice", State: "queued", GPUsRequested: 1,
 		Image: "train:1", Command: []string{"train"}, TimeLimit: time.Hour, SubmittedAt: t0.Add(-time.Minute)},
-		ledger.AuditEvent{Time: t0, Node: "n1", Kind: "api", Caller: "alice", Role: "user", Source: "unix uid 1000", Action: "jobs.submit", Status: 201})
+		audit.Event{Time: t0, Node: "n1", Kind: "api", Caller: "alice", Role: "user", Source: "unix uid 1000", Action: "jobs.submit", Status: 201})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.UpdateJob(ctx, job.ID, "queued", func(j *ledger.Job) { j.State, j.StartedAt = "running", t0 }, ledger.AuditEvent{}); err != nil {
+	if _, err := store.UpdateJob(ctx, job.ID, "queued", func(j *queue.Job) { j.State, j.StartedAt = "running", t0 }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	gpu := ledger.GPU{Node: "n1", UUID: "GPU-0", Index: 0, Model: "NVIDIA A100-SXM4-80GB", MemoryTotal: 80 << 30}

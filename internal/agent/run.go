@@ -23,7 +23,7 @@ import (
 )
 
 // Close releases what New opened: the ledger, the GPU source and the
-// demo's own ledger. Run does it when it returns; Close is for an agent
+// demo's own directory. Run does it when it returns; Close is for an agent
 // that never gets to Run, one whose Listen failed, say. It waits for a
 // reload under way, and refuses those that come after it; closing again
 // does nothing.
@@ -54,6 +54,13 @@ func (a *Agent) close() {
 		}
 	}
 	a.closers = nil
+	if a.tempDir != "" {
+		// Last, once nothing of the agent writes there any more.
+		if err := os.RemoveAll(a.tempDir); err != nil {
+			a.log.Warn("close", "err", err)
+		}
+		a.tempDir = ""
+	}
 }
 
 // ReloadOn has Run reload the config on each value from signals (serve
@@ -133,7 +140,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.fair != nil {
 		g.Go(func() error {
-			if err := a.fair.cache.Run(ctx); err != nil {
+			if err := a.fair.Cache().Run(ctx); err != nil {
 				a.log.Error("fair share", "err", err)
 			}
 			return nil

@@ -55,7 +55,7 @@ func authConfig(c *config.Config, socketUIDs []int) auth.Config {
 		ac.Certs = append(ac.Certs, c.Auth.ClientCerts[cn])
 	}
 	if c.Auth.Anonymous == "viewer" {
-		ac.Anonymous = auth.RoleViewer
+		ac.Anonymous = config.RoleViewer
 	}
 	return ac
 }
@@ -73,7 +73,7 @@ func (s *security) prepare(cfg *config.Config) (prepared, error) {
 	var p prepared
 	ac := authConfig(cfg, socketUIDs())
 	if s.demoToken != "" {
-		ac.Tokens = append(ac.Tokens, auth.Token{ID: "demo", User: "demo", Role: auth.RoleAdmin, Hash: auth.HashToken(s.demoToken)})
+		ac.Tokens = append(ac.Tokens, config.Token{ID: "demo", User: "demo", Role: config.RoleAdmin, Hash: auth.HashToken(s.demoToken)})
 	}
 	var err error
 	if p.auth, err = auth.New(ac); err != nil {
@@ -103,7 +103,7 @@ func (s *security) prepare(cfg *config.Config) (prepared, error) {
 func (a *Agent) initSecurity(demo bool) error {
 	s := &a.sec
 	if demo && len(a.cfg.Auth.Tokens) == 0 {
-		secret, _, err := auth.NewToken("demo", "demo", auth.RoleAdmin, time.Time{})
+		secret, _, err := auth.NewToken("demo", "demo", config.RoleAdmin, time.Time{})
 		if err != nil {
 			return err
 		}
@@ -203,9 +203,7 @@ func (a *Agent) listen() error {
 	// The default socket lives in the data directory.
 	if path := a.cfg.SocketPath(); path != "" && !(a.noDataDir && a.cfg.API.Socket == "") {
 		sock, err := listener.Socket(path)
-		if err != nil && a.cfg.Source == "demo" {
-			// The demo is reachable with its token over TCP; a real
-			// agent may hold the socket.
+		if err != nil && a.socketOptional {
 			a.log.Warn("the demo serves no Unix socket", "err", err)
 			return nil
 		}

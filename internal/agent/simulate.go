@@ -49,7 +49,7 @@ func CanSimulate(sc *sim.Scenario) error {
 // names the ledger in errors. It refuses a ledger that already holds
 // usage of the scenario's node in its window, which a second run would
 // count twice. The same scenario always gives the same ledger.
-func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Store, where string) (_ Simulation, err error) {
+func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where string) (_ Simulation, err error) {
 	if err := CanSimulate(sc); err != nil {
 		return Simulation{}, err
 	}
@@ -76,7 +76,11 @@ func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Store, where s
 	}()
 	// A batch run: trade memory for fewer garbage collections.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
-	s := sim.NewSampler(sc, sampler.Config{})
+	// The scenario's node and idle power, on the clock play steps.
+	s := sampler.New(sampler.WithSimulated(sampler.Config{
+		Node:  sc.Node,
+		Meter: meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
+	}, sim.NewSource(sc, false)))
 	wb := newWriteBehind(ctx, store)
 	rec := record.New(record.Config{Store: wb, Node: sc.Node, MaxRows: 1 << 30, Lease: lease})
 

@@ -22,15 +22,15 @@ import (
 
 // pageAgent is an agent over store (nil: the ledger is off) that serves
 // its handler, and an admin's token for it.
-func pageAgent(tb testing.TB, store ledger.Store) (http.Handler, string) {
+func pageAgent(tb testing.TB, store ledger.Ledger) (http.Handler, string) {
 	tb.Helper()
 	cfg := config.Default()
 	cfg.API.RateLimit = 0
-	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("t", "admin", config.RoleAdmin, time.Time{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg.Auth.Tokens = map[string]auth.Token{"t": tok}
+	cfg.Auth.Tokens = map[string]config.Token{"t": tok}
 	a := &Agent{cfg: cfg, log: slog.New(slog.DiscardHandler), sampler: sampler.New(sampler.Config{GPUs: oneGPU{}})}
 	if store != nil {
 		a.store = store

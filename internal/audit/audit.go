@@ -1,7 +1,8 @@
 // Package audit is the audit log: what the waste policy did to containers
 // and which API calls changed something or were turned away, with who
 // asked, from where and what came of it. Events go to a JSON lines file
-// and, when there is one, to the ledger.
+// and, when there is one, to a Store (the ledger, which imports this
+// package for the event type; this package imports nothing of ours).
 package audit
 
 import (
@@ -16,8 +17,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // Kinds of event besides the policy's (notify, warn, stop), which are
@@ -77,24 +76,25 @@ type Event struct {
 	Count int64 `json:"count,omitempty"`
 }
 
-// ToLedger converts e to the ledger's record.
-func ToLedger(e Event) ledger.AuditEvent {
-	return ledger.AuditEvent{
-		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
-		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
-		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
-		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status, Count: e.Count,
-	}
+// Filter selects the events with From <= Time < To, by the exact time
+// (not truncated to the minute, as the ledger's usage filter is); a zero
+// From or To leaves that end open. A Node other than "" keeps that node's
+// events only.
+type Filter struct {
+	From, To time.Time
+	Node     string
 }
 
-// FromLedger converts a ledger record back to an Event.
-func FromLedger(e ledger.AuditEvent) Event {
-	return Event{
-		Time: e.Time, Node: e.Node, Kind: e.Kind, Rule: e.Rule, FindingID: e.FindingID,
-		ContainerID: e.ContainerID, Container: e.Container, Owner: e.Owner, Evidence: e.Evidence,
-		DryRun: e.DryRun, Outcome: e.Outcome, Attempts: e.Attempts, Error: e.Error,
-		Caller: e.Caller, Role: e.Role, Source: e.Source, Action: e.Action, Target: e.Target, Status: e.Status, Count: e.Count,
-	}
+// Store keeps audit events besides the file: the ledger, whose backends
+// implement it (see ledger.Ledger).
+type Store interface {
+	// Audit adds events atomically.
+	Audit(ctx context.Context, events []Event) error
+	// AuditEvents returns the events f selects, oldest first.
+	AuditEvents(ctx context.Context, f Filter) ([]Event, error)
+	// AuditNewest returns the newest n (n > 0) events f selects, oldest
+	// first, and whether f selects more, without reading the rest.
+	AuditNewest(ctx context.Context, f Filter, n int) ([]Event, bool, error)
 }
 
 // File appends events as JSON lines to a file, one write per event, so

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 const (
@@ -34,8 +32,8 @@ const (
 
 // LogConfig wires a Log.
 type LogConfig struct {
-	File  *File             // nil for no file
-	Store ledger.AuditStore // nil for no ledger
+	File  *File // nil for no file
+	Store Store // nil for no ledger
 	// Node fills in events recorded without one.
 	Node string
 	// Window is how long observations are summed over (default a minute).
@@ -71,7 +69,7 @@ type LogConfig struct {
 // too long, counted by kind and named in a summary event.
 type Log struct {
 	file  *File
-	store ledger.AuditStore
+	store Store
 	node  string
 	log   *slog.Logger
 	now   func() time.Time
@@ -179,7 +177,7 @@ func (l *Log) Act(ctx context.Context, e Event) error {
 		}
 	}
 	if l.store != nil {
-		if err := l.store.Audit(ctx, []ledger.AuditEvent{ToLedger(e)}); err != nil {
+		if err := l.store.Audit(ctx, []Event{e}); err != nil {
 			l.writeErrors.Add(1)
 			errs = append(errs, err)
 		}
@@ -335,23 +333,11 @@ func (l *Log) Events(ctx context.Context, from, to time.Time, limit int) ([]Even
 	var events []Event
 	switch {
 	case l.store != nil && limit > 0:
-		got, more, err := l.store.AuditNewest(ctx, ledger.Filter{From: from, To: to}, limit)
-		if err != nil {
-			return nil, false, err
-		}
-		events = make([]Event, len(got))
-		for i, e := range got {
-			events[i] = FromLedger(e)
-		}
-		return events, more, nil
+		return l.store.AuditNewest(ctx, Filter{From: from, To: to}, limit)
 	case l.store != nil:
-		got, err := l.store.AuditEvents(ctx, ledger.Filter{From: from, To: to})
-		if err != nil {
+		var err error
+		if events, err = l.store.AuditEvents(ctx, Filter{From: from, To: to}); err != nil {
 			return nil, false, err
-		}
-		events = make([]Event, len(got))
-		for i, e := range got {
-			events[i] = FromLedger(e)
 		}
 	case l.file != nil:
 		var err error

@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 )
 
@@ -109,21 +108,17 @@ gpumeter_audit_write_errors_total %d
 `, errs)
 }
 
-func readBack(t *testing.T, f *audit.File, s ledger.AuditStore) map[string][]audit.Event {
+func readBack(t *testing.T, f *audit.File, s audit.Store) map[string][]audit.Event {
 	t.Helper()
 	fromFile, err := audit.ReadFile(f.Path(), time.Time{}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromStore, err := s.AuditEvents(context.Background(), ledger.Filter{})
+	fromStore, err := s.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fromLedger []audit.Event
-	for _, e := range fromStore {
-		fromLedger = append(fromLedger, audit.FromLedger(e))
-	}
-	return map[string][]audit.Event{"file": fromFile, "ledger": fromLedger}
+	return map[string][]audit.Event{"file": fromFile, "ledger": fromStore}
 }
 
 // calls is how many calls events stand for: each itself, or its count.
@@ -350,14 +345,14 @@ type stuckStore struct {
 	release chan struct{} // closed to let writes through
 
 	mu     sync.Mutex
-	events []ledger.AuditEvent
+	events []audit.Event
 }
 
 func newStuckStore() *stuckStore {
 	return &stuckStore{entered: make(chan struct{}, 100), release: make(chan struct{})}
 }
 
-func (s *stuckStore) Audit(ctx context.Context, events []ledger.AuditEvent) error {
+func (s *stuckStore) Audit(ctx context.Context, events []audit.Event) error {
 	select {
 	case s.entered <- struct{}{}:
 	default:
@@ -373,13 +368,13 @@ func (s *stuckStore) Audit(ctx context.Context, events []ledger.AuditEvent) erro
 	return nil
 }
 
-func (s *stuckStore) AuditEvents(context.Context, ledger.Filter) ([]ledger.AuditEvent, error) {
+func (s *stuckStore) AuditEvents(context.Context, audit.Filter) ([]audit.Event, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]ledger.AuditEvent(nil), s.events...), nil
+	return append([]audit.Event(nil), s.events...), nil
 }
 
-func (s *stuckStore) AuditNewest(ctx context.Context, f ledger.Filter, n int) ([]ledger.AuditEvent, bool, error) {
+func (s *stuckStore) AuditNewest(ctx context.Context, f audit.Filter, n int) ([]audit.Event, bool, error) {
 	all, _ := s.AuditEvents(ctx, f)
 	if len(all) > n {
 		return all[len(all)-n:], true, nil
@@ -387,8 +382,8 @@ func (s *stuckStore) AuditNewest(ctx context.Context, f ledger.Filter, n int) ([
 	return all, false, nil
 }
 
-func (s *stuckStore) stored() []ledger.AuditEvent {
-	got, _ := s.AuditEvents(context.Background(), ledger.Filter{})
+func (s *stuckStore) stored() []audit.Event {
+	got, _ := s.AuditEvents(context.Background(), audit.Filter{})
 	return got
 }
 
@@ -460,11 +455,7 @@ func TestObserveNeverBlocks(t *testing.T) {
 	if dropped == 0 || dropped > flood*6/10 {
 		t.Errorf("Dropped() = %d, want some, at most %d", dropped, flood*6/10)
 	}
-	got := s.stored()
-	var evs []audit.Event
-	for _, e := range got {
-		evs = append(evs, audit.FromLedger(e))
-	}
+	evs := s.stored()
 	for i := range 10 {
 		want := stopEvent(i)
 		if calls(evs, func(e audit.Event) bool { return e.Target == want.Target && e.Status == 200 }) != 1 {
@@ -549,15 +540,15 @@ func TestStopDuringLedgerWrite(t *testing.T) {
 // failingStore refuses every write.
 type failingStore struct{}
 
-func (failingStore) Audit(context.Context, []ledger.AuditEvent) error {
+func (failingStore) Audit(context.Context, []audit.Event) error {
 	return errors.New("disk I/O error")
 }
 
-func (failingStore) AuditEvents(context.Context, ledger.Filter) ([]ledger.AuditEvent, error) {
+func (failingStore) AuditEvents(context.Context, audit.Filter) ([]audit.Event, error) {
 	return nil, errors.New("disk I/O error")
 }
 
-func (failingStore) AuditNewest(context.Context, ledger.Filter, int) ([]ledger.AuditEvent, bool, error) {
+func (failingStore) AuditNewest(context.Context, audit.Filter, int) ([]audit.Event, bool, error) {
 	return nil, false, errors.New("disk I/O error")
 }
 
@@ -602,7 +593,7 @@ func TestWriteErrors(t *testing.T) {
 			l.Observe(e)
 		}
 		start(t, l)()
-		if got, _ := s.AuditEvents(context.Background(), ledger.Filter{}); len(got) != 4 {
+		if got, _ := s.AuditEvents(context.Background(), audit.Filter{}); len(got) != 4 {
 			t.Errorf("ledger has %d events, want 4", len(got))
 		}
 		if err := testutil.CollectAndCompare(l, strings.NewReader(metrics(0, 3, 0, 4))); err != nil {
@@ -696,7 +687,7 @@ func TestRecordedWritesTheFileOnly(t *testing.T) {
 	l := audit.NewLog(audit.LogConfig{File: f, Store: s, Node: "n1"})
 	e := stopEvent(1)
 	e.Action, e.Target, e.Node = "jobs.submit", "j-000001", "n1"
-	if err := s.Audit(context.Background(), []ledger.AuditEvent{audit.ToLedger(e)}); err != nil {
+	if err := s.Audit(context.Background(), []audit.Event{e}); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.Recorded(context.Background(), e); err != nil {

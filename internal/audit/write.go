@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // Run writes the observations until ctx ends: the first refusals as they
@@ -148,11 +146,7 @@ func (l *Log) writeStore(ctx context.Context, events []Event) error {
 	if l.store == nil || len(events) == 0 {
 		return nil
 	}
-	out := make([]ledger.AuditEvent, len(events))
-	for i, e := range events {
-		out[i] = ToLedger(e)
-	}
-	return l.store.Audit(ctx, out)
+	return l.store.Audit(ctx, events)
 }
 
 // count counts n events as written, less those that did not reach every

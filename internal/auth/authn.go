@@ -9,12 +9,14 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // Identity is who a request comes from.
 type Identity struct {
 	User   string
-	Role   Role
+	Role   config.Role
 	Method string // token, cert, socket or anonymous
 	Name   string // the token ID, the certificate name or the peer's uid
 	// Warning says what the caller sent and the agent ignored: a bad
@@ -73,11 +75,11 @@ const (
 
 // Config is what the authenticator accepts.
 type Config struct {
-	Tokens []Token
-	Certs  []CertUser
+	Tokens []config.Token
+	Certs  []config.CertUser
 	// Anonymous is the role of a caller with no credentials; "" refuses
 	// them.
-	Anonymous Role
+	Anonymous config.Role
 	// SocketUIDs are the Unix socket peers let in as admin when they send
 	// no token: root and the agent's own user.
 	SocketUIDs []int
@@ -85,9 +87,9 @@ type Config struct {
 
 // Authenticator turns a request's credentials into an Identity.
 type Authenticator struct {
-	byHash map[[sha256.Size]byte]Token
-	certs  map[string]CertUser
-	anon   Role
+	byHash map[[sha256.Size]byte]config.Token
+	certs  map[string]config.CertUser
+	anon   config.Role
 	uids   map[int]bool
 	now    func() time.Time
 }
@@ -96,7 +98,7 @@ type Authenticator struct {
 // token, or two with one ID, are an error, since the audit log could not
 // tell who called.
 func New(cfg Config) (*Authenticator, error) {
-	a := &Authenticator{byHash: map[[sha256.Size]byte]Token{}, certs: map[string]CertUser{}, anon: cfg.Anonymous, uids: map[int]bool{}, now: time.Now}
+	a := &Authenticator{byHash: map[[sha256.Size]byte]config.Token{}, certs: map[string]config.CertUser{}, anon: cfg.Anonymous, uids: map[int]bool{}, now: time.Now}
 	ids := map[string]bool{}
 	for _, t := range cfg.Tokens {
 		if ids[t.ID] {
@@ -111,7 +113,7 @@ func New(cfg Config) (*Authenticator, error) {
 	for _, c := range cfg.Certs {
 		a.certs[c.Name] = c
 	}
-	if cfg.Anonymous != "" && cfg.Anonymous != RoleViewer {
+	if cfg.Anonymous != "" && cfg.Anonymous != config.RoleViewer {
 		return nil, fmt.Errorf("auth.anonymous: %q: anonymous callers may at most be viewers", cfg.Anonymous)
 	}
 	for _, u := range cfg.SocketUIDs {
@@ -181,10 +183,10 @@ func bearer(header string) (string, error) {
 
 // lookup finds the token with hash h as the config holds it now: a token
 // removed by a reload is not found, and an expired one is refused.
-func (a *Authenticator) lookup(h [sha256.Size]byte) (Token, Identity, error) {
+func (a *Authenticator) lookup(h [sha256.Size]byte) (config.Token, Identity, error) {
 	t, ok := a.byHash[h]
 	if !ok {
-		return Token{}, Identity{}, &Error{CodeBadToken, "the token is not accepted: it is wrong or has been removed"}
+		return config.Token{}, Identity{}, &Error{CodeBadToken, "the token is not accepted: it is wrong or has been removed"}
 	}
 	if !t.Expires.IsZero() && !a.now().Before(t.Expires) {
 		return t, Identity{Method: MethodToken, Name: t.ID, User: t.User}, &Error{CodeExpired, "the token expired at " + t.Expires.UTC().Format(time.RFC3339) + "; ask an admin for a new one"}
@@ -199,7 +201,7 @@ func (a *Authenticator) trustedPeer(r *http.Request) (Identity, bool) {
 	if !ok || !a.uids[uid] {
 		return Identity{}, false
 	}
-	return Identity{User: "uid:" + strconv.Itoa(uid), Role: RoleAdmin, Method: MethodSocket, Name: "uid " + strconv.Itoa(uid)}, true
+	return Identity{User: "uid:" + strconv.Itoa(uid), Role: config.RoleAdmin, Method: MethodSocket, Name: "uid " + strconv.Itoa(uid)}, true
 }
 
 // IsAuthError reports whether err is an authentication failure.

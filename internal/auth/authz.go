@@ -1,6 +1,10 @@
 package auth
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+)
 
 // Action is something a caller asks the agent to do.
 type Action string
@@ -46,13 +50,13 @@ const (
 )
 
 // grants is the whole authorisation policy.
-var grants = map[Role]map[Action]permission{
-	RoleAdmin: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
+var grants = map[config.Role]map[Action]permission{
+	config.RoleAdmin: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
 		ActFairShareRead: all, ActBudgetLift: all},
-	RoleViewer: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
+	config.RoleViewer: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
 		ActJobRead: all, ActFairShareRead: all},
-	RoleUser: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
+	config.RoleUser: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
 		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
 		ActFairShareRead: own},
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // actions are every Action of the API.
@@ -19,15 +21,15 @@ func TestAuthorizeMatrix(t *testing.T) {
 		own = "own"
 		all = "all"
 	)
-	want := map[Role]map[Action]string{
-		RoleAdmin: {
+	want := map[config.Role]map[Action]string{
+		config.RoleAdmin: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
 			ActFairShareRead: all, ActBudgetLift: all,
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
-		RoleUser: {
+		config.RoleUser: {
 			ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own,
 			ActWasteRead: own, ActContainerStop: own, ActAuditRead: no,
 			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
@@ -36,7 +38,7 @@ func TestAuthorizeMatrix(t *testing.T) {
 			// Every role signs in to the page and out of it.
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
-		RoleViewer: {
+		config.RoleViewer: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: no, ActAuditRead: no,
 			// Logs can hold secrets: a viewer reads jobs, not their logs.
@@ -59,8 +61,8 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},
 	}
-	if len(grants[RoleAdmin]) != len(actions) {
-		t.Fatalf("the admin is granted %d actions, the test knows %d: add the new action to actions and to this table", len(grants[RoleAdmin]), len(actions))
+	if len(grants[config.RoleAdmin]) != len(actions) {
+		t.Fatalf("the admin is granted %d actions, the test knows %d: add the new action to actions and to this table", len(grants[config.RoleAdmin]), len(actions))
 	}
 	for role, acts := range want {
 		for _, act := range actions {
@@ -100,23 +102,23 @@ func TestAuthorizeMatrix(t *testing.T) {
 			}
 		}
 	}
-	if _, err := Authorize(Identity{Role: RoleAdmin}, "containers.delete"); err == nil {
+	if _, err := Authorize(Identity{Role: config.RoleAdmin}, "containers.delete"); err == nil {
 		t.Error("an admin may do an action that does not exist")
 	}
 }
 
 func TestAuthorizeMessages(t *testing.T) {
-	user := Identity{User: "alice", Role: RoleUser}
+	user := Identity{User: "alice", Role: config.RoleUser}
 	for _, tt := range []struct {
 		err  error
 		want string
 	}{
-		{func() error { _, err := Authorize(Identity{Role: RoleViewer}, ActContainerStop); return err }(), "role viewer may not containers.stop"},
+		{func() error { _, err := Authorize(Identity{Role: config.RoleViewer}, ActContainerStop); return err }(), "role viewer may not containers.stop"},
 		{func() error { _, err := Authorize(user, ActAuditRead); return err }(), "role user may not audit.read"},
 		{func() error { _, err := Authorize(Identity{}, ActWhoami); return err }(), "no role may whoami"},
 		{AuthorizeOwner(user, ActContainerStop, "bob"), `alice may containers.stop only for their own containers and usage`},
 		{AuthorizeOwner(user, ActJobCancel, "bob"), `alice may jobs.cancel only for their own jobs`},
-		{func() error { _, err := Authorize(Identity{Role: RoleViewer}, ActJobLogs); return err }(), "role viewer may not jobs.logs"},
+		{func() error { _, err := Authorize(Identity{Role: config.RoleViewer}, ActJobLogs); return err }(), "role viewer may not jobs.logs"},
 	} {
 		if tt.err == nil || tt.err.Error() != tt.want {
 			t.Errorf("error %v, want %q", tt.err, tt.want)

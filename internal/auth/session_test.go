@@ -5,6 +5,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // sessionClock is a clock the test moves, shared by the authenticator
@@ -13,10 +15,10 @@ type sessionClock struct{ t time.Time }
 
 func (c *sessionClock) now() time.Time { return c.t }
 
-func newSessionFixture(t *testing.T, lifetime time.Duration) (*sessionClock, *Sessions, func(tokens ...Token) *Authenticator) {
+func newSessionFixture(t *testing.T, lifetime time.Duration) (*sessionClock, *Sessions, func(tokens ...config.Token) *Authenticator) {
 	t.Helper()
 	clock := &sessionClock{t: time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)}
-	build := func(tokens ...Token) *Authenticator {
+	build := func(tokens ...config.Token) *Authenticator {
 		a, err := New(Config{Tokens: tokens})
 		if err != nil {
 			t.Fatal(err)
@@ -27,7 +29,7 @@ func newSessionFixture(t *testing.T, lifetime time.Duration) (*sessionClock, *Se
 	return clock, NewSessions(lifetime, clock.now), build
 }
 
-func mintToken(t *testing.T, id string, role Role, expires time.Time) (string, Token) {
+func mintToken(t *testing.T, id string, role config.Role, expires time.Time) (string, config.Token) {
 	t.Helper()
 	secret, tok, err := NewToken(id, "alice", role, expires)
 	if err != nil {
@@ -46,13 +48,13 @@ func wantEnded(t *testing.T, err error) {
 
 func TestSessionLifetime(t *testing.T) {
 	clock, s, build := newSessionFixture(t, time.Hour)
-	secret, tok := mintToken(t, "alice-laptop", RoleUser, time.Time{})
+	secret, tok := mintToken(t, "alice-laptop", config.RoleUser, time.Time{})
 	a := build(tok)
 	ses, id, err := s.Start(a, "Bearer "+secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id.User != "alice" || id.Role != RoleUser || id.Method != MethodSession || id.Name != "alice-laptop" {
+	if id.User != "alice" || id.Role != config.RoleUser || id.Method != MethodSession || id.Name != "alice-laptop" {
 		t.Errorf("got identity %+v", id)
 	}
 	if ses.Secret == "" || ses.CSRF == "" || ses.Secret == ses.CSRF || ses.Secret == secret {
@@ -79,8 +81,8 @@ func TestSessionLifetime(t *testing.T) {
 
 func TestSessionEndsWithItsToken(t *testing.T) {
 	clock, s, build := newSessionFixture(t, 12*time.Hour)
-	secret, tok := mintToken(t, "alice-laptop", RoleUser, time.Time{})
-	dueSecret, due := mintToken(t, "alice-due", RoleUser, clock.t.Add(time.Hour))
+	secret, tok := mintToken(t, "alice-laptop", config.RoleUser, time.Time{})
+	dueSecret, due := mintToken(t, "alice-due", config.RoleUser, clock.t.Add(time.Hour))
 	a := build(tok, due)
 	ses, _, err := s.Start(a, "Bearer "+secret)
 	if err != nil {
@@ -125,8 +127,8 @@ func TestSessionEndsWithItsToken(t *testing.T) {
 
 func TestSessionStartRefuses(t *testing.T) {
 	clock, s, build := newSessionFixture(t, time.Hour)
-	_, tok := mintToken(t, "alice-laptop", RoleUser, time.Time{})
-	oldSecret, old := mintToken(t, "alice-old", RoleUser, clock.t.Add(-time.Second))
+	_, tok := mintToken(t, "alice-laptop", config.RoleUser, time.Time{})
+	oldSecret, old := mintToken(t, "alice-old", config.RoleUser, clock.t.Add(-time.Second))
 	a := build(tok, old)
 	for name, c := range map[string]struct{ header, code string }{
 		"no scheme":     {"gpm_x", CodeBadToken},
@@ -150,7 +152,7 @@ func TestSessionStartRefuses(t *testing.T) {
 
 func TestSessionEnd(t *testing.T) {
 	_, s, build := newSessionFixture(t, time.Hour)
-	secret, tok := mintToken(t, "alice-laptop", RoleUser, time.Time{})
+	secret, tok := mintToken(t, "alice-laptop", config.RoleUser, time.Time{})
 	a := build(tok)
 	one, _, err := s.Start(a, "Bearer "+secret)
 	if err != nil {
@@ -174,7 +176,7 @@ func TestSessionEnd(t *testing.T) {
 // keeps at most maxSessionsPerToken sessions, ending the oldest first.
 func TestSessionsPerTokenBounded(t *testing.T) {
 	clock, s, build := newSessionFixture(t, time.Hour)
-	secret, tok := mintToken(t, "alice-laptop", RoleUser, time.Time{})
+	secret, tok := mintToken(t, "alice-laptop", config.RoleUser, time.Time{})
 	a := build(tok)
 	var first Session
 	for i := range maxSessionsPerToken + 5 {

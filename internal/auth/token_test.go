@@ -14,7 +14,7 @@ import (
 // TestParseTokenNeverEchoesASecret: a token pasted where its entry belongs
 // is refused without being repeated, since the error goes to the log.
 func TestParseTokenNeverEchoesASecret(t *testing.T) {
-	secret, _, err := NewToken("t", "alice", RoleUser, time.Time{})
+	secret, _, err := NewToken("t", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestParseTokenNeverEchoesASecret(t *testing.T) {
 		if err == nil {
 			t.Fatalf("ParseToken(%q) accepted a token", entry)
 		}
-		if strings.Contains(err.Error(), secret[len(TokenPrefix):]) {
+		if strings.Contains(err.Error(), secret[len(config.TokenPrefix):]) {
 			t.Errorf("ParseToken error %q repeats the token", err)
 		}
 	}
@@ -31,17 +31,17 @@ func TestParseTokenNeverEchoesASecret(t *testing.T) {
 
 func TestNewTokenRoundTrip(t *testing.T) {
 	for _, expires := range []time.Time{{}, time.Date(2027, 3, 1, 12, 30, 15, 999_000_000, time.FixedZone("CET", 3600))} {
-		secret, tok, err := NewToken("alice-laptop", "alice", RoleUser, expires)
+		secret, tok, err := NewToken("alice-laptop", "alice", config.RoleUser, expires)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.HasPrefix(secret, TokenPrefix) || len(secret) != len(TokenPrefix)+43 {
+		if !strings.HasPrefix(secret, config.TokenPrefix) || len(secret) != len(config.TokenPrefix)+43 {
 			t.Errorf("secret %q is not gpm_ and 43 base64 characters (256 bits)", secret)
 		}
 		if tok.Hash != HashToken(secret) {
 			t.Errorf("the token's hash is not HashToken(secret)")
 		}
-		if strings.Contains(tok.Entry(), secret) || strings.Contains(tok.Entry(), secret[len(TokenPrefix):]) {
+		if strings.Contains(tok.Entry(), secret) || strings.Contains(tok.Entry(), secret[len(config.TokenPrefix):]) {
 			t.Errorf("the entry %q holds the secret", tok.Entry())
 		}
 		if !strings.Contains(tok.Entry(), "sha256="+hex.EncodeToString(tok.Hash[:])) {
@@ -59,19 +59,19 @@ func TestNewTokenRoundTrip(t *testing.T) {
 		}
 	}
 
-	s1, _, _ := NewToken("a", "alice", RoleUser, time.Time{})
-	s2, _, _ := NewToken("a", "alice", RoleUser, time.Time{})
+	s1, _, _ := NewToken("a", "alice", config.RoleUser, time.Time{})
+	s2, _, _ := NewToken("a", "alice", config.RoleUser, time.Time{})
 	if s1 == s2 {
 		t.Errorf("two tokens are the same: %q", s1)
 	}
 
 	for _, tt := range []struct {
 		id, user string
-		role     Role
+		role     config.Role
 		want     string
 	}{
-		{"bad id!", "alice", RoleUser, `id: "bad id!" is not a name`},
-		{"a", "al ice", RoleUser, `user "al ice" is not`},
+		{"bad id!", "alice", config.RoleUser, `id: "bad id!" is not a name`},
+		{"a", "al ice", config.RoleUser, `user "al ice" is not`},
 		{"a", "alice", "root", `role "root" is not admin, user or viewer`},
 	} {
 		if _, _, err := NewToken(tt.id, tt.user, tt.role, time.Time{}); err == nil || !strings.Contains(err.Error(), tt.want) {

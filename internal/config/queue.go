@@ -80,7 +80,7 @@ type Queue struct {
 	OutsideMemoryThreshold float64
 	// GPUPassing is how a job is given its GPUs: auto, device_requests,
 	// cdi or env.
-	GPUPassing string
+	GPUPassing GPUPassing
 
 	// StopGrace is how long docker stop waits at a time limit or a
 	// cancel before it kills.
@@ -124,7 +124,7 @@ type Queue struct {
 	// memory than it asked for before MemoryOverrunAction.
 	MemoryOverrunGrace time.Duration
 	// MemoryOverrunAction is stop or warn.
-	MemoryOverrunAction string
+	MemoryOverrunAction OverrunAction
 	// PlacementWindow is the window of measured utilisation placement
 	// target scores GPUs on.
 	PlacementWindow time.Duration
@@ -163,11 +163,49 @@ type PriorityWeights struct {
 	Class     float64
 }
 
-// Job events Queue.Notify and a job's --notify may name.
+// NotifyEvent is a job event that Queue.Notify and a job's --notify may
+// name: the policy's webhook is sent when it happens.
+type NotifyEvent string
+
+// The job events.
 const (
-	NotifyStart = "start"
-	NotifyEnd   = "end"
+	NotifyStart NotifyEvent = "start"
+	NotifyEnd   NotifyEvent = "end"
 )
+
+// ParseNotifyEvent parses an entry of queue.notify or of a job's --notify.
+func ParseNotifyEvent(s string) (NotifyEvent, error) {
+	switch n := NotifyEvent(s); n {
+	case NotifyStart, NotifyEnd:
+		return n, nil
+	}
+	return "", fmt.Errorf("%q is not start or end", s)
+}
+
+// GPUPassing is queue.gpu_passing: how a job is given its GPUs. Auto
+// leaves the choice to the agent, which asks Docker at start; the others
+// name the way (queue/spec's GPUPassing, which has no auto).
+type GPUPassing string
+
+// The ways of queue.gpu_passing.
+const (
+	PassingAuto           GPUPassing = "auto"
+	PassingDeviceRequests GPUPassing = "device_requests"
+	PassingCDI            GPUPassing = "cdi"
+	PassingEnv            GPUPassing = "env"
+)
+
+// gpuPassings are the values of queue.gpu_passing, as its messages list
+// them.
+var gpuPassings = []string{string(PassingAuto), string(PassingDeviceRequests), string(PassingCDI), string(PassingEnv)}
+
+// ParseGPUPassing parses a queue.gpu_passing value.
+func ParseGPUPassing(s string) (GPUPassing, error) {
+	if !slices.Contains(gpuPassings, s) {
+		return "", fmt.Errorf("%q is not one of %s", s, strings.Join(gpuPassings, ", "))
+	}
+	return GPUPassing(s), nil
+}
 
 // NetworkIsolated is the queue.network value that gives the node's jobs a
 // bridge network of their own, on which no job reaches another.
@@ -204,7 +242,7 @@ func DefaultQueue() Queue {
 		Placement:              "binpack",
 		MaxGPUsPerUser:         map[string]int{DefaultUserCap: 4},
 		OutsideMemoryThreshold: 0.05,
-		GPUPassing:             "auto",
+		GPUPassing:             PassingAuto,
 		StopGrace:              30 * time.Second,
 		MaxRequeue:             3,
 		MaxStartAttempts:       3,
@@ -344,8 +382,8 @@ func (q Queue) Validate() error {
 	if !slices.Contains([]string{"binpack", "spread", "target"}, q.Placement) {
 		bad("placement: %q is not one of binpack, spread, target", q.Placement)
 	}
-	if !slices.Contains([]string{"auto", "device_requests", "cdi", "env"}, q.GPUPassing) {
-		bad("gpu_passing: %q is not one of auto, device_requests, cdi, env", q.GPUPassing)
+	if _, err := ParseGPUPassing(string(q.GPUPassing)); err != nil {
+		bad("gpu_passing: %v", err)
 	}
 	if _, ok := q.MaxGPUsPerUser[DefaultUserCap]; !ok {
 		bad("max_gpus_per_user: no %q entry for the users not named", DefaultUserCap)
@@ -373,8 +411,8 @@ func (q Queue) Validate() error {
 		bad("max_start_attempts: %d is below 1", q.MaxStartAttempts)
 	}
 	for _, n := range q.Notify {
-		if n != NotifyStart && n != NotifyEnd {
-			bad("notify: %q is not start or end", n)
+		if _, err := ParseNotifyEvent(n); err != nil {
+			bad("notify: %v", err)
 		}
 	}
 	errs = append(errs, q.shareErrors()...)

@@ -23,11 +23,24 @@ const (
 	BasisHeld = "held"
 )
 
-// Actions of queue.memory_overrun_action.
+// OverrunAction is queue.memory_overrun_action: what is done to a memory
+// job that stayed over the GPU memory it declared for the grace.
+type OverrunAction string
+
+// The overrun actions. Stop ends the job, failed; warn only warns.
 const (
-	OverrunStop = "stop"
-	OverrunWarn = "warn"
+	OverrunStop OverrunAction = "stop"
+	OverrunWarn OverrunAction = "warn"
 )
+
+// ParseOverrunAction parses a queue.memory_overrun_action value.
+func ParseOverrunAction(s string) (OverrunAction, error) {
+	switch a := OverrunAction(s); a {
+	case OverrunStop, OverrunWarn:
+		return a, nil
+	}
+	return "", fmt.Errorf("%q is not stop or warn", s)
+}
 
 // DefaultTeamCap is the MaxGPUsPerTeam entry that caps every team not
 // named on its own.
@@ -132,8 +145,8 @@ func (q Queue) shareErrors() []error {
 	if q.MemoryOverrunGrace < 0 {
 		bad("memory_overrun_grace: %s is negative", units.FormatDuration(q.MemoryOverrunGrace))
 	}
-	if q.MemoryOverrunAction != OverrunStop && q.MemoryOverrunAction != OverrunWarn {
-		bad("memory_overrun_action: %q is not stop or warn", q.MemoryOverrunAction)
+	if _, err := ParseOverrunAction(string(q.MemoryOverrunAction)); err != nil {
+		bad("memory_overrun_action: %v", err)
 	}
 	if w := q.PlacementWindow; w <= 0 || w > time.Hour {
 		bad("placement_window: %s is outside (0s, 1h] (the agent keeps the last hour of utilisation)", units.FormatDuration(w))

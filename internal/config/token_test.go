@@ -12,7 +12,7 @@ import (
 // TestTokenNeverInErrors: a token pasted in place of its entry is refused
 // without the error, which is logged, repeating it.
 func TestTokenNeverInErrors(t *testing.T) {
-	secret, _, err := auth.NewToken("alice", "alice", auth.RoleUser, time.Time{})
+	secret, _, err := auth.NewToken("alice", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,11 +21,11 @@ func TestTokenNeverInErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "cfg.yaml:3: auth.tokens.alice: a token is not an entry") {
 		t.Errorf("Parse() error = %v, want one saying a token is not an entry", err)
 	}
-	if err != nil && strings.Contains(err.Error(), secret[len(auth.TokenPrefix):]) {
+	if err != nil && strings.Contains(err.Error(), secret[len(config.TokenPrefix):]) {
 		t.Errorf("error %q repeats the token", err)
 	}
 	c = config.Default()
-	if err := c.LoadEnv([]string{"GPUMETER_AUTH_TOKENS=alice=" + secret}); err == nil || strings.Contains(err.Error(), secret[len(auth.TokenPrefix):]) {
+	if err := c.LoadEnv([]string{"GPUMETER_AUTH_TOKENS=alice=" + secret}); err == nil || strings.Contains(err.Error(), secret[len(config.TokenPrefix):]) {
 		t.Errorf("LoadEnv() error = %v, want a refusal that does not repeat the token", err)
 	}
 }

@@ -19,7 +19,9 @@ var ErrExists = errors.New("container exists")
 var ErrUnavailable = errors.New("container runtime unavailable")
 
 // JobContainer is the container of a queue job as its runtime reports it,
-// in any state: created, running or exited.
+// in any state: created, running or exited. It is the engine's view of a
+// container, not a shape of the job (queue.Job): the queue's runtime
+// matches the two by JobID.
 type JobContainer struct {
 	ID   string
 	Name string // without the leading slash

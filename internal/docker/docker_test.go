@@ -24,17 +24,33 @@ import (
 // settle is how long an event-driven change may take to show.
 const settle = 10 * time.Second
 
-// startInventory runs an inventory for cfg until the test ends and waits
-// for its first connection.
-func startInventory(t *testing.T, cfg Config) *Inventory {
+// newClient returns a client of the daemon at host ("": the default),
+// logging to the test, closed when the test ends.
+func newClient(t testing.TB, host string) *Client {
+	t.Helper()
+	cli, err := NewClient(host, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatalf("NewClient: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// newJobs returns the job containers of node on the daemon at host, over
+// a client of their own.
+func newJobs(t testing.TB, host, node string) *Jobs {
+	t.Helper()
+	return NewJobs(newClient(t, host), node, nil)
+}
+
+// startInventory runs an inventory of the daemon at host for cfg until
+// the test ends and waits for its first connection.
+func startInventory(t *testing.T, host string, cfg Config) *Inventory {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	inv, err := New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
+	inv := New(newClient(t, host), cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- inv.Run(ctx) }()

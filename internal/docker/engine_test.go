@@ -48,7 +48,7 @@ func TestInventoryFollowsContainers(t *testing.T) {
 		ids[n], _ = dockertest.Container(t, cli, c.spec)
 	}
 
-	inv := startInventory(t, Config{Procs: hostProcs{names: map[int]string{0: "root", 1000: "bob"}}})
+	inv := startInventory(t, "", Config{Procs: hostProcs{names: map[int]string{0: "root", 1000: "bob"}}})
 
 	got := listed(t, inv)
 	for n, c := range cases {
@@ -96,7 +96,7 @@ func TestInventoryFollowsContainers(t *testing.T) {
 	ctx := context.Background()
 	stopped := []string{ids[0], ids[3]}
 	for _, id := range stopped {
-		if err := inv.Stop(ctx, id, 5*time.Second); err != nil {
+		if err := NewStopper(inv, nil, "").Stop(ctx, id, 5*time.Second); err != nil {
 			t.Fatalf("Stop(%.12s): %v", id, err)
 		}
 	}
@@ -147,7 +147,7 @@ func TestInventoryFollowsContainers(t *testing.T) {
 func TestInventoryCreatedContainerGPUs(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Client(t)
-	inv := startInventory(t, Config{})
+	inv := startInventory(t, "", Config{})
 
 	hc := &mcontainer.HostConfig{}
 	hc.DeviceRequests = []mcontainer.DeviceRequest{{Driver: "nvidia", DeviceIDs: []string{"0", "GPU-abc"}, Capabilities: [][]string{{"gpu"}}}}
@@ -184,7 +184,7 @@ func TestInventoryReconnects(t *testing.T) {
 	}
 	before, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "before-cut"})
 	proxy := dockertest.NewSocketProxy(t, target)
-	inv := startInventory(t, Config{Host: "unix://" + proxy.Path()})
+	inv := startInventory(t, "unix://"+proxy.Path(), Config{})
 	if _, ok := inv.Lookup(before); !ok {
 		t.Fatalf("container started before Run not listed")
 	}
@@ -193,10 +193,15 @@ func TestInventoryReconnects(t *testing.T) {
 	dockertest.WaitFor(t, settle, "Connected() false after the cut", func() (bool, string) {
 		return !inv.Connected(), "still connected"
 	})
-	start := time.Now()
-	list, err := inv.Containers(context.Background(), time.Now())
-	if d := time.Since(start); d > 250*time.Millisecond {
-		t.Errorf("Containers() while cut took %v", d)
+	// Containers answers from the cache while cut: an ended context, which
+	// any engine call would fail on, changes nothing, and the engine is not
+	// listed again.
+	lists := inv.lists.Load()
+	ended, end := context.WithCancel(context.Background())
+	end()
+	list, err := inv.Containers(ended, time.Now())
+	if n := inv.lists.Load(); n != lists {
+		t.Errorf("Containers() while cut listed the engine (%d -> %d passes); want the cache", lists, n)
 	}
 	if !errors.Is(err, ErrUnreachable) {
 		t.Errorf("Containers() while cut: err = %v, want ErrUnreachable", err)
@@ -228,31 +233,30 @@ func TestInventoryReconnects(t *testing.T) {
 func TestStop(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Client(t)
-	inv, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	stop := NewStopper(New(newClient(t, ""), Config{}), nil, "")
 	ctx := context.Background()
 
 	stubborn, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "ignores-term", Cmd: []string{"ignore-term"}})
 	start := time.Now()
-	if err := inv.Stop(ctx, stubborn, time.Second); err != nil {
+	if err := stop.Stop(ctx, stubborn, time.Second); err != nil {
 		t.Fatalf("Stop: %v", err)
 	}
-	if d := time.Since(start); d < 900*time.Millisecond || d > 15*time.Second {
-		t.Errorf("Stop with 1s grace took %v; want about 1s", d)
+	// The grace is waited out whatever the machine's load; how much longer
+	// the kill took is the engine's figure, not asserted.
+	if d := time.Since(start); d < 900*time.Millisecond {
+		t.Errorf("Stop with 1s grace took %v; want the grace waited out", d)
 	}
 	ins := dockertest.Inspect(t, cli, stubborn)
 	if ins.State.Running || ins.State.ExitCode != 137 {
 		t.Errorf("after Stop: Running %v ExitCode %d; want false 137 (killed)", ins.State.Running, ins.State.ExitCode)
 	}
-	if err := inv.Stop(ctx, stubborn, time.Second); err != nil {
+	if err := stop.Stop(ctx, stubborn, time.Second); err != nil {
 		t.Errorf("Stop on a stopped container: %v, want nil", err)
 	}
 
 	gone, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "vanished", CreateOnly: true})
 	dockertest.Remove(t, cli, gone)
-	err = inv.Stop(ctx, gone, time.Second)
+	err := stop.Stop(ctx, gone, time.Second)
 	if !errors.Is(err, container.ErrNotFound) {
 		t.Errorf("Stop on a removed container: err = %v, want container.ErrNotFound", err)
 	}

@@ -27,11 +27,7 @@ func TestJobsErrorsSayWhoseFault(t *testing.T) {
 		t.Skip("the engine is not reached over a Unix socket, which the proxy needs")
 	}
 	proxy := dockertest.NewSocketProxy(t, sock)
-	jobs, err := NewJobs("unix://"+proxy.Path(), "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer jobs.Close()
+	jobs := newJobs(t, "unix://"+proxy.Path(), "")
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	build := func(image string, cmd ...string) *spec.Spec {

@@ -33,15 +33,8 @@ func (f fakeProcs) Stats(int) (float64, uint64, error) { return f.cpu, f.mem, f.
 
 func newTestInventory(t testing.TB, cfg Config) *Inventory {
 	t.Helper()
-	if cfg.Host == "" {
-		// Nothing listens here: tests that use this never reach a daemon.
-		cfg.Host = "unix://" + t.TempDir() + "/none.sock"
-	}
-	inv, err := New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	return inv
+	// Nothing listens here: tests that use this never reach a daemon.
+	return New(newClient(t, "unix://"+t.TempDir()+"/none.sock"), cfg)
 }
 
 func TestFromInspect(t *testing.T) {

@@ -1,8 +1,9 @@
-// Package docker is the container inventory of a Docker host: it lists and
-// inspects containers over the Docker Engine API, keeps the result cached
-// and fresh from the events stream, reconnects when the daemon goes away,
-// and works out each container's owner and GPU request. It can also stop a
-// container for the policy engine.
+// Package docker is gpumeter's side of a Docker host, over one Client:
+// the container inventory (it lists and inspects containers over the
+// Docker Engine API, keeps the result cached and fresh from the events
+// stream, reconnects when the daemon goes away, and works out each
+// container's owner and GPU request), the queue's job containers (Jobs)
+// and the one path that stops a container (Stopper).
 package docker
 
 import (
@@ -11,14 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/client"
 
 	"github.com/gpumeter/gpumeter/internal/container"
 )
@@ -37,11 +34,6 @@ var ErrUnreachable = errors.New("docker daemon unreachable")
 
 // Config configures an Inventory.
 type Config struct {
-	// Host is the daemon address, e.g. unix:///var/run/docker.sock; empty
-	// means DOCKER_HOST, or the platform default when that is unset. The
-	// TLS and API version variables (DOCKER_CERT_PATH, DOCKER_TLS_VERIFY,
-	// DOCKER_API_VERSION) apply either way.
-	Host string
 	// UserLabel, TeamLabel and ProjectLabel are the label keys that name a
 	// container's owner; empty means gpumeter.user, gpumeter.team and
 	// gpumeter.project.
@@ -49,7 +41,8 @@ type Config struct {
 	// Procs reads the host's processes. When nil, containers carry no CPU
 	// and memory counters and the owner never comes from the main process.
 	Procs ProcReader
-	// Logger receives connection changes and API errors; nil discards.
+	// Logger receives API errors (connection changes go to the
+	// client's); nil discards.
 	Logger *slog.Logger
 	// Keep is how long a stopped container stays listed; zero means 5m.
 	Keep time.Duration
@@ -68,12 +61,11 @@ type ProcReader interface {
 }
 
 // Inventory is the cached container list of one Docker daemon. Run keeps it
-// fresh; the other methods read the cache and never wait on the daemon,
-// except Stop.
+// fresh; the other methods read the cache and never wait on the daemon.
 type Inventory struct {
-	cfg    Config
-	log    *slog.Logger
-	client *client.Client
+	cfg Config
+	log *slog.Logger
+	cli *Client
 
 	mu   sync.RWMutex
 	byID map[string]*container.Container
@@ -87,8 +79,9 @@ type Inventory struct {
 	lists atomic.Int64 // completed full list+inspect passes, for tests
 }
 
-// New returns an inventory for cfg. It does not contact the daemon; Run does.
-func New(cfg Config) (*Inventory, error) {
+// New returns the inventory of cli's daemon for cfg. It does not contact
+// the daemon; Run does.
+func New(cli *Client, cfg Config) *Inventory {
 	if cfg.UserLabel == "" {
 		cfg.UserLabel = DefaultUserLabel
 	}
@@ -105,22 +98,14 @@ func New(cfg Config) (*Inventory, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := []client.Opt{client.FromEnv}
-	if cfg.Host != "" {
-		opts = append(opts, client.WithHost(cfg.Host))
-	}
-	cli, err := client.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("docker client: %w", err)
-	}
 	return &Inventory{
 		cfg:       cfg,
 		log:       log.With("component", "docker"),
-		client:    cli,
+		cli:       cli,
 		byID:      make(map[string]*container.Container),
 		downSince: time.Now(),
 		downErr:   errors.New("not connected yet"),
-	}, nil
+	}
 }
 
 // Containers returns the cached containers sorted by ID, with the CPU and
@@ -176,27 +161,6 @@ func (i *Inventory) Connected() bool {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
 	return i.connected
-}
-
-// Stop stops a container: SIGTERM (or the container's stop signal), then
-// SIGKILL once grace has passed. grace is rounded up to whole seconds; a
-// negative grace means the container's own stop timeout. Stop returns once
-// the container has stopped or ctx ends. An error for a container the
-// daemon does not know wraps container.ErrNotFound. Stopping a stopped container is
-// not an error.
-func (i *Inventory) Stop(ctx context.Context, id string, grace time.Duration) error {
-	var opts client.ContainerStopOptions
-	if grace >= 0 {
-		secs := int(math.Ceil(grace.Seconds()))
-		opts.Timeout = &secs
-	}
-	if _, err := i.client.ContainerStop(ctx, id, opts); err != nil {
-		if cerrdefs.IsNotFound(err) {
-			return fmt.Errorf("stop %s: %w: %w", id, container.ErrNotFound, err)
-		}
-		return fmt.Errorf("stop %s: %w", id, err)
-	}
-	return nil
 }
 
 // expired reports whether c stopped more than Keep before now.

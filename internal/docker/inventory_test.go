@@ -116,11 +116,11 @@ func TestRunWithoutDaemon(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	start := time.Now()
-	got, err := inv.Containers(context.Background(), time.Now())
-	if d := time.Since(start); d > 50*time.Millisecond {
-		t.Errorf("Containers() took %v without a daemon", d)
-	}
+	// Containers answers from the cache: an ended context, which any
+	// engine call would fail on, changes nothing.
+	ended, end := context.WithCancel(context.Background())
+	end()
+	got, err := inv.Containers(ended, time.Now())
 	if !errors.Is(err, ErrUnreachable) || !strings.Contains(err.Error(), "none.sock") {
 		t.Errorf("Containers() err = %v, want ErrUnreachable naming the socket", err)
 	}

@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -18,102 +17,42 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
-	"github.com/gpumeter/gpumeter/internal/retry"
 )
 
-// Jobs runs the queue's job containers on one Docker daemon: create,
-// start, inspect, stop, remove, logs, the list of job containers and
-// their die events.
+// Jobs runs the queue's job containers on one Docker daemon, over the
+// agent's one Client: create, start, inspect, stop, remove, logs, the
+// list of job containers and their die events.
 type Jobs struct {
-	client *client.Client
-	log    *slog.Logger
-	node   string // "": every node's job containers
+	cli  *Client
+	log  *slog.Logger
+	node string // "": every node's job containers
 }
 
-// NewJobs returns Jobs for the daemon at host (empty: DOCKER_HOST or the
-// platform default), negotiating the API version on first use. It does
-// not contact the daemon. List and Events see only the job containers of
-// node (their gpumeter.node label), or every job container when node is
-// "".
-func NewJobs(host, node string, log *slog.Logger) (*Jobs, error) {
-	opts := []client.Opt{client.FromEnv}
-	if host != "" {
-		opts = append(opts, client.WithHost(host))
-	}
-	cli, err := client.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("docker client: %w", err)
-	}
+// NewJobs returns the job containers of node on cli's daemon. List and
+// Events see only the job containers of node (their gpumeter.node
+// label), or every job container when node is "". log receives the
+// daemon's warnings; nil discards.
+func NewJobs(cli *Client, node string, log *slog.Logger) *Jobs {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Jobs{client: cli, log: log.With("component", "docker-jobs"), node: node}, nil
-}
-
-// Close closes the client's connections.
-func (j *Jobs) Close() error { return j.client.Close() }
-
-// wrap gives err, of action what on id, its context, and marks whose
-// fault it is: container.ErrNotFound when the daemon does not know the
-// container, container.ErrUnavailable when the daemon is not there to do
-// it (see unavailable). Anything else (a 400 refused spec, a 404 missing
-// image) is left as the daemon said it: the job's own fault.
-func (j *Jobs) wrap(ctx context.Context, what, id string, err error) error {
-	switch {
-	case cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err):
-		return fmt.Errorf("%s %s: %w: %w", what, id, container.ErrNotFound, err)
-	case j.unavailable(ctx, err):
-		return fmt.Errorf("%s %s: %w: %w", what, id, container.ErrUnavailable, err)
-	}
-	return fmt.Errorf("%s %s: %w", what, id, err)
-}
-
-// unavailable reports whether err says the daemon could not be reached
-// or could not serve: a connection that failed or broke, a call that ran
-// past its deadline, a 503; and a 500 when the daemon then does not
-// answer a ping either (a daemon going down answers 500s on its way out,
-// while a 500 from a daemon that answers is most often runc refusing the
-// job's own spec, which trying again would not change).
-func (j *Jobs) unavailable(ctx context.Context, err error) bool {
-	switch {
-	case err == nil || errors.Is(err, context.Canceled):
-		return false
-	case client.IsErrConnectionFailed(err), errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
-		cerrdefs.IsUnavailable(err):
-		return true
-	case cerrdefs.IsInternal(err):
-		return j.Ping(context.WithoutCancel(ctx)) != nil
-	}
-	return false
+	return &Jobs{cli: cli, log: log.With("component", "docker-jobs"), node: node}
 }
 
 // Ping reports whether the daemon answers, within a few seconds; an
 // error wraps container.ErrUnavailable.
-func (j *Jobs) Ping(ctx context.Context) error {
-	pctx, cancel := context.WithTimeout(ctx, unavailablePing)
-	defer cancel()
-	if _, err := j.client.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
-		return fmt.Errorf("ping the docker daemon: %w: %w", container.ErrUnavailable, err)
-	}
-	return nil
-}
-
-// unavailablePing bounds the ping that tells a daemon that is going away
-// from one that refused a request.
-const unavailablePing = 5 * time.Second
+func (j *Jobs) Ping(ctx context.Context) error { return j.cli.Ping(ctx) }
 
 // Create creates s's container under s.Name. A name already taken is an
 // error wrapping container.ErrExists: the job's container exists, and the
 // job must not be started a second time.
 func (j *Jobs) Create(ctx context.Context, s *spec.Spec) (string, error) {
-	res, err := j.client.ContainerCreate(ctx, client.ContainerCreateOptions{Name: s.Name, Config: s.Config, HostConfig: s.HostConfig})
+	res, err := j.cli.api.ContainerCreate(ctx, client.ContainerCreateOptions{Name: s.Name, Config: s.Config, HostConfig: s.HostConfig})
 	if err != nil {
 		if cerrdefs.IsConflict(err) {
 			return "", fmt.Errorf("create %s: %w: %w", s.Name, container.ErrExists, err)
 		}
-		return "", j.wrap(ctx, "create", s.Name, err)
+		return "", j.cli.wrap(ctx, "create", s.Name, err)
 	}
 	for _, w := range res.Warnings {
 		j.log.Warn("docker warns of a job container", "name", s.Name, "warning", w)
@@ -123,8 +62,8 @@ func (j *Jobs) Create(ctx context.Context, s *spec.Spec) (string, error) {
 
 // Start starts a created container.
 func (j *Jobs) Start(ctx context.Context, id string) error {
-	if _, err := j.client.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return j.wrap(ctx, "start", id, err)
+	if _, err := j.cli.api.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return j.cli.wrap(ctx, "start", id, err)
 	}
 	return nil
 }
@@ -132,9 +71,9 @@ func (j *Jobs) Start(ctx context.Context, id string) error {
 // Inspect returns what the daemon says of a job container; one that is
 // gone is an error wrapping container.ErrNotFound.
 func (j *Jobs) Inspect(ctx context.Context, id string) (container.JobContainer, error) {
-	res, err := j.client.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	res, err := j.cli.api.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
-		return container.JobContainer{}, j.wrap(ctx, "inspect", id, err)
+		return container.JobContainer{}, j.cli.wrap(ctx, "inspect", id, err)
 	}
 	r := res.Container
 	c := container.JobContainer{ID: r.ID, Name: strings.TrimPrefix(r.Name, "/"), Mounts: r.Mounts}
@@ -154,21 +93,18 @@ func (j *Jobs) Inspect(ctx context.Context, id string) (container.JobContainer, 
 	return c, nil
 }
 
-// Stop stops a container: SIGTERM, then SIGKILL once grace (rounded up to
-// whole seconds) has passed. Stopping a stopped container is no error.
+// Stop stops a container for the queue, which knows why: SIGTERM, then
+// SIGKILL once grace (rounded up to whole seconds) has passed. Stopping a
+// stopped container is no error.
 func (j *Jobs) Stop(ctx context.Context, id string, grace time.Duration) error {
-	secs := int(math.Ceil(max(grace, 0).Seconds()))
-	if _, err := j.client.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &secs}); err != nil {
-		return j.wrap(ctx, "stop", id, err)
-	}
-	return nil
+	return j.cli.stop(ctx, id, max(grace, 0))
 }
 
 // Remove removes a container by force; one that is gone is no error.
 func (j *Jobs) Remove(ctx context.Context, id string) error {
-	_, err := j.client.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+	_, err := j.cli.api.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && (client.IsErrConnectionFailed(err) || !cerrdefs.IsNotFound(err)) {
-		return j.wrap(ctx, "remove", id, err)
+		return j.cli.wrap(ctx, "remove", id, err)
 	}
 	return nil
 }
@@ -176,9 +112,9 @@ func (j *Jobs) Remove(ctx context.Context, id string) error {
 // Logs copies the container's stdout and stderr to w, following them
 // until the container stops (or ctx ends) when follow is set.
 func (j *Jobs) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
-	rc, err := j.client.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow})
+	rc, err := j.cli.api.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: follow})
 	if err != nil {
-		return j.wrap(ctx, "logs of", id, err)
+		return j.cli.wrap(ctx, "logs of", id, err)
 	}
 	defer rc.Close()
 	if _, err := stdcopy.StdCopy(w, w, rc); err != nil && ctx.Err() == nil {
@@ -190,9 +126,9 @@ func (j *Jobs) Logs(ctx context.Context, id string, follow bool, w io.Writer) er
 // List returns every container labelled gpumeter.job, in any state. A
 // container removed between the list and its inspect is left out.
 func (j *Jobs) List(ctx context.Context) ([]container.JobContainer, error) {
-	res, err := j.client.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: j.filters()})
+	res, err := j.cli.api.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: j.filters()})
 	if err != nil {
-		return nil, j.wrap(ctx, "list", "job containers", err)
+		return nil, j.cli.wrap(ctx, "list", "job containers", err)
 	}
 	out := make([]container.JobContainer, 0, len(res.Items))
 	for _, s := range res.Items {
@@ -208,80 +144,85 @@ func (j *Jobs) List(ctx context.Context) ([]container.JobContainer, error) {
 	return out, nil
 }
 
-// Events sends the ids of job containers that die. When the stream
-// breaks it connects again with backoff (250ms doubling to 30s) and sends
-// "" once it is back, since containers may have died meanwhile. The
-// channel is closed once ctx ends.
+// Events sends the ids of job containers that die, from the client's
+// one events subscription. When the stream breaks the subscription
+// connects again with backoff (250ms doubling to 30s) and Events sends ""
+// once it is back, since containers may have died meanwhile. The channel
+// is closed once ctx ends.
 func (j *Jobs) Events(ctx context.Context) <-chan string {
 	out := make(chan string, 64)
+	d := &jobDeaths{j: j, ready: make(chan struct{}, 1)}
+	unwatch := j.cli.watch(ctx, d)
 	go func() {
 		defer close(out)
-		backoff := retry.Backoff{Initial: minBackoff, Max: maxBackoff}
-		for first := true; ; first = false {
-			upAt, err := j.follow(ctx, out, !first)
-			if ctx.Err() != nil {
+		defer unwatch()
+		for {
+			select {
+			case <-ctx.Done():
 				return
+			case <-d.ready:
 			}
-			if !upAt.IsZero() && time.Since(upAt) >= goodSession {
-				backoff.Reset()
-			}
-			wait := backoff.Next()
-			j.log.Warn("job container events broke, reconnecting", "err", err, "in", wait)
-			if retry.Sleep(ctx, wait) != nil {
-				return
+			for _, id := range d.take() {
+				select {
+				case out <- id:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}()
 	return out
 }
 
-// follow runs one events connection, sending "" first when resync is set
-// and the connection is up.
-func (j *Jobs) follow(ctx context.Context, out chan<- string, resync bool) (upAt time.Time, err error) {
-	ectx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	filters := make(client.Filters).Add("type", string(events.ContainerEventType)).
-		Add("event", string(events.ActionDie)).Add("label", j.labels()...)
-	ev := j.client.Events(ectx, client.EventsListOptions{Filters: filters})
-	pctx, pcancel := context.WithTimeout(ctx, pingTimeout)
-	_, err = j.client.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
-	pcancel()
-	if err != nil {
-		return time.Time{}, fmt.Errorf("ping: %w", err)
+// jobDeaths is Events' watcher: it keeps the ids of the job containers
+// that die, and "" for a resync, until Events sends them, so that a
+// queue busy elsewhere never holds up the subscription the inventory
+// shares.
+type jobDeaths struct {
+	j     *Jobs
+	mu    sync.Mutex
+	ids   []string
+	ready chan struct{} // ids has something
+}
+
+func (d *jobDeaths) resync(_ context.Context, again bool) error {
+	if again {
+		d.push("")
 	}
-	upAt = time.Now()
-	send := func(id string) bool {
-		select {
-		case out <- id:
-			return true
-		case <-ctx.Done():
-			return false
-		}
+	return nil
+}
+
+func (d *jobDeaths) event(_ context.Context, m events.Message) error {
+	if m.Action == events.ActionDie && m.Actor.ID != "" && d.j.owns(m.Actor.Attributes) {
+		d.push(m.Actor.ID)
 	}
-	if resync && !send("") {
-		return upAt, ctx.Err()
+	return nil
+}
+
+func (d *jobDeaths) lost(error) {}
+
+func (d *jobDeaths) push(id string) {
+	d.mu.Lock()
+	d.ids = append(d.ids, id)
+	d.mu.Unlock()
+	select {
+	case d.ready <- struct{}{}:
+	default:
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return upAt, ctx.Err()
-		case err := <-ev.Err:
-			if err == nil {
-				err = errors.New("stream closed")
-			}
-			return upAt, fmt.Errorf("events: %w", err)
-		case m := <-ev.Messages:
-			if m.Actor.ID != "" && !send(m.Actor.ID) {
-				return upAt, ctx.Err()
-			}
-		}
-	}
+}
+
+func (d *jobDeaths) take() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids := d.ids
+	d.ids = nil
+	return ids
 }
 
 // GPUSupport reports whether the daemon has the NVIDIA runtime, which
 // DeviceRequests for GPUs need (queue.gpu_passing auto).
 func (j *Jobs) GPUSupport(ctx context.Context) (nvidiaRuntime bool, err error) {
-	res, err := j.client.Info(ctx, client.InfoOptions{})
+	res, err := j.cli.api.Info(ctx, client.InfoOptions{})
 	if err != nil {
 		return false, fmt.Errorf("docker info: %w", err)
 	}
@@ -297,6 +238,16 @@ func (j *Jobs) labels() []string {
 		return []string{spec.JobLabel}
 	}
 	return []string{spec.JobLabel, spec.NodeLabel + "=" + j.node}
+}
+
+// owns reports whether a container of these labels (an event's
+// attributes carry the container's labels) is one of this node's job
+// containers, as labels selects them.
+func (j *Jobs) owns(labels map[string]string) bool {
+	if _, ok := labels[spec.JobLabel]; !ok {
+		return false
+	}
+	return j.node == "" || labels[spec.NodeLabel] == j.node
 }
 
 // filters select this node's job containers in a list.

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -53,7 +52,7 @@ func (j *Jobs) EnsureIsolatedNetwork(ctx context.Context) (Network, error) {
 	if n, err := j.ownNetwork(ctx, name); err == nil || !cerrdefs.IsNotFound(err) {
 		return n, err
 	}
-	res, err := j.client.NetworkCreate(ctx, name, client.NetworkCreateOptions{
+	res, err := j.cli.api.NetworkCreate(ctx, name, client.NetworkCreateOptions{
 		Driver:  "bridge",
 		Options: map[string]string{iccOption: "false"},
 		Labels:  map[string]string{NetworkLabel: NetworkIsolated, spec.NodeLabel: j.node},
@@ -86,7 +85,7 @@ func (j *Jobs) EnsureIsolatedNetwork(ctx context.Context) (Network, error) {
 // isolated network; a network that is not there is an error the engine's
 // not-found.
 func (j *Jobs) ownNetwork(ctx context.Context, name string) (Network, error) {
-	res, err := j.client.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
+	res, err := j.cli.api.NetworkInspect(ctx, name, client.NetworkInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return Network{}, err
@@ -121,7 +120,7 @@ func (j *Jobs) ownNetwork(ctx context.Context, name string) (Network, error) {
 // dropDuplicate removes the network id when another network of the same
 // name was made before it.
 func (j *Jobs) dropDuplicate(ctx context.Context, name, id string) error {
-	res, err := j.client.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("name", name)})
+	res, err := j.cli.api.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("name", name)})
 	if err != nil {
 		return fmt.Errorf("list networks named %s: %w", name, err)
 	}
@@ -138,7 +137,7 @@ func (j *Jobs) dropDuplicate(ctx context.Context, name, id string) error {
 	if same[0].ID == id {
 		return fmt.Errorf("network %s: %d networks of the name exist; remove all but one (docker network ls --filter name=%s)", name, len(same), name)
 	}
-	if _, err := j.client.NetworkRemove(ctx, id, client.NetworkRemoveOptions{}); err != nil {
+	if _, err := j.cli.api.NetworkRemove(ctx, id, client.NetworkRemoveOptions{}); err != nil {
 		return fmt.Errorf("remove the second network %s (%.12s): %w", name, id, err)
 	}
 	return nil
@@ -161,12 +160,6 @@ func (j IsolatedJobs) Create(ctx context.Context, s *spec.Spec) (string, error) 
 	return j.Jobs.Create(ctx, s)
 }
 
-// CannotReach says whether err is the engine not answering (no daemon on
-// the socket, or no answer in time) rather than its refusal.
-func CannotReach(err error) bool {
-	return client.IsErrConnectionFailed(err) || errors.Is(err, context.DeadlineExceeded)
-}
-
 // RemoveIsolatedNetwork removes this node's isolated network if no
 // container is attached to it; one in use, or one gone already, is left
 // as it is and is no error. The agent calls it when it stops, so that a
@@ -181,7 +174,7 @@ func (j *Jobs) RemoveIsolatedNetwork(ctx context.Context) error {
 		}
 		return err
 	}
-	res, err := j.client.NetworkInspect(ctx, n.ID, client.NetworkInspectOptions{})
+	res, err := j.cli.api.NetworkInspect(ctx, n.ID, client.NetworkInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return nil
@@ -191,7 +184,7 @@ func (j *Jobs) RemoveIsolatedNetwork(ctx context.Context) error {
 	if len(res.Network.Containers) > 0 {
 		return nil
 	}
-	if _, err := j.client.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+	if _, err := j.cli.api.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
 		// A job attached since the inspect keeps it: that is what the
 		// engine's refusal (active endpoints) says.
 		if cerrdefs.IsConflict(err) || cerrdefs.IsPermissionDenied(err) || strings.Contains(err.Error(), "active endpoints") {

@@ -41,12 +41,7 @@ func newNetEnv(t testing.TB) *netEnv {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	e := &netEnv{cli: cli, node: "nettest-" + hex.EncodeToString(b), image: dockertest.ProbeImage(t, cli)}
-	jobs, err := NewJobs("", e.node, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { jobs.Close() })
-	e.jobs = jobs
+	e.jobs = newJobs(t, "", e.node)
 	// Registered before any container's removal, so run after it.
 	t.Cleanup(func() { removeNetwork(t, cli, spec.NetworkName(e.node)) })
 	e.rules = spec.Rules{Images: []string{"gpumeter-test-probe:*"}, PublishPorts: []spec.PortRange{{First: 1024, Last: 65535}}}
@@ -378,11 +373,7 @@ func BenchmarkJobStartByNetwork(b *testing.B) {
 // engine was away creates its first job on a network made for it then;
 // and an engine that is not there is told apart from one that refuses.
 func TestIsolatedJobsMakeTheNetworkFirst(t *testing.T) {
-	gone, err := NewJobs("unix://"+t.TempDir()+"/no-docker.sock", "nowhere", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gone.Close()
+	gone := newJobs(t, "unix://"+t.TempDir()+"/no-docker.sock", "nowhere")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := gone.EnsureIsolatedNetwork(ctx); !CannotReach(err) {

@@ -52,10 +52,17 @@ func EngineSocket(cli *client.Client) string {
 	return path
 }
 
+// minWait is the least WaitFor waits before it fails a test.
+const minWait = time.Minute
+
 // WaitFor polls cond until it holds, or fails the test once timeout has
-// passed; state says what was seen last, for the failure message.
+// passed; state says what was seen last, for the failure message. The
+// timeout is a guard against a hang, never a figure: it is at least
+// minWait, whatever the caller names, since the engine and the machine
+// are shared with other tests, and a longer wait only delays a failure.
 func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, state string)) {
 	t.Helper()
+	timeout = max(timeout, minWait)
 	deadline := time.Now().Add(timeout)
 	for {
 		ok, state := cond()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -32,7 +33,7 @@ func playScenario(t testing.TB, path string, samples int, sinks ...func(*sampler
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	for i := 0; i < samples; i++ {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 		for _, sink := range sinks {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
 // BudgetLift is an admin's lift of a team's GPU-hour budget for one
@@ -19,9 +21,9 @@ type BudgetLift struct {
 // BudgetStore keeps budget lifts. Both backends implement it.
 type BudgetStore interface {
 	// LiftBudget records that by lifted team's budget for month
-	// (YYYY-MM), with audit, in one transaction: both are written, or
-	// neither. Lifting a month again records the latest lift.
-	LiftBudget(ctx context.Context, team, month, by string, audit AuditEvent) error
+	// (YYYY-MM), with the audit event ev, in one transaction: both are
+	// written, or neither. Lifting a month again records the latest lift.
+	LiftBudget(ctx context.Context, team, month, by string, ev audit.Event) error
 	// BudgetLifts returns the lifts of month, by team.
 	BudgetLifts(ctx context.Context, month string) ([]BudgetLift, error)
 }

@@ -1,16 +1,18 @@
 // Package ledger defines the usage ledger: the records gpumeter keeps for
 // every node, GPU and container, the per-minute and per-hour usage sums
-// that every report reads, the audit log, node leases, and the GPU
-// queue's jobs (JobStore), which live in the same database so that the
-// queue survives a restart. Backends (ledger/sqlite, ledger/postgres)
-// implement Store, AuditStore, LeaseTaker and JobStore and pass the shared
-// suite in ledger/ledgertest.
+// that every report reads, the audit log (of audit.Event), node leases,
+// and the GPU queue's jobs (JobStore), which live in the same database so
+// that the queue survives a restart. Backends (ledger/sqlite,
+// ledger/postgres) implement Ledger, every capability at once, and pass
+// the shared suite in ledger/ledgertest.
 package ledger
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
 // Owner kinds as stored.
@@ -280,6 +282,21 @@ type Store interface {
 	// rows. Nodes, GPUs and containers are kept.
 	Retain(ctx context.Context, node string, now time.Time, minutes, hours time.Duration) error
 	Close() error
+}
+
+// Ledger is a ledger backend whole: the usage store and every other
+// record it keeps. Both backends implement all of it, and Open in
+// ledger/backend returns it, so that no consumer asks at run time whether
+// a store keeps audit events, leases or jobs; a consumer that needs less
+// takes the smaller interface it reads.
+type Ledger interface {
+	Store
+	audit.Store
+	BudgetStore
+	GPUSeriesStore
+	JobStore
+	LeaseTaker
+	OwnerUsageReader
 }
 
 // Retention defaults for Store.Retain.

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -19,10 +21,10 @@ type job struct {
 	// kind is EventNotify, EventWarn or EventStop; a job without one only
 	// writes its event.
 	kind    string
-	policy  Config // in force when the job was decided
+	policy  config.Policy // in force when the job was decided
 	finding waste.Finding
-	stopAt  time.Time // when a warning's stop is due
-	event   Event     // what a job without a kind writes
+	stopAt  time.Time   // when a warning's stop is due
+	event   audit.Event // what a job without a kind writes
 }
 
 // queue holds the jobs the loop decided on until a worker takes them.
@@ -118,12 +120,12 @@ func (e *Engine) do(ctx, auditCtx context.Context, j *job) {
 
 // notify sends a notification (kind notify) or a warning (kind warn,
 // stopAt set), and returns its audit event.
-func (e *Engine) notify(ctx context.Context, p Config, kind string, f waste.Finding, stopAt time.Time) Event {
+func (e *Engine) notify(ctx context.Context, p config.Policy, kind string, f waste.Finding, stopAt time.Time) audit.Event {
 	m := Message{Kind: kind, DryRun: p.DryRun, Finding: f, Text: text(kind, f, stopAt)}
 	if !stopAt.IsZero() {
 		m.StopAt = &stopAt
 	}
-	ev := Event{Kind: kind, DryRun: p.DryRun}
+	ev := audit.Event{Kind: kind, DryRun: p.DryRun}
 	log := e.cfg.Logger.With("rule", f.Rule, "container", f.Container, "container_id", f.ContainerID, "owner", f.Owner, "finding", f.ID)
 	switch {
 	case p.DryRun:
@@ -154,9 +156,9 @@ func (e *Engine) notify(ctx context.Context, p Config, kind string, f waste.Find
 
 // stop re-checks f and stops its container, giving Docker the grace
 // period and ActionTimeout more; it returns the audit event.
-func (e *Engine) stop(ctx context.Context, p Config, f waste.Finding) Event {
+func (e *Engine) stop(ctx context.Context, p config.Policy, f waste.Finding) audit.Event {
 	log := e.cfg.Logger.With("rule", f.Rule, "container", f.Container, "container_id", f.ContainerID, "owner", f.Owner, "finding", f.ID)
-	ev := Event{Kind: EventStop, DryRun: p.DryRun}
+	ev := audit.Event{Kind: EventStop, DryRun: p.DryRun}
 	if why := e.recheck(p, f); why != "" {
 		ev.Outcome, ev.Error = why, recheckText[why]
 		log.Info("policy: stop cancelled", "why", recheckText[why])
@@ -197,7 +199,7 @@ var recheckText = map[string]string{
 
 // recheck looks again, right before a stop, at the latest findings and
 // the container: it returns the outcome that cancels the stop, or "".
-func (e *Engine) recheck(p Config, f waste.Finding) string {
+func (e *Engine) recheck(p config.Policy, f waste.Finding) string {
 	still := false
 	for _, g := range e.cfg.Findings() {
 		if g.ID == f.ID {
@@ -222,7 +224,7 @@ func (e *Engine) recheck(p Config, f waste.Finding) string {
 
 // audit writes ev, about f, to the audit log, giving the write
 // AuditTimeout.
-func (e *Engine) audit(ctx context.Context, ev Event, f waste.Finding) {
+func (e *Engine) audit(ctx context.Context, ev audit.Event, f waste.Finding) {
 	ev.Time = e.cfg.Now().UTC()
 	ev.Rule, ev.FindingID, ev.Node = f.Rule, f.ID, f.Node
 	ev.ContainerID, ev.Container, ev.Owner, ev.Evidence = f.ContainerID, f.Container, f.Owner, f.Evidence

@@ -25,12 +25,9 @@ const (
 	OutcomeExempt    = "exempt"    // the container became exempt before the stop
 )
 
-// Event is one line of the audit log.
-type Event = audit.Event
-
 // Auditor records what the engine did; *audit.Log is one. Act returns
 // once the event is written, or with the error that kept it from being
 // written: the engine's events are actions, which nothing may drop.
 type Auditor interface {
-	Act(ctx context.Context, e Event) error
+	Act(ctx context.Context, e audit.Event) error
 }

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -36,7 +38,7 @@ const drainTimeout = 5 * time.Second
 
 // EngineConfig wires an Engine.
 type EngineConfig struct {
-	Policy Config
+	Policy config.Policy
 	// Findings returns the latest live findings. The engine calls it on
 	// every step and, from a worker, again right before a stop: it must
 	// be safe for concurrent use.
@@ -74,7 +76,7 @@ type EngineConfig struct {
 // order they were decided.
 type Engine struct {
 	cfg    EngineConfig
-	policy atomic.Pointer[Config]
+	policy atomic.Pointer[config.Policy]
 	// state is touched by Run's goroutine only.
 	state map[string]*tracked
 	jobs  *queue
@@ -129,10 +131,10 @@ func NewEngine(cfg EngineConfig) *Engine {
 // SetPolicy replaces the policy; the next look at the findings uses it.
 // Warnings already given keep their time: a stop comes WarningWait (the
 // new one) after its warning.
-func (e *Engine) SetPolicy(p Config) { e.policy.Store(&p) }
+func (e *Engine) SetPolicy(p config.Policy) { e.policy.Store(&p) }
 
 // Policy returns the policy in force.
-func (e *Engine) Policy() Config { return *e.policy.Load() }
+func (e *Engine) Policy() config.Policy { return *e.policy.Load() }
 
 // Run looks at the findings every Interval until ctx ends, while its
 // workers carry out the actions. Then it lets the workers finish what is
@@ -188,7 +190,7 @@ func (e *Engine) step() {
 			continue
 		}
 		action := p.Actions.For(f.Rule)
-		if action == ActionReport || (action == ActionStop && f.OwnerKind != waste.OwnerContainer) {
+		if action == config.ActionReport || (action == config.ActionStop && f.OwnerKind != waste.OwnerContainer) {
 			continue
 		}
 		active[f.ID] = true
@@ -208,19 +210,19 @@ func (e *Engine) step() {
 			if !st.warnedAt.IsZero() {
 				// Exempted after its warning (a selector added by a
 				// reload): the stop is off, and the audit says so.
-				e.jobs.add(&job{policy: p, finding: f, event: Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeExempt, Error: why}})
+				e.jobs.add(&job{policy: p, finding: f, event: audit.Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeExempt, Error: why}})
 			}
 			st.exempt, st.warnedAt = why, time.Time{}
 			continue
 		}
 		st.exempt = ""
 		switch action {
-		case ActionNotify:
+		case config.ActionNotify:
 			if !st.notified {
 				st.notified = true
 				e.jobs.add(&job{kind: EventNotify, policy: p, finding: f})
 			}
-		case ActionStop:
+		case config.ActionStop:
 			switch {
 			case st.warnedAt.IsZero():
 				st.warnedAt = now
@@ -238,14 +240,14 @@ func (e *Engine) step() {
 		if !st.warnedAt.IsZero() && !st.done {
 			f := st.finding
 			e.cfg.Logger.Info("policy: stop cancelled, the finding no longer holds", "rule", f.Rule, "container", f.Container, "finding", f.ID)
-			e.jobs.add(&job{policy: p, finding: f, event: Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeCancelled, Error: "the finding no longer holds"}})
+			e.jobs.add(&job{policy: p, finding: f, event: audit.Event{Kind: EventStop, DryRun: p.DryRun, Outcome: OutcomeCancelled, Error: "the finding no longer holds"}})
 		}
 		delete(e.state, id)
 	}
 }
 
 // exempt says why f's container is exempt, "" when it is not.
-func (e *Engine) exempt(p Config, f waste.Finding) string {
+func (e *Engine) exempt(p config.Policy, f waste.Finding) string {
 	t := Target{Name: f.Container, Image: f.Image, Owner: f.Owner, Team: f.Team, Project: f.Project}
 	if f.OwnerKind == waste.OwnerContainer && e.cfg.Containers != nil {
 		if c, ok := e.cfg.Containers.Lookup(f.ContainerID); ok {

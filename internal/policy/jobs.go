@@ -7,13 +7,18 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
+	gpuqueue "github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // EventJob is the audit kind of a job notification.
 const EventJob = "job_notify"
 
 // JobNotice is a GPU queue job that started or ended, as a webhook hears
-// of it.
+// of it: the webhook's own wire shape (its JSON is a contract receivers
+// read), made from the gpuqueue.Job once, by Notify.
 type JobNotice struct {
 	Event    string   `json:"event"` // start or end
 	ID       string   `json:"id"`
@@ -37,7 +42,7 @@ type JobMessage struct {
 
 // JobNotifierConfig configures a JobNotifier.
 type JobNotifierConfig struct {
-	Webhook Webhook
+	Webhook config.Webhook
 	Client  *http.Client // nil: a client of its own
 	Audit   Auditor      // nil: not audited
 	Logger  *slog.Logger
@@ -68,9 +73,14 @@ func NewJobNotifier(cfg JobNotifierConfig) *JobNotifier {
 	return &JobNotifier{cfg: cfg, ch: make(chan JobNotice, cfg.Queue)}
 }
 
-// Notify hands n to Run without waiting. A notice that finds the queue
-// full is dropped, and the drop is logged and audited.
-func (j *JobNotifier) Notify(n JobNotice) {
+// Notify hands the notice of event (start, end or warn) for job to Run
+// without waiting. A notice that finds the queue full is dropped, and the
+// drop is logged and audited.
+func (j *JobNotifier) Notify(event string, job gpuqueue.Job) {
+	n := JobNotice{
+		Event: event, ID: job.ID, Name: job.Name, User: job.User, Team: job.Team, State: string(job.State),
+		Reason: string(job.Reason), GPUs: job.GPUs, ExitCode: job.ExitCode, Node: job.Node,
+	}
 	select {
 	case j.ch <- n:
 	default:
@@ -116,7 +126,7 @@ func (j *JobNotifier) audit(ctx context.Context, n JobNotice, outcome string, at
 	if j.cfg.Audit == nil {
 		return
 	}
-	e := Event{Time: time.Now(), Kind: EventJob, Owner: n.User, Action: "jobs.notify", Target: n.ID, Outcome: outcome, Attempts: attempts, Caller: "queue"}
+	e := audit.Event{Time: time.Now(), Kind: EventJob, Owner: n.User, Action: "jobs.notify", Target: n.ID, Outcome: outcome, Attempts: attempts, Caller: "queue"}
 	if err != nil {
 		e.Error = err.Error()
 	}
@@ -136,8 +146,8 @@ func jobText(n JobNotice) string {
 	if n.Node != "" {
 		fmt.Fprintf(&b, " on %s", n.Node)
 	}
-	switch n.Event {
-	case "start":
+	switch config.NotifyEvent(n.Event) {
+	case config.NotifyStart:
 		fmt.Fprintf(&b, " started on %d GPU(s)", len(n.GPUs))
 	default:
 		fmt.Fprintf(&b, " ended: %s", n.State)

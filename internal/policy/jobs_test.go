@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
+	gpuqueue "github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // TestJobNotifier posts a job's start and end to a real HTTP server: the
@@ -36,13 +39,13 @@ func TestJobNotifier(t *testing.T) {
 	}))
 	defer srv.Close()
 	audit := &memAudit{}
-	n := NewJobNotifier(JobNotifierConfig{Webhook: Webhook{URL: srv.URL, Timeout: 5 * time.Second, Retries: 2}, Audit: audit})
+	n := NewJobNotifier(JobNotifierConfig{Webhook: config.Webhook{URL: srv.URL, Timeout: 5 * time.Second, Retries: 2}, Audit: audit})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
 	three := 3
-	n.Notify(JobNotice{Event: "start", ID: "j-000007", Name: "train", User: "alice", State: "running", GPUs: []string{"GPU-a", "GPU-b"}})
-	n.Notify(JobNotice{Event: "end", ID: "j-000007", User: "alice", State: "failed", Reason: "exit_code", ExitCode: &three})
+	n.Notify("start", gpuqueue.Job{ID: "j-000007", Name: "train", User: "alice", State: gpuqueue.Running, GPUs: []string{"GPU-a", "GPU-b"}})
+	n.Notify("end", gpuqueue.Job{ID: "j-000007", User: "alice", State: gpuqueue.Failed, Reason: gpuqueue.ReasonExitCode, ExitCode: &three})
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		mu.Lock()
@@ -76,9 +79,9 @@ func TestJobNotifier(t *testing.T) {
 // TestJobNotifierFull drops what does not fit, and audits the drop.
 func TestJobNotifierFull(t *testing.T) {
 	audit := &memAudit{}
-	n := NewJobNotifier(JobNotifierConfig{Webhook: Webhook{URL: "http://127.0.0.1:1"}, Audit: audit, Queue: 1})
-	n.Notify(JobNotice{Event: "start", ID: "j-1"})
-	n.Notify(JobNotice{Event: "start", ID: "j-2"})
+	n := NewJobNotifier(JobNotifierConfig{Webhook: config.Webhook{URL: "http://127.0.0.1:1"}, Audit: audit, Queue: 1})
+	n.Notify("start", gpuqueue.Job{ID: "j-1"})
+	n.Notify("start", gpuqueue.Job{ID: "j-2"})
 	audit.mu.Lock()
 	defer audit.mu.Unlock()
 	if len(audit.events) != 1 || audit.events[0].Outcome != "dropped" || audit.events[0].Target != "j-2" {

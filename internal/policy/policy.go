@@ -12,33 +12,13 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 )
 
-// Actions a rule can take.
-const (
-	ActionReport = config.ActionReport
-	ActionNotify = config.ActionNotify
-	ActionStop   = config.ActionStop
-)
-
 // ExemptLabel on a container with the value "true" keeps every action
 // away from it.
 const ExemptLabel = "gpumeter.exempt"
 
-// Config is what the engine does, and to whom: the policy.* settings.
-type Config = config.Policy
-
-// Actions holds the action of every waste rule.
-type Actions = config.PolicyActions
-
-// Webhook is where notifications go.
-type Webhook = config.Webhook
-
-// Selectors pick containers. A container matches when any selector
-// matches it.
-type Selectors = config.Selectors
-
 // DefaultConfig is the policy as gpumeter ships it: every rule reports,
 // and the engine runs dry.
-func DefaultConfig() Config { return config.DefaultPolicy() }
+func DefaultConfig() config.Policy { return config.DefaultPolicy() }
 
 // Target is what the selectors see of a container.
 type Target struct {
@@ -48,7 +28,7 @@ type Target struct {
 }
 
 // exempt says why s exempt t, or "" when they do not.
-func exempt(s Selectors, t Target) string {
+func exempt(s config.Selectors, t Target) string {
 	if strings.EqualFold(t.Labels[ExemptLabel], "true") {
 		return "label " + ExemptLabel + "=true"
 	}

@@ -4,10 +4,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 func TestExempt(t *testing.T) {
-	sel := Selectors{
+	sel := config.Selectors{
 		Labels: []string{"team=infra", "keep"},
 		Names:  []string{"notebook-*"},
 		Images: []string{"registry.local/serving/*"},
@@ -44,8 +46,8 @@ func TestValidate(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.Actions.Idle = "kill"
-	c.Actions.Stalled = ActionNotify
-	c.Actions.Outside = ActionStop
+	c.Actions.Stalled = config.ActionNotify
+	c.Actions.Outside = config.ActionStop
 	c.Webhook.Timeout = 0
 	c.Webhook.Retries = -1
 	c.WarningWait = -time.Second

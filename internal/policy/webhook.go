@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/retry"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -32,7 +33,7 @@ const maxBackoff = 10 * time.Second
 // a 5xx, or a 429, after its Retry-After when that is longer than the
 // backoff (which starts at backoff and doubles); another status (a 4xx)
 // is final. It returns the attempts made.
-func post(ctx context.Context, client *http.Client, w Webhook, backoff time.Duration, m any) (int, error) {
+func post(ctx context.Context, client *http.Client, w config.Webhook, backoff time.Duration, m any) (int, error) {
 	body, err := json.Marshal(m)
 	if err != nil {
 		return 0, err
@@ -43,7 +44,7 @@ func post(ctx context.Context, client *http.Client, w Webhook, backoff time.Dura
 }
 
 // postOnce makes one attempt, and marks its error for retry.Do.
-func postOnce(ctx context.Context, client *http.Client, w Webhook, body []byte) error {
+func postOnce(ctx context.Context, client *http.Client, w config.Webhook, body []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, w.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.URL, bytes.NewReader(body))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"os"
 	"time"
 
@@ -22,14 +21,11 @@ func DefaultLeaseTakeover(flush time.Duration) time.Duration {
 	return 3*flush + WriteTimeout(flush)
 }
 
-// Acquire takes node's lease in store for this process, before anything
-// is written: an agent or a simulation that another agent's lease refuses
-// fails here with the holder named (a *ledger.LeaseHeldError).
-func Acquire(ctx context.Context, store ledger.Store, node string, takeover time.Duration) (ledger.Lease, error) {
-	lt, ok := store.(ledger.LeaseTaker)
-	if !ok {
-		return ledger.Lease{}, fmt.Errorf("the ledger %T keeps no node leases", store)
-	}
+// Acquire takes node's lease in the ledger lt for this process, before
+// anything is written: an agent or a simulation that another agent's
+// lease refuses fails here with the holder named (a
+// *ledger.LeaseHeldError).
+func Acquire(ctx context.Context, lt ledger.LeaseTaker, node string, takeover time.Duration) (ledger.Lease, error) {
 	host, err := os.Hostname()
 	if err != nil {
 		host = "unknown host"
@@ -41,9 +37,8 @@ func Acquire(ctx context.Context, store ledger.Store, node string, takeover time
 
 // Release gives back a lease that Acquire took; a lease that is not set
 // is nothing to give back.
-func Release(ctx context.Context, store ledger.Store, l ledger.Lease) error {
-	lt, ok := store.(ledger.LeaseTaker)
-	if !ok || l.Instance == "" {
+func Release(ctx context.Context, lt ledger.LeaseTaker, l ledger.Lease) error {
+	if l.Instance == "" {
 		return nil
 	}
 	return lt.Release(ctx, l)

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -421,7 +422,7 @@ host_processes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{Node: node})
+	s := samplertest.Scenario(sc, sampler.Config{Node: node})
 	store := &flakyStore{Store: openStore(t), fail: 3}
 	rec := record.New(record.Config{Store: store, Node: node})
 	// Samples 700 ms apart, the first 250 ms after the start, so that
@@ -791,7 +792,7 @@ func BenchmarkAdd(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := sim.NewSampler(sc, sampler.Config{})
+			s := samplertest.Scenario(sc, sampler.Config{})
 			rec := record.New(record.Config{Store: discard{}, Node: sc.Node, MaxRows: 1 << 30})
 			ctx := context.Background()
 			now := sc.Start

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // line is one ledger record with its weighted costs.
@@ -150,7 +151,7 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 		rows[g] = sum(lines[idx[0]].key, lines, idx, seen, g+1)
 	}
 	if opt.By == ByJob {
-		jobs := make(map[string]*Job, len(opt.Jobs))
+		jobs := make(map[string]*queue.Job, len(opt.Jobs))
 		for i := range opt.Jobs {
 			jobs[opt.Jobs[i].ID] = &opt.Jobs[i]
 		}

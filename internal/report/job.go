@@ -12,38 +12,19 @@ import (
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
-
-// Job is what the queue's job store knows of one job, for a report by
-// job. Times are zero where unknown or not reached yet.
-type Job struct {
-	ID            string
-	User          string
-	State         string
-	GPUsRequested int
-	SubmittedAt   time.Time
-	StartedAt     time.Time
-	EndedAt       time.Time
-}
-
-// JobsOf turns the job store's jobs into what a report reads of them.
-func JobsOf(jobs []ledger.Job) []Job {
-	out := make([]Job, len(jobs))
-	for i, j := range jobs {
-		out[i] = Job{ID: j.ID, User: j.User, State: j.State, GPUsRequested: j.GPUsRequested,
-			SubmittedAt: j.SubmittedAt, StartedAt: j.StartedAt, EndedAt: j.EndedAt}
-	}
-	return out
-}
 
 // JobReader is the part of the queue's job store a report by job reads;
 // ledger.JobStore is one.
 type JobReader interface {
-	Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error)
+	Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error)
 }
 
 // JobInfo is the job of a row in a report by job: its whole life as the
-// job store has it, not only the report's window. A job the store does not
+// job store has it, not only the report's window. It is the report's own
+// JSON shape (times as RFC 3339 or null, the wait and the run in
+// seconds), part of the report's contract, and not a copy of queue.Job. A job the store does not
 // know (its rows were written by another ledger, say) has the user of its
 // container's labels, state "" and no times.
 type JobInfo struct {
@@ -76,7 +57,7 @@ func jobKey(u *ledger.UsageTotal) string {
 }
 
 // jobInfo is the job of the row key whose first record is first.
-func jobInfo(key string, first *ledger.UsageTotal, jobs map[string]*Job, now time.Time) *JobInfo {
+func jobInfo(key string, first *ledger.UsageTotal, jobs map[string]*queue.Job, now time.Time) *JobInfo {
 	if key == KeyUnattributed || key == KeyNotJob {
 		return nil
 	}
@@ -88,7 +69,7 @@ func jobInfo(key string, first *ledger.UsageTotal, jobs map[string]*Job, now tim
 		}
 		return info
 	}
-	info := &JobInfo{User: j.User, State: j.State, GPUsRequested: j.GPUsRequested,
+	info := &JobInfo{User: j.User, State: string(j.State), GPUsRequested: j.GPUsRequested,
 		SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt), EndedAt: utcOrNil(j.EndedAt)}
 	if !j.StartedAt.IsZero() {
 		if !j.SubmittedAt.IsZero() {
@@ -123,7 +104,7 @@ func utcOrNil(t time.Time) *time.Time {
 }
 
 // readJobs reads the jobs of a report by job from the job store.
-func readJobs(ctx context.Context, jobs JobReader) ([]Job, error) {
+func readJobs(ctx context.Context, jobs JobReader) ([]queue.Job, error) {
 	if jobs == nil {
 		return nil, fmt.Errorf("a report by job reads the queue's jobs, and this ledger has no job store")
 	}
@@ -131,7 +112,7 @@ func readJobs(ctx context.Context, jobs JobReader) ([]Job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read jobs: %w", err)
 	}
-	return JobsOf(js), nil
+	return js, nil
 }
 
 // jobCSVHeader are the columns WriteCSV adds by job, after the others.

@@ -12,16 +12,18 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // jobFixture is the fixture with its two containers run as queue jobs:
 // train is j-000012 (alice asked for 1 GPU at 09:50, it ran 10:00–12:00
 // and succeeded), notebook is j-000013 (bob asked for 2 at 10:30, it
 // started 11:00 and still runs). Carol's host process is not a job.
-func jobFixture() ([]ledger.UsageTotal, []ledger.GPUTotal, []Job) {
+func jobFixture() ([]ledger.UsageTotal, []ledger.GPUTotal, []queue.Job) {
 	usage, gpus := fixture()
 	for i, id := range map[int]string{0: "j-000012", 1: "j-000013"} {
 		c := *usage[i].Container
@@ -32,10 +34,10 @@ func jobFixture() ([]ledger.UsageTotal, []ledger.GPUTotal, []Job) {
 		c.Labels[container.JobLabel] = id
 		usage[i].Container = &c
 	}
-	jobs := []Job{
-		{ID: "j-000012", User: "alice", State: "succeeded", GPUsRequested: 1,
+	jobs := []queue.Job{
+		{ID: "j-000012", User: "alice", State: queue.Succeeded, GPUsRequested: 1,
 			SubmittedAt: from.Add(-10 * time.Minute), StartedAt: from, EndedAt: to},
-		{ID: "j-000013", User: "bob", State: "running", GPUsRequested: 2,
+		{ID: "j-000013", User: "bob", State: queue.Running, GPUsRequested: 2,
 			SubmittedAt: from.Add(30 * time.Minute), StartedAt: from.Add(time.Hour)},
 	}
 	return usage, gpus, jobs
@@ -45,7 +47,7 @@ func jobFixture() ([]ledger.UsageTotal, []ledger.GPUTotal, []Job) {
 // 1 h 30 min.
 var jobNow = to.Add(30 * time.Minute)
 
-func buildJobs(t *testing.T, jobs []Job) *Report {
+func buildJobs(t *testing.T, jobs []queue.Job) *Report {
 	t.Helper()
 	usage, gpus, _ := jobFixture()
 	r, err := Build(usage, gpus, Options{By: ByJob, From: from, To: to, Cost: prices(), Jobs: jobs, Now: jobNow})
@@ -179,21 +181,21 @@ func TestRunByJobSQLite(t *testing.T) {
 	// Submitted first, so that the ledger's sequence gives j-000001 and
 	// j-000002.
 	var ids []string
-	for _, j := range []ledger.Job{
-		{User: "alice", State: "succeeded", GPUsRequested: 1, SubmittedAt: from.Add(-5 * time.Minute), StartedAt: from, EndedAt: from.Add(time.Hour)},
-		{User: "bob", State: "running", GPUsRequested: 1, SubmittedAt: from, StartedAt: from.Add(20 * time.Minute)},
+	for _, j := range []queue.Job{
+		{User: "alice", State: queue.Succeeded, GPUsRequested: 1, SubmittedAt: from.Add(-5 * time.Minute), StartedAt: from, EndedAt: from.Add(time.Hour)},
+		{User: "bob", State: queue.Running, GPUsRequested: 1, SubmittedAt: from, StartedAt: from.Add(20 * time.Minute)},
 	} {
-		got, err := store.SubmitJob(ctx, ledger.Job{Node: node, User: j.User, State: "queued", GPUsRequested: j.GPUsRequested,
+		got, err := store.SubmitJob(ctx, queue.Job{Node: node, User: j.User, State: queue.Queued, GPUsRequested: j.GPUsRequested,
 			Image: "train:1", Command: []string{"train"}, TimeLimit: 4 * time.Hour, SubmittedAt: j.SubmittedAt},
-			ledger.AuditEvent{Time: j.SubmittedAt, Node: node, Kind: "api", Caller: j.User, Role: "user",
+			audit.Event{Time: j.SubmittedAt, Node: node, Kind: "api", Caller: j.User, Role: "user",
 				Source: "unix uid 1000", Action: "jobs.submit", Status: 201})
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, got.ID)
-		if _, err := store.UpdateJob(ctx, got.ID, "queued", func(x *ledger.Job) {
+		if _, err := store.UpdateJob(ctx, got.ID, queue.Queued, func(x *queue.Job) {
 			x.State, x.StartedAt, x.EndedAt = j.State, j.StartedAt, j.EndedAt
-		}, ledger.AuditEvent{}); err != nil {
+		}, audit.Event{}); err != nil {
 			t.Fatal(err)
 		}
 	}

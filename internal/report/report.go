@@ -85,6 +85,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // Groupings a report can be built by.
@@ -129,7 +130,7 @@ type Options struct {
 	// by job: they fill Row.Job. Rows of jobs not among them still have
 	// Row.Job, with the user from the container's labels and no times.
 	// Other groupings ignore them.
-	Jobs []Job
+	Jobs []queue.Job
 	// Now is when a running job's run time is measured to; zero is To.
 	Now time.Time
 }

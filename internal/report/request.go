@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -140,16 +141,6 @@ func (r *Request) Filter() func(*ledger.UsageTotal) bool {
 	}
 }
 
-// ParseTime reads RFC 3339 times and plain dates (taken as UTC midnight).
-func ParseTime(s string) (time.Time, error) {
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t.UTC(), nil
-		}
-	}
-	return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-11-02T15:04:05Z) nor a date (2026-11-02)", s)
-}
-
 // ParseLabel reads k=v.
 func ParseLabel(s string) (string, string, error) {
 	k, v, ok := strings.Cut(s, "=")
@@ -185,14 +176,14 @@ func RequestFromQuery(q url.Values, parseDuration func(string) (time.Duration, e
 		}
 	}
 	if q.Has("from") {
-		t, err := ParseTime(q.Get("from"))
+		t, err := units.ParseTime(q.Get("from"))
 		if err != nil {
 			return r, fmt.Errorf("from: %w", err)
 		}
 		r.From = &t
 	}
 	if q.Has("to") {
-		t, err := ParseTime(q.Get("to"))
+		t, err := units.ParseTime(q.Get("to"))
 		if err != nil {
 			return r, fmt.Errorf("to: %w", err)
 		}
@@ -252,7 +243,7 @@ func Run(ctx context.Context, store Reader, jobs JobReader, r Request, m cost.Mo
 	}
 	// The jobs after the usage, so that every job with usage is among
 	// them.
-	var js []Job
+	var js []queue.Job
 	if r.By == ByJob {
 		if js, err = readJobs(ctx, jobs); err != nil {
 			return nil, err

@@ -131,13 +131,10 @@ func TestDoWaits(t *testing.T) {
 	t.Run("after past the deadline", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		start := time.Now()
 		n, err := Do(ctx, 3, Backoff{Initial: time.Microsecond}, func() error { return After(boom, time.Minute) })
+		// A Do that waited would have met the deadline, and said so.
 		if n != 1 || !errors.Is(err, boom) || errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Do = %d, %v; want 1 call and its error alone", n, err)
-		}
-		if d := time.Since(start); d > time.Second {
-			t.Errorf("Do waited %v", d)
 		}
 	})
 	t.Run("ctx ends during the wait", func(t *testing.T) {
@@ -173,7 +170,8 @@ func TestSleep(t *testing.T) {
 	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Errorf("Sleep on an ended ctx = %v, want context.Canceled", err)
 	}
-	if d := time.Since(start); d > time.Second {
+	// Only a hang is a failure: an hour's sleep would show as one.
+	if d := time.Since(start); d > time.Minute {
 		t.Errorf("Sleep on an ended ctx took %v", d)
 	}
 }

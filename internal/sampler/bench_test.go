@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -17,7 +18,7 @@ func BenchmarkTick(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	ctx := context.Background()
 	now := sc.Start
 	s.Step(ctx, now)

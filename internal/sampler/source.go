@@ -28,3 +28,22 @@ type Inventory interface {
 type ProcessResolver interface {
 	Resolve(pid uint32) (owner container.Owner, ok bool, err error)
 }
+
+// Simulated is a source that plays GPUs, their containers and their
+// processes together, as a scenario does: internal/sim's Source is one.
+type Simulated interface {
+	GPUSource
+	Inventory
+	ProcessResolver
+}
+
+// WithSimulated returns cfg with s in the three places a sampler reads a
+// scenario from: as its GPU source, named "sim" in health metrics, and
+// ahead of cfg's own as its first inventory, "sim-containers", and first
+// process resolver.
+func WithSimulated(cfg Config, s Simulated) Config {
+	cfg.GPUs, cfg.GPUName = s, "sim"
+	cfg.Inventories = append([]Named{{Name: "sim-containers", Inventory: s}}, cfg.Inventories...)
+	cfg.Resolvers = append([]ProcessResolver{s}, cfg.Resolvers...)
+	return cfg
+}

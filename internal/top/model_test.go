@@ -9,7 +9,6 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 var t0 = time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
@@ -40,8 +39,8 @@ func snapshotAt(step int) apitype.Snapshot {
 				Labels: map[string]string{}, GPUs: []apitype.GPUShare{share(1, 1, 4<<30)}},
 		},
 		HostUsers: []apitype.HostUser{{User: "carol", GPUs: []apitype.GPUShare{share(1, 4, 4<<30)}}},
-		Waste: &waste.Report{Findings: []waste.Finding{
-			{ID: "idle-bob", Rule: waste.RuleIdle, OwnerKind: waste.OwnerContainer, ContainerID: "bbbb", Container: "bob-notebook", Owner: "bob", Active: true, Since: t0},
+		Waste: &apitype.WasteReport{Findings: []apitype.WasteFinding{
+			{ID: "idle-bob", Rule: "idle", OwnerKind: apitype.OwnerContainer, ContainerID: "bbbb", Container: "bob-notebook", Owner: "bob", Active: true, Since: t0},
 		}},
 		Queue: &apitype.QueueSummary{Counts: map[string]int{"queued": 2, "running": 1}, Jobs: []apitype.JobBrief{{ID: "j-000001", Name: "train", User: "alice", State: "running", GPUsRequested: 1}}},
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/units"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // Group is what one row of the table stands for.
@@ -197,7 +196,7 @@ type findings struct {
 	byUser      map[string][]string
 }
 
-func indexFindings(rep *waste.Report) findings {
+func indexFindings(rep *apitype.WasteReport) findings {
 	f := findings{byContainer: map[string][]string{}, byHost: map[string][]string{}, byUser: map[string][]string{}}
 	if rep == nil {
 		return f
@@ -207,9 +206,9 @@ func indexFindings(rep *waste.Report) findings {
 			continue
 		}
 		switch fd.OwnerKind {
-		case waste.OwnerContainer:
+		case apitype.OwnerContainer:
 			f.byContainer[fd.ContainerID] = addOnce(f.byContainer[fd.ContainerID], fd.Rule)
-		case waste.OwnerHost:
+		case apitype.OwnerHost:
 			f.byHost[fd.Owner] = addOnce(f.byHost[fd.Owner], fd.Rule)
 		}
 		if fd.Owner != "" {
@@ -364,7 +363,7 @@ func processRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) []
 		for _, p := range g.Processes {
 			r := row{key: fmt.Sprintf("p:%d:%d", g.Index, p.PID), gpus: []int{g.Index}, sm: p.SMPercent, mem: p.MemoryBytes, cpu: -1, age: -1}
 			switch p.OwnerKind {
-			case waste.OwnerContainer:
+			case apitype.OwnerContainer:
 				c, ok := ctrs[p.Owner]
 				if !ok {
 					r.name = fmt.Sprintf("%d %s", p.PID, container.ShortID(p.Owner))
@@ -380,7 +379,7 @@ func processRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) []
 				if v, ok := cpu[c.ID]; ok {
 					r.cpu = v // the container's, which the process is part of
 				}
-			case waste.OwnerHost:
+			case apitype.OwnerHost:
 				r.name, r.user, r.waste = fmt.Sprintf("%d (host)", p.PID), p.Owner, fs.byHost[p.Owner]
 			default:
 				r.name = fmt.Sprintf("%d (unknown)", p.PID)

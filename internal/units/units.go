@@ -1,4 +1,5 @@
-// Package units is gpumeter's one grammar for durations, sizes and powers.
+// Package units is gpumeter's one grammar for durations, sizes, powers and
+// times.
 // The config file, GPUMETER_* variables, flags, scenario files, CLI windows
 // and API parameters all read them here, so a value that one accepts every
 // other accepts too, with the same words when it does not.
@@ -9,7 +10,8 @@
 // 1024); a fraction is allowed when the bytes come out whole (1.5GiB), and
 // refused when they do not (0.1KiB). Powers are watts: 70W, 70 W, or a bare
 // 70, which means watts too. A space may stand between a number and its
-// unit. Each Format function writes what its Parse function reads back.
+// unit. Times are RFC 3339, to the minute, or plain dates taken as UTC
+// midnight. Each Format function writes what its Parse function reads back.
 package units
 
 import (
@@ -84,6 +86,17 @@ func FormatDuration(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+// ParseTime reads RFC 3339 times, times to the minute (2026-11-02T15:04)
+// and plain dates (taken as UTC midnight), and gives them in UTC.
+func ParseTime(s string) (time.Time, error) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("%q is neither RFC 3339 (2026-11-02T15:04:05Z) nor a date (2026-11-02)", s)
 }
 
 // sizeUnits are the units a size may carry, largest first.

@@ -201,3 +201,32 @@ func TestFormatPower(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTime(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    time.Time
+		wantErr string
+	}{
+		{in: "2026-11-02", want: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)},
+		{in: "2026-11-02T15:04", want: time.Date(2026, 11, 2, 15, 4, 0, 0, time.UTC)},
+		{in: "2026-11-02T15:04:05Z", want: time.Date(2026, 11, 2, 15, 4, 5, 0, time.UTC)},
+		{in: "2026-11-02T15:04:05.5+02:00", want: time.Date(2026, 11, 2, 13, 4, 5, 5e8, time.UTC)},
+		{in: "yesterday", wantErr: `"yesterday" is neither RFC 3339 (2026-11-02T15:04:05Z) nor a date (2026-11-02)`},
+		{in: "2026-13-01", wantErr: "is neither RFC 3339"},
+		{in: "", wantErr: "is neither RFC 3339"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseTime(tt.in)
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("ParseTime(%q) = %v, want %s", tt.in, err, tt.want)
+			case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
+				t.Fatalf("ParseTime(%q) = %s, %v; want an error with %q", tt.in, got, err, tt.wantErr)
+			case !got.Equal(tt.want) || got.Location() != time.UTC:
+				t.Fatalf("ParseTime(%q) = %s, want %s", tt.in, got, tt.want)
+			}
+		})
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -23,7 +24,7 @@ func loadSampler(b *testing.B) (*sampler.Sampler, time.Time) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	return s, sc.Start
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // Formats are the output formats of a waste report.
@@ -85,20 +87,20 @@ func (r *Report) WriteCSV(w io.Writer) error {
 func Summary(f *Finding) string {
 	e := f.Evidence
 	switch f.Rule {
-	case RuleIdle:
+	case config.RuleIdle:
 		return fmt.Sprintf("SM %s%% (max %s%%) < %s%%, CPU %s cores (max %s) < %s", fixed(e[EvSMPercent], 1), fixed(e[EvSMPercentMax], 1),
 			num(e[EvThreshold]), fixed(e[EvCPUCores], 2), fixed(e[EvCPUCoresMax], 2), num(e[EvThresholdCPU]))
-	case RuleStalled:
+	case config.RuleStalled:
 		return fmt.Sprintf("%s GPU memory held, SM %s%%, CPU %s cores", gib(e[EvMemoryBytes]), fixed(e[EvSMPercentMax], 1), fixed(e[EvCPUCores], 2))
-	case RuleOverAllocated:
+	case config.RuleOverAllocated:
 		return fmt.Sprintf("uses %s of %s GPUs: SM %s%% on them, %s%% on the rest over %s", num(e[EvGPUsUsed]), num(e[EvGPUsHeld]),
 			fixed(e[EvSMPercentUsed], 1), fixed(e[EvSMPercent], 1), duration(seconds(e[EvWindow])))
-	case RuleTooOld:
+	case config.RuleTooOld:
 		return fmt.Sprintf("running %s, max %s", duration(seconds(e[EvAge])), duration(seconds(e[EvMaxAge])))
-	case RuleLowEfficiency:
+	case config.RuleLowEfficiency:
 		return fmt.Sprintf("efficiency %s%% < %s%% over %s (%s of %s held GPU-h used)", fixed(100*e[EvEfficiency], 1), num(100*e[EvThreshold]),
 			duration(seconds(e[EvWindow])), fixed(e[EvUsedHours], 2), fixed(e[EvHeldHours], 2))
-	case RuleOutside:
+	case config.RuleOutside:
 		if _, ok := e[EvUnaccounted]; ok {
 			return fmt.Sprintf("%s of GPU memory no process accounts for (max %s)", gib(e[EvUnaccounted]), gib(e[EvUnaccountedMax]))
 		}

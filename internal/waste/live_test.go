@@ -23,6 +23,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/meter"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -90,11 +91,11 @@ var patternWants = []struct {
 	rule, who string
 	wasted    float64
 }{
-	{RuleOverAllocated, "greedy", 2}, // GPU 1 for 2 h
-	{RuleStalled, "stuck", 0.75},
-	{RuleIdle, "nb", 2},
-	{RuleTooOld, "old", 3},
-	{RuleOutside, "dave", 1},
+	{config.RuleOverAllocated, "greedy", 2}, // GPU 1 for 2 h
+	{config.RuleStalled, "stuck", 0.75},
+	{config.RuleIdle, "nb", 2},
+	{config.RuleTooOld, "old", 3},
+	{config.RuleOutside, "dave", 1},
 }
 
 // play runs the scenario through the sampler and meter, handing every
@@ -105,7 +106,7 @@ func play(t testing.TB, text string, sinks ...func(*sampler.Tick)) *sim.Scenario
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{
+	s := samplertest.Scenario(sc, sampler.Config{
 		OnTick: func(tk *sampler.Tick) {
 			for _, f := range sinks {
 				f(tk)
@@ -260,7 +261,7 @@ func TestLiveUnaccountedMemory(t *testing.T) {
 		t.Fatalf("%d findings, want 1:\n%s", len(rep.Findings), dump(rep))
 	}
 	f := rep.Findings[0]
-	if f.Rule != RuleOutside || f.OwnerKind != OwnerNone || len(f.GPUs) != 1 || f.GPUs[0].UUID != "GPU-0" {
+	if f.Rule != config.RuleOutside || f.OwnerKind != OwnerNone || len(f.GPUs) != 1 || f.GPUs[0].UUID != "GPU-0" {
 		t.Errorf("finding %+v, want outside on GPU-0 with no owner", f)
 	}
 	if f.Evidence[EvUnaccounted] != 3*giB || f.WastedGPUHours != 0 || f.Active {

@@ -1,5 +1,7 @@
 package waste
 
+import "github.com/gpumeter/gpumeter/internal/config"
+
 // lowEfficiency applies the low_efficiency rule to a container's step:
 // over the last window it ran all the time, held enough GPU-hours and
 // used too few of those it held, in steps no idle, stalled or
@@ -31,7 +33,7 @@ func (t *tracker) lowEfficiency(s *step) {
 		return wasted, cost
 	}
 	if begin(r, w.start(w.lHead), held, false) {
-		counted := nanos(t.lastUntil(RuleLowEfficiency, held))
+		counted := nanos(t.lastUntil(config.RuleLowEfficiency, held))
 		var wasted, cost float64
 		for i := w.lHead; i < len(w.steps); i++ {
 			if w.steps[i].end > counted {
@@ -40,11 +42,11 @@ func (t *tracker) lowEfficiency(s *step) {
 				cost += c
 			}
 		}
-		t.book(r, RuleLowEfficiency, s, rule.Grace.Seconds(), wasted, cost)
+		t.book(r, config.RuleLowEfficiency, s, rule.Grace.Seconds(), wasted, cost)
 	} else {
 		r.seconds += s.seconds
 		wasted, cost := waste(len(w.steps) - 1)
-		t.book(r, RuleLowEfficiency, s, rule.Grace.Seconds(), wasted, cost)
+		t.book(r, config.RuleLowEfficiency, s, rule.Grace.Seconds(), wasted, cost)
 	}
 	if r.fired {
 		r.f.evidence = map[string]float64{

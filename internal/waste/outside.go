@@ -1,5 +1,7 @@
 package waste
 
+import "github.com/gpumeter/gpumeter/internal/config"
+
 // slot0 is the GPU set of host and device subjects, which have one GPU.
 var slot0 = []int{0}
 
@@ -19,7 +21,7 @@ func (t *tracker) addHost(s *step) {
 	r.mem += g.mem
 	r.held += g.present
 	r.smMax = max(r.smMax, g.used/g.present*100)
-	t.book(r, RuleOutside, s, (rule.Window + rule.Grace).Seconds(), g.present, g.present/3600*t.subj.prices[0])
+	t.book(r, config.RuleOutside, s, (rule.Window + rule.Grace).Seconds(), g.present, g.present/3600*t.subj.prices[0])
 	if r.fired {
 		r.f.evidence = map[string]float64{
 			EvPresentHours: round(r.held / 3600),
@@ -46,7 +48,7 @@ func (t *tracker) addDevice(s *step) {
 	r.seconds += s.seconds
 	r.mem += s.unaccounted
 	r.smMax = max(r.smMax, s.unaccMax)
-	t.book(r, RuleOutside, s, (rule.Window + rule.Grace).Seconds(), 0, 0)
+	t.book(r, config.RuleOutside, s, (rule.Window + rule.Grace).Seconds(), 0, 0)
 	if r.fired {
 		r.f.evidence = map[string]float64{
 			EvUnaccounted:     round(r.mem / r.seconds),

@@ -1,5 +1,7 @@
 package waste
 
+import "github.com/gpumeter/gpumeter/internal/config"
+
 // overAllocated applies the over_allocated rule to a container's step:
 // over the last window it held two GPUs or more, used at least one and
 // left at least one unused. The run starts where the first such window
@@ -40,7 +42,7 @@ func (t *tracker) overAllocated(s *step) {
 	if begin(r, w.start(w.oHead), unused, true) {
 		// The first window counts as wasted what no earlier run of the
 		// same finding counted.
-		counted := nanos(t.lastUntil(RuleOverAllocated, unused))
+		counted := nanos(t.lastUntil(config.RuleOverAllocated, unused))
 		for i := w.oHead; i < len(w.steps); i++ {
 			if w.steps[i].end <= counted {
 				continue
@@ -62,7 +64,7 @@ func (t *tracker) overAllocated(s *step) {
 		}
 		cost = t.costOf(s, unused)
 	}
-	if t.book(r, RuleOverAllocated, s, rule.Grace.Seconds(), wasted, cost) {
+	if t.book(r, config.RuleOverAllocated, s, rule.Grace.Seconds(), wasted, cost) {
 		w.explain(r.start)
 	}
 	if r.fired {

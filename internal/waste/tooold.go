@@ -1,5 +1,7 @@
 package waste
 
+import "github.com/gpumeter/gpumeter/internal/config"
+
 // tooOld applies the too_old rule to a container's step: the run starts
 // MaxAge after the container started and wastes the allocated time after
 // that, held holding its GPUs and alloc their allocated seconds.
@@ -25,7 +27,7 @@ func (t *tracker) tooOld(s *step, held []int, alloc float64) {
 		return
 	}
 	r.seconds = s.end.Sub(boundary).Seconds()
-	t.book(r, RuleTooOld, s, rule.Grace.Seconds(), alloc*frac, t.costOf(s, held)*frac)
+	t.book(r, config.RuleTooOld, s, rule.Grace.Seconds(), alloc*frac, t.costOf(s, held)*frac)
 	if r.fired {
 		r.f.evidence = map[string]float64{
 			EvAge:    s.end.Sub(started).Seconds(),

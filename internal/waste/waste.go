@@ -97,16 +97,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 )
 
-// Rule names, as findings and metrics carry them: the config's.
-const (
-	RuleIdle          = config.RuleIdle
-	RuleStalled       = config.RuleStalled
-	RuleOverAllocated = config.RuleOverAllocated
-	RuleTooOld        = config.RuleTooOld
-	RuleLowEfficiency = config.RuleLowEfficiency
-	RuleOutside       = config.RuleOutside
-)
-
 // shortestWindow is the shortest positive window of the enabled rules, 0
 // when none has one.
 func shortestWindow(r *config.WasteRules) time.Duration {

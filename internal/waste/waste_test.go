@@ -196,7 +196,7 @@ func TestRules(t *testing.T) {
 		// stalled (the CPU is not busy) nor low efficiency (explained).
 		name: "idle",
 		ctrs: []ctr{{name: "nb", gpus: []int{0}, from: 0, to: 180, cpu: 0.02, phases: []phase{{util: []float64{0}, mem: 2}}}},
-		want: []want{{rule: RuleIdle, who: "nb", gpus: []int{0}, since: 0, until: 180, wasted: 3, active: true}},
+		want: []want{{rule: config.RuleIdle, who: "nb", gpus: []int{0}, since: 0, until: 180, wasted: 3, active: true}},
 	}, {
 		// 2 h at 50 %, idle overnight for 10 h, 2 h at 50 % again. The
 		// mornings's 4-hour windows are mostly the idle night, already
@@ -204,7 +204,7 @@ func TestRules(t *testing.T) {
 		name: "idle overnight",
 		ctrs: []ctr{{name: "nb", gpus: []int{0}, from: 0, to: 840, cpu: 0.02, phases: []phase{
 			{util: []float64{50}, mem: 8}, {at: 120, util: []float64{0}, mem: 8}, {at: 720, util: []float64{50}, mem: 8}}}},
-		want: []want{{rule: RuleIdle, who: "nb", gpus: []int{0}, since: 120, until: 720, wasted: 10}},
+		want: []want{{rule: config.RuleIdle, who: "nb", gpus: []int{0}, since: 120, until: 720, wasted: 10}},
 	}, {
 		name: "idle shorter than the window",
 		ctrs: []ctr{{name: "nb", gpus: []int{0}, from: 0, to: 59, cpu: 0.02}},
@@ -212,7 +212,7 @@ func TestRules(t *testing.T) {
 		// Idle 70 min, busy 10, idle 70: two runs, one finding.
 		name: "idle twice",
 		ctrs: []ctr{{name: "nb", gpus: []int{0}, from: 0, to: 150, phases: []phase{{util: []float64{0}}, {at: 70, util: []float64{50}}, {at: 80, util: []float64{0}}}}},
-		want: []want{{rule: RuleIdle, who: "nb", gpus: []int{0}, since: 0, until: 150, wasted: 140.0 / 60, active: true}},
+		want: []want{{rule: config.RuleIdle, who: "nb", gpus: []int{0}, since: 0, until: 150, wasted: 140.0 / 60, active: true}},
 	}, {
 		// Window 1h + grace 30m: an idle run of 80 minutes is not enough,
 		// one of 100 is, and counts from its start.
@@ -222,7 +222,7 @@ func TestRules(t *testing.T) {
 			{name: "short", gpus: []int{0}, from: 0, to: 80},
 			{name: "long", gpus: []int{1}, from: 0, to: 100},
 		},
-		want: []want{{rule: RuleIdle, who: "long", gpus: []int{1}, since: 0, until: 100, wasted: 100.0 / 60, active: true}},
+		want: []want{{rule: config.RuleIdle, who: "long", gpus: []int{1}, since: 0, until: 100, wasted: 100.0 / 60, active: true}},
 	}, {
 		// 2 GPUs at 90 % for 1 h, 45 min with 30 GiB held, 0 % SM and 2
 		// cores, then 90 % again: stalled for 2 × 0.75 GPU-hours.
@@ -232,32 +232,32 @@ func TestRules(t *testing.T) {
 		},
 		ctrs: []ctr{{name: "train", gpus: []int{2, 3}, from: 0, to: 165, cpu: 2, phases: []phase{
 			{util: busy(2), mem: 30}, {at: 60, util: []float64{0, 0}, mem: 30}, {at: 105, util: busy(2), mem: 30}}}},
-		want: []want{{rule: RuleStalled, who: "train", gpus: []int{2, 3}, since: 60, until: 105, wasted: 1.5}},
+		want: []want{{rule: config.RuleStalled, who: "train", gpus: []int{2, 3}, since: 60, until: 105, wasted: 1.5}},
 	}, {
 		// Holds 4 GPUs for 3 h and computes on the first: from the
 		// first window on, 3 unused GPUs × 3 h. Its efficiency (22.5 %)
 		// is low, but over-allocation explains it.
 		name: "over-allocated",
 		ctrs: []ctr{{name: "greedy", gpus: []int{0, 1, 2, 3}, from: 0, to: 180, cpu: 1, phases: []phase{{util: []float64{90}, mem: 40}}}},
-		want: []want{{rule: RuleOverAllocated, who: "greedy", gpus: []int{1, 2, 3}, since: 0, until: 180, wasted: 9, active: true}},
+		want: []want{{rule: config.RuleOverAllocated, who: "greedy", gpus: []int{1, 2, 3}, since: 0, until: 180, wasted: 9, active: true}},
 	}, {
 		// Grace delays the report, not what it counts.
 		name:  "over-allocated with grace",
 		rules: func(r *config.WasteRules) { r.OverAllocated.Grace = 30 * time.Minute },
 		ctrs:  []ctr{{name: "greedy", gpus: []int{0, 1}, from: 0, to: 120, cpu: 1, phases: []phase{{util: []float64{90}, mem: 40}}}},
-		want:  []want{{rule: RuleOverAllocated, who: "greedy", gpus: []int{1}, since: 0, until: 120, wasted: 2, active: true}},
+		want:  []want{{rule: config.RuleOverAllocated, who: "greedy", gpus: []int{1}, since: 0, until: 120, wasted: 2, active: true}},
 	}, {
 		// Max age 2 h, runs 5 h at 80 % on 2 GPUs: 2 × 3 GPU-hours.
 		name:  "too old",
 		rules: func(r *config.WasteRules) { r.TooOld.MaxAge = 2 * time.Hour },
 		ctrs:  []ctr{{name: "forever", gpus: []int{4, 5}, from: 0, to: 300, cpu: 1, phases: []phase{{util: []float64{80, 80}, mem: 10}}}},
-		want:  []want{{rule: RuleTooOld, who: "forever", gpus: []int{4, 5}, since: 120, until: 300, wasted: 6, active: true}},
+		want:  []want{{rule: config.RuleTooOld, who: "forever", gpus: []int{4, 5}, since: 120, until: 300, wasted: 6, active: true}},
 	}, {
 		// 20 % for 6 h: the first 4-hour window is low (0.8 GPU-hours
 		// wasted an hour), and so is every one after it.
 		name: "low efficiency",
 		ctrs: []ctr{{name: "slow", gpus: []int{6}, from: 0, to: 360, cpu: 1, phases: []phase{{util: []float64{20}, mem: 10}}}},
-		want: []want{{rule: RuleLowEfficiency, who: "slow", gpus: []int{6}, since: 0, until: 360, wasted: 6 * 0.8, active: true}},
+		want: []want{{rule: config.RuleLowEfficiency, who: "slow", gpus: []int{6}, since: 0, until: 360, wasted: 6 * 0.8, active: true}},
 	}, {
 		// Two containers time-slice GPU 5 for 6 h, each allocated half
 		// of it and holding all of it. "light" uses 25 % of the GPU: 50 %
@@ -268,7 +268,7 @@ func TestRules(t *testing.T) {
 			{name: "light", gpus: []int{5}, from: 0, to: 360, cpu: 1, share: 0.5, phases: []phase{{util: []float64{25}, mem: 10}}},
 			{name: "heavy", gpus: []int{5}, from: 0, to: 360, cpu: 1, share: 0.5, phases: []phase{{util: []float64{70}, mem: 10}}},
 		},
-		want: []want{{rule: RuleLowEfficiency, who: "light", gpus: []int{5}, since: 0, until: 360, wasted: 6 * 0.25, active: true}},
+		want: []want{{rule: config.RuleLowEfficiency, who: "light", gpus: []int{5}, since: 0, until: 360, wasted: 6 * 0.25, active: true}},
 	}, {
 		// The ledger has no held seconds for any of it (written before
 		// gpumeter kept them): efficiency cannot be told, nothing is
@@ -281,7 +281,7 @@ func TestRules(t *testing.T) {
 		// start, as in "low efficiency".
 		name: "low efficiency with held seconds known for part",
 		ctrs: []ctr{{name: "slow", gpus: []int{6}, from: 0, to: 360, cpu: 1, unheldTo: 180, phases: []phase{{util: []float64{20}, mem: 10}}}},
-		want: []want{{rule: RuleLowEfficiency, who: "slow", gpus: []int{6}, since: 0, until: 360, wasted: 6 * 0.8, active: true}},
+		want: []want{{rule: config.RuleLowEfficiency, who: "slow", gpus: []int{6}, since: 0, until: 360, wasted: 6 * 0.8, active: true}},
 	}, {
 		// An eighth of a GPU for 6 h is 0.75 GPU-hours: too little to
 		// judge.
@@ -292,12 +292,12 @@ func TestRules(t *testing.T) {
 		name:  "outside",
 		ctrs:  []ctr{{name: "ok", gpus: []int{7}, from: 0, to: 180, cpu: 1, phases: []phase{{util: []float64{60}, mem: 20}}}},
 		hosts: []hostProc{{user: "dave", gpu: 7, from: 30, to: 150, util: 40}},
-		want:  []want{{rule: RuleOutside, who: "dave", gpus: []int{7}, since: 30, until: 150, wasted: 2}},
+		want:  []want{{rule: config.RuleOutside, who: "dave", gpus: []int{7}, since: 30, until: 150, wasted: 2}},
 	}, {
 		name:  "outside with a window",
 		rules: func(r *config.WasteRules) { r.Outside.Window = 30 * time.Minute },
 		hosts: []hostProc{{user: "dave", gpu: 1, from: 0, to: 20}, {user: "erin", gpu: 2, from: 0, to: 40}},
-		want:  []want{{rule: RuleOutside, who: "erin", gpus: []int{2}, since: 0, until: 40, wasted: 40.0 / 60, active: true}},
+		want:  []want{{rule: config.RuleOutside, who: "erin", gpus: []int{2}, since: 0, until: 40, wasted: 40.0 / 60, active: true}},
 	}, {
 		name: "rules off",
 		rules: func(r *config.WasteRules) {
@@ -362,16 +362,16 @@ func TestSinceInsideAMinute(t *testing.T) {
 // TestFindingID: the identity depends on rule, node, owner and GPU set
 // only, not on the order of the GPUs.
 func TestFindingID(t *testing.T) {
-	a := findingID(RuleIdle, "n1", OwnerContainer, "c1", []GPURef{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}})
-	b := findingID(RuleIdle, "n1", OwnerContainer, "c1", []GPURef{{Index: 1, UUID: "GPU-b"}, {Index: 0, UUID: "GPU-a"}})
+	a := findingID(config.RuleIdle, "n1", OwnerContainer, "c1", []GPURef{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}})
+	b := findingID(config.RuleIdle, "n1", OwnerContainer, "c1", []GPURef{{Index: 1, UUID: "GPU-b"}, {Index: 0, UUID: "GPU-a"}})
 	if a != b {
 		t.Errorf("IDs differ by GPU order: %s, %s", a, b)
 	}
 	for _, other := range []string{
-		findingID(RuleStalled, "n1", OwnerContainer, "c1", []GPURef{{UUID: "GPU-a"}, {UUID: "GPU-b"}}),
-		findingID(RuleIdle, "n2", OwnerContainer, "c1", []GPURef{{UUID: "GPU-a"}, {UUID: "GPU-b"}}),
-		findingID(RuleIdle, "n1", OwnerContainer, "c2", []GPURef{{UUID: "GPU-a"}, {UUID: "GPU-b"}}),
-		findingID(RuleIdle, "n1", OwnerContainer, "c1", []GPURef{{UUID: "GPU-a"}}),
+		findingID(config.RuleStalled, "n1", OwnerContainer, "c1", []GPURef{{UUID: "GPU-a"}, {UUID: "GPU-b"}}),
+		findingID(config.RuleIdle, "n2", OwnerContainer, "c1", []GPURef{{UUID: "GPU-a"}, {UUID: "GPU-b"}}),
+		findingID(config.RuleIdle, "n1", OwnerContainer, "c2", []GPURef{{UUID: "GPU-a"}, {UUID: "GPU-b"}}),
+		findingID(config.RuleIdle, "n1", OwnerContainer, "c1", []GPURef{{UUID: "GPU-a"}}),
 	} {
 		if other == a {
 			t.Errorf("two identities share ID %s", a)

@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/record"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -87,7 +88,7 @@ func playUntil(t testing.TB, text string, stop time.Duration, sinks ...func(*sam
 	if stop >= sc.Duration {
 		t.Fatalf("stop %s is not before the scenario's end, %s: its containers would end", stop, sc.Duration)
 	}
-	s := sim.NewSampler(sc, sampler.Config{
+	s := samplertest.Scenario(sc, sampler.Config{
 		OnTick: func(tk *sampler.Tick) {
 			for _, f := range sinks {
 				f(tk)
@@ -148,16 +149,16 @@ func TestWindowLength(t *testing.T) {
 	}
 	tooOld := start.Add(time.Hour)
 	wants := []want{
-		{key{RuleIdle, "nb", "[0]"}, start, true},
-		{key{RuleStalled, "loader", "[1]"}, start, true},
-		{key{RuleOverAllocated, "greedy", "[3]"}, start, true},
-		{key{RuleOutside, "dave", "[4]"}, start, false},
-		{key{RuleOutside, "frank", "[5]"}, start, true},
-		{key{RuleTooOld, "nb", "[0]"}, tooOld, true},
-		{key{RuleTooOld, "loader", "[1]"}, tooOld, true},
-		{key{RuleTooOld, "greedy", "[2 3]"}, tooOld, true},
-		{key{RuleTooOld, "light", "[4]"}, tooOld, true},
-		{key{RuleTooOld, "train", "[5]"}, tooOld, true},
+		{key{config.RuleIdle, "nb", "[0]"}, start, true},
+		{key{config.RuleStalled, "loader", "[1]"}, start, true},
+		{key{config.RuleOverAllocated, "greedy", "[3]"}, start, true},
+		{key{config.RuleOutside, "dave", "[4]"}, start, false},
+		{key{config.RuleOutside, "frank", "[5]"}, start, true},
+		{key{config.RuleTooOld, "nb", "[0]"}, tooOld, true},
+		{key{config.RuleTooOld, "loader", "[1]"}, tooOld, true},
+		{key{config.RuleTooOld, "greedy", "[2 3]"}, tooOld, true},
+		{key{config.RuleTooOld, "light", "[4]"}, tooOld, true},
+		{key{config.RuleTooOld, "train", "[5]"}, tooOld, true},
 	}
 	for _, end := range []struct {
 		name string

@@ -1,7 +1,9 @@
-// Package web is the console: one html/template page per view over a
-// shared layout, SVG charts drawn from numbers computed in Go, and the
-// small script and style sheet they share, all embedded. It renders what
-// it is given; the API server decides who may see what and gathers it.
+// Package web is the console: the page handlers, one html/template page
+// per view over a shared layout, SVG charts drawn from numbers computed in
+// Go, and the small script and style sheet they share, all embedded. A
+// handler gathers its view and renders it; who may see what is the API
+// server's to decide, through the API it hands in when it mounts the
+// console (Handler).
 package web
 
 import (

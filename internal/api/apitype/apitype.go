@@ -4,9 +4,13 @@
 // depend on these shapes: fields may be added, never changed. The server
 // (internal/api/server) and the typed client (internal/api/client) both
 // import it, and neither imports the other.
+//
+// The package is a leaf: it imports nothing of gpumeter's but units, so
+// that a tool built on the API links no domain code. Each wire struct
+// marshals as the domain type it is converted from did when that was
+// served itself; the server converts domain values to these in one place
+// per concept, and its tests compare the two encodings.
 package apitype
-
-import "github.com/gpumeter/gpumeter/internal/audit"
 
 // Headers of the API's answers to a caller who is let in.
 const (
@@ -60,12 +64,14 @@ const (
 	CodeLedgerUnavailable = "ledger_unavailable"
 )
 
-// Outcomes of API calls in the audit log, besides audit's allowed and
-// denied: a request that was malformed, and one that was allowed but
-// could not be done.
+// Outcomes of API calls in the audit log: a request that was let in or
+// turned away, one that was malformed, and one that was allowed but could
+// not be done.
 const (
-	OutcomeRejected = audit.OutcomeRejected
-	OutcomeFailed   = audit.OutcomeFailed
+	OutcomeAllowed  = "allowed"
+	OutcomeDenied   = "denied"
+	OutcomeRejected = "rejected"
+	OutcomeFailed   = "failed"
 )
 
 // TokenPrefix starts every API token, as auth.NewToken makes them, so

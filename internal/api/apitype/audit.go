@@ -6,20 +6,55 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // AuditResponse is the body of /api/v1/audit.
 type AuditResponse struct {
-	From   time.Time     `json:"from"`
-	To     time.Time     `json:"to"`
-	Events []audit.Event `json:"events"`
+	From   time.Time    `json:"from"`
+	To     time.Time    `json:"to"`
+	Events []AuditEvent `json:"events"`
 	// Truncated says that more events fell in the window than limit: the
 	// newest are returned.
 	Truncated bool `json:"truncated"`
 }
+
+// AuditEvent is one event of the audit log. The waste policy's events
+// (kinds notify, warn, stop) fill Rule through Attempts; API calls (kind
+// api) fill Caller through Status.
+type AuditEvent struct {
+	Time        time.Time          `json:"time"`
+	Kind        string             `json:"kind"`
+	Rule        string             `json:"rule"`
+	FindingID   string             `json:"finding_id"`
+	Node        string             `json:"node,omitempty"`
+	ContainerID string             `json:"container_id,omitempty"`
+	Container   string             `json:"container,omitempty"`
+	Owner       string             `json:"owner"`
+	Evidence    map[string]float64 `json:"evidence,omitempty"`
+	DryRun      bool               `json:"dry_run"`
+	Outcome     string             `json:"outcome"`
+	// Attempts is how many times the webhook was tried.
+	Attempts int    `json:"attempts,omitempty"`
+	Error    string `json:"error,omitempty"`
+	// Caller is who made the call: a user and the token they used
+	// ("alice (token alice-laptop)"), "anonymous", or "policy".
+	Caller string `json:"caller,omitempty"`
+	Role   string `json:"role,omitempty"`
+	// Source is the remote address, or "unix uid N" on the local socket.
+	Source string `json:"source,omitempty"`
+	Action string `json:"action,omitempty"` // e.g. containers.stop, usage.read
+	Target string `json:"target,omitempty"` // e.g. a container id, user=bob
+	Status int    `json:"status,omitempty"` // the HTTP status
+	// Count, when it is not 0, is how many calls the event stands for:
+	// refusals or reads of one source, caller, action and reason summed
+	// over the window that begins at Time. An event without one stands
+	// for itself.
+	Count int64 `json:"count,omitempty"`
+}
+
+// AuditKindAPI is the Kind of an API call's event.
+const AuditKindAPI = "api"
 
 // AuditQuery is what /api/v1/audit is asked: a window and a limit.
 type AuditQuery struct {
@@ -54,11 +89,11 @@ func ParseAuditQueryNamed(q url.Values, now time.Time, max int, name func(param 
 				return aq, fmt.Errorf("%s: %q is not a duration above 0 like 1h or 7d", name(k), v)
 			}
 		case "from":
-			if aq.From, err = report.ParseTime(v); err != nil {
+			if aq.From, err = units.ParseTime(v); err != nil {
 				return aq, fmt.Errorf("%s: %w", name(k), err)
 			}
 		case "to":
-			if aq.To, err = report.ParseTime(v); err != nil {
+			if aq.To, err = units.ParseTime(v); err != nil {
 				return aq, fmt.Errorf("%s: %w", name(k), err)
 			}
 		case "limit":

@@ -1,12 +1,10 @@
 package apitype
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -184,32 +182,7 @@ type PlacementCandidate struct {
 	Chosen bool    `json:"chosen"`
 }
 
-// Ended reports whether the job is in a final state.
-func (j Job) Ended() bool { return queue.State(j.State).Ended() }
-
 // JobsResponse is the body of GET /api/v1/jobs.
 type JobsResponse struct {
 	Jobs []Job `json:"jobs"`
-}
-
-// ParseJobStates reads the states of ?state=, given repeated or
-// comma-separated.
-func ParseJobStates(values []string) ([]string, error) {
-	var out []string
-	for _, v := range values {
-		for _, s := range strings.Split(v, ",") {
-			s = strings.TrimSpace(s)
-			if s == "" {
-				return nil, errors.New("state: an empty state; name states such as queued,running")
-			}
-			st, err := queue.ParseState(s)
-			if err != nil {
-				return nil, fmt.Errorf("state: %w", err)
-			}
-			if !contains(out, string(st)) {
-				out = append(out, string(st))
-			}
-		}
-	}
-	return out, nil
 }

@@ -46,18 +46,6 @@ func TestParseJobRequest(t *testing.T) {
 	}
 }
 
-func TestParseJobStates(t *testing.T) {
-	got, err := ParseJobStates([]string{"queued,running", "queued", " cancelled"})
-	if err != nil || strings.Join(got, ",") != "queued,running,cancelled" {
-		t.Errorf("ParseJobStates = %v, %v", got, err)
-	}
-	for _, bad := range [][]string{{"sleeping"}, {"queued,"}, {""}} {
-		if _, err := ParseJobStates(bad); err == nil || !strings.HasPrefix(err.Error(), "state: ") {
-			t.Errorf("ParseJobStates(%q) = %v, want an error naming state", bad, err)
-		}
-	}
-}
-
 // TestREADMEListsJobCodes: every error code and refusal reason of the
 // queue is in the README's list, for clients to test against.
 func TestREADMEListsJobCodes(t *testing.T) {

@@ -1,10 +1,6 @@
 package apitype
 
-import (
-	"time"
-
-	"github.com/gpumeter/gpumeter/internal/waste"
-)
+import "time"
 
 // SnapshotJobs is the most jobs a snapshot lists; the counts cover them
 // all.
@@ -24,7 +20,7 @@ type Snapshot struct {
 	HostUsers     []HostUser  `json:"host_users"`
 	Unresolved    []GPUShare  `json:"unresolved"`
 	// Waste is the live waste findings; null when the live rules are off.
-	Waste *waste.Report `json:"waste"`
+	Waste *WasteReport `json:"waste"`
 	// Queue sums the job queue; null when the queue is off.
 	Queue *QueueSummary `json:"queue"`
 }

@@ -25,8 +25,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/report"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // DefaultURL is where the agent listens by default.
@@ -167,13 +165,13 @@ func (c *Client) Snapshot(ctx context.Context) (apitype.Snapshot, error) {
 }
 
 // Usage fetches the usage report that q asks for from /api/v1/usage: the
-// parameters as report.RequestFromQuery reads them, with no format or
-// format=json.
-func (c *Client) Usage(ctx context.Context, q url.Values) (*report.Report, error) {
+// parameters by, since, from, to, user, team, label (k=v, repeatable) and
+// node, with no format or format=json.
+func (c *Client) Usage(ctx context.Context, q url.Values) (*apitype.Usage, error) {
 	if f := q.Get("format"); f != "" && f != "json" {
 		return nil, fmt.Errorf("format: Usage reads the report as JSON, not %s; UsageDocument fetches the others", f)
 	}
-	var out report.Report
+	var out apitype.Usage
 	if err := c.getJSON(ctx, "/api/v1/usage", q, ledgerTimeout, &out); err != nil {
 		return nil, err
 	}
@@ -197,8 +195,8 @@ func (c *Client) UsageDocument(ctx context.Context, q url.Values) (Document, err
 }
 
 // Waste fetches the agent's live waste findings from /api/v1/waste.
-func (c *Client) Waste(ctx context.Context) (*waste.Report, error) {
-	var out waste.Report
+func (c *Client) Waste(ctx context.Context) (*apitype.WasteReport, error) {
+	var out apitype.WasteReport
 	if err := c.getJSON(ctx, "/api/v1/waste", nil, liveTimeout, &out); err != nil {
 		return nil, err
 	}

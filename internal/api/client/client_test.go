@@ -21,12 +21,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/audit"
-	"github.com/gpumeter/gpumeter/internal/report"
-	"github.com/gpumeter/gpumeter/internal/waste"
 
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
@@ -130,11 +126,11 @@ func TestClientToken(t *testing.T) {
 
 func TestClientCalls(t *testing.T) {
 	stopped := apitype.StopResponse{ID: "0123456789abcdef", Name: "alice train", Stopped: true}
-	rep := &waste.Report{Currency: "USD", Findings: []waste.Finding{{ID: "f1", Rule: "idle", Owner: "alice", Evidence: map[string]float64{"sm_percent": 0}}}, Totals: []waste.Total{{Rule: waste.TotalKey, Findings: 1}}}
+	rep := &apitype.WasteReport{Currency: "USD", Findings: []apitype.WasteFinding{{ID: "f1", Rule: "idle", Owner: "alice", Evidence: map[string]float64{"sm_percent": 0}}}, Totals: []apitype.WasteTotal{{Rule: apitype.WasteTotalKey, Findings: 1}}}
 	events := apitype.AuditResponse{
 		From:      time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC),
 		To:        time.Date(2026, 11, 3, 0, 0, 0, 0, time.UTC),
-		Events:    []audit.Event{{Time: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC), Kind: audit.KindAPI, Caller: "bob (token bob-1)", Role: "user", Action: "containers.stop", Target: "container x", Status: 403, Outcome: audit.OutcomeDenied}},
+		Events:    []apitype.AuditEvent{{Time: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC), Kind: apitype.AuditKindAPI, Caller: "bob (token bob-1)", Role: "user", Action: "containers.stop", Target: "container x", Status: 403, Outcome: apitype.OutcomeDenied}},
 		Truncated: true,
 	}
 	mux := http.NewServeMux()
@@ -142,20 +138,17 @@ func TestClientCalls(t *testing.T) {
 	mux.HandleFunc("GET /api/v1/waste", answerJSON(rep))
 	mux.HandleFunc("GET /api/v1/audit", answerJSON(events))
 	held := 1.5
-	usage := &report.Report{
+	usage := &apitype.Usage{
 		From: time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC), To: time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), By: "team", Currency: "USD",
-		Rows:   []report.Row{{Key: "nlp", GPUHoursAllocated: 2, GPUHoursHeld: &held, Efficiency: 0.25, Cost: 3.125}},
-		Totals: report.Row{Key: "TOTAL", GPUHoursAllocated: 2, GPUHoursHeld: &held, Efficiency: 0.25, Cost: 3.125},
+		Rows:   []apitype.UsageRow{{Key: "nlp", GPUHoursAllocated: 2, GPUHoursHeld: &held, Efficiency: 0.25, Cost: 3.125}},
+		Totals: apitype.UsageRow{Key: "TOTAL", GPUHoursAllocated: 2, GPUHoursHeld: &held, Efficiency: 0.25, Cost: 3.125},
 		Basis:  "allocated", IdlePolicy: "pool", Notes: []string{"a note"},
 	}
-	var usageJSON bytes.Buffer
-	if err := usage.WriteJSON(&usageJSON); err != nil {
-		t.Fatal(err)
-	}
+	usageJSON := indentJSON(t, usage)
 	mux.HandleFunc("GET /api/v1/usage", func(w http.ResponseWriter, r *http.Request) {
 		if f := r.URL.Query().Get("format"); f == "" || f == "json" {
 			w.Header().Set("Content-Type", "application/json")
-			w.Write(usageJSON.Bytes())
+			w.Write(usageJSON)
 			return
 		}
 		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
@@ -189,19 +182,15 @@ func TestClientCalls(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff(usage, got, cmpopts.IgnoreUnexported(report.Report{})); diff != "" {
+		if diff := cmp.Diff(usage, got); diff != "" {
 			t.Errorf("usage (-want +got):\n%s", diff)
 		}
 		if got, want := rec.last(t).Query, "by=team&label=a%3Db&label=c%3Dd"; got != want {
 			t.Errorf("query %q, want %q", got, want)
 		}
-		// What Usage read writes out as the agent wrote it.
-		var again bytes.Buffer
-		if err := got.WriteJSON(&again); err != nil {
-			t.Fatal(err)
-		}
-		if again.String() != usageJSON.String() {
-			t.Errorf("written out again:\n%s\nwant\n%s", &again, &usageJSON)
+		// What Usage read encodes as the agent wrote it.
+		if again := indentJSON(t, got); !bytes.Equal(again, usageJSON) {
+			t.Errorf("written out again:\n%s\nwant\n%s", again, usageJSON)
 		}
 		if _, err := c.Usage(ctx, url.Values{"format": {"csv"}}); err == nil || !strings.Contains(err.Error(), "UsageDocument") {
 			t.Errorf("Usage with format=csv: err %v, want one pointing to UsageDocument", err)
@@ -518,4 +507,17 @@ func TestSocketDenied(t *testing.T) {
 			t.Errorf("err %q does not say %q", err, w)
 		}
 	}
+}
+
+// indentJSON is v as the agent writes a report: indented JSON and a
+// newline.
+func indentJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
 }

@@ -12,8 +12,10 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -29,11 +31,11 @@ func (oneGPU) Read(_ context.Context, now time.Time) (gpu.Sample, error) {
 func TestErrorsAreJSON(t *testing.T) {
 	s := sampler.New(sampler.Config{Node: "n1", GPUs: oneGPU{}})
 	s.Step(context.Background(), time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
-	secret, tok, err := auth.NewToken("t", "admin", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("t", "admin", config.RoleAdmin, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func TestErrorsAreJSON(t *testing.T) {
 // the endpoints answer rather than of who may call them.
 func openHandler(t *testing.T, ticks TickSource, reports Reports, findings Waste) http.Handler {
 	t.Helper()
-	authn, err := auth.New(auth.Config{Anonymous: auth.RoleViewer})
+	authn, err := auth.New(auth.Config{Anonymous: config.RoleViewer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func TestContainersHeldSeconds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	for i := range 61 {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}

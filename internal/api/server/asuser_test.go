@@ -10,8 +10,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -77,7 +77,7 @@ func TestJobAsUserOnSocket(t *testing.T) {
 	if job.User != "bob" {
 		t.Errorf("the job is %s's, want bob's", job.User)
 	}
-	events, err := store.AuditEvents(ctx, ledger.Filter{})
+	events, err := store.AuditEvents(ctx, audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

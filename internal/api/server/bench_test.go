@@ -8,7 +8,9 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/sampler"
+	"github.com/gpumeter/gpumeter/internal/sampler/samplertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 )
 
@@ -21,7 +23,7 @@ func benchSampler(b *testing.B) *sampler.Sampler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := sim.NewSampler(sc, sampler.Config{})
+	s := samplertest.Scenario(sc, sampler.Config{})
 	for i := range 3 {
 		s.Step(context.Background(), sc.Start.Add(time.Duration(i)*time.Second))
 	}
@@ -83,11 +85,11 @@ func (w *discardWriter) reset() {
 // the per-caller rate limit off as in scripts/api-load.sh.
 func benchHandler(b *testing.B, a Auditor) (http.Handler, string) {
 	b.Helper()
-	secret, tok, err := auth.NewToken("load", "load", auth.RoleViewer, time.Time{})
+	secret, tok, err := auth.NewToken("load", "load", config.RoleViewer, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}

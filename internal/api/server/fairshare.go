@@ -9,18 +9,18 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
 
 // FairShare is the queue's fair share: the factors of every user and team,
 // from a cache refreshed in the background, so FairShare must not compute
 // them on the call. LiftBudget lets a team over its budget start jobs for
 // the rest of the calendar month, writing ev in the same transaction; an
-// unknown team or one without a budget is an *apitype.FieldError on the
-// field team, which the API answers with 400.
+// unknown team or one without a budget is a *fairshare.NoBudgetError,
+// which the API answers with 400 on the field team.
 type FairShare interface {
-	FairShare(ctx context.Context) (apitype.FairShare, error)
-	LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error
+	FairShare(ctx context.Context) (fairshare.Report, error)
+	LiftBudget(ctx context.Context, team string, ev audit.Event) error
 }
 
 func (s *server) fairShareRoutes() []route {
@@ -50,20 +50,15 @@ func (s *server) fairShare(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, r.URL.Path+" takes no parameters")
 		return
 	}
-	fs, err := s.cfg.FairShare.FairShare(r.Context())
+	rep, err := s.cfg.FairShare.FairShare(r.Context())
 	if err != nil {
 		s.cfg.Logger.Error("fair share", "caller", c.id.Caller(), "err", err)
 		writeError(w, http.StatusInternalServerError, apitype.CodeInternal, "the fair share could not be read; the agent's log says why")
 		return
 	}
+	fs := FairShareFromReport(rep)
 	if c.ownOnly {
 		fs = ownRows(fs, c.id.User)
-	}
-	if fs.Users == nil {
-		fs.Users = []apitype.FairShareRow{}
-	}
-	if fs.Teams == nil {
-		fs.Teams = []apitype.FairShareRow{}
 	}
 	writeJSON(w, fs)
 }
@@ -111,15 +106,16 @@ func (s *server) liftBudget(w http.ResponseWriter, r *http.Request, c *call) {
 		writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: "team"})
 		return
 	}
-	ev := audit.ToLedger(s.event(r, c, target, http.StatusOK, ""))
+	ev := s.event(r, c, target, http.StatusOK, "")
 	// What is asked is done even if the caller hangs up.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), actTimeout)
 	defer cancel()
 	if err := s.cfg.FairShare.LiftBudget(ctx, team, ev); err != nil {
-		var fe *apitype.FieldError
-		if errors.As(err, &fe) {
-			s.observe(r, c, target, http.StatusBadRequest, err.Error())
-			writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: err.Error(), Field: fe.Field})
+		var nb *fairshare.NoBudgetError
+		if errors.As(err, &nb) {
+			msg := "team: " + nb.Error()
+			s.observe(r, c, target, http.StatusBadRequest, msg)
+			writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: "team"})
 			return
 		}
 		s.observe(r, c, target, http.StatusInternalServerError, err.Error())

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -13,8 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 )
 
 // fixedShares is a fixed fair-share table: a fake, good for the handler's
@@ -22,23 +22,23 @@ import (
 // they are computed. Its lifts are real, though: each writes its audit
 // event to a SQLite ledger, as the real one does in its transaction.
 type fixedShares struct {
-	table apitype.FairShare
+	table fairshare.Report
 	store *sqlite.Store
 	mu    sync.Mutex
 	lifts []string
 }
 
-func (f *fixedShares) FairShare(context.Context) (apitype.FairShare, error) { return f.table, nil }
+func (f *fixedShares) FairShare(context.Context) (fairshare.Report, error) { return f.table, nil }
 
-func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error {
+func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	var budget bool
 	for _, r := range f.table.Teams {
-		budget = budget || r.Name == team && r.BudgetGPUHours != nil
+		budget = budget || r.Name == team && r.Budget > 0
 	}
 	if !budget {
-		return &apitype.FieldError{Field: "team", Msg: fmt.Sprintf("team %s has no budget in queue.budgets", team)}
+		return &fairshare.NoBudgetError{Team: team}
 	}
-	if err := f.store.Audit(ctx, []ledger.AuditEvent{ev}); err != nil {
+	if err := f.store.Audit(ctx, []audit.Event{ev}); err != nil {
 		return err
 	}
 	f.mu.Lock()
@@ -47,18 +47,17 @@ func (f *fixedShares) LiftBudget(ctx context.Context, team string, ev ledger.Aud
 	return nil
 }
 
-func shareTable() apitype.FairShare {
-	budget := 2000.0
-	row := func(name, kind, team string, usage float64) apitype.FairShareRow {
-		return apitype.FairShareRow{Name: name, Kind: kind, Team: team, Share: 1, NormShare: 0.5, UsageGPUHours: usage, NormUsage: usage / 30, Factor: 0.5}
+func shareTable() fairshare.Report {
+	row := func(name, kind, team string, usage float64) fairshare.Row {
+		return fairshare.Row{Name: name, Kind: kind, Team: team, Share: 1, NormShare: 0.5, Usage: usage, NormUsage: usage / 30, Factor: 0.5}
 	}
-	nlp := row("nlp", apitype.FairShareTeam, "", 20)
-	nlp.BudgetGPUHours, nlp.BudgetUsedGPUHours = &budget, 1500
-	return apitype.FairShare{
-		Basis: "held", HalfLife: "7d", At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC),
-		Users:  []apitype.FairShareRow{row("alice", apitype.FairShareUser, "nlp", 20), row("bob", apitype.FairShareUser, "cv", 10)},
-		Teams:  []apitype.FairShareRow{nlp, row("cv", apitype.FairShareTeam, "", 10)},
-		Totals: apitype.FairShareRow{Name: "total", Kind: apitype.FairShareTotal, Share: 2, NormShare: 1, UsageGPUHours: 30, NormUsage: 1},
+	nlp := row("nlp", fairshare.KindTeam, "", 20)
+	nlp.Budget, nlp.BudgetUsed = 2000, 1500
+	return fairshare.Report{
+		Basis: "held", HalfLife: 7 * 24 * time.Hour, At: time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC),
+		Users:  []fairshare.Row{row("alice", fairshare.KindUser, "nlp", 20), row("bob", fairshare.KindUser, "cv", 10)},
+		Teams:  []fairshare.Row{nlp, row("cv", fairshare.KindTeam, "", 10)},
+		Totals: fairshare.Row{Name: "total", Kind: fairshare.KindTotal, Share: 2, NormShare: 1, Usage: 30, NormUsage: 1},
 	}
 }
 
@@ -127,14 +126,14 @@ func TestBudgetLift(t *testing.T) {
 		t.Errorf("lift: %d %s, want nlp lifted", a.status, a.body)
 	}
 	e := f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/cv/lift", nil, "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
-	if e.Field != "team" || !strings.Contains(e.Message, "queue.budgets") {
+	if e.Field != "team" || e.Message != `team: team "cv" has no budget in queue.budgets` {
 		t.Errorf("lift of a team without a budget: %+v, want field team naming queue.budgets", e)
 	}
 	f.do(t, asAdmin, http.MethodPost, "/api/v1/fairshare/budgets/nlp/lift", strings.NewReader(`{"force":true}`), "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 	if diff := cmp.Diff([]string{"nlp"}, fs.lifts); diff != "" {
 		t.Errorf("lifts (-want +got):\n%s", diff)
 	}
-	events, err := fs.store.AuditEvents(context.Background(), ledger.Filter{})
+	events, err := fs.store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
@@ -296,7 +296,7 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff, "the ledger is off (ledger.enabled: false), so there is no usage to report")
 			return
 		}
-		q, err := query(r)
+		q, err := apitype.ParseQuery(r.URL.RawQuery)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 			return
@@ -337,8 +337,11 @@ func (s *server) usage(format string) func(w http.ResponseWriter, r *http.Reques
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			err = rep.WriteTable(&buf)
 		default:
+			// Indented, as `gpumeter report --format json` prints it.
 			w.Header().Set("Content-Type", "application/json")
-			err = rep.WriteJSON(&buf)
+			enc := json.NewEncoder(&buf)
+			enc.SetIndent("", "  ")
+			err = enc.Encode(UsageFromReport(rep))
 		}
 		if err != nil {
 			writeError(w, http.StatusInternalServerError, "render_error", "could not render the report")
@@ -405,7 +408,7 @@ func (s *server) waste(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, "/api/v1/waste takes no parameters: it lists the live findings")
 		return
 	}
-	writeJSON(w, filterWaste(s.cfg.Waste.Report(), c))
+	writeJSON(w, WasteFromReport(filterWaste(s.cfg.Waste.Report(), c)))
 }
 
 // filterWaste keeps the findings that are the caller's: a finding of no
@@ -422,7 +425,7 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff, "the audit log is off")
 		return
 	}
-	raw, err := query(r)
+	raw, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return
@@ -438,8 +441,5 @@ func (s *server) audit(w http.ResponseWriter, r *http.Request, c *call) {
 		writeError(w, http.StatusInternalServerError, "audit_error", "could not read the audit log; the agent's log says why")
 		return
 	}
-	if events == nil {
-		events = []audit.Event{}
-	}
-	writeJSON(w, apitype.AuditResponse{From: q.From.UTC(), To: q.To.UTC(), Events: events, Truncated: truncated})
+	writeJSON(w, apitype.AuditResponse{From: q.From.UTC(), To: q.To.UTC(), Events: AuditFromLog(events), Truncated: truncated})
 }

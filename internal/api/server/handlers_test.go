@@ -18,7 +18,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/report"
-	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // TestContainersSeenBy: a user sees their own containers and host user
@@ -126,7 +125,7 @@ func TestWasteSeenBy(t *testing.T) {
 		asNobody: {[]string{}, 0, 0},
 	} {
 		t.Run(caller, func(t *testing.T) {
-			var got waste.Report
+			var got apitype.WasteReport
 			f.get(t, caller, "/api/v1/waste").decode(t, &got)
 			ids := []string{}
 			for _, fd := range got.Findings {
@@ -136,7 +135,7 @@ func TestWasteSeenBy(t *testing.T) {
 				t.Errorf("findings (-want +got):\n%s", diff)
 			}
 			total := got.Totals[len(got.Totals)-1]
-			if total.Rule != waste.TotalKey || total.Findings != len(want.ids) || total.WastedGPUHours != want.hours || total.Active != want.active {
+			if total.Rule != apitype.WasteTotalKey || total.Findings != len(want.ids) || total.WastedGPUHours != want.hours || total.Active != want.active {
 				t.Errorf("grand total %+v, want %d findings, %g GPU-hours, %d active", total, len(want.ids), want.hours, want.active)
 			}
 			var sum int

@@ -51,7 +51,7 @@ func (s *server) historyRoutes() []route {
 // A GPU's figures are its own and say nothing of who used it, so every
 // role that may read /api/v1/gpus reads them whole.
 func (s *server) history(w http.ResponseWriter, r *http.Request, c *call) {
-	q, err := query(r)
+	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
 		return

@@ -8,13 +8,13 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
@@ -27,12 +27,12 @@ import (
 // wrapping ledger.ErrJobNotFound a 404, a *run.StateError a 409. Every
 // action writes the audit event it is given in the job's own transaction.
 type Jobs interface {
-	Submit(ctx context.Context, s run.Submission) (ledger.Job, error)
-	Job(ctx context.Context, id string) (ledger.Job, error)
-	Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error)
-	Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
-	Hold(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
-	Release(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error)
+	Submit(ctx context.Context, s run.Submission) (queue.Job, error)
+	Job(ctx context.Context, id string) (queue.Job, error)
+	Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error)
+	Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
+	Hold(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
+	Release(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
 	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
 }
 
@@ -106,12 +106,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 		}
 		user = body.AsUser
 	}
-	ev := audit.ToLedger(s.event(r, c, "", http.StatusOK, ""))
+	ev := s.event(r, c, "", http.StatusOK, "")
 	ev.Target = ""  // the job's id, once the store gives it one
 	ev.Owner = user // the caller's, or as_user's
 	// An admin may ask for the high class; the runtime adds the users of
 	// queue.priority.high_users.
-	high := c.id.Role == auth.RoleAdmin
+	high := c.id.Role == config.RoleAdmin
 	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
@@ -159,20 +159,20 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 	if s.queueOff(w, r, c, false) {
 		return
 	}
-	q, err := query(r)
+	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = onlyParams(q, "all", "all_users", "state")
+		err = apitype.OnlyParams(q, "all", "all_users", "state")
 	}
 	var all, allUsers bool
 	if err == nil {
-		all, err = flagParam(q.Get("all"), "all")
+		all, err = apitype.FlagParam(q.Get("all"), "all")
 	}
 	if err == nil {
-		allUsers, err = flagParam(q.Get("all_users"), "all_users")
+		allUsers, err = apitype.FlagParam(q.Get("all_users"), "all_users")
 	}
-	var states []string
+	var states []queue.State
 	if err == nil {
-		states, err = apitype.ParseJobStates(q["state"])
+		states, err = parseJobStates(q["state"])
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
@@ -226,17 +226,17 @@ func (s *server) getJob(w http.ResponseWriter, r *http.Request, c *call) {
 // user's job is answered as one that does not exist, as containers are,
 // so that nobody learns which ids are whose. The audit log keeps the
 // refusal for what it is.
-func (s *server) ownJob(w http.ResponseWriter, r *http.Request, c *call) (ledger.Job, bool) {
+func (s *server) ownJob(w http.ResponseWriter, r *http.Request, c *call) (queue.Job, bool) {
 	id := r.PathValue("id")
 	job, err := s.cfg.Jobs.Job(r.Context(), id)
 	if err != nil {
 		s.jobError(w, r, c, "job "+id, err)
-		return ledger.Job{}, false
+		return queue.Job{}, false
 	}
 	if !c.owns(job.User) {
 		s.observe(r, c, "job "+job.ID, http.StatusForbidden, auth.AuthorizeOwner(c.id, c.act, job.User).Error())
 		writeError(w, http.StatusNotFound, apitype.CodeNotFound, "no job "+strconv.Quote(id)+" is known to the queue")
-		return ledger.Job{}, false
+		return queue.Job{}, false
 	}
 	return job, true
 }
@@ -265,7 +265,7 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 		if !ok {
 			return
 		}
-		ev := audit.ToLedger(s.event(r, c, job.ID, http.StatusOK, ""))
+		ev := s.event(r, c, job.ID, http.StatusOK, "")
 		ev.Owner = job.User
 		// What is asked is done even if the caller hangs up; a cancel
 		// waits for the container to stop, past the write timeout.
@@ -324,8 +324,8 @@ func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, targe
 	case errors.As(err, &state):
 		status, e.Code, e.State = http.StatusConflict, apitype.CodeConflict, string(state.State)
 	case errors.As(err, &race):
-		status, e.Code, e.State = http.StatusConflict, apitype.CodeConflict, race.Actual
-		e.Message = "job " + race.ID + " changed to " + race.Actual + " meanwhile; look at it again"
+		status, e.Code, e.State = http.StatusConflict, apitype.CodeConflict, string(race.Actual)
+		e.Message = "job " + race.ID + " changed to " + string(race.Actual) + " meanwhile; look at it again"
 	case errors.Is(err, run.ErrLogsRemoved):
 		status, e.Code = http.StatusNotFound, apitype.CodeNotFound
 	case errors.Is(err, ledger.ErrFull) || errors.Is(err, syscall.ENOSPC):
@@ -351,16 +351,10 @@ func (s *server) jobError(w http.ResponseWriter, r *http.Request, c *call, targe
 // jobJSON is a job as the API shows it: lists are [] rather than null,
 // times are UTC and unknown ones null, the environment only by its names,
 // and the rank the scheduler gave it, where it gave one.
-func (s *server) jobJSON(j ledger.Job) apitype.Job {
+func (s *server) jobJSON(j queue.Job) apitype.Job {
 	out := jobJSON(j)
-	req, err := run.RequestOf(j)
-	if err != nil {
-		s.cfg.Logger.Warn("job JSON: its stored request", "job", j.ID, "err", err)
-	} else {
-		out.GPUMemoryRequested = req.GPUMemory
-		if req.Class != "" {
-			out.Class = req.Class
-		}
+	if j.Request == nil {
+		s.cfg.Logger.Warn("job JSON: its stored request", "job", j.ID, "err", "the job store has none that reads")
 	}
 	if s.cfg.Ranks == nil {
 		return out
@@ -370,36 +364,61 @@ func (s *server) jobJSON(j ledger.Job) apitype.Job {
 		return out
 	}
 	out.Priority = &prio
-	if pos > 0 && j.State == string(queue.Queued) {
+	if pos > 0 && j.State == queue.Queued {
 		out.Position = &pos
 	}
 	out.EstimatedStart = utcOrNil(est)
 	return out
 }
 
-// jobJSON is the job's own fields, as the ledger keeps them.
-func jobJSON(j ledger.Job) apitype.Job {
+// jobJSON is the one conversion of a job to the wire: the job's own
+// fields, its request's GPU memory and class, and its placement.
+func jobJSON(j queue.Job) apitype.Job {
 	out := apitype.Job{
-		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State,
-		Reason: j.Reason, ReasonText: j.ReasonText, GPUsRequested: j.GPUsRequested,
+		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: string(j.State),
+		Reason: string(j.Reason), ReasonText: j.ReasonText, GPUsRequested: j.GPUsRequested,
 		GPUs: nonNil(j.GPUs), Image: j.Image, Command: nonNil(j.Command), EnvKeys: nonNil(j.EnvKeys),
 		TimeLimit:   units.FormatDuration(j.TimeLimit),
 		SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt), EndedAt: utcOrNil(j.EndedAt),
 		ContainerID: j.ContainerID, Held: j.Held, Class: spec.ClassNormal,
 	}
+	if r := j.Request; r != nil {
+		out.GPUMemoryRequested = r.GPUMemory
+		if r.Class != "" {
+			out.Class = string(r.Class)
+		}
+	}
 	if j.ExitCode != nil {
 		code := *j.ExitCode
 		out.ExitCode = &code
 	}
-	if len(j.Placement) > 0 {
-		var p apitype.Placement
-		// The queue wrote it in this shape; a record that does not read
-		// is left out rather than shown wrong.
-		if json.Unmarshal(j.Placement, &p) == nil {
-			out.Placement = &p
-		}
+	out.Placement = placementJSON(j.Placement)
+	return out
+}
+
+// placementJSON is a placement record on the wire; nil for none.
+func placementJSON(p *queue.PlacementRecord) *apitype.Placement {
+	if p == nil {
+		return nil
+	}
+	out := &apitype.Placement{Policy: string(p.Policy)}
+	if p.Candidates != nil {
+		out.Candidates = make([]apitype.PlacementCandidate, 0, len(p.Candidates))
+	}
+	for _, c := range p.Candidates {
+		out.Candidates = append(out.Candidates, apitype.PlacementCandidate{UUID: c.UUID, Index: c.Index, Score: c.Score, Util: c.Util, Chosen: c.Chosen})
 	}
 	return out
+}
+
+// parseJobStates reads the states of ?state=, given repeated or
+// comma-separated.
+func parseJobStates(values []string) ([]queue.State, error) {
+	states, err := queue.ParseStates(values)
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", err)
+	}
+	return states, nil
 }
 
 func nonNil(s []string) []string {
@@ -412,29 +431,4 @@ func utcOrNil(t time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
-}
-
-// onlyParams refuses a query parameter that is not one of names.
-func onlyParams(q map[string][]string, names ...string) error {
-	for k := range q {
-		known := false
-		for _, n := range names {
-			known = known || k == n
-		}
-		if !known {
-			return fmt.Errorf("%s: not a parameter of this endpoint (it takes %s)", k, strings.Join(names, ", "))
-		}
-	}
-	return nil
-}
-
-// flagParam reads a boolean parameter: 1 or true, 0 or false, or absent.
-func flagParam(v, name string) (bool, error) {
-	switch v {
-	case "", "0", "false":
-		return false, nil
-	case "1", "true":
-		return true, nil
-	}
-	return false, fmt.Errorf("%s: %q is not 1 or 0", name, v)
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -340,7 +340,7 @@ func TestJobActionsAudited(t *testing.T) {
 	// A body on an action may only be empty.
 	f.do(t, asAlice, http.MethodPost, "/api/v1/jobs/"+k.ID+"/hold", strings.NewReader(`{"force":true}`), "").apiError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 
-	events, err := f.store.AuditEvents(context.Background(), ledger.Filter{})
+	events, err := f.store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,9 +406,9 @@ func TestJobLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := run.RequestOf(stored)
-	if err != nil {
-		t.Fatal(err)
+	req := stored.Request
+	if req == nil {
+		t.Fatal("the stored job has no request")
 	}
 	if want := []string{"gpumeter.project=vision", "gpumeter.sim.util=80"}; !slices.Equal(req.Labels, want) {
 		t.Errorf("stored labels %v, want %v", req.Labels, want)

@@ -12,13 +12,13 @@ func (s *server) jobLogs(w http.ResponseWriter, r *http.Request, c *call) {
 	if s.queueOff(w, r, c, false) {
 		return
 	}
-	q, err := query(r)
+	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = onlyParams(q, "follow")
+		err = apitype.OnlyParams(q, "follow")
 	}
 	var follow bool
 	if err == nil {
-		follow, err = flagParam(q.Get("follow"), "follow")
+		follow, err = apitype.FlagParam(q.Get("follow"), "follow")
 	}
 	if err != nil {
 		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())

@@ -1,9 +1,9 @@
 // Package server is the agent's API: the live tick as JSON under
 // /api/v1, usage reports, waste findings, container stops and the audit
-// log, every call authenticated, rate-limited and audited, and a small
-// console (pages at /, /gpus, /usage, /waste, /jobs and /audit,
-// drawn by internal/web). The bodies it answers with are apitype's; the
-// command line reads them with internal/api/client.
+// log, every call authenticated, rate-limited and audited. It mounts the
+// console (internal/web), whose pages it lets in and answers through the
+// same checks. The bodies it answers with are apitype's; the command line
+// reads them with internal/api/client.
 package server
 
 import (
@@ -89,7 +89,7 @@ type Config struct {
 	History History
 	// Usage is the ledger's use per owner and hour, which the usage page
 	// draws; nil: the ledger is off.
-	Usage UsageSeries
+	Usage web.UsageSeries
 	// Auth gives the current authenticator; it changes on a reload.
 	Auth    func() *auth.Authenticator
 	Limiter func() *auth.Limiter
@@ -193,7 +193,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// New builds the API: /api/v1/*, /healthz and the page at /.
+// New builds the API: /api/v1/*, /healthz, and the console mounted
+// beside them.
 func New(cfg Config) http.Handler {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -261,13 +262,8 @@ func New(cfg Config) http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	// The console's templates are in the binary, and a test renders
-	// every page: a parse error cannot reach a running agent.
-	console, err := web.New()
-	if err != nil {
-		panic(err)
-	}
-	s.pageRoutes(console)
+	// The console's pages, sign-in form and static files.
+	s.mountConsole()
 	return s
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
 	"github.com/gpumeter/gpumeter/internal/report"
@@ -104,10 +105,10 @@ func fixtureWaste() *waste.Report {
 			Active: true, Evidence: map[string]float64{}, WastedGPUHours: hours, Cost: cost}
 	}
 	raw := &waste.Report{From: fixtureStart.Add(-time.Hour), To: fixtureStart.Add(time.Hour), Currency: "EUR", Findings: []waste.Finding{
-		finding("idle-alice", waste.RuleIdle, "alice", 1, 2),
-		finding("idle-bob", waste.RuleIdle, "bob", 2, 4),
-		finding("outside-carol", waste.RuleOutside, "carol", 0.5, 1),
-		finding("outside-nobody", waste.RuleOutside, "", 0.25, 0.5),
+		finding("idle-alice", config.RuleIdle, "alice", 1, 2),
+		finding("idle-bob", config.RuleIdle, "bob", 2, 4),
+		finding("outside-carol", config.RuleOutside, "carol", 0.5, 1),
+		finding("outside-nobody", config.RuleOutside, "", 0.25, 0.5),
 	}}
 	return raw.Only(func(*waste.Finding) bool { return true })
 }
@@ -307,19 +308,19 @@ func newFixtureServer(t *testing.T, edit func(*Config), server func(*http.Server
 		sampler: fixtureSampler(),
 	}
 	f.stopper.after = f.resample
-	var tokens []auth.Token
+	var tokens []config.Token
 	for _, c := range []struct {
 		caller, id, user string
-		role             auth.Role
+		role             config.Role
 		expires          time.Time
 	}{
-		{asAdmin, "root-laptop", "root", auth.RoleAdmin, time.Time{}},
-		{asAlice, "alice-laptop", "alice", auth.RoleUser, time.Time{}},
-		{asBob, "bob-laptop", "bob", auth.RoleUser, time.Time{}},
-		{asViewer, "grafana", "grafana", auth.RoleViewer, time.Time{}},
-		{asNobody, "nobody", "unresolved", auth.RoleUser, time.Time{}},
+		{asAdmin, "root-laptop", "root", config.RoleAdmin, time.Time{}},
+		{asAlice, "alice-laptop", "alice", config.RoleUser, time.Time{}},
+		{asBob, "bob-laptop", "bob", config.RoleUser, time.Time{}},
+		{asViewer, "grafana", "grafana", config.RoleViewer, time.Time{}},
+		{asNobody, "nobody", "unresolved", config.RoleUser, time.Time{}},
 		// The authenticator reads the real clock.
-		{asExpired, "alice-old", "alice", auth.RoleUser, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{asExpired, "alice-old", "alice", config.RoleUser, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)},
 	} {
 		secret, tok, err := auth.NewToken(c.id, c.user, c.role, c.expires)
 		if err != nil {
@@ -889,7 +890,7 @@ func TestNewDefaultsLimits(t *testing.T) {
 // TestRateLimitAnonymousByAddress: anonymous viewers share no identity,
 // so one of them using up its requests must not hold up the others.
 func TestRateLimitAnonymousByAddress(t *testing.T) {
-	authn, err := auth.New(auth.Config{Anonymous: auth.RoleViewer})
+	authn, err := auth.New(auth.Config{Anonymous: config.RoleViewer})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // DefaultSessionLifetime is api.session_lifetime's default.
@@ -73,7 +74,7 @@ func (s *server) endSession(w http.ResponseWriter, r *http.Request, c *call) {
 	s.sessions.End(secret)
 	clearSessionCookie(w, r)
 	// The sign-in page the console goes to next says "signed out", once.
-	http.SetCookie(w, &http.Cookie{Name: signedOutCookie, Value: "1", Path: "/signin", MaxAge: 60,
+	http.SetCookie(w, &http.Cookie{Name: web.SignedOutCookie, Value: "1", Path: "/signin", MaxAge: 60,
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	_ = s.act(r, c, "", http.StatusOK, "")
 	writeJSON(w, apitype.SessionEnd{SignedOut: true})
@@ -82,13 +83,6 @@ func (s *server) endSession(w http.ResponseWriter, r *http.Request, c *call) {
 func sessionBody(id auth.Identity, ses auth.Session) apitype.Session {
 	return apitype.Session{User: id.User, Role: string(id.Role), TokenID: id.Name, Started: ses.Started.UTC(), Expires: ses.Expires.UTC(), CSRFToken: ses.CSRF}
 }
-
-// signedOutCookie tells the next sign-in page that the browser has just
-// signed out. The page drops it as it says so, so that what a reload
-// shows does not hang on whether the page's script has run: a notice kept
-// in the address, which only the script removed, came back on a reload
-// made before it did.
-const signedOutCookie = "gpumeter_signed_out"
 
 // clearSessionCookie tells the browser to drop its session cookie.
 func clearSessionCookie(w http.ResponseWriter, r *http.Request) {

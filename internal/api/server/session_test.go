@@ -14,6 +14,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 )
 
 // browser sends requests as a browser signed in by a session does: the
@@ -209,8 +210,8 @@ func TestSessionEndsWhenTokenRevoked(t *testing.T) {
 	bob, _ := f.signIn(t, asBob)
 	first := current.Load()
 	// A reload that keeps only bob's token.
-	bobTok := auth.Token{ID: "bob-laptop", User: "bob", Role: auth.RoleUser, Hash: auth.HashToken(strings.TrimPrefix(f.headers[asBob], "Bearer "))}
-	reloaded, err := auth.New(auth.Config{Tokens: []auth.Token{bobTok}})
+	bobTok := config.Token{ID: "bob-laptop", User: "bob", Role: config.RoleUser, Hash: auth.HashToken(strings.TrimPrefix(f.headers[asBob], "Bearer "))}
+	reloaded, err := auth.New(auth.Config{Tokens: []config.Token{bobTok}})
 	if err != nil {
 		t.Fatal(err)
 	}

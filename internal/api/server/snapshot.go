@@ -6,7 +6,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // snapshot answers GET /api/v1/snapshot: the GPUs, containers, live waste
@@ -34,7 +33,7 @@ func (s *server) snapshot(w http.ResponseWriter, r *http.Request, c *call) {
 		out.Containers, out.HostUsers, out.Unresolved = ctrs.Containers, ctrs.HostUsers, ctrs.Unresolved
 	}
 	if cw, ok := c.as(auth.ActWasteRead); ok && s.cfg.Waste != nil {
-		out.Waste = filterWaste(s.cfg.Waste.Report(), cw)
+		out.Waste = WasteFromReport(filterWaste(s.cfg.Waste.Report(), cw))
 	}
 	if cj, ok := c.as(auth.ActJobRead); ok && s.cfg.Jobs != nil {
 		q, err := s.queueSummary(r, cj)
@@ -76,16 +75,16 @@ func (s *server) queueSummary(r *http.Request, c *call) (*apitype.QueueSummary, 
 	}
 	out := &apitype.QueueSummary{Counts: map[string]int{}, Jobs: []apitype.JobBrief{}}
 	for _, j := range jobs {
-		if queue.State(j.State).Ended() {
+		if j.State.Ended() {
 			continue
 		}
-		out.Counts[j.State]++
+		out.Counts[string(j.State)]++
 		if len(out.Jobs) == apitype.SnapshotJobs {
 			out.Truncated = true
 			continue
 		}
 		out.Jobs = append(out.Jobs, apitype.JobBrief{
-			ID: j.ID, Name: j.Name, User: j.User, State: j.State, Reason: j.Reason,
+			ID: j.ID, Name: j.Name, User: j.User, State: string(j.State), Reason: string(j.Reason),
 			GPUsRequested: j.GPUsRequested, GPUs: nonNil(j.GPUs), ContainerID: j.ContainerID,
 			SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt),
 		})

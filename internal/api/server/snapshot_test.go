@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
@@ -48,7 +49,7 @@ func TestSnapshotAsTheRoutes(t *testing.T) {
 				t.Errorf("containers (-/api/v1/containers +snapshot):\n%s", diff)
 			}
 
-			var wr waste.Report
+			var wr apitype.WasteReport
 			f.get(t, caller, "/api/v1/waste").decode(t, &wr)
 			if snap.Waste == nil {
 				t.Fatal("no waste findings in the snapshot, though the live rules are on")
@@ -164,7 +165,7 @@ func snapshotBench(b *testing.B) (h http.Handler, viewer, user string) {
 	t := ticks.Latest()
 	var findings []waste.Finding
 	for _, c := range t.Containers {
-		findings = append(findings, waste.Finding{ID: "idle-" + c.Name, Rule: waste.RuleIdle, Node: t.Node, OwnerKind: waste.OwnerContainer,
+		findings = append(findings, waste.Finding{ID: "idle-" + c.Name, Rule: config.RuleIdle, Node: t.Node, OwnerKind: waste.OwnerContainer,
 			ContainerID: c.ID, Container: c.Name, Owner: c.User, GPUs: []waste.GPURef{{Index: 0, UUID: "GPU-0"}},
 			Since: t.Time, FirstSeen: t.Time, Until: t.Time, Active: true, Evidence: map[string]float64{waste.EvSMPercent: 1}, WastedGPUHours: 1, Cost: 2})
 	}
@@ -190,15 +191,15 @@ func snapshotBench(b *testing.B) (h http.Handler, viewer, user string) {
 		}
 	}
 
-	vSecret, vTok, err := auth.NewToken("load", "load", auth.RoleViewer, time.Time{})
+	vSecret, vTok, err := auth.NewToken("load", "load", config.RoleViewer, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	uSecret, uTok, err := auth.NewToken("user0", "user0", auth.RoleUser, time.Time{})
+	uSecret, uTok, err := auth.NewToken("user0", "user0", config.RoleUser, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{vTok, uTok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{vTok, uTok}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
@@ -25,12 +25,12 @@ import (
 func socketFixture(t *testing.T, uids []int) (*fixture, string) {
 	t.Helper()
 	f := newFixture(t, nil)
-	secret, tok, err := auth.NewToken("alice-laptop", "alice", auth.RoleUser, time.Time{})
+	secret, tok, err := auth.NewToken("alice-laptop", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.headers[asAlice] = "Bearer " + secret
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}, SocketUIDs: uids})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}, SocketUIDs: uids})
 	if err != nil {
 		t.Fatal(err)
 	}

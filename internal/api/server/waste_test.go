@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
@@ -26,7 +27,7 @@ func TestWaste(t *testing.T) {
 	s.Step(context.Background(), time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC))
 	since := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
 	rep := &waste.Report{From: since, To: since.Add(time.Hour), Currency: "EUR", Findings: []waste.Finding{{
-		ID: "idle-0123456789abcdef", Rule: waste.RuleIdle, Node: "n1", OwnerKind: waste.OwnerContainer, ContainerID: "c1", Container: "nb",
+		ID: "idle-0123456789abcdef", Rule: config.RuleIdle, Node: "n1", OwnerKind: waste.OwnerContainer, ContainerID: "c1", Container: "nb",
 		Owner: "carol", GPUs: []waste.GPURef{{Index: 0, UUID: "GPU-0"}}, Since: since, FirstSeen: since.Add(time.Hour), Until: since.Add(time.Hour),
 		Active: true, Evidence: map[string]float64{waste.EvSMPercent: 0}, WastedGPUHours: 1, Cost: 2.5,
 	}}}

@@ -17,8 +17,9 @@ import (
 // ledger at path. create says whether a missing SQLite file may be
 // created (the agent and simulate write; report only reads, and a missing
 // file there is a mistake worth naming). A writer's SQLite file passes
-// sqlite.QuickCheck first: nothing writes on a damaged ledger.
-func Open(ctx context.Context, dsn, path string, create bool) (ledger.Store, error) {
+// sqlite.QuickCheck first: nothing writes on a damaged ledger. Either
+// backend keeps every record, so the one interface serves all callers.
+func Open(ctx context.Context, dsn, path string, create bool) (ledger.Ledger, error) {
 	if dsn != "" {
 		return postgres.Open(ctx, dsn)
 	}

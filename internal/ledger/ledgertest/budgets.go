@@ -2,7 +2,6 @@ package ledgertest
 
 import (
 	"context"
-	"encoding/json"
 	"math"
 	"testing"
 	"time"
@@ -10,40 +9,31 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
-func budgetStore(t *testing.T, s ledger.Store) ledger.BudgetStore {
-	t.Helper()
-	bs, ok := s.(ledger.BudgetStore)
-	if !ok {
-		t.Fatalf("%T does not keep budget lifts", s)
-	}
-	return bs
-}
-
-func liftAudit(by string) ledger.AuditEvent {
-	return ledger.AuditEvent{Time: t0, Node: nodeA, Kind: "api", Outcome: "ok", Caller: by, Role: "admin",
+func liftAudit(by string) audit.Event {
+	return audit.Event{Time: t0, Node: nodeA, Kind: "api", Outcome: "ok", Caller: by, Role: "admin",
 		Source: "unix uid 0", Action: "budgets.lift", Status: 200}
 }
 
 // testBudgetLifts checks that a lift reads back in its month only, that
 // lifting again records the latest lift, that each lift writes its audit
 // row naming the team, and that bad input is refused.
-func testBudgetLifts(t *testing.T, s ledger.Store) {
-	bs := budgetStore(t, s)
-	_, as := jobStore(t, s)
+func testBudgetLifts(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	if got, err := bs.BudgetLifts(ctx, "2026-03"); err != nil || len(got) != 0 {
+	if got, err := s.BudgetLifts(ctx, "2026-03"); err != nil || len(got) != 0 {
 		t.Fatalf("BudgetLifts of an empty ledger = %+v, %v", got, err)
 	}
 	before := time.Now().Add(-time.Second)
 	for _, l := range []struct{ team, month, by string }{{"nlp", "2026-03", "admin"}, {"cv", "2026-03", "admin"}, {"nlp", "2026-04", "admin"}, {"nlp", "2026-03", "root"}} {
-		if err := bs.LiftBudget(ctx, l.team, l.month, l.by, liftAudit(l.by)); err != nil {
+		if err := s.LiftBudget(ctx, l.team, l.month, l.by, liftAudit(l.by)); err != nil {
 			t.Fatalf("LiftBudget(%s, %s, %s): %v", l.team, l.month, l.by, err)
 		}
 	}
-	got, err := bs.BudgetLifts(ctx, "2026-03")
+	got, err := s.BudgetLifts(ctx, "2026-03")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +46,10 @@ func testBudgetLifts(t *testing.T, s ledger.Store) {
 			t.Errorf("lift of %s at %v, want now in UTC", l.Team, l.LiftedAt)
 		}
 	}
-	if got, err := bs.BudgetLifts(ctx, "2026-05"); err != nil || len(got) != 0 {
+	if got, err := s.BudgetLifts(ctx, "2026-05"); err != nil || len(got) != 0 {
 		t.Errorf("lifts of a month without any = %+v, %v", got, err)
 	}
-	ev, err := as.AuditEvents(ctx, ledger.Filter{})
+	ev, err := s.AuditEvents(ctx, audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,30 +62,28 @@ func testBudgetLifts(t *testing.T, s ledger.Store) {
 		t.Errorf("audit rows (-want +got):\n%s", diff)
 	}
 	for _, bad := range []struct{ team, month, by string }{{"", "2026-03", "admin"}, {"nlp", "2026-3", "admin"}, {"nlp", "2026-13", "admin"}, {"nlp", "March", "admin"}, {"nlp", "2026-03", ""}} {
-		if err := bs.LiftBudget(ctx, bad.team, bad.month, bad.by, liftAudit("admin")); err == nil {
+		if err := s.LiftBudget(ctx, bad.team, bad.month, bad.by, liftAudit("admin")); err == nil {
 			t.Errorf("LiftBudget(%q, %q, %q) succeeded", bad.team, bad.month, bad.by)
 		}
 	}
-	if _, err := bs.BudgetLifts(ctx, "2026-3"); err == nil {
+	if _, err := s.BudgetLifts(ctx, "2026-3"); err == nil {
 		t.Error("BudgetLifts(2026-3) succeeded")
 	}
 }
 
 // testBudgetLiftAtomic checks that a lift whose audit row cannot be
 // written is not recorded either.
-func testBudgetLiftAtomic(t *testing.T, s ledger.Store) {
-	bs := budgetStore(t, s)
-	_, as := jobStore(t, s)
+func testBudgetLiftAtomic(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	bad := liftAudit("admin")
 	bad.Evidence = map[string]float64{"x": math.NaN()} // cannot be encoded
-	if err := bs.LiftBudget(ctx, "nlp", "2026-03", "admin", bad); err == nil {
+	if err := s.LiftBudget(ctx, "nlp", "2026-03", "admin", bad); err == nil {
 		t.Fatal("LiftBudget with an audit row that cannot be written succeeded")
 	}
-	if got, err := bs.BudgetLifts(ctx, "2026-03"); err != nil || len(got) != 0 {
+	if got, err := s.BudgetLifts(ctx, "2026-03"); err != nil || len(got) != 0 {
 		t.Errorf("lifts after a failed lift = %+v, %v; want none", got, err)
 	}
-	if ev, _ := as.AuditEvents(ctx, ledger.Filter{}); len(ev) != 0 {
+	if ev, _ := s.AuditEvents(ctx, audit.Filter{}); len(ev) != 0 {
 		t.Errorf("audit rows after a failed lift: %+v", ev)
 	}
 }
@@ -103,62 +91,49 @@ func testBudgetLiftAtomic(t *testing.T, s ledger.Store) {
 // testJobPlacement checks that a job's placement record is kept as it is
 // written, by SubmitJob and by UpdateJob, and that an update that does
 // not touch it keeps it.
-func testJobPlacement(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobPlacement(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	j := submit(t, js, newJob("alice"))
+	j := submit(t, s, newJob("alice"))
 	if j.Placement != nil {
-		t.Errorf("placement of a new job = %s, want none", j.Placement)
+		t.Errorf("placement of a new job = %+v, want none", j.Placement)
 	}
-	if got, _ := js.Job(ctx, j.ID); got.Placement != nil {
-		t.Errorf("placement read back = %s, want none", got.Placement)
+	if got, _ := s.Job(ctx, j.ID); got.Placement != nil {
+		t.Errorf("placement read back = %+v, want none", got.Placement)
 	}
-	rec := json.RawMessage(`{"policy":"target","chosen":["GPU-1"],"candidates":[{"gpu":"GPU-1","score":97.5},{"gpu":"GPU-2","score":40}]}`)
-	up, err := js.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) { x.State, x.Placement = jobStarting, rec }, ledger.AuditEvent{})
+	rec := &queue.PlacementRecord{Policy: queue.Target, Candidates: []queue.Candidate{
+		{UUID: "GPU-1", Index: 1, Score: 97.5, Util: 0.725, Chosen: true},
+		{UUID: "GPU-2", Index: 0, Score: 40, Util: 1.3},
+	}}
+	up, err := s.UpdateJob(ctx, j.ID, jobQueued, func(x *queue.Job) { x.State, x.Placement = jobStarting, rec }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(up.Placement) != string(rec) {
-		t.Errorf("UpdateJob returned placement %s, want %s", up.Placement, rec)
+	if d := gocmp.Diff(rec, up.Placement); d != "" {
+		t.Errorf("UpdateJob returned placement (-want +got):\n%s", d)
 	}
-	up, err = js.UpdateJob(ctx, j.ID, jobStarting, func(x *ledger.Job) { x.State = jobRunning }, ledger.AuditEvent{})
+	up, err = s.UpdateJob(ctx, j.ID, jobStarting, func(x *queue.Job) { x.State = jobRunning }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := js.Job(ctx, j.ID)
+	got, err := s.Job(ctx, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !jsonEqual(t, got.Placement, rec) || !jsonEqual(t, up.Placement, rec) {
-		t.Errorf("placement after an update that kept it: read %s, returned %s; want %s", got.Placement, up.Placement, rec)
+	if !gocmp.Equal(got.Placement, rec) || !gocmp.Equal(up.Placement, rec) {
+		t.Errorf("placement after an update that kept it: read %+v, returned %+v; want %+v", got.Placement, up.Placement, rec)
 	}
 	k := newJob("bob")
 	k.Placement = rec
-	k = submit(t, js, k)
-	if got, _ := js.Job(ctx, k.ID); !jsonEqual(t, got.Placement, rec) {
-		t.Errorf("placement submitted read back as %s", got.Placement)
+	k = submit(t, s, k)
+	if got, _ := s.Job(ctx, k.ID); !gocmp.Equal(got.Placement, rec) {
+		t.Errorf("placement submitted read back as %+v", got.Placement)
 	}
-	if _, err := js.UpdateJob(ctx, k.ID, jobQueued, func(x *ledger.Job) { x.Placement = nil }, ledger.AuditEvent{}); err != nil {
+	if _, err := s.UpdateJob(ctx, k.ID, jobQueued, func(x *queue.Job) { x.Placement = nil }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := js.Job(ctx, k.ID); got.Placement != nil {
-		t.Errorf("placement cleared read back as %s", got.Placement)
+	if got, _ := s.Job(ctx, k.ID); got.Placement != nil {
+		t.Errorf("placement cleared read back as %+v", got.Placement)
 	}
-}
-
-// jsonEqual compares two JSON values by meaning: PostgreSQL may keep text
-// as it is, but a backend is free to re-encode.
-func jsonEqual(t *testing.T, a, b json.RawMessage) bool {
-	t.Helper()
-	var x, y any
-	if err := json.Unmarshal(a, &x); err != nil {
-		t.Errorf("placement %q is not JSON: %v", a, err)
-		return false
-	}
-	if err := json.Unmarshal(b, &y); err != nil {
-		t.Fatal(err)
-	}
-	return gocmp.Equal(x, y)
 }
 
 // Schema7Job is the job a backend's upgrade test writes into a ledger at
@@ -173,32 +148,30 @@ const Schema7Job = `INSERT INTO jobs (seq, id, node, name, user_name, team, stat
 // AfterSchema7 checks a store opened on a ledger at schema version 7
 // holding Schema7Job: the job reads back without a placement, can be
 // given one, the job sequence goes on from 1, and budgets can be lifted.
-func AfterSchema7(t *testing.T, s ledger.Store) {
+func AfterSchema7(t *testing.T, s ledger.Ledger) {
 	t.Helper()
-	js, _ := jobStore(t, s)
 	ctx := context.Background()
-	j, err := js.Job(ctx, "j-000001")
+	j, err := s.Job(ctx, "j-000001")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if j.Placement != nil || j.User != "alice" || j.Team != "nlp" || j.State != jobQueued || j.TimeLimit != time.Hour {
 		t.Errorf("the version 7 job read back as %+v", j)
 	}
-	rec := json.RawMessage(`{"policy":"binpack","chosen":["GPU-1"]}`)
-	if _, err := js.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) { x.Placement = rec }, ledger.AuditEvent{}); err != nil {
+	rec := &queue.PlacementRecord{Policy: queue.Binpack, Candidates: []queue.Candidate{{UUID: "GPU-1", Chosen: true}}}
+	if _, err := s.UpdateJob(ctx, j.ID, jobQueued, func(x *queue.Job) { x.Placement = rec }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := js.Job(ctx, j.ID); !jsonEqual(t, got.Placement, rec) {
-		t.Errorf("placement of the version 7 job = %s, want %s", got.Placement, rec)
+	if got, _ := s.Job(ctx, j.ID); !gocmp.Equal(got.Placement, rec) {
+		t.Errorf("placement of the version 7 job = %+v, want %+v", got.Placement, rec)
 	}
-	if k := submit(t, js, newJob("bob")); k.ID != "j-000002" {
+	if k := submit(t, s, newJob("bob")); k.ID != "j-000002" {
 		t.Errorf("the first job after the upgrade is %s, want j-000002", k.ID)
 	}
-	bs := budgetStore(t, s)
-	if err := bs.LiftBudget(ctx, "nlp", "2025-03", "root", liftAudit("root")); err != nil {
+	if err := s.LiftBudget(ctx, "nlp", "2025-03", "root", liftAudit("root")); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := bs.BudgetLifts(ctx, "2025-03"); err != nil || len(got) != 1 || got[0].Team != "nlp" {
+	if got, err := s.BudgetLifts(ctx, "2025-03"); err != nil || len(got) != 1 || got[0].Team != "nlp" {
 		t.Errorf("lifts after the upgrade = %+v, %v", got, err)
 	}
 }

@@ -24,7 +24,7 @@ var oddLabels = map[string]string{
 	"com.docker.name": "with space and = sign & ampersand?",
 }
 
-func testContainers(t *testing.T, s ledger.Store) {
+func testContainers(t *testing.T, s ledger.Ledger) {
 	exit0, exit137 := 0, 137
 	running := ledger.Container{
 		Node: nodeA, ID: ctr1, Name: "train/odd name", Image: "registry.example.com:5000/team/img@sha256:abc",
@@ -85,7 +85,7 @@ func testContainers(t *testing.T, s ledger.Store) {
 	checkUsage(t, s, f, []ledger.UsageTotal{row(killed), row(want), row(succeeded)})
 }
 
-func testContainerCPUOnce(t *testing.T, s ledger.Store) {
+func testContainerCPUOnce(t *testing.T, s ledger.Ledger) {
 	c1 := container1()
 	sums := ledger.Sums{AllocatedSeconds: 60, UsedSeconds: 30}
 	write(t, s, ledger.Batch{
@@ -129,7 +129,7 @@ func testContainerCPUOnce(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testUnknownGPU(t *testing.T, s ledger.Store) {
+func testUnknownGPU(t *testing.T, s ledger.Ledger) {
 	sums := ledger.Sums{UsedSeconds: 3}
 	write(t, s, ledger.Batch{Usage: []ledger.Usage{usage(nodeA, at(0, 0), ledger.KindHost, "gina", gpuA, sums)}})
 	f := ledger.Filter{From: t0, To: at(1, 0)}

@@ -29,20 +29,16 @@ func gpuRow(node, gpu string, start time.Time, g ledger.GPUGauges) ledger.GPUUsa
 	return ledger.GPUUsage{Node: node, Start: start, GPU: gpu, GPUSums: ledger.GPUSums{Seconds: 1}, Gauges: g}
 }
 
-func gpuSeries(t *testing.T, s ledger.Store, node string, from, to time.Time, step time.Duration) []ledger.GPUHistory {
+func gpuSeries(t *testing.T, s ledger.Ledger, node string, from, to time.Time, step time.Duration) []ledger.GPUHistory {
 	t.Helper()
-	gs, ok := s.(ledger.GPUSeriesStore)
-	if !ok {
-		t.Fatalf("%T does not read GPU series", s)
-	}
-	h, err := gs.GPUSeries(context.Background(), node, from, to, step)
+	h, err := s.GPUSeries(context.Background(), node, from, to, step)
 	if err != nil {
 		t.Fatalf("GPUSeries(%s, %v–%v, %v): %v", node, from, to, step, err)
 	}
 	return h
 }
 
-func testGPUSeries(t *testing.T, s ledger.Store) {
+func testGPUSeries(t *testing.T, s ledger.Ledger) {
 	gpuOther := ledger.GPU{Node: nodeB, UUID: gpuA, Index: 0, Model: "NVIDIA A100-SXM4-40GB", MemoryTotal: 40 << 30}
 	// Two batches add to the same minute of GPU A: 2 readings, then 1.
 	write(t, s, ledger.Batch{GPUs: []ledger.GPU{gpuMetaA, gpuMetaB, gpuOther}, GPUUsage: []ledger.GPUUsage{
@@ -145,18 +141,17 @@ func testGPUSeries(t *testing.T, s ledger.Store) {
 		t.Errorf("refused batches left points: %+v", got)
 	}
 
-	gs := s.(ledger.GPUSeriesStore)
 	for _, step := range []time.Duration{0, -time.Minute, 30 * time.Second, 90 * time.Second} {
-		if _, err := gs.GPUSeries(context.Background(), nodeA, at(0, 0), at(1, 0), step); err == nil {
+		if _, err := s.GPUSeries(context.Background(), nodeA, at(0, 0), at(1, 0), step); err == nil {
 			t.Errorf("step %v: no error", step)
 		}
 	}
-	if _, err := gs.GPUSeries(context.Background(), "", at(0, 0), at(1, 0), time.Minute); err == nil {
+	if _, err := s.GPUSeries(context.Background(), "", at(0, 0), at(1, 0), time.Minute); err == nil {
 		t.Error("no node: no error")
 	}
 }
 
-func testGPUSeriesRetain(t *testing.T, s ledger.Store) {
+func testGPUSeriesRetain(t *testing.T, s ledger.Ledger) {
 	var b ledger.Batch
 	b.GPUs = []ledger.GPU{gpuMetaA}
 	for h := range 3 {
@@ -182,11 +177,7 @@ func testGPUSeriesRetain(t *testing.T, s ledger.Store) {
 // BenchGPUSeries reads the last 7 days of the month Fill30Days wrote in
 // hour steps (the console's 7-day charts) and the last 24 hours in
 // five-minute steps, checking that every GPU has its points.
-func BenchGPUSeries(b *testing.B, s ledger.Store, m Month) {
-	gs, ok := s.(ledger.GPUSeriesStore)
-	if !ok {
-		b.Fatalf("%T does not read GPU series", s)
-	}
+func BenchGPUSeries(b *testing.B, s ledger.Ledger, m Month) {
 	ctx := context.Background()
 	for _, w := range []struct {
 		name       string
@@ -195,7 +186,7 @@ func BenchGPUSeries(b *testing.B, s ledger.Store, m Month) {
 		b.Run(w.name, func(b *testing.B) {
 			want := int(w.span / w.step)
 			for b.Loop() {
-				h, err := gs.GPUSeries(ctx, m.Node, m.To.Add(-w.span), m.To, w.step)
+				h, err := s.GPUSeries(ctx, m.Node, m.To.Add(-w.span), m.To, w.step)
 				if err != nil {
 					b.Fatal(err)
 				}

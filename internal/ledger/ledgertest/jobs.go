@@ -13,58 +13,46 @@ import (
 
 	gocmp "github.com/google/go-cmp/cmp"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
-// The job states as the queue names them; the store knows none of them.
+// The job states the tests use; the store checks no transition.
 const (
-	jobQueued    = "queued"
-	jobStarting  = "starting"
-	jobRunning   = "running"
-	jobSucceeded = "succeeded"
-	jobCancelled = "cancelled"
+	jobQueued    = queue.Queued
+	jobStarting  = queue.Starting
+	jobRunning   = queue.Running
+	jobSucceeded = queue.Succeeded
+	jobCancelled = queue.Cancelled
 )
 
-var jobEnded = []string{jobSucceeded, "failed", "timeout", jobCancelled}
-
-func jobStore(t *testing.T, s ledger.Store) (ledger.JobStore, ledger.AuditStore) {
-	t.Helper()
-	js, ok := s.(ledger.JobStore)
-	if !ok {
-		t.Fatalf("%T does not keep jobs", s)
-	}
-	as, ok := s.(ledger.AuditStore)
-	if !ok {
-		t.Fatalf("%T does not keep audit events", s)
-	}
-	return js, as
-}
-
-func newJob(user string) ledger.Job {
-	return ledger.Job{
+func newJob(user string) queue.Job {
+	return queue.Job{
 		Node: nodeA, Name: "train", User: user, Team: "vision", State: jobQueued, Reason: "resources",
 		ReasonText: "waiting for 1 free GPU", GPUsRequested: 1, Image: "localhost/sleeper:1",
 		Command: []string{"/sleeper", "--for", "10s"}, EnvKeys: []string{"WANDB_API_KEY", "SEED"},
-		Request:   json.RawMessage(`{"gpus":1,"env_keys":["WANDB_API_KEY","SEED"]}`),
+		Request: &queue.Request{Class: queue.ClassHigh, Mounts: []string{"/data/a:/data:ro"}, Memory: 32 << 30,
+			Publish: []string{"8080"}, Notify: []string{"end"}},
 		TimeLimit: 4 * time.Hour, SubmittedAt: t0,
 	}
 }
 
-func submitAudit(user string) ledger.AuditEvent {
-	return ledger.AuditEvent{Time: t0, Node: nodeA, Kind: "api", Outcome: "ok", Caller: user, Role: "user",
+func submitAudit(user string) audit.Event {
+	return audit.Event{Time: t0, Node: nodeA, Kind: "api", Outcome: "ok", Caller: user, Role: "user",
 		Source: "unix uid 1000", Action: "jobs.submit", Status: 201}
 }
 
-func submit(t *testing.T, js ledger.JobStore, j ledger.Job) ledger.Job {
+func submit(t *testing.T, s ledger.JobStore, j queue.Job) queue.Job {
 	t.Helper()
-	got, err := js.SubmitJob(context.Background(), j, submitAudit(j.User))
+	got, err := s.SubmitJob(context.Background(), j, submitAudit(j.User))
 	if err != nil {
 		t.Fatalf("SubmitJob: %v", err)
 	}
 	return got
 }
 
-func ids(jobs []ledger.Job) []string {
+func ids(jobs []queue.Job) []string {
 	out := []string{}
 	for _, j := range jobs {
 		out = append(out, j.ID)
@@ -74,28 +62,27 @@ func ids(jobs []ledger.Job) []string {
 
 // testJobSubmit checks that submits get increasing IDs, that a job reads
 // back as it was written and that its audit row names it.
-func testJobSubmit(t *testing.T, s ledger.Store) {
-	js, as := jobStore(t, s)
+func testJobSubmit(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	a := submit(t, js, newJob("alice"))
-	b := submit(t, js, newJob("bob"))
+	a := submit(t, s, newJob("alice"))
+	b := submit(t, s, newJob("bob"))
 	if a.ID != "j-000001" || b.ID != "j-000002" || a.Seq != 1 || b.Seq != 2 {
 		t.Errorf("IDs %s (%d), %s (%d); want j-000001 (1), j-000002 (2)", a.ID, a.Seq, b.ID, b.Seq)
 	}
 	if a.UpdatedAt.IsZero() || !a.SubmittedAt.Equal(t0) {
 		t.Errorf("submitted %v, updated %v; want %v and set", a.SubmittedAt, a.UpdatedAt, t0)
 	}
-	got, err := js.Job(ctx, a.ID)
+	got, err := s.Job(ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := gocmp.Diff(a, got); d != "" {
 		t.Errorf("Job(%s) differs from what SubmitJob returned (-submitted +read):\n%s", a.ID, d)
 	}
-	if _, err := js.Job(ctx, "j-999999"); !errors.Is(err, ledger.ErrJobNotFound) {
+	if _, err := s.Job(ctx, "j-999999"); !errors.Is(err, ledger.ErrJobNotFound) {
 		t.Errorf("Job of an unknown ID: %v, want ErrJobNotFound", err)
 	}
-	ev, err := as.AuditEvents(ctx, ledger.Filter{})
+	ev, err := s.AuditEvents(ctx, audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,10 +93,9 @@ func testJobSubmit(t *testing.T, s ledger.Store) {
 
 // testJobSequenceFloor checks that RaiseJobSequence moves the next ID
 // above a floor and never back down.
-func testJobSequenceFloor(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobSequenceFloor(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	submit(t, js, newJob("alice")) // j-000001
+	submit(t, s, newJob("alice")) // j-000001
 	for _, tc := range []struct {
 		floor int64
 		want  string
@@ -118,10 +104,10 @@ func testJobSequenceFloor(t *testing.T, s ledger.Store) {
 		{10, "j-000043"}, // below the sequence: no change
 		{43, "j-000044"}, // equal: no change
 	} {
-		if err := js.RaiseJobSequence(ctx, tc.floor); err != nil {
+		if err := s.RaiseJobSequence(ctx, tc.floor); err != nil {
 			t.Fatalf("RaiseJobSequence(%d): %v", tc.floor, err)
 		}
-		if got := submit(t, js, newJob("bob")); got.ID != tc.want {
+		if got := submit(t, s, newJob("bob")); got.ID != tc.want {
 			t.Errorf("after RaiseJobSequence(%d): next ID %s, want %s", tc.floor, got.ID, tc.want)
 		}
 	}
@@ -129,50 +115,48 @@ func testJobSequenceFloor(t *testing.T, s ledger.Store) {
 
 // testJobSubmitAtomic checks that a submit whose audit row cannot be
 // written leaves no job, and spends no ID.
-func testJobSubmitAtomic(t *testing.T, s ledger.Store) {
-	js, as := jobStore(t, s)
+func testJobSubmitAtomic(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	bad := submitAudit("alice")
 	bad.Evidence = map[string]float64{"x": math.NaN()} // cannot be encoded
-	if _, err := js.SubmitJob(ctx, newJob("alice"), bad); err == nil {
+	if _, err := s.SubmitJob(ctx, newJob("alice"), bad); err == nil {
 		t.Fatal("SubmitJob with an audit row that cannot be written succeeded")
 	}
-	all, err := js.Jobs(ctx, ledger.JobFilter{IncludeEnded: true})
+	all, err := s.Jobs(ctx, ledger.JobFilter{IncludeEnded: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(all) != 0 {
 		t.Errorf("jobs after a failed submit: %v, want none", ids(all))
 	}
-	if ev, _ := as.AuditEvents(ctx, ledger.Filter{}); len(ev) != 0 {
+	if ev, _ := s.AuditEvents(ctx, audit.Filter{}); len(ev) != 0 {
 		t.Errorf("audit rows after a failed submit: %+v", ev)
 	}
-	if j := submit(t, js, newJob("alice")); j.ID != "j-000001" {
+	if j := submit(t, s, newJob("alice")); j.ID != "j-000001" {
 		t.Errorf("ID after a failed submit: %s, want j-000001", j.ID)
 	}
 }
 
 // testJobCAS checks that an update applies only while the state is the
 // one expected, and writes its audit row with it.
-func testJobCAS(t *testing.T, s ledger.Store) {
-	js, as := jobStore(t, s)
+func testJobCAS(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	j := submit(t, js, newJob("alice"))
+	j := submit(t, s, newJob("alice"))
 	startedAt := t0.Add(time.Minute)
-	start := func(x *ledger.Job) {
+	start := func(x *queue.Job) {
 		x.State, x.Reason, x.ReasonText = jobStarting, "", ""
 		x.GPUs, x.StartedAt, x.Attempts = []string{gpuA}, startedAt, x.Attempts+1
 		x.User, x.Image = "mallory", "evil" // not the update's to change
 	}
-	audit := ledger.AuditEvent{Time: t0.Add(time.Minute), Node: nodeA, Kind: "api", Outcome: "ok", Action: "jobs.start"}
-	up, err := js.UpdateJob(ctx, j.ID, jobQueued, start, audit)
+	upd := audit.Event{Time: t0.Add(time.Minute), Node: nodeA, Kind: "api", Outcome: "ok", Action: "jobs.start"}
+	up, err := s.UpdateJob(ctx, j.ID, jobQueued, start, upd)
 	if err != nil {
 		t.Fatalf("UpdateJob queued → starting: %v", err)
 	}
 	if up.State != jobStarting || up.Attempts != 1 || up.User != "alice" || up.Image != j.Image || !up.StartedAt.Equal(startedAt) {
 		t.Errorf("after the start: %+v", up)
 	}
-	got, err := js.Job(ctx, j.ID)
+	got, err := s.Job(ctx, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,31 +164,31 @@ func testJobCAS(t *testing.T, s ledger.Store) {
 		t.Errorf("Job after UpdateJob (-returned +read):\n%s", d)
 	}
 	// A second start from queued is stale: refused, nothing written.
-	_, err = js.UpdateJob(ctx, j.ID, jobQueued, start, audit)
+	_, err = s.UpdateJob(ctx, j.ID, jobQueued, start, upd)
 	var se *ledger.JobStateError
 	if !errors.As(err, &se) || se.Actual != jobStarting || se.Want != jobQueued || se.ID != j.ID {
 		t.Fatalf("UpdateJob from a stale state: %v, want a JobStateError naming %s", err, jobStarting)
 	}
-	if !strings.Contains(err.Error(), jobStarting) {
+	if !strings.Contains(err.Error(), string(jobStarting)) {
 		t.Errorf("error %q does not name the actual state", err)
 	}
-	if again, _ := js.Job(ctx, j.ID); again.Attempts != 1 {
+	if again, _ := s.Job(ctx, j.ID); again.Attempts != 1 {
 		t.Errorf("a refused update changed the job: attempts %d", again.Attempts)
 	}
 	code := 0
-	ended, err := js.UpdateJob(ctx, j.ID, jobStarting, func(x *ledger.Job) {
+	ended, err := s.UpdateJob(ctx, j.ID, jobStarting, func(x *queue.Job) {
 		x.State, x.ExitCode, x.EndedAt, x.ContainerID = jobSucceeded, &code, t0.Add(time.Hour), ctr1
-	}, ledger.AuditEvent{})
+	}, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ended.ExitCode == nil || *ended.ExitCode != 0 || ended.ContainerID != ctr1 {
 		t.Errorf("ended: %+v", ended)
 	}
-	if _, err := js.UpdateJob(ctx, "j-999999", jobQueued, start, audit); !errors.Is(err, ledger.ErrJobNotFound) {
+	if _, err := s.UpdateJob(ctx, "j-999999", jobQueued, start, upd); !errors.Is(err, ledger.ErrJobNotFound) {
 		t.Errorf("UpdateJob of an unknown job: %v", err)
 	}
-	ev, err := as.AuditEvents(ctx, ledger.Filter{})
+	ev, err := s.AuditEvents(ctx, audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,40 +203,38 @@ func testJobCAS(t *testing.T, s ledger.Store) {
 }
 
 // testJobHeld checks SetHeld, itself a compare-and-set on the state.
-func testJobHeld(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobHeld(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	j := submit(t, js, newJob("alice"))
-	h, err := js.SetHeld(ctx, j.ID, jobQueued, true, ledger.AuditEvent{Kind: "api", Action: "jobs.hold"})
+	j := submit(t, s, newJob("alice"))
+	h, err := s.SetHeld(ctx, j.ID, jobQueued, true, audit.Event{Kind: "api", Action: "jobs.hold"})
 	if err != nil || !h.Held {
 		t.Fatalf("SetHeld: %+v, %v", h, err)
 	}
-	if got, _ := js.Job(ctx, j.ID); !got.Held || got.State != jobQueued {
+	if got, _ := s.Job(ctx, j.ID); !got.Held || got.State != jobQueued {
 		t.Errorf("held job reads %+v", got)
 	}
 	var se *ledger.JobStateError
-	if _, err := js.SetHeld(ctx, j.ID, jobRunning, false, ledger.AuditEvent{}); !errors.As(err, &se) {
+	if _, err := s.SetHeld(ctx, j.ID, jobRunning, false, audit.Event{}); !errors.As(err, &se) {
 		t.Errorf("SetHeld from a stale state: %v", err)
 	}
-	if h, err := js.SetHeld(ctx, j.ID, jobQueued, false, ledger.AuditEvent{}); err != nil || h.Held {
+	if h, err := s.SetHeld(ctx, j.ID, jobQueued, false, audit.Event{}); err != nil || h.Held {
 		t.Errorf("release: %+v, %v", h, err)
 	}
 }
 
 // testJobFilters checks Jobs' filters, that ended jobs are listed only
 // when asked, and ActiveJobs.
-func testJobFilters(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobFilters(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	var all []ledger.Job
+	var all []queue.Job
 	for _, u := range []string{"alice", "bob", "alice", "carol", "alice"} {
-		all = append(all, submit(t, js, newJob(u)))
+		all = append(all, submit(t, s, newJob(u)))
 	}
-	move := func(j ledger.Job, states ...string) {
+	move := func(j queue.Job, states ...queue.State) {
 		t.Helper()
 		for i := 1; i < len(states); i++ {
 			to := states[i]
-			if _, err := js.UpdateJob(ctx, j.ID, states[i-1], func(x *ledger.Job) { x.State = to }, ledger.AuditEvent{}); err != nil {
+			if _, err := s.UpdateJob(ctx, j.ID, states[i-1], func(x *queue.Job) { x.State = to }, audit.Event{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -264,17 +246,17 @@ func testJobFilters(t *testing.T, s ledger.Store) {
 		f    ledger.JobFilter
 		want []int
 	}{
-		{ledger.JobFilter{Ended: jobEnded}, []int{0, 1, 3, 4}},
-		{ledger.JobFilter{Ended: jobEnded, IncludeEnded: true}, []int{0, 1, 2, 3, 4}},
-		{ledger.JobFilter{User: "alice", Ended: jobEnded}, []int{0, 4}},
-		{ledger.JobFilter{User: "alice", Ended: jobEnded, IncludeEnded: true}, []int{0, 2, 4}},
-		{ledger.JobFilter{States: []string{jobQueued}}, []int{3, 4}},
-		{ledger.JobFilter{States: []string{jobCancelled}, Ended: jobEnded}, nil},
-		{ledger.JobFilter{States: []string{jobCancelled}, Ended: jobEnded, IncludeEnded: true}, []int{2}},
-		{ledger.JobFilter{Ended: jobEnded, Limit: 2}, []int{0, 1}},
+		{ledger.JobFilter{}, []int{0, 1, 3, 4}},
+		{ledger.JobFilter{IncludeEnded: true}, []int{0, 1, 2, 3, 4}},
+		{ledger.JobFilter{User: "alice"}, []int{0, 4}},
+		{ledger.JobFilter{User: "alice", IncludeEnded: true}, []int{0, 2, 4}},
+		{ledger.JobFilter{States: []queue.State{jobQueued}}, []int{3, 4}},
+		{ledger.JobFilter{States: []queue.State{jobCancelled}}, nil},
+		{ledger.JobFilter{States: []queue.State{jobCancelled}, IncludeEnded: true}, []int{2}},
+		{ledger.JobFilter{Limit: 2}, []int{0, 1}},
 		{ledger.JobFilter{User: "dave"}, nil},
 	} {
-		got, err := js.Jobs(ctx, tc.f)
+		got, err := s.Jobs(ctx, tc.f)
 		if err != nil {
 			t.Fatalf("Jobs(%+v): %v", tc.f, err)
 		}
@@ -286,7 +268,7 @@ func testJobFilters(t *testing.T, s ledger.Store) {
 			t.Errorf("Jobs(%+v) (-want +got):\n%s", tc.f, d)
 		}
 	}
-	active, err := js.ActiveJobs(ctx, jobStarting, jobRunning)
+	active, err := s.ActiveJobs(ctx, jobStarting, jobRunning)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,11 +279,10 @@ func testJobFilters(t *testing.T, s ledger.Store) {
 
 // testJobEnvKeys checks that a job keeps its environment's names and
 // nothing that holds a value.
-func testJobEnvKeys(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobEnvKeys(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	j := submit(t, js, newJob("alice"))
-	got, err := js.Job(ctx, j.ID)
+	j := submit(t, s, newJob("alice"))
+	got, err := s.Job(ctx, j.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,8 +297,7 @@ func testJobEnvKeys(t *testing.T, s ledger.Store) {
 
 // testJobConcurrentSubmits checks that submits at once get distinct,
 // gap-free IDs.
-func testJobConcurrentSubmits(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobConcurrentSubmits(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	const n, each = 8, 5
 	var wg sync.WaitGroup
@@ -327,7 +307,7 @@ func testJobConcurrentSubmits(t *testing.T, s ledger.Store) {
 		go func() {
 			defer wg.Done()
 			for range each {
-				if _, err := js.SubmitJob(ctx, newJob(fmt.Sprintf("user%d", w)), submitAudit("u")); err != nil {
+				if _, err := s.SubmitJob(ctx, newJob(fmt.Sprintf("user%d", w)), submitAudit("u")); err != nil {
 					errs <- err
 				}
 			}
@@ -338,7 +318,7 @@ func testJobConcurrentSubmits(t *testing.T, s ledger.Store) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	all, err := js.Jobs(ctx, ledger.JobFilter{})
+	all, err := s.Jobs(ctx, ledger.JobFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,10 +335,9 @@ func testJobConcurrentSubmits(t *testing.T, s ledger.Store) {
 // testJobConcurrentStarts checks that of many writers that start the
 // same queued job at once exactly one wins, and the others are told the
 // state it is in: a job never starts twice.
-func testJobConcurrentStarts(t *testing.T, s ledger.Store) {
-	js, _ := jobStore(t, s)
+func testJobConcurrentStarts(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	j := submit(t, js, newJob("alice"))
+	j := submit(t, s, newJob("alice"))
 	const n = 8
 	var wg sync.WaitGroup
 	errs := make([]error, n)
@@ -366,9 +345,9 @@ func testJobConcurrentStarts(t *testing.T, s ledger.Store) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[w] = js.UpdateJob(ctx, j.ID, jobQueued, func(x *ledger.Job) {
+			_, errs[w] = s.UpdateJob(ctx, j.ID, jobQueued, func(x *queue.Job) {
 				x.State, x.Attempts = jobStarting, x.Attempts+1
-			}, ledger.AuditEvent{Kind: "api", Action: "jobs.start"})
+			}, audit.Event{Kind: "api", Action: "jobs.start"})
 		}()
 	}
 	wg.Wait()
@@ -383,34 +362,29 @@ func testJobConcurrentStarts(t *testing.T, s ledger.Store) {
 			t.Errorf("a losing start: %v, want a JobStateError naming %s", err, jobStarting)
 		}
 	}
-	if got, _ := js.Job(ctx, j.ID); won != 1 || got.Attempts != 1 {
+	if got, _ := s.Job(ctx, j.ID); won != 1 || got.Attempts != 1 {
 		t.Errorf("%d of %d starts won, attempts %d; want exactly one", won, n, got.Attempts)
 	}
 }
 
 // UpgradedJobs checks that a ledger migrated from an older release keeps
 // jobs: its first job is j-000001.
-func UpgradedJobs(t *testing.T, s ledger.Store) {
+func UpgradedJobs(t *testing.T, s ledger.Ledger) {
 	t.Helper()
-	js, _ := jobStore(t, s)
-	if j := submit(t, js, newJob("alice")); j.ID != "j-000001" {
+	if j := submit(t, s, newJob("alice")); j.ID != "j-000001" {
 		t.Errorf("first job after the upgrade: %s, want j-000001", j.ID)
 	}
 }
 
 // BenchSubmitJob measures SubmitJob on s: one job and its audit row, one
 // transaction each, as the API will submit them; it reports jobs/s.
-func BenchSubmitJob(b *testing.B, s ledger.Store) {
-	js, ok := s.(ledger.JobStore)
-	if !ok {
-		b.Fatalf("%T does not keep jobs", s)
-	}
+func BenchSubmitJob(b *testing.B, s ledger.Ledger) {
 	ctx := context.Background()
 	j := newJob("alice")
 	b.ResetTimer()
 	start := time.Now()
 	for b.Loop() {
-		if _, err := js.SubmitJob(ctx, j, submitAudit(j.User)); err != nil {
+		if _, err := s.SubmitJob(ctx, j, submitAudit(j.User)); err != nil {
 			b.Fatal(err)
 		}
 	}

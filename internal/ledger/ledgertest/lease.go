@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // Pair opens one new, empty ledger twice, as two agents would (two
 // processes' worth of connections), and closes both when the test ends.
-type Pair func(t *testing.T) (a, b ledger.Store)
+type Pair func(t *testing.T) (a, b ledger.Ledger)
 
 // RunLeases runs the lease and fencing suite. fileLock is true for a
 // backend whose second writer is refused by a lock for as long as the
@@ -22,7 +23,7 @@ type Pair func(t *testing.T) (a, b ledger.Store)
 func RunLeases(t *testing.T, pair Pair, fileLock bool) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, a, b ledger.Store, fileLock bool)
+		fn   func(t *testing.T, a, b ledger.Ledger, fileLock bool)
 	}{
 		{"RefusedBeforeAnyWrite", testLeaseRefused},
 		{"BatchOnce", testBatchOnce},
@@ -40,22 +41,13 @@ func RunLeases(t *testing.T, pair Pair, fileLock bool) {
 	}
 }
 
-func taker(t *testing.T, s ledger.Store) ledger.LeaseTaker {
-	t.Helper()
-	lt, ok := s.(ledger.LeaseTaker)
-	if !ok {
-		t.Fatalf("%T keeps no leases", s)
-	}
-	return lt
-}
-
 func agentLease(node, instance string, pid int) ledger.Lease {
 	return ledger.Lease{Node: node, Instance: instance, Host: "host-" + instance, PID: pid}
 }
 
-func acquire(t *testing.T, s ledger.Store, want ledger.Lease, takeover time.Duration) ledger.Lease {
+func acquire(t *testing.T, s ledger.Ledger, want ledger.Lease, takeover time.Duration) ledger.Lease {
 	t.Helper()
-	l, err := taker(t, s).Acquire(context.Background(), want, takeover)
+	l, err := s.Acquire(context.Background(), want, takeover)
 	if err != nil {
 		t.Fatalf("Acquire(%s, %s): %v", want.Node, want.Instance, err)
 	}
@@ -81,7 +73,7 @@ func nodeBatch(node string, minute int) ledger.Batch {
 }
 
 // usedSeconds is node's used GPU-seconds in the ledger.
-func usedSeconds(t *testing.T, s ledger.Store, node string) float64 {
+func usedSeconds(t *testing.T, s ledger.Ledger, node string) float64 {
 	t.Helper()
 	var sum float64
 	for _, u := range readUsage(t, s, ledger.Filter{Node: node}) {
@@ -90,12 +82,12 @@ func usedSeconds(t *testing.T, s ledger.Store, node string) float64 {
 	return sum
 }
 
-func testLeaseRefused(t *testing.T, a, b ledger.Store, fileLock bool) {
+func testLeaseRefused(t *testing.T, a, b ledger.Ledger, fileLock bool) {
 	ctx := context.Background()
 	l := acquire(t, a, agentLease(nodeA, "first", 4121), time.Hour)
 	write(t, a, leaseBatch(ledger.BatchID{Node: nodeA, Instance: l.Instance, Seq: 1}, 0))
 
-	_, err := taker(t, b).Acquire(ctx, agentLease(nodeA, "second", 977), time.Hour)
+	_, err := b.Acquire(ctx, agentLease(nodeA, "second", 977), time.Hour)
 	var held *ledger.LeaseHeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("second Acquire = %v, want a *LeaseHeldError", err)
@@ -118,7 +110,7 @@ func testLeaseRefused(t *testing.T, a, b ledger.Store, fileLock bool) {
 	}
 }
 
-func testBatchOnce(t *testing.T, a, _ ledger.Store, _ bool) {
+func testBatchOnce(t *testing.T, a, _ ledger.Ledger, _ bool) {
 	l := acquire(t, a, agentLease(nodeA, "one", 1), time.Hour)
 	id := ledger.BatchID{Node: nodeA, Instance: l.Instance, Seq: 1}
 	write(t, a, leaseBatch(id, 0))
@@ -147,7 +139,7 @@ func testBatchOnce(t *testing.T, a, _ ledger.Store, _ bool) {
 	}
 }
 
-func testLeaseHeartbeat(t *testing.T, a, b ledger.Store, fileLock bool) {
+func testLeaseHeartbeat(t *testing.T, a, b ledger.Ledger, fileLock bool) {
 	if fileLock {
 		t.Skip("a file lock does not go silent")
 	}
@@ -157,7 +149,7 @@ func testLeaseHeartbeat(t *testing.T, a, b ledger.Store, fileLock bool) {
 	const takeover = time.Second
 	time.Sleep(takeover + 500*time.Millisecond)
 	write(t, a, ledger.Batch{ID: ledger.BatchID{Node: nodeA, Instance: l.Instance, Seq: 1}})
-	_, err := taker(t, b).Acquire(context.Background(), agentLease(nodeA, "two", 2), takeover)
+	_, err := b.Acquire(context.Background(), agentLease(nodeA, "two", 2), takeover)
 	var held *ledger.LeaseHeldError
 	if !errors.As(err, &held) {
 		t.Fatalf("Acquire after a heartbeat = %v, want a *LeaseHeldError", err)
@@ -167,11 +159,11 @@ func testLeaseHeartbeat(t *testing.T, a, b ledger.Store, fileLock bool) {
 	}
 }
 
-func testLeaseRelease(t *testing.T, a, b ledger.Store, _ bool) {
+func testLeaseRelease(t *testing.T, a, b ledger.Ledger, _ bool) {
 	ctx := context.Background()
 	l := acquire(t, a, agentLease(nodeA, "one", 1), time.Hour)
 	write(t, a, leaseBatch(ledger.BatchID{Node: nodeA, Instance: l.Instance, Seq: 1}, 0))
-	if err := taker(t, a).Release(ctx, l); err != nil {
+	if err := a.Release(ctx, l); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 	// Released: the next agent takes it at once, however long the
@@ -187,14 +179,14 @@ func testLeaseRelease(t *testing.T, a, b ledger.Store, _ bool) {
 	}
 }
 
-func testLeaseTakeover(t *testing.T, a, b ledger.Store, fileLock bool) {
+func testLeaseTakeover(t *testing.T, a, b ledger.Ledger, fileLock bool) {
 	ctx := context.Background()
 	acquire(t, a, agentLease(nodeA, "one", 1), time.Hour)
 	if fileLock {
 		// While the first lives, its lock refuses the second whatever
 		// the takeover; once it is gone (closed, as by a crash, without
 		// a release), the second takes over at once.
-		if _, err := taker(t, b).Acquire(ctx, agentLease(nodeA, "two", 2), 0); err == nil {
+		if _, err := b.Acquire(ctx, agentLease(nodeA, "two", 2), 0); err == nil {
 			t.Fatal("Acquire with takeover 0 while the lock is held succeeded")
 		}
 		a.Close()
@@ -205,7 +197,7 @@ func testLeaseTakeover(t *testing.T, a, b ledger.Store, fileLock bool) {
 	acquire(t, b, agentLease(nodeA, "two", 2), 10*time.Millisecond)
 }
 
-func testFenced(t *testing.T, a, b ledger.Store, fileLock bool) {
+func testFenced(t *testing.T, a, b ledger.Ledger, fileLock bool) {
 	ctx := context.Background()
 	l := acquire(t, a, agentLease(nodeA, "one", 1), time.Hour)
 	write(t, a, leaseBatch(ledger.BatchID{Node: nodeA, Instance: l.Instance, Seq: 1}, 0))
@@ -234,11 +226,11 @@ func testFenced(t *testing.T, a, b ledger.Store, fileLock bool) {
 	}
 }
 
-func testLeaseOtherNodes(t *testing.T, a, b ledger.Store, fileLock bool) {
+func testLeaseOtherNodes(t *testing.T, a, b ledger.Ledger, fileLock bool) {
 	if fileLock {
 		// One file, one writer: a second node's agent is refused too.
 		acquire(t, a, agentLease(nodeA, "one", 1), time.Hour)
-		_, err := taker(t, b).Acquire(context.Background(), agentLease(nodeB, "two", 2), time.Hour)
+		_, err := b.Acquire(context.Background(), agentLease(nodeB, "two", 2), time.Hour)
 		var held *ledger.LeaseHeldError
 		if !errors.As(err, &held) || !held.Locked || !strings.Contains(err.Error(), `node "node-a"`) {
 			t.Fatalf("Acquire of node-b on node-a's file = %v, want a lock refusal naming node-a", err)
@@ -251,7 +243,7 @@ func testLeaseOtherNodes(t *testing.T, a, b ledger.Store, fileLock bool) {
 	lb := acquire(t, b, agentLease(nodeB, "two", 2), time.Hour)
 	var wg sync.WaitGroup
 	for i, pair := range []struct {
-		s ledger.Store
+		s ledger.Ledger
 		l ledger.Lease
 	}{{a, la}, {b, lb}} {
 		wg.Go(func() {
@@ -272,7 +264,7 @@ func testLeaseOtherNodes(t *testing.T, a, b ledger.Store, fileLock bool) {
 
 // testRetainOneNode: on a ledger that nodes share, an agent's retention
 // deletes its own node's old rows and nobody else's.
-func testRetainOneNode(t *testing.T, s ledger.Store) {
+func testRetainOneNode(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	for _, n := range []string{nodeA, nodeB} {
 		for _, h := range []int{0, 5} {
@@ -282,10 +274,8 @@ func testRetainOneNode(t *testing.T, s ledger.Store) {
 			write(t, s, b)
 		}
 	}
-	if as, ok := s.(ledger.AuditStore); ok {
-		if err := as.Audit(ctx, []ledger.AuditEvent{{Time: at(0, 10), Node: nodeA, Kind: "api"}, {Time: at(0, 10), Node: nodeB, Kind: "api"}}); err != nil {
-			t.Fatal(err)
-		}
+	if err := s.Audit(ctx, []audit.Event{{Time: at(0, 10), Node: nodeA, Kind: "api"}, {Time: at(0, 10), Node: nodeB, Kind: "api"}}); err != nil {
+		t.Fatal(err)
 	}
 	// Minute and hour rows before 12:00 of node-a go.
 	if err := s.Retain(ctx, nodeA, at(6, 0), 2*time.Hour, 2*time.Hour); err != nil {
@@ -303,21 +293,19 @@ func testRetainOneNode(t *testing.T, s ledger.Store) {
 	if got, gpus := usedSeconds(t, s, nodeB), readGPUs(t, s, ledger.Filter{Node: nodeB}); got != 60 || len(gpus) != 1 || gpus[0].Seconds != 120 || cpu(nodeB) != 14 {
 		t.Errorf("node-b after node-a's Retain: used %v, GPUs %+v, CPU %v; want all of it (60, 120 s, 14)", got, gpus, cpu(nodeB))
 	}
-	if as, ok := s.(ledger.AuditStore); ok {
-		ev, err := as.AuditEvents(ctx, ledger.Filter{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ev) != 1 || ev[0].Node != nodeB {
-			t.Errorf("audit events after node-a's Retain: %+v, want node-b's alone", ev)
-		}
+	ev, err := s.AuditEvents(ctx, audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev) != 1 || ev[0].Node != nodeB {
+		t.Errorf("audit events after node-a's Retain: %+v, want node-b's alone", ev)
 	}
 }
 
 // testTotalsSnapshot: while batches go in, every Totals read sees owners'
 // rows and GPU totals of the same batches, so that rows plus idle pool
 // equal the GPUs' time.
-func testTotalsSnapshot(t *testing.T, s ledger.Store) {
+func testTotalsSnapshot(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	const batches = 150
 	done := make(chan struct{})

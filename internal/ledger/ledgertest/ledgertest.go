@@ -1,4 +1,4 @@
-// Package ledgertest is the conformance suite that every ledger.Store
+// Package ledgertest is the conformance suite that every ledger.Ledger
 // backend runs, a month-long ledger builder, and benchmarks over both.
 package ledgertest
 
@@ -15,10 +15,10 @@ import (
 
 // Run runs the conformance suite. open returns a new, empty store for one
 // subtest and closes it when that subtest ends (t.Cleanup).
-func Run(t *testing.T, open func(t *testing.T) ledger.Store) {
+func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 	tests := []struct {
 		name string
-		fn   func(t *testing.T, s ledger.Store)
+		fn   func(t *testing.T, s ledger.Ledger)
 	}{
 		{"Empty", testEmpty},
 		{"RoundTrip", testRoundTrip},
@@ -108,14 +108,14 @@ func usage(node string, start time.Time, kind, owner, gpu string, s ledger.Sums)
 	return ledger.Usage{Node: node, Start: start, OwnerKind: kind, OwnerID: owner, GPU: gpu, Sums: s}
 }
 
-func write(t *testing.T, s ledger.Store, b ledger.Batch) {
+func write(t *testing.T, s ledger.Ledger, b ledger.Batch) {
 	t.Helper()
 	if err := s.Write(context.Background(), b); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 }
 
-func readUsage(t *testing.T, s ledger.Store, f ledger.Filter) []ledger.UsageTotal {
+func readUsage(t *testing.T, s ledger.Ledger, f ledger.Filter) []ledger.UsageTotal {
 	t.Helper()
 	got, err := s.Usage(context.Background(), f)
 	if err != nil {
@@ -124,7 +124,7 @@ func readUsage(t *testing.T, s ledger.Store, f ledger.Filter) []ledger.UsageTota
 	return got
 }
 
-func readGPUs(t *testing.T, s ledger.Store, f ledger.Filter) []ledger.GPUTotal {
+func readGPUs(t *testing.T, s ledger.Ledger, f ledger.Filter) []ledger.GPUTotal {
 	t.Helper()
 	got, err := s.GPUs(context.Background(), f)
 	if err != nil {
@@ -143,14 +143,14 @@ func fmtFilter(f ledger.Filter) string {
 
 var equateEmpty = cmpopts.EquateEmpty()
 
-func checkUsage(t *testing.T, s ledger.Store, f ledger.Filter, want []ledger.UsageTotal) {
+func checkUsage(t *testing.T, s ledger.Ledger, f ledger.Filter, want []ledger.UsageTotal) {
 	t.Helper()
 	if diff := gocmp.Diff(want, readUsage(t, s, f), equateEmpty); diff != "" {
 		t.Errorf("Usage(%s) mismatch (-want +got):\n%s", fmtFilter(f), diff)
 	}
 }
 
-func checkGPUs(t *testing.T, s ledger.Store, f ledger.Filter, want []ledger.GPUTotal) {
+func checkGPUs(t *testing.T, s ledger.Ledger, f ledger.Filter, want []ledger.GPUTotal) {
 	t.Helper()
 	if diff := gocmp.Diff(want, readGPUs(t, s, f), equateEmpty); diff != "" {
 		t.Errorf("GPUs(%s) mismatch (-want +got):\n%s", fmtFilter(f), diff)

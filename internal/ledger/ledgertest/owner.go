@@ -15,11 +15,7 @@ import (
 // minute rows land in their hour, a host process counts to its Unix user
 // with no team, GPU time nobody held and containers the ledger does not
 // know are left out, and the window is cut to whole hours.
-func testUsageByOwner(t *testing.T, s ledger.Store) {
-	r, ok := s.(ledger.OwnerUsageReader)
-	if !ok {
-		t.Fatalf("%T does not read usage by owner", s)
-	}
+func testUsageByOwner(t *testing.T, s ledger.Ledger) {
 	ctr := func(node, id, user, team string) ledger.Container {
 		return ledger.Container{Node: node, ID: id, Name: id[:8], Image: "x", User: user, Team: team, FirstSeen: t0, LastSeen: at(3, 0)}
 	}
@@ -44,7 +40,7 @@ func testUsageByOwner(t *testing.T, s ledger.Store) {
 		},
 	})
 	ctx := context.Background()
-	got, err := r.UsageByOwner(ctx, at(0, 20), at(3, 0))
+	got, err := s.UsageByOwner(ctx, at(0, 20), at(3, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,13 +53,13 @@ func testUsageByOwner(t *testing.T, s ledger.Store) {
 	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("UsageByOwner (-want +got):\n%s", diff)
 	}
-	if got, err := r.UsageByOwner(ctx, at(1, 0), at(2, 0)); err != nil || len(got) != 0 {
+	if got, err := s.UsageByOwner(ctx, at(1, 0), at(2, 0)); err != nil || len(got) != 0 {
 		t.Errorf("UsageByOwner over an hour of unknown containers only = %+v, %v; want none", got, err)
 	}
-	if got, err := r.UsageByOwner(ctx, at(2, 30), at(2, 40)); err != nil || len(got) != 0 {
+	if got, err := s.UsageByOwner(ctx, at(2, 30), at(2, 40)); err != nil || len(got) != 0 {
 		t.Errorf("UsageByOwner inside one hour = %+v, %v; want none (the window is cut to whole hours)", got, err)
 	}
-	if got, err := r.UsageByOwner(ctx, at(2, 0), at(2, 0).Add(time.Hour)); err != nil || len(got) != 1 {
+	if got, err := s.UsageByOwner(ctx, at(2, 0), at(2, 0).Add(time.Hour)); err != nil || len(got) != 1 {
 		t.Errorf("UsageByOwner over hour 2 = %+v, %v; want alice's row", got, err)
 	}
 }
@@ -71,13 +67,9 @@ func testUsageByOwner(t *testing.T, s ledger.Store) {
 // unheldByOwner checks that version 3's hours, which have no held
 // seconds, read by owner with none held and all their allocated time
 // unheld, so that fair share on the held basis can count it instead.
-func unheldByOwner(t *testing.T, s ledger.Store, f ledger.Filter) {
+func unheldByOwner(t *testing.T, s ledger.Ledger, f ledger.Filter) {
 	t.Helper()
-	r, ok := s.(ledger.OwnerUsageReader)
-	if !ok {
-		t.Fatalf("%T does not read usage by owner", s)
-	}
-	hours, err := r.UsageByOwner(context.Background(), f.From, f.To)
+	hours, err := s.UsageByOwner(context.Background(), f.From, f.To)
 	if err != nil {
 		t.Fatal(err)
 	}

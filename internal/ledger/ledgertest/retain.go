@@ -11,7 +11,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-func testRetain(t *testing.T, s ledger.Store) {
+func testRetain(t *testing.T, s ledger.Ledger) {
 	// One second of use per minute from 08:00 to 17:59.
 	for h := 0; h < 10; h++ {
 		var b ledger.Batch

@@ -17,7 +17,7 @@ import (
 // steps are the steps Series accepts.
 var steps = []time.Duration{time.Minute, time.Hour}
 
-func readSeries(t *testing.T, s ledger.Store, f ledger.Filter, step time.Duration) []ledger.UsagePoint {
+func readSeries(t *testing.T, s ledger.Ledger, f ledger.Filter, step time.Duration) []ledger.UsagePoint {
 	t.Helper()
 	got, err := s.Series(context.Background(), f, step)
 	if err != nil {
@@ -26,7 +26,7 @@ func readSeries(t *testing.T, s ledger.Store, f ledger.Filter, step time.Duratio
 	return got
 }
 
-func checkSeries(t *testing.T, s ledger.Store, f ledger.Filter, step time.Duration, want []ledger.UsagePoint) {
+func checkSeries(t *testing.T, s ledger.Ledger, f ledger.Filter, step time.Duration, want []ledger.UsagePoint) {
 	t.Helper()
 	got := readSeries(t, s, f, step)
 	if diff := gocmp.Diff(want, got, equateEmpty); diff != "" {
@@ -47,7 +47,7 @@ func checkSeries(t *testing.T, s ledger.Store, f ledger.Filter, step time.Durati
 	}
 }
 
-func checkContainerSeries(t *testing.T, s ledger.Store, f ledger.Filter, step time.Duration, want []ledger.ContainerUsage) {
+func checkContainerSeries(t *testing.T, s ledger.Ledger, f ledger.Filter, step time.Duration, want []ledger.ContainerUsage) {
 	t.Helper()
 	got, err := s.ContainerSeries(context.Background(), f, step)
 	if err != nil {
@@ -170,7 +170,7 @@ func onNode(batches []ledger.Batch, node string) []ledger.Batch {
 
 // edgeSeries writes edgeData and returns its batches and what the ledger
 // knows of its GPUs and container.
-func edgeSeries(t *testing.T, s ledger.Store) ([]ledger.Batch, map[string]ledger.GPU, map[string]*ledger.Container) {
+func edgeSeries(t *testing.T, s ledger.Ledger) ([]ledger.Batch, map[string]ledger.GPU, map[string]*ledger.Container) {
 	meta, batches := edgeData()
 	write(t, s, meta)
 	for _, b := range batches {
@@ -180,7 +180,7 @@ func edgeSeries(t *testing.T, s ledger.Store) ([]ledger.Batch, map[string]ledger
 	return batches, map[string]ledger.GPU{gpuA: gpuMetaA, gpuB: gpuMetaB}, map[string]*ledger.Container{ctr1: &c1}
 }
 
-func testSeriesEmpty(t *testing.T, s ledger.Store) {
+func testSeriesEmpty(t *testing.T, s ledger.Ledger) {
 	for _, step := range steps {
 		for _, f := range []ledger.Filter{{}, {From: t0, To: at(5, 0)}, {Node: nodeA}} {
 			checkSeries(t, s, f, step, nil)
@@ -191,7 +191,7 @@ func testSeriesEmpty(t *testing.T, s ledger.Store) {
 
 // testSeriesRoundTrip: minute points are the rows as written, hour points
 // their sums, and both add up to what Usage answers over the same hours.
-func testSeriesRoundTrip(t *testing.T, s ledger.Store) {
+func testSeriesRoundTrip(t *testing.T, s ledger.Ledger) {
 	batches, gpus, ctrs := edgeSeries(t, s)
 	f := ledger.Filter{From: at(0, 0), To: at(5, 0)}
 	for _, step := range steps {
@@ -233,7 +233,7 @@ func testSeriesRoundTrip(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testSeriesWindowEdges(t *testing.T, s ledger.Store) {
+func testSeriesWindowEdges(t *testing.T, s ledger.Ledger) {
 	batches, gpus, ctrs := edgeSeries(t, s)
 	type window struct{ from, to time.Time }
 	windows := []window{
@@ -275,7 +275,7 @@ func testSeriesWindowEdges(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testSeriesNodeFilter(t *testing.T, s ledger.Store) {
+func testSeriesNodeFilter(t *testing.T, s ledger.Ledger) {
 	// gpuOnB is named by usage but never described.
 	const gpuOnB = "GPU-bbbb"
 	cB := ledger.Container{Node: nodeB, ID: ctr2, Name: "notebook", Image: "jupyter/base", User: "frank", FirstSeen: t0, LastSeen: at(1, 0)}
@@ -320,7 +320,7 @@ func testSeriesNodeFilter(t *testing.T, s ledger.Store) {
 // testSeriesOrder writes nodes, GPUs and owners in the reverse of the
 // order Series answers in, batch by batch, so that no order of creation
 // (which a store may number them by) gives the answer by chance.
-func testSeriesOrder(t *testing.T, s ledger.Store) {
+func testSeriesOrder(t *testing.T, s ledger.Ledger) {
 	const gpuOnB = "GPU-bbbb"
 	sums := ledger.Sums{AllocatedSeconds: 60, UsedSeconds: 1.5}
 	var batches []ledger.Batch
@@ -362,7 +362,7 @@ func testSeriesOrder(t *testing.T, s ledger.Store) {
 
 // testSeriesRetain: a minute series has no stand-in for deleted minute
 // rows; an hour series reads on.
-func testSeriesRetain(t *testing.T, s ledger.Store) {
+func testSeriesRetain(t *testing.T, s ledger.Ledger) {
 	b := ledger.Batch{GPUs: []ledger.GPU{gpuMetaA}}
 	for m := range 3 * 60 {
 		b.Usage = append(b.Usage, usage(nodeA, at(0, m), ledger.KindHost, "hank", gpuA, ledger.Sums{UsedSeconds: 1}))
@@ -382,7 +382,7 @@ func testSeriesRetain(t *testing.T, s ledger.Store) {
 	checkContainerSeries(t, s, f, time.Hour, bruteContainerSeries(kept, f.From, f.To, time.Hour))
 }
 
-func testSeriesStep(t *testing.T, s ledger.Store) {
+func testSeriesStep(t *testing.T, s ledger.Ledger) {
 	write(t, s, ledger.Batch{
 		GPUs:           []ledger.GPU{gpuMetaA},
 		Usage:          []ledger.Usage{usage(nodeA, at(0, 0), ledger.KindHost, "lee", gpuA, ledger.Sums{UsedSeconds: 1})},
@@ -402,7 +402,7 @@ func testSeriesStep(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testSeriesCancelledContext(t *testing.T, s ledger.Store) {
+func testSeriesCancelledContext(t *testing.T, s ledger.Ledger) {
 	_, batches := edgeData()
 	write(t, s, batches[0])
 	ctx, cancel := context.WithCancel(context.Background())

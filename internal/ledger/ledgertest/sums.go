@@ -11,14 +11,14 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-func testEmpty(t *testing.T, s ledger.Store) {
+func testEmpty(t *testing.T, s ledger.Ledger) {
 	write(t, s, ledger.Batch{})
 	checkUsage(t, s, ledger.Filter{}, nil)
 	checkGPUs(t, s, ledger.Filter{}, nil)
 	checkUsage(t, s, ledger.Filter{From: t0, To: at(1, 0)}, nil)
 }
 
-func testRoundTrip(t *testing.T, s ledger.Store) {
+func testRoundTrip(t *testing.T, s ledger.Ledger) {
 	c1 := container1()
 	write(t, s, ledger.Batch{
 		Nodes:      []ledger.Node{{Name: nodeA, FirstSeen: t0, LastSeen: at(0, 5)}},
@@ -80,7 +80,7 @@ func testRoundTrip(t *testing.T, s ledger.Store) {
 	checkUsage(t, s, ledger.Filter{From: at(1, 0), To: at(0, 0)}, nil)
 }
 
-func testAddsTwice(t *testing.T, s ledger.Store) {
+func testAddsTwice(t *testing.T, s ledger.Ledger) {
 	sums := ledger.Sums{AllocatedSeconds: 30, HeldSeconds: 45.25, PresentSeconds: 20.5, UsedSeconds: 10.25, MemoryByteSeconds: 1000, EnergyJoules: 1.5, PeakMemoryBytes: 100, PeakUtil: 50}
 	b := ledger.Batch{
 		GPUs: []ledger.GPU{gpuMetaA},
@@ -105,7 +105,7 @@ func testAddsTwice(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testPeaksAreMax(t *testing.T, s ledger.Store) {
+func testPeaksAreMax(t *testing.T, s ledger.Ledger) {
 	for _, p := range []struct {
 		mem  uint64
 		util float64
@@ -126,7 +126,7 @@ func testPeaksAreMax(t *testing.T, s ledger.Store) {
 
 // testSumsPastInt64: byte-seconds over a long window add up to more than
 // an int64 holds, which every figure of a row does not.
-func testSumsPastInt64(t *testing.T, s ledger.Store) {
+func testSumsPastInt64(t *testing.T, s ledger.Ledger) {
 	// A container that held 1 TiB of RAM (and as much GPU memory) for 120
 	// days, booked an hour at a time, plus a few byte-seconds more.
 	const hours = 120 * 24
@@ -148,7 +148,7 @@ func testSumsPastInt64(t *testing.T, s ledger.Store) {
 	})
 }
 
-func testBatchAcrossBoundaries(t *testing.T, s ledger.Store) {
+func testBatchAcrossBoundaries(t *testing.T, s ledger.Ledger) {
 	row := func(start time.Time, used float64) ledger.Usage {
 		return usage(nodeA, start, ledger.KindHost, "erin", gpuA, ledger.Sums{UsedSeconds: used, PeakUtil: used})
 	}

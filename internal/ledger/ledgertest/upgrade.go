@@ -14,6 +14,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -29,7 +30,53 @@ type v3Reads struct {
 	SeriesHour       []ledger.UsagePoint     `json:"series_hour"`
 	ContainersMinute []ledger.ContainerUsage `json:"containers_minute"`
 	ContainersHour   []ledger.ContainerUsage `json:"containers_hour"`
-	Audit            []ledger.AuditEvent     `json:"audit"`
+	Audit            v3Events                `json:"audit"`
+}
+
+// v3Events are audit events as reads.json holds them: version 3's ledger
+// record had no JSON names, so each field is under its Go name.
+type v3Events []audit.Event
+
+// v3Event is audit.Event without its JSON names, to decode reads.json by
+// the Go names; Count came after version 3 and reads as 0.
+type v3Event struct {
+	Time        time.Time
+	Kind        string
+	Rule        string
+	FindingID   string
+	Node        string
+	ContainerID string
+	Container   string
+	Owner       string
+	Evidence    map[string]float64
+	DryRun      bool
+	Outcome     string
+	Attempts    int
+	Error       string
+	Caller      string
+	Role        string
+	Source      string
+	Action      string
+	Target      string
+	Status      int
+	Count       int64
+}
+
+// UnmarshalJSON decodes the events by their Go field names.
+func (e *v3Events) UnmarshalJSON(b []byte) error {
+	var raw []v3Event
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		*e = nil
+		return nil
+	}
+	*e = make(v3Events, len(raw))
+	for i, r := range raw {
+		(*e)[i] = audit.Event(r)
+	}
+	return nil
 }
 
 // v3Windows are the windows reads.json was taken over.
@@ -44,7 +91,7 @@ var v3Windows = map[string]ledger.Filter{
 // on every row (version 3 kept none). Then it writes held seconds into a
 // minute that version 3 began and into a new hour, and checks that the
 // row version 3 began stays unknown while the new one is known.
-func UpgradeFromV3(t *testing.T, s ledger.Store) {
+func UpgradeFromV3(t *testing.T, s ledger.Ledger) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(V3Dir, "reads.json"))
 	if err != nil {
@@ -54,13 +101,9 @@ func UpgradeFromV3(t *testing.T, s ledger.Store) {
 	if err := json.Unmarshal(b, &want); err != nil {
 		t.Fatalf("reads.json: %v", err)
 	}
-	as, ok := s.(ledger.AuditStore)
-	if !ok {
-		t.Fatalf("%T does not keep audit events", s)
-	}
 	ctx := context.Background()
 	for _, name := range slices.Sorted(maps.Keys(v3Windows)) {
-		got, err := readV3(ctx, s, as, v3Windows[name])
+		got, err := readV3(ctx, s, v3Windows[name])
 		if err != nil {
 			t.Fatalf("window %s: %v", name, err)
 		}
@@ -110,7 +153,7 @@ func checkUnheld(t *testing.T, what string, s ledger.Sums, u ledger.Unheld) {
 // their held time would cover only part of their used time, and into an
 // hour of its own, whose rows must be known. A window over both counts
 // the held seconds of the new rows and the used time of the old ones.
-func heldAfterV3(t *testing.T, s ledger.Store, v3 v3Reads) {
+func heldAfterV3(t *testing.T, s ledger.Ledger, v3 v3Reads) {
 	t.Helper()
 	ctx := context.Background()
 	var old ledger.UsagePoint // a container's minute, from version 3
@@ -206,7 +249,7 @@ func heldAfterV3(t *testing.T, s ledger.Store, v3 v3Reads) {
 	}
 }
 
-func readV3(ctx context.Context, s ledger.Store, as ledger.AuditStore, f ledger.Filter) (r v3Reads, err error) {
+func readV3(ctx context.Context, s ledger.Ledger, f ledger.Filter) (r v3Reads, err error) {
 	if r.Usage, err = s.Usage(ctx, f); err != nil {
 		return r, err
 	}
@@ -225,6 +268,7 @@ func readV3(ctx context.Context, s ledger.Store, as ledger.AuditStore, f ledger.
 	if r.ContainersHour, err = s.ContainerSeries(ctx, f, time.Hour); err != nil {
 		return r, err
 	}
-	r.Audit, err = as.AuditEvents(ctx, f)
+	events, err := s.AuditEvents(ctx, audit.Filter{From: f.From, To: f.To, Node: f.Node})
+	r.Audit = v3Events(events)
 	return r, err
 }

@@ -25,7 +25,7 @@ var Schema8GPU = []string{
 // holding Schema8GPU: the GPU's sums read as before and its rows, which
 // hold no readings, give no GPU series points; readings written into the
 // same minute afterwards are the only ones its point holds.
-func AfterSchema8(t *testing.T, s ledger.Store) {
+func AfterSchema8(t *testing.T, s ledger.Ledger) {
 	t.Helper()
 	f := ledger.Filter{From: at(0, 0), To: at(1, 0)}
 	wantSums := ledger.GPUSums{Seconds: 60, AllocatedSeconds: 60, UsedSeconds: 30, EnergyJoules: 12000, PeakUtil: 90}

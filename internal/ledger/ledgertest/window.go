@@ -166,7 +166,7 @@ func bruteGPUs(batches []ledger.Batch, from, to time.Time) []ledger.GPUTotal {
 	return out
 }
 
-func testWindowEdges(t *testing.T, s ledger.Store) {
+func testWindowEdges(t *testing.T, s ledger.Ledger) {
 	meta, batches := edgeData()
 	write(t, s, meta)
 	for _, b := range batches {
@@ -199,7 +199,7 @@ func testWindowEdges(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testOpenWindow(t *testing.T, s ledger.Store) {
+func testOpenWindow(t *testing.T, s ledger.Ledger) {
 	meta, batches := edgeData()
 	write(t, s, meta)
 	for _, b := range batches {
@@ -214,7 +214,7 @@ func testOpenWindow(t *testing.T, s ledger.Store) {
 	checkGPUs(t, s, ledger.Filter{}, bruteGPUs(batches, at(-100, 0), at(100, 0)))
 }
 
-func testNodeFilter(t *testing.T, s ledger.Store) {
+func testNodeFilter(t *testing.T, s ledger.Ledger) {
 	gpuOnB := ledger.GPU{Node: nodeB, UUID: "GPU-bbbb", Index: 0, Model: "NVIDIA A100-SXM4-40GB", MemoryTotal: 40 << 30}
 	cB := ledger.Container{Node: nodeB, ID: ctr2, Name: "notebook", Image: "jupyter/base", User: "frank", FirstSeen: t0, LastSeen: t0}
 	sums := ledger.Sums{AllocatedSeconds: 60, UsedSeconds: 15}

@@ -17,7 +17,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-func testInvalidBatch(t *testing.T, s ledger.Store) {
+func testInvalidBatch(t *testing.T, s ledger.Ledger) {
 	ok := usage(nodeA, at(0, 0), ledger.KindHost, "ivan", gpuA, ledger.Sums{UsedSeconds: 1})
 	bad := func(mod func(*ledger.Usage)) ledger.Batch {
 		u := ok
@@ -65,7 +65,7 @@ func testInvalidBatch(t *testing.T, s ledger.Store) {
 	checkUsage(t, s, ledger.Filter{}, nil)
 }
 
-func testAtomicBatch(t *testing.T, s ledger.Store) {
+func testAtomicBatch(t *testing.T, s ledger.Ledger) {
 	first := usage(nodeA, at(0, 0), ledger.KindHost, "judy", gpuA, ledger.Sums{UsedSeconds: 5})
 	write(t, s, ledger.Batch{GPUs: []ledger.GPU{gpuMetaA}, Usage: []ledger.Usage{first}})
 
@@ -103,7 +103,7 @@ func testAtomicBatch(t *testing.T, s ledger.Store) {
 	})
 }
 
-func testConcurrentWriters(t *testing.T, s ledger.Store) {
+func testConcurrentWriters(t *testing.T, s ledger.Ledger) {
 	const writers, batches = 8, 200
 	c1 := container1()
 	batch := func(w, i int) ledger.Batch {
@@ -172,7 +172,7 @@ func testConcurrentWriters(t *testing.T, s ledger.Store) {
 	}
 }
 
-func testCancelledContext(t *testing.T, s ledger.Store) {
+func testCancelledContext(t *testing.T, s ledger.Ledger) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := s.Write(ctx, ledger.Batch{

@@ -50,11 +50,8 @@ type Store struct {
 	where string // host:port/database, for messages
 }
 
-var (
-	_ ledger.Store          = (*Store)(nil)
-	_ ledger.AuditStore     = (*Store)(nil)
-	_ ledger.GPUSeriesStore = (*Store)(nil)
-)
+// Store implements every capability of the ledger.
+var _ ledger.Ledger = (*Store)(nil)
 
 // Open connects to the database at dsn and migrates it to the schema this
 // binary knows. A server that cannot be reached fails within the connect

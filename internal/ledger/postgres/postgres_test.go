@@ -38,7 +38,7 @@ func open(t testing.TB, dsn string) *postgres.Store {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, func(t *testing.T) ledger.Store { return open(t, pgtest.DSN(t)) })
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger { return open(t, pgtest.DSN(t)) })
 }
 
 // rawExec runs statements on dsn with no gpumeter code in between.
@@ -85,8 +85,11 @@ func TestOpenClosedPort(t *testing.T) {
 		s.Close()
 		t.Fatalf("Open(%s) succeeded", addr)
 	}
-	if took := time.Since(began); took > 6*time.Second {
-		t.Errorf("Open took %v, want a few seconds at most", took)
+	// A refused connection is answered at once: Open must give up rather
+	// than retry it for long. The bound is a guard against that, with room
+	// for a machine of any load, not a figure.
+	if took := time.Since(began); took > 30*time.Second {
+		t.Errorf("Open took %v, want it to give up on a refused connection", took)
 	}
 	if !strings.Contains(err.Error(), addr) {
 		t.Errorf("Open = %v, want it to name %s", err, addr)
@@ -358,7 +361,7 @@ func TestUpgradeFromV3(t *testing.T) {
 }
 
 func TestLeases(t *testing.T) {
-	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Store, ledger.Store) {
+	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Ledger, ledger.Ledger) {
 		dsn := pgtest.DSN(t)
 		return open(t, dsn), open(t, dsn)
 	}, false)

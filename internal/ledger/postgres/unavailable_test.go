@@ -2,13 +2,14 @@ package postgres_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // TestOutageWrapsErrUnavailable: while the server cannot be reached (the
@@ -20,8 +21,8 @@ func TestOutageWrapsErrUnavailable(t *testing.T) {
 	s := open(t, dsn)
 	ctx := context.Background()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	j, err := s.SubmitJob(ctx, ledger.Job{Node: "n1", User: "alice", State: "queued", GPUsRequested: 1, Image: "img:1",
-		Request: json.RawMessage(`{"gpus":1}`), TimeLimit: time.Hour, SubmittedAt: now}, ledger.AuditEvent{})
+	j, err := s.SubmitJob(ctx, queue.Job{Node: "n1", User: "alice", State: "queued", GPUsRequested: 1, Image: "img:1",
+		Request: &queue.Request{}, TimeLimit: time.Hour, SubmittedAt: now}, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +32,12 @@ func TestOutageWrapsErrUnavailable(t *testing.T) {
 		"job":  func() error { _, err := s.Job(ctx, j.ID); return err },
 		"jobs": func() error { _, err := s.Jobs(ctx, ledger.JobFilter{}); return err },
 		"update": func() error {
-			_, err := s.UpdateJob(ctx, j.ID, "queued", func(*ledger.Job) {}, ledger.AuditEvent{})
+			_, err := s.UpdateJob(ctx, j.ID, "queued", func(*queue.Job) {}, audit.Event{})
 			return err
 		},
 		"submit": func() error {
-			_, err := s.SubmitJob(ctx, ledger.Job{Node: "n1", User: "bob", State: "queued", GPUsRequested: 1, Image: "img:1",
-				Request: json.RawMessage(`{"gpus":1}`), TimeLimit: time.Hour, SubmittedAt: now}, ledger.AuditEvent{})
+			_, err := s.SubmitJob(ctx, queue.Job{Node: "n1", User: "bob", State: "queued", GPUsRequested: 1, Image: "img:1",
+				Request: &queue.Request{}, TimeLimit: time.Hour, SubmittedAt: now}, audit.Event{})
 			return err
 		},
 	}
@@ -56,7 +57,7 @@ func TestOutageWrapsErrUnavailable(t *testing.T) {
 		t.Errorf("an unknown job: %v, want ErrJobNotFound only", err)
 	}
 	var se *ledger.JobStateError
-	if _, err := s.UpdateJob(ctx, j.ID, "running", func(*ledger.Job) {}, ledger.AuditEvent{}); !errors.As(err, &se) || errors.Is(err, ledger.ErrUnavailable) {
+	if _, err := s.UpdateJob(ctx, j.ID, "running", func(*queue.Job) {}, audit.Event{}); !errors.As(err, &se) || errors.Is(err, ledger.ErrUnavailable) {
 		t.Errorf("an update from the wrong state: %v, want a JobStateError only", err)
 	}
 }

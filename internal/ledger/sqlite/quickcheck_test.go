@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // pageSize is the page size of a new ledger, SQLite's default.
@@ -25,9 +27,9 @@ func ledgerWithJobs(t testing.TB, path string, n int) {
 		t.Fatal(err)
 	}
 	for range n {
-		j := ledger.Job{Node: "n", User: "alice", State: "queued", GPUsRequested: 1, Image: "img:1",
+		j := queue.Job{Node: "n", User: "alice", State: "queued", GPUsRequested: 1, Image: "img:1",
 			Command: []string{"train", strings.Repeat("x", 200)}}
-		if _, err := s.SubmitJob(context.Background(), j, ledger.AuditEvent{Kind: "api", Action: "jobs.submit", Outcome: "ok"}); err != nil {
+		if _, err := s.SubmitJob(context.Background(), j, audit.Event{Kind: "api", Action: "jobs.submit", Outcome: "ok"}); err != nil {
 			t.Fatal(err)
 		}
 	}

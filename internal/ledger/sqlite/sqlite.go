@@ -56,11 +56,8 @@ type Store struct {
 	wlock *writerLock // held from Acquire to Release or Close; guarded by wsem
 }
 
-var (
-	_ ledger.Store          = (*Store)(nil)
-	_ ledger.AuditStore     = (*Store)(nil)
-	_ ledger.GPUSeriesStore = (*Store)(nil)
-)
+// Store implements every capability of the ledger.
+var _ ledger.Ledger = (*Store)(nil)
 
 // Open opens the ledger at path, creating it if missing and migrating it to
 // the schema this binary knows. A file that is not an SQLite database, or

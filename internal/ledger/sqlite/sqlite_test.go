@@ -33,7 +33,7 @@ func open(t testing.TB, path string) *sqlite.Store {
 }
 
 func TestConformance(t *testing.T) {
-	ledgertest.Run(t, func(t *testing.T) ledger.Store {
+	ledgertest.Run(t, func(t *testing.T) ledger.Ledger {
 		return open(t, filepath.Join(t.TempDir(), "ledger.db"))
 	})
 }
@@ -387,7 +387,7 @@ func TestUpgradeFromV3(t *testing.T) {
 }
 
 func TestLeases(t *testing.T) {
-	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Store, ledger.Store) {
+	ledgertest.RunLeases(t, func(t *testing.T) (ledger.Ledger, ledger.Ledger) {
 		path := filepath.Join(t.TempDir(), "ledger.db")
 		return open(t, path), open(t, path)
 	}, true)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 )
 
 // InsertAudit is the statement that adds one audit event; AuditArgs gives
@@ -18,7 +18,7 @@ const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 // AuditArgs are the arguments of InsertAudit for e.
-func AuditArgs(e ledger.AuditEvent) ([]any, error) {
+func AuditArgs(e audit.Event) ([]any, error) {
 	ev := "{}"
 	if len(e.Evidence) > 0 {
 		b, err := json.Marshal(e.Evidence)
@@ -33,13 +33,13 @@ func AuditArgs(e ledger.AuditEvent) ([]any, error) {
 }
 
 // AuditEvents reads the audit events in f's window, oldest first.
-func AuditEvents(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.AuditEvent, error) {
+func AuditEvents(ctx context.Context, q Querier, f audit.Filter) ([]audit.Event, error) {
 	return auditEvents(ctx, q, f, 0)
 }
 
 // AuditNewest reads the newest n (n > 0) audit events in f's window,
 // oldest first, and says whether the window holds more.
-func AuditNewest(ctx context.Context, q Querier, f ledger.Filter, n int) ([]ledger.AuditEvent, bool, error) {
+func AuditNewest(ctx context.Context, q Querier, f audit.Filter, n int) ([]audit.Event, bool, error) {
 	if n <= 0 {
 		return nil, false, fmt.Errorf("audit events: the newest %d is not a number of events", n)
 	}
@@ -59,7 +59,7 @@ func AuditNewest(ctx context.Context, q Querier, f ledger.Filter, n int) ([]ledg
 
 // auditEvents reads f's window oldest first, or with newest > 0 the
 // newest that many, newest first.
-func auditEvents(ctx context.Context, q Querier, f ledger.Filter, newest int) ([]ledger.AuditEvent, error) {
+func auditEvents(ctx context.Context, q Querier, f audit.Filter, newest int) ([]audit.Event, error) {
 	var qb query
 	var where []string
 	if !f.From.IsZero() {
@@ -86,10 +86,10 @@ func auditEvents(ctx context.Context, q Querier, f ledger.Filter, newest int) ([
 		return nil, err
 	}
 	defer rows.Close()
-	var out []ledger.AuditEvent
+	var out []audit.Event
 	for rows.Next() {
 		var (
-			e             ledger.AuditEvent
+			e             audit.Event
 			at, n, status int64
 			evidence      string
 		)

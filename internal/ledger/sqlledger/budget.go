@@ -6,11 +6,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // LiftBudget records a budget lift and its audit event in one transaction.
-func (l Ledger) LiftBudget(ctx context.Context, team, month, by string, audit ledger.AuditEvent) error {
+func (l Ledger) LiftBudget(ctx context.Context, team, month, by string, ev audit.Event) error {
 	if l.b.WriteTx == nil {
 		return fmt.Errorf("lift budget in %s: the backend has no job store", l.b.Name)
 	}
@@ -27,13 +28,13 @@ func (l Ledger) LiftBudget(ctx context.Context, team, month, by string, audit le
 			team, month, by, at.UnixMicro()); err != nil {
 			return err
 		}
-		if audit.Target == "" {
-			audit.Target = team
+		if ev.Target == "" {
+			ev.Target = team
 		}
-		if audit.Time.IsZero() {
-			audit.Time = at
+		if ev.Time.IsZero() {
+			ev.Time = at
 		}
-		return insertAudit(ctx, tx, audit)
+		return insertAudit(ctx, tx, ev)
 	})
 	if err != nil {
 		return fmt.Errorf("lift budget of %s in %s: %w", team, l.b.Name, err)

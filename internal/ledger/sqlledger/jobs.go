@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // Tx is a write transaction as the job store uses it.
@@ -22,12 +24,12 @@ const jobColumns = `seq, id, node, name, user_name, team, state, reason, reason_
 	request, time_limit_us, submitted_us, started_us, ended_us, exit_code, container_id, held, attempts, requeues, updated_us, rev, placement`
 
 // SubmitJob adds job with the next ID and its audit event in one transaction.
-func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.AuditEvent) (ledger.Job, error) {
+func (l Ledger) SubmitJob(ctx context.Context, job queue.Job, audit audit.Event) (queue.Job, error) {
 	if l.b.WriteTx == nil {
-		return ledger.Job{}, fmt.Errorf("submit job to %s: the backend has no job store", l.b.Name)
+		return queue.Job{}, fmt.Errorf("submit job to %s: the backend has no job store", l.b.Name)
 	}
 	if job.State == "" || job.User == "" || job.GPUsRequested < 0 {
-		return ledger.Job{}, fmt.Errorf("submit job to %s: a job needs a state, a user and a GPU count of 0 or more (got %q, %q, %d)",
+		return queue.Job{}, fmt.Errorf("submit job to %s: a job needs a state, a user and a GPU count of 0 or more (got %q, %q, %d)",
 			l.b.Name, job.State, job.User, job.GPUsRequested)
 	}
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -35,7 +37,7 @@ func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.Audi
 		job.SubmittedAt = now
 	}
 	job.UpdatedAt = now
-	var out ledger.Job
+	var out queue.Job
 	err := l.b.WriteTx(ctx, func(tx Tx) error {
 		j := job
 		var seq int64
@@ -61,7 +63,7 @@ func (l Ledger) SubmitJob(ctx context.Context, job ledger.Job, audit ledger.Audi
 		return nil
 	})
 	if err != nil {
-		return ledger.Job{}, fmt.Errorf("submit job to %s: %w", l.b.Name, err)
+		return queue.Job{}, fmt.Errorf("submit job to %s: %w", l.b.Name, err)
 	}
 	return normalise(out), nil
 }
@@ -82,32 +84,32 @@ func (l Ledger) RaiseJobSequence(ctx context.Context, floor int64) error {
 }
 
 // Job returns one job.
-func (l Ledger) Job(ctx context.Context, id string) (ledger.Job, error) {
-	js, err := read(ctx, l, "job "+id+" from", func(q Querier) ([]ledger.Job, error) {
+func (l Ledger) Job(ctx context.Context, id string) (queue.Job, error) {
+	js, err := read(ctx, l, "job "+id+" from", func(q Querier) ([]queue.Job, error) {
 		rows, err := scanJobs(ctx, q, "SELECT "+jobColumns+" FROM jobs WHERE id = $1", id)
 		return jobsOf(rows), err
 	})
 	if err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	if len(js) == 0 {
-		return ledger.Job{}, fmt.Errorf("job %s: %w", id, ledger.ErrJobNotFound)
+		return queue.Job{}, fmt.Errorf("job %s: %w", id, ledger.ErrJobNotFound)
 	}
 	return js[0], nil
 }
 
 // Jobs returns the jobs f selects, oldest first.
-func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error) {
+func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
 	var qb query
 	var where []string
 	if f.User != "" {
 		where = append(where, "user_name = "+qb.arg(f.User))
 	}
 	if len(f.States) > 0 {
-		where = append(where, "state IN ("+qb.list(f.States)+")")
+		where = append(where, "state IN ("+qb.list(queue.StateNames(f.States))+")")
 	}
-	if !f.IncludeEnded && len(f.Ended) > 0 {
-		where = append(where, "state NOT IN ("+qb.list(f.Ended)+")")
+	if !f.IncludeEnded {
+		where = append(where, "state NOT IN ("+qb.list(queue.StateNames(queue.EndedStates()))+")")
 	}
 	sql := "SELECT " + jobColumns + " FROM jobs"
 	if len(where) > 0 {
@@ -117,31 +119,31 @@ func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, err
 	if f.Limit > 0 {
 		sql += " LIMIT " + qb.arg(int64(f.Limit))
 	}
-	return read(ctx, l, "jobs from", func(q Querier) ([]ledger.Job, error) {
+	return read(ctx, l, "jobs from", func(q Querier) ([]queue.Job, error) {
 		rows, err := scanJobs(ctx, q, sql, qb.args...)
 		return jobsOf(rows), err
 	})
 }
 
 // ActiveJobs returns the jobs in states, oldest first.
-func (l Ledger) ActiveJobs(ctx context.Context, states ...string) ([]ledger.Job, error) {
+func (l Ledger) ActiveJobs(ctx context.Context, states ...queue.State) ([]queue.Job, error) {
 	if len(states) == 0 {
 		return nil, nil
 	}
-	return l.Jobs(ctx, ledger.JobFilter{States: states})
+	return l.Jobs(ctx, ledger.JobFilter{States: states, IncludeEnded: true})
 }
 
 // SetHeld sets a job's Held flag while its state is from.
-func (l Ledger) SetHeld(ctx context.Context, id, from string, held bool, audit ledger.AuditEvent) (ledger.Job, error) {
-	return l.UpdateJob(ctx, id, from, func(j *ledger.Job) { j.Held = held }, audit)
+func (l Ledger) SetHeld(ctx context.Context, id string, from queue.State, held bool, audit audit.Event) (queue.Job, error) {
+	return l.UpdateJob(ctx, id, from, func(j *queue.Job) { j.Held = held }, audit)
 }
 
 // UpdateJob changes a job while its state is still from.
-func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*ledger.Job), audit ledger.AuditEvent) (ledger.Job, error) {
+func (l Ledger) UpdateJob(ctx context.Context, id string, from queue.State, change func(*queue.Job), audit audit.Event) (queue.Job, error) {
 	if l.b.WriteTx == nil {
-		return ledger.Job{}, fmt.Errorf("update job in %s: the backend has no job store", l.b.Name)
+		return queue.Job{}, fmt.Errorf("update job in %s: the backend has no job store", l.b.Name)
 	}
-	var out ledger.Job
+	var out queue.Job
 	err := l.b.WriteTx(ctx, func(tx Tx) error {
 		js, err := scanJobs(ctx, tx, "SELECT "+jobColumns+" FROM jobs WHERE id = $1", id)
 		if err != nil {
@@ -174,9 +176,9 @@ func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*led
 		n, err := tx.Exec(ctx, `UPDATE jobs SET state = $1, reason = $2, reason_text = $3, gpus = $4, started_us = $5, ended_us = $6,
 			exit_code = $7, container_id = $8, held = $9, attempts = $10, requeues = $11, updated_us = $12, placement = $13, rev = rev + 1
 			WHERE id = $14 AND state = $15 AND rev = $16`,
-			j.State, j.Reason, j.ReasonText, gpus, optTime(j.StartedAt), optTime(j.EndedAt),
-			exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(), optJSON(j.Placement),
-			id, from, rev)
+			string(j.State), string(j.Reason), j.ReasonText, gpus, optTime(j.StartedAt), optTime(j.EndedAt),
+			exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(), placementColumn(j.Placement),
+			id, string(from), rev)
 		if err != nil {
 			return err
 		}
@@ -187,8 +189,8 @@ func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*led
 			if err := queryOne(ctx, tx, "SELECT state FROM jobs WHERE id = $1", []any{id}, &state); err != nil {
 				return err
 			}
-			if state != from {
-				return &ledger.JobStateError{ID: id, Want: from, Actual: state}
+			if queue.State(state) != from {
+				return &ledger.JobStateError{ID: id, Want: from, Actual: queue.State(state)}
 			}
 			return fmt.Errorf("job %s changed while it was written; try again", id)
 		}
@@ -205,15 +207,15 @@ func (l Ledger) UpdateJob(ctx context.Context, id, from string, change func(*led
 	})
 	var se *ledger.JobStateError
 	if errors.As(err, &se) {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	if err != nil {
-		return ledger.Job{}, fmt.Errorf("update job %s in %s: %w", id, l.b.Name, err)
+		return queue.Job{}, fmt.Errorf("update job %s in %s: %w", id, l.b.Name, err)
 	}
 	return normalise(out), nil
 }
 
-func insertAudit(ctx context.Context, tx Tx, e ledger.AuditEvent) error {
+func insertAudit(ctx context.Context, tx Tx, e audit.Event) error {
 	if e.Time.IsZero() {
 		e.Time = time.Now()
 	}
@@ -271,7 +273,7 @@ func optTime(t time.Time) any {
 	return t.UnixMicro()
 }
 
-func jobArgs(j ledger.Job, rev int64) ([]any, error) {
+func jobArgs(j queue.Job, rev int64) ([]any, error) {
 	var lists [3]string
 	for i, l := range [][]string{j.GPUs, j.Command, j.EnvKeys} {
 		s, err := jsonList(l)
@@ -280,30 +282,22 @@ func jobArgs(j ledger.Job, rev int64) ([]any, error) {
 		}
 		lists[i] = s
 	}
-	req := string(j.Request)
-	if req == "" {
-		req = "null"
+	req, err := requestColumn(j)
+	if err != nil {
+		return nil, err
 	}
 	var exit any
 	if j.ExitCode != nil {
 		exit = int64(*j.ExitCode)
 	}
-	return []any{j.Seq, j.ID, j.Node, j.Name, j.User, j.Team, j.State, j.Reason, j.ReasonText, int64(j.GPUsRequested),
+	return []any{j.Seq, j.ID, j.Node, j.Name, j.User, j.Team, string(j.State), string(j.Reason), j.ReasonText, int64(j.GPUsRequested),
 		lists[0], j.Image, lists[1], lists[2], req, int64(j.TimeLimit / time.Microsecond), j.SubmittedAt.UnixMicro(),
 		optTime(j.StartedAt), optTime(j.EndedAt), exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues),
-		j.UpdatedAt.UnixMicro(), rev, optJSON(j.Placement)}, nil
+		j.UpdatedAt.UnixMicro(), rev, placementColumn(j.Placement)}, nil
 }
 
-// optJSON is a JSON value as a nullable text column: NULL for none.
-func optJSON(v json.RawMessage) any {
-	if len(v) == 0 || string(v) == "null" {
-		return nil
-	}
-	return string(v)
-}
-
-func jobsOf(rows []jobRow) []ledger.Job {
-	out := make([]ledger.Job, len(rows))
+func jobsOf(rows []jobRow) []queue.Job {
+	out := make([]queue.Job, len(rows))
 	for i, r := range rows {
 		out[i] = r.Job
 	}
@@ -311,16 +305,20 @@ func jobsOf(rows []jobRow) []ledger.Job {
 }
 
 // normalise makes a job as written look as it reads back.
-func normalise(j ledger.Job) ledger.Job {
+func normalise(j queue.Job) queue.Job {
 	for _, l := range []*[]string{&j.GPUs, &j.Command, &j.EnvKeys} {
 		if *l == nil {
 			*l = []string{}
 		}
 	}
-	if string(j.Request) == "null" || len(j.Request) == 0 {
-		j.Request = nil
+	// The request and the placement go through their columns' JSON, as
+	// a read would take them.
+	if req, err := requestColumn(j); err == nil {
+		j.Request = requestOf(req)
 	}
-	if string(j.Placement) == "null" || len(j.Placement) == 0 {
+	if p, ok := placementColumn(j.Placement).(string); ok {
+		j.Placement = placementOf(&p)
+	} else {
 		j.Placement = nil
 	}
 	for _, t := range []*time.Time{&j.SubmittedAt, &j.StartedAt, &j.EndedAt, &j.UpdatedAt} {
@@ -332,7 +330,7 @@ func normalise(j ledger.Job) ledger.Job {
 }
 
 type jobRow struct {
-	ledger.Job
+	queue.Job
 	rev int64
 }
 
@@ -348,10 +346,11 @@ func scanJobs(ctx context.Context, q Querier, sql string, args ...any) ([]jobRow
 			r                                  jobRow
 			gpusReq, limit, sub, att, req, upd int64
 			gpus, cmd, env, request            string
+			state, reason                      string
 			started, ended, exit               *int64
 			placement                          *string
 		)
-		if err := rows.Scan(&r.Seq, &r.ID, &r.Node, &r.Name, &r.User, &r.Team, &r.State, &r.Reason, &r.ReasonText, &gpusReq,
+		if err := rows.Scan(&r.Seq, &r.ID, &r.Node, &r.Name, &r.User, &r.Team, &state, &reason, &r.ReasonText, &gpusReq,
 			&gpus, &r.Image, &cmd, &env, &request, &limit, &sub, &started, &ended, &exit, &r.ContainerID, &r.Held,
 			&att, &req, &upd, &r.rev, &placement); err != nil {
 			return nil, err
@@ -364,12 +363,8 @@ func scanJobs(ctx context.Context, q Querier, sql string, args ...any) ([]jobRow
 				return nil, fmt.Errorf("job %s: %w", r.ID, err)
 			}
 		}
-		if request != "null" {
-			r.Request = json.RawMessage(request)
-		}
-		if placement != nil {
-			r.Placement = json.RawMessage(*placement)
-		}
+		r.State, r.Reason = queue.State(state), queue.Reason(reason)
+		r.Request, r.Placement = requestOf(request), placementOf(placement)
 		r.GPUsRequested, r.TimeLimit = int(gpusReq), time.Duration(limit)*time.Microsecond
 		r.Attempts, r.Requeues = int(att), int(req)
 		r.SubmittedAt, r.UpdatedAt = time.UnixMicro(sub).UTC(), time.UnixMicro(upd).UTC()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -30,9 +31,9 @@ type Backend struct {
 	WriteTx func(ctx context.Context, fn func(Tx) error) error
 }
 
-// Ledger is the part of ledger.Store, ledger.AuditStore and
-// ledger.JobStore that the SQL backends share: the reads, the checks and
-// roll-up before a write, and the job store. A backend's Store embeds it.
+// Ledger is the part of ledger.Ledger that the SQL backends share: the
+// reads, the checks and roll-up before a write, the audit events and the
+// job store. A backend's Store embeds it.
 type Ledger struct {
 	b Backend
 }
@@ -63,14 +64,14 @@ func (l Ledger) write(ctx context.Context, b *ledger.Batch) error {
 }
 
 // Audit adds audit events in one transaction.
-func (l Ledger) Audit(ctx context.Context, events []ledger.AuditEvent) error {
+func (l Ledger) Audit(ctx context.Context, events []audit.Event) error {
 	if err := l.audit(ctx, events); err != nil {
 		return fmt.Errorf("audit to ledger %s: %w", l.b.Name, err)
 	}
 	return nil
 }
 
-func (l Ledger) audit(ctx context.Context, events []ledger.AuditEvent) error {
+func (l Ledger) audit(ctx context.Context, events []audit.Event) error {
 	if err := ctx.Err(); err != nil || len(events) == 0 {
 		return err
 	}
@@ -117,14 +118,14 @@ func (l Ledger) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTota
 }
 
 // AuditEvents reads audit events.
-func (l Ledger) AuditEvents(ctx context.Context, f ledger.Filter) ([]ledger.AuditEvent, error) {
-	return read(ctx, l, "audit events from ledger", func(q Querier) ([]ledger.AuditEvent, error) { return AuditEvents(ctx, q, f) })
+func (l Ledger) AuditEvents(ctx context.Context, f audit.Filter) ([]audit.Event, error) {
+	return read(ctx, l, "audit events from ledger", func(q Querier) ([]audit.Event, error) { return AuditEvents(ctx, q, f) })
 }
 
 // AuditNewest reads the newest n audit events of a window.
-func (l Ledger) AuditNewest(ctx context.Context, f ledger.Filter, n int) ([]ledger.AuditEvent, bool, error) {
+func (l Ledger) AuditNewest(ctx context.Context, f audit.Filter, n int) ([]audit.Event, bool, error) {
 	type page struct {
-		events []ledger.AuditEvent
+		events []audit.Event
 		more   bool
 	}
 	p, err := read(ctx, l, "audit events from ledger", func(q Querier) (page, error) {

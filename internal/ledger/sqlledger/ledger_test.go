@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
@@ -62,7 +63,7 @@ func TestLedgerChecksBeforeTheBackend(t *testing.T) {
 	if err := l.Audit(ctx, nil); err != nil {
 		t.Errorf("Audit(none) = %v", err)
 	}
-	if err := l.Audit(cancelled, []ledger.AuditEvent{{Node: "n1"}}); !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "audit to ledger test.db: ") {
+	if err := l.Audit(cancelled, []audit.Event{{Node: "n1"}}); !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "audit to ledger test.db: ") {
 		t.Errorf("Audit(cancelled) = %v, want context.Canceled named for the ledger", err)
 	}
 	if f.writes != 0 || len(f.audits) != 0 {
@@ -72,16 +73,16 @@ func TestLedgerChecksBeforeTheBackend(t *testing.T) {
 	if err := l.Write(ctx, one); err != nil || f.writes != 1 {
 		t.Errorf("Write(one) = %v with %d writes, want nil and 1", err, f.writes)
 	}
-	if err := l.Audit(ctx, []ledger.AuditEvent{{Node: "n1"}, {Node: "n2"}}); err != nil || len(f.audits) != 2 || f.audits[1][1] != "n2" {
+	if err := l.Audit(ctx, []audit.Event{{Node: "n1"}, {Node: "n2"}}); err != nil || len(f.audits) != 2 || f.audits[1][1] != "n2" {
 		t.Errorf("Audit(two) = %v with %v, want nil and two events' arguments", err, f.audits)
 	}
 
 	f.fail = errors.New("disk full")
 	for name, err := range map[string]error{
 		"write ledger test.db: ":                  l.Write(ctx, one),
-		"audit to ledger test.db: ":               l.Audit(ctx, []ledger.AuditEvent{{Node: "n1"}}),
+		"audit to ledger test.db: ":               l.Audit(ctx, []audit.Event{{Node: "n1"}}),
 		"read ledger test.db: ":                   second(l.Usage(ctx, ledger.Filter{})),
-		"read audit events from ledger test.db: ": second(l.AuditEvents(ctx, ledger.Filter{})),
+		"read audit events from ledger test.db: ": second(l.AuditEvents(ctx, audit.Filter{})),
 	} {
 		if !errors.Is(err, f.fail) || !strings.HasPrefix(err.Error(), name) {
 			t.Errorf("got %v, want %q before the backend's error", err, name)

@@ -45,6 +45,21 @@ func SettingsOf(q config.Queue) Settings {
 		Shares: q.Shares, Budgets: q.Budgets}
 }
 
+// NoBudgetError is a budget lift asked for a team that has none in
+// queue.budgets; Teams are the teams that have one, sorted.
+type NoBudgetError struct {
+	Team  string
+	Teams []string
+}
+
+func (e *NoBudgetError) Error() string {
+	msg := fmt.Sprintf("team %q has no budget in queue.budgets", e.Team)
+	if len(e.Teams) > 0 {
+		msg += fmt.Sprintf(" (teams with one: %v)", e.Teams)
+	}
+	return msg
+}
+
 // Share is the share of a user or team name: its entry, or 1.
 func (s Settings) Share(name string) float64 {
 	if v, ok := s.Shares[name]; ok {

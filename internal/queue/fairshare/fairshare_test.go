@@ -252,3 +252,17 @@ func TestLongHalfLife(t *testing.T) {
 		t.Errorf("alice's decayed hours with a half-life of 30000d = %v, want nearly 2 (both her hours)", got)
 	}
 }
+
+func TestNoBudgetError(t *testing.T) {
+	for _, tt := range []struct {
+		err  NoBudgetError
+		want string
+	}{
+		{NoBudgetError{Team: "cv"}, `team "cv" has no budget in queue.budgets`},
+		{NoBudgetError{Team: "cv", Teams: []string{"nlp", "vision"}}, `team "cv" has no budget in queue.budgets (teams with one: [nlp vision])`},
+	} {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.err, got, tt.want)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -15,36 +16,22 @@ import (
 // removed, queue.log_retention after it ended.
 var ErrLogsRemoved = errors.New("the job's container and its logs were removed (queue.log_retention)")
 
-// endedStates are the states a job never leaves, for the store's filter.
-var endedStates = func() []string {
-	var out []string
-	for _, s := range queue.States() {
-		if s.Ended() {
-			out = append(out, string(s))
-		}
-	}
-	return out
-}()
-
 // Job returns the job with id; an unknown id wraps ledger.ErrJobNotFound.
-func (q *Service) Job(ctx context.Context, id string) (ledger.Job, error) {
+func (q *Service) Job(ctx context.Context, id string) (queue.Job, error) {
 	return q.store.Job(ctx, id)
 }
 
 // Jobs returns the jobs f selects, oldest first. Without states, it
 // returns the live jobs, and the ended ones too with f.IncludeEnded; with
 // states, the jobs in them, ended or not.
-func (q *Service) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, error) {
+func (q *Service) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
 	for _, s := range f.States {
-		if _, err := queue.ParseState(s); err != nil {
+		if _, err := queue.ParseState(string(s)); err != nil {
 			return nil, &BadRequest{Field: "state", Text: err.Error()}
 		}
 	}
 	if len(f.States) > 0 {
 		f.IncludeEnded = true // the states named are what is asked for
-	}
-	if f.Ended == nil {
-		f.Ended = endedStates
 	}
 	return q.store.Jobs(ctx, f)
 }
@@ -53,7 +40,7 @@ func (q *Service) Jobs(ctx context.Context, f ledger.JobFilter) ([]ledger.Job, e
 // one is stopped (stop_grace, then killed) and Cancel returns once it has
 // ended, with its exit code kept, or when ctx ends. An ended job is a
 // *StateError. ev is written in the transaction that ends the job.
-func (q *Service) Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Service) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
 	ev = q.fill(ev, "jobs.cancel", id)
 	text := "cancelled"
 	if ev.Caller != "" {
@@ -62,23 +49,23 @@ func (q *Service) Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (
 	for {
 		j, err := q.store.Job(ctx, id)
 		if err != nil {
-			return ledger.Job{}, err
+			return queue.Job{}, err
 		}
 		st, err := toState(j)
 		if err != nil {
-			return ledger.Job{}, err
+			return queue.Job{}, err
 		}
 		switch {
 		case st == queue.Queued, (st == queue.Starting || st == queue.Running) && !q.launch.runs():
-			out, err := q.update(ctx, id, st, queue.Cancelled, func(j *ledger.Job) {
-				j.Reason, j.ReasonText, j.EndedAt, j.GPUs = string(queue.ReasonCancelled), text, q.now().UTC(), nil
+			out, err := q.update(ctx, id, st, queue.Cancelled, func(j *queue.Job) {
+				j.Reason, j.ReasonText, j.EndedAt, j.GPUs = queue.ReasonCancelled, text, q.now().UTC(), nil
 			}, ev)
 			var se *ledger.JobStateError
 			if errors.As(err, &se) {
 				continue // it moved on meanwhile: look again
 			}
 			if err != nil {
-				return ledger.Job{}, err
+				return queue.Job{}, err
 			}
 			q.launch.jobEnded(out)
 			q.launch.poke()
@@ -90,10 +77,10 @@ func (q *Service) Cancel(ctx context.Context, id string, ev ledger.AuditEvent) (
 			case <-done:
 				return q.store.Job(context.WithoutCancel(ctx), id)
 			case <-ctx.Done():
-				return ledger.Job{}, fmt.Errorf("cancel %s: the job is being stopped: %w", id, ctx.Err())
+				return queue.Job{}, fmt.Errorf("cancel %s: the job is being stopped: %w", id, ctx.Err())
 			}
 		default:
-			return ledger.Job{}, &StateError{ID: id, State: st, Action: "cancel", Want: []queue.State{queue.Queued, queue.Starting, queue.Running}}
+			return queue.Job{}, &StateError{ID: id, State: st, Action: "cancel", Want: []queue.State{queue.Queued, queue.Starting, queue.Running}}
 		}
 	}
 }
@@ -107,12 +94,12 @@ const (
 
 // Hold keeps queued job id from starting; it keeps its place. Any other
 // state is a *StateError.
-func (q *Service) Hold(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Service) Hold(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
 	return q.setHeld(ctx, id, true, q.fill(ev, "jobs.hold", id))
 }
 
 // Release lets held job id start again, and wakes the loop.
-func (q *Service) Release(ctx context.Context, id string, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Service) Release(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
 	j, err := q.setHeld(ctx, id, false, q.fill(ev, "jobs.release", id))
 	if err == nil {
 		q.launch.poke()
@@ -120,7 +107,7 @@ func (q *Service) Release(ctx context.Context, id string, ev ledger.AuditEvent) 
 	return j, err
 }
 
-func (q *Service) setHeld(ctx context.Context, id string, held bool, ev ledger.AuditEvent) (ledger.Job, error) {
+func (q *Service) setHeld(ctx context.Context, id string, held bool, ev audit.Event) (queue.Job, error) {
 	action := "release"
 	if held {
 		action = "hold"
@@ -130,21 +117,21 @@ func (q *Service) setHeld(ctx context.Context, id string, held bool, ev ledger.A
 	// again under it.
 	q.holds.Lock()
 	defer q.holds.Unlock()
-	j, err := q.update(ctx, id, queue.Queued, queue.Queued, func(j *ledger.Job) {
+	j, err := q.update(ctx, id, queue.Queued, queue.Queued, func(j *queue.Job) {
 		j.Held = held
 		if held {
-			j.Reason, j.ReasonText = string(queue.ReasonHeld), heldText
-		} else if j.Reason == string(queue.ReasonHeld) {
-			j.Reason, j.ReasonText = string(queue.ReasonResources), releasedText
+			j.Reason, j.ReasonText = queue.ReasonHeld, heldText
+		} else if j.Reason == queue.ReasonHeld {
+			j.Reason, j.ReasonText = queue.ReasonResources, releasedText
 		}
 	}, ev)
 	var se *ledger.JobStateError
 	if errors.As(err, &se) {
-		st, perr := queue.ParseState(se.Actual)
+		st, perr := queue.ParseState(string(se.Actual))
 		if perr != nil {
-			return ledger.Job{}, fmt.Errorf("job %s: %w", id, perr)
+			return queue.Job{}, fmt.Errorf("job %s: %w", id, perr)
 		}
-		return ledger.Job{}, &StateError{ID: id, State: st, Action: action, Want: []queue.State{queue.Queued}}
+		return queue.Job{}, &StateError{ID: id, State: st, Action: action, Want: []queue.State{queue.Queued}}
 	}
 	return j, err
 }

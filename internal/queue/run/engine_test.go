@@ -13,9 +13,9 @@ import (
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/docker"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -98,11 +98,12 @@ func newEngineEnvAt(t testing.TB, n int, host func(*client.Client) string, edit 
 	t.Helper()
 	cli := dockertest.Client(t)
 	img := dockertest.SleeperImage(t, cli)
-	jobs, err := docker.NewJobs(host(cli), "", nil)
+	dcli, err := docker.NewClient(host(cli), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { jobs.Close() })
+	t.Cleanup(func() { dcli.Close() })
+	jobs := docker.NewJobs(dcli, "", nil)
 	eng := &labelled{Jobs: jobs}
 	e := &engineEnv{cli: cli, engine: eng, image: img}
 	e.env = newEnv(t, func(c *Config) {
@@ -174,16 +175,16 @@ func (e *engineEnv) sleeper(cmd ...string) spec.Request {
 }
 
 // waitState waits until job id is in state.
-func (e *engineEnv) waitState(t testing.TB, id string, state queue.State) ledger.Job {
+func (e *engineEnv) waitState(t testing.TB, id string, state queue.State) queue.Job {
 	t.Helper()
-	var j ledger.Job
+	var j queue.Job
 	dockertest.WaitFor(t, 30*time.Second, id+" "+string(state), func() (bool, string) {
 		var err error
 		j, err = e.q.Job(context.Background(), id)
 		if err != nil {
 			return false, err.Error()
 		}
-		return j.State == string(state), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
+		return j.State == state, fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
 	})
 	return j
 }
@@ -212,7 +213,7 @@ func (e *engineEnv) jobContainers(t testing.TB, id string) []mcontainer.Summary 
 	return res.Items
 }
 
-func exitCode(j ledger.Job) string {
+func exitCode(j queue.Job) string {
 	if j.ExitCode == nil {
 		return "none"
 	}
@@ -240,7 +241,7 @@ func TestSixJobsOnFourGPUs(t *testing.T) {
 	for _, id := range ids[4:] {
 		dockertest.WaitFor(t, 10*time.Second, id+" waiting for resources", func() (bool, string) {
 			j, _ := e.q.Job(context.Background(), id)
-			return j.State == "queued" && j.Reason == "resources" && strings.HasPrefix(j.ReasonText, "waiting"), j.Reason + ": " + j.ReasonText
+			return j.State == "queued" && j.Reason == "resources" && strings.HasPrefix(j.ReasonText, "waiting"), string(j.Reason) + ": " + j.ReasonText
 		})
 	}
 	// A pass that ran while the first jobs were still starting knows no
@@ -294,9 +295,9 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	big := e.submit(t, "alice", req)
 	dockertest.WaitFor(t, 10*time.Second, "the 2-GPU job waiting", func() (bool, string) {
 		j, _ := e.q.Job(context.Background(), big.ID)
-		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), j.State + " " + j.ReasonText
+		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), string(j.State) + " " + j.ReasonText
 	})
-	got, err := e.q.Cancel(context.Background(), a.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +308,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	if len(j.GPUs) != 2 {
 		t.Errorf("2-GPU job holds %q", j.GPUs)
 	}
-	if _, err := e.q.Cancel(context.Background(), a.ID, ledger.AuditEvent{}); err == nil {
+	if _, err := e.q.Cancel(context.Background(), a.ID, audit.Event{}); err == nil {
 		t.Errorf("cancel of a cancelled job succeeded")
 	}
 }

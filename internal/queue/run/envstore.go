@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // envStore keeps the jobs' environment values, which the ledger never
@@ -60,7 +60,7 @@ func (e *envStore) writeTemp(env []string) (string, error) {
 var errEnvMissing = errors.New("its environment values are missing from the queue's env dir (the agent stopped while the job was submitted); submit it again")
 
 // read returns job j's environment, checked against its keys.
-func (e *envStore) read(j ledger.Job) ([]string, error) {
+func (e *envStore) read(j queue.Job) ([]string, error) {
 	if len(j.EnvKeys) == 0 {
 		return nil, nil
 	}

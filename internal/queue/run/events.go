@@ -1,10 +1,9 @@
 package run
 
 import (
-	"encoding/json"
 	"slices"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -58,15 +57,15 @@ func (q *Launcher) ExpectStop(containerID string, reason queue.Reason) {
 // jobEnded does what follows a job's end: its environment values and
 // staged mounts go, the end is notified, and whoever waits for the stop
 // is told.
-func (q *Launcher) jobEnded(j ledger.Job) {
+func (q *Launcher) jobEnded(j queue.Job) {
 	q.env.remove(j.ID)
 	q.unstage(j.ID)
 	q.ranks.forget(j.ID)
 	s := q.stops.end(j.ID, j.ContainerID)
-	if st, err := queue.ParseState(j.State); err == nil {
-		q.metrics.ended(st)
+	if j.State.Valid() {
+		q.metrics.ended(j.State)
 	}
-	q.emit(EventEnd, j)
+	q.emit(config.NotifyEnd, j)
 	if s != nil {
 		close(s.done) // last, so that whoever waits sees all of the above
 	}
@@ -74,18 +73,17 @@ func (q *Launcher) jobEnded(j ledger.Job) {
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names
 // event.
-func (q *Launcher) emit(event string, j ledger.Job) {
+func (q *Launcher) emit(event config.NotifyEvent, j queue.Job) {
 	if q.onEvent == nil {
 		return
 	}
-	want := slices.Contains(q.notify, event)
+	want := slices.Contains(q.notify, string(event))
 	if !want {
-		var r record
-		if json.Unmarshal(j.Request, &r) == nil {
-			want = slices.Contains(r.Notify, event)
+		if r := j.Request; r != nil {
+			want = slices.Contains(r.Notify, string(event))
 		}
 	}
 	if want {
-		q.onEvent(JobEvent{Event: event, Job: j})
+		q.onEvent(string(event), j)
 	}
 }

@@ -2,14 +2,12 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -19,8 +17,7 @@ import (
 // background), never from the ledger on the call.
 type Standing func(ctx context.Context, users, teams []string) (factor, expected map[string]float64, overBudget map[string]bool)
 
-// reqInfo is what the scheduler needs of a job's stored request; it does
-// not change while the job lives, so each job's is read once.
+// reqInfo is what the scheduler needs of a job's stored request.
 type reqInfo struct {
 	memory uint64
 	class  queue.Class
@@ -33,40 +30,28 @@ type rank struct {
 	estimated time.Time
 }
 
-// ranking is what the launcher keeps of the live jobs between passes:
-// the scheduler's view of each one's request, read once, and the queued
-// jobs' places after the last pass, which the API reads.
+// info returns the scheduler's view of job j's request; a job whose
+// request the store could not read asks for whole GPUs in the normal
+// class, and its start is refused.
+func info(j queue.Job) reqInfo {
+	if r := j.Request; r != nil {
+		return reqInfo{memory: r.GPUMemory, class: r.Class}
+	}
+	return reqInfo{}
+}
+
+// ranking is the queued jobs' places after the launcher's last pass,
+// which the API reads.
 type ranking struct {
 	mu    sync.Mutex
-	reqs  map[string]reqInfo
 	ranks map[string]rank
 }
 
-func newRanking() *ranking {
-	return &ranking{reqs: map[string]reqInfo{}, ranks: map[string]rank{}}
-}
-
-// info returns the scheduler's view of job j's request, read once.
-func (q *ranking) info(j ledger.Job) reqInfo {
-	q.mu.Lock()
-	ri, ok := q.reqs[j.ID]
-	q.mu.Unlock()
-	if ok {
-		return ri
-	}
-	if req, err := RequestOf(j); err == nil {
-		ri = reqInfo{memory: req.GPUMemory, class: queue.Class(req.Class)}
-	}
-	q.mu.Lock()
-	q.reqs[j.ID] = ri
-	q.mu.Unlock()
-	return ri
-}
+func newRanking() *ranking { return &ranking{ranks: map[string]rank{}} }
 
 // forget drops what the queue kept of an ended job.
 func (q *ranking) forget(id string) {
 	q.mu.Lock()
-	delete(q.reqs, id)
 	delete(q.ranks, id)
 	q.mu.Unlock()
 }
@@ -148,31 +133,4 @@ func maxGPUMemory(cfg queue.Config, gpus []queue.GPU) uint64 {
 		}
 	}
 	return most
-}
-
-// placementJSON is a start's placement record as the job keeps it, in
-// the API's shape.
-func placementJSON(p *queue.PlacementRecord) json.RawMessage {
-	if p == nil {
-		return nil
-	}
-	type candidate struct {
-		UUID   string  `json:"uuid"`
-		Index  int     `json:"index"`
-		Score  float64 `json:"score"`
-		Util   float64 `json:"util"`
-		Chosen bool    `json:"chosen"`
-	}
-	out := struct {
-		Policy     string      `json:"policy"`
-		Candidates []candidate `json:"candidates"`
-	}{Policy: string(p.Policy), Candidates: make([]candidate, 0, len(p.Candidates))}
-	for _, c := range p.Candidates {
-		out.Candidates = append(out.Candidates, candidate{c.UUID, c.Index, c.Score, c.Util, c.Chosen})
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return nil
-	}
-	return b
 }

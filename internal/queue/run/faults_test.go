@@ -64,16 +64,16 @@ func TestEngineOutageBurnsNoAttempt(t *testing.T) {
 		ids = append(ids, e.submit(t, "bob", e.exitAfter("1s", "0")).ID)
 	}
 	dockertest.WaitFor(t, outage, "a job waiting for the engine", func() (bool, string) {
-		js, err := e.q.Jobs(context.Background(), ledger.JobFilter{States: []string{"queued"}})
+		js, err := e.q.Jobs(context.Background(), ledger.JobFilter{States: []queue.State{queue.Queued}})
 		if err != nil {
 			return false, err.Error()
 		}
 		var seen []string
 		for _, j := range js {
-			if j.Reason == string(queue.ReasonEngineUnavailable) {
+			if j.Reason == queue.ReasonEngineUnavailable {
 				return true, ""
 			}
-			seen = append(seen, j.ID+" "+j.Reason)
+			seen = append(seen, j.ID+" "+string(j.Reason))
 		}
 		return false, strings.Join(seen, ", ")
 	})
@@ -107,7 +107,7 @@ func TestEngineOutageBurnsNoAttempt(t *testing.T) {
 			return queue.State(j.State).Ended(), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
 		})
 		j, _ := e.q.Job(context.Background(), id)
-		if j.State != string(queue.Succeeded) || j.Attempts != 0 || exitCode(j) != "0" {
+		if j.State != queue.Succeeded || j.Attempts != 0 || exitCode(j) != "0" {
 			t.Errorf("job %s: %s (%s: %s), exit %s, %d attempts; want succeeded, exit 0, no attempt", id, j.State, j.Reason, j.ReasonText, exitCode(j), j.Attempts)
 		}
 	}
@@ -129,11 +129,11 @@ func TestLedgerOutageLosesNoExit(t *testing.T) {
 	}
 	t.Cleanup(func() { store.Close() })
 	e := newEngineEnv(t, 2, func(c *Config) { c.Store = store })
-	first := []ledger.Job{
+	first := []queue.Job{
 		e.submit(t, "alice", e.exitAfter("4s", "0")),
 		e.submit(t, "bob", e.exitAfter("4s", "5")),
 	}
-	var waiting []ledger.Job
+	var waiting []queue.Job
 	for range 2 {
 		waiting = append(waiting, e.submit(t, "alice", e.sleeper()))
 	}
@@ -167,7 +167,7 @@ func TestLedgerOutageLosesNoExit(t *testing.T) {
 		exit  string
 	}{{queue.Succeeded, "0"}, {queue.Failed, "5"}} {
 		j := e.waitState(t, first[i].ID, want.state)
-		if exitCode(j) != want.exit || j.Reason != string(queue.ReasonExitCode) {
+		if exitCode(j) != want.exit || j.Reason != queue.ReasonExitCode {
 			t.Errorf("job %s: exit %s reason %s, want exit %s reason exit_code", j.ID, exitCode(j), j.Reason, want.exit)
 		}
 		if d := j.EndedAt.Sub(finished[j.ID]); d < -time.Millisecond || d > time.Millisecond {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -25,7 +27,7 @@ func formatLimit(d time.Duration) string { return units.FormatDuration(d) }
 // twice), a check of the mounts Docker made, and start. It returns when
 // the started job's time limit is due (zero: not started, or no limit),
 // so that the loop's timer covers it.
-func (q *Launcher) start(ctx context.Context, l *loop, j ledger.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
+func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
 	if j.ID == "" {
 		return time.Time{}
 	}
@@ -35,9 +37,9 @@ func (q *Launcher) start(ctx context.Context, l *loop, j ledger.Job, gpus []stri
 		q.holds.Unlock()
 		return time.Time{}
 	}
-	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) {
+	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *queue.Job) {
 		j.GPUs, j.Reason = gpus, ""
-		j.Placement = placementJSON(placement)
+		j.Placement = placement
 		j.ReasonText = "starting on " + strings.Join(gpus, ", ")
 	}, q.queueEvent("jobs.start", j.ID))
 	q.holds.Unlock()
@@ -128,8 +130,8 @@ func (q *Launcher) start(ctx context.Context, l *loop, j ledger.Job, gpus []stri
 
 // buildSpec builds the container spec of a job from its stored request,
 // its environment values and the submitter as the host knows them now.
-func (q *Launcher) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
-	req, _, err := decodeRecord(j)
+func (q *Launcher) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
+	req, err := specRequest(j)
 	if err != nil {
 		return nil, err
 	}
@@ -155,16 +157,16 @@ func (q *Launcher) buildSpec(j ledger.Job, gpus []string) (*spec.Spec, error) {
 
 // markRunning records that job j's container runs, and reports whether
 // the store took it.
-func (q *Launcher) markRunning(ctx context.Context, j ledger.Job, cid string, startedAt time.Time) bool {
-	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *ledger.Job) {
+func (q *Launcher) markRunning(ctx context.Context, j queue.Job, cid string, startedAt time.Time) bool {
+	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *queue.Job) {
 		j.ContainerID, j.StartedAt, j.ReasonText = cid, startedAt, "running on "+strings.Join(j.GPUs, ", ")
-	}, ledger.AuditEvent{})
+	}, audit.Event{})
 	if err != nil {
 		q.log.Error("record a started job", "job", j.ID, "err", err)
 		return false
 	}
 	q.metrics.observeWait(out.StartedAt.Sub(out.SubmittedAt))
-	q.emit(EventStart, out)
+	q.emit(config.NotifyStart, out)
 	return true
 }
 
@@ -174,7 +176,7 @@ func (q *Launcher) markRunning(ctx context.Context, j ledger.Job, cid string, st
 // attempts. A start that failed because the engine is unavailable is not
 // the job's fault: it goes back as engine_unavailable, counting no
 // attempt, and the loop starts nothing until the engine answers again.
-func (q *Launcher) requeueStart(ctx context.Context, l *loop, j ledger.Job, cause error) {
+func (q *Launcher) requeueStart(ctx context.Context, l *loop, j queue.Job, cause error) {
 	if errors.Is(cause, container.ErrUnavailable) {
 		q.engineLost(l, cause)
 		q.requeueUnavailable(ctx, l, j, cause)
@@ -187,9 +189,9 @@ func (q *Launcher) requeueStart(ctx context.Context, l *loop, j ledger.Job, caus
 		}
 		return
 	}
-	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID, j.Attempts = nil, "", j.Attempts+1
-		j.Reason = string(queue.ReasonStartFailed)
+		j.Reason = queue.ReasonStartFailed
 		j.ReasonText = fmt.Sprintf("start %d failed, trying again: %v", j.Attempts, cause)
 	}, q.queueEvent("jobs.start_failed", j.ID))
 	q.unstage(j.ID)
@@ -203,10 +205,10 @@ func (q *Launcher) requeueStart(ctx context.Context, l *loop, j ledger.Job, caus
 
 // requeueUnavailable puts starting job j back in the queue with
 // engine_unavailable, its attempts as they were.
-func (q *Launcher) requeueUnavailable(ctx context.Context, l *loop, j ledger.Job, cause error) {
-	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+func (q *Launcher) requeueUnavailable(ctx context.Context, l *loop, j queue.Job, cause error) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID = nil, ""
-		j.Reason = string(queue.ReasonEngineUnavailable)
+		j.Reason = queue.ReasonEngineUnavailable
 		j.ReasonText = fmt.Sprintf("the Docker engine could not be reached; the job starts once it answers (no attempt counted): %v", cause)
 	}, q.queueEvent("jobs.start_deferred", j.ID))
 	q.unstage(j.ID) // staged again at its next start
@@ -218,16 +220,16 @@ func (q *Launcher) requeueUnavailable(ctx context.Context, l *loop, j ledger.Job
 }
 
 // failStart fails a job that cannot start as it is.
-func (q *Launcher) failStart(ctx context.Context, l *loop, j ledger.Job, from queue.State, cause error) {
+func (q *Launcher) failStart(ctx context.Context, l *loop, j queue.Job, from queue.State, cause error) {
 	if !q.fail(ctx, j, from, queue.ReasonStartRefused, "cannot start: "+cause.Error(), j.Attempts) {
 		l.reconciled = false
 	}
 }
 
 // fail ends job j failed, and reports whether the store took it.
-func (q *Launcher) fail(ctx context.Context, j ledger.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
-	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *ledger.Job) {
-		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = string(reason), text, q.now().UTC(), attempts
+func (q *Launcher) fail(ctx context.Context, j queue.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
+	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *queue.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = reason, text, q.now().UTC(), attempts
 	}, q.queueEvent("jobs.fail", j.ID))
 	if err != nil {
 		q.log.Error("fail a job", "job", j.ID, "err", err)
@@ -286,7 +288,7 @@ func (q *Launcher) ended(ctx context.Context, l *loop, jc container.JobContainer
 		l.pendingEnds[jc.ID] = jc
 		return
 	}
-	if j.State != string(queue.Running) || j.ContainerID != jc.ID {
+	if j.State != queue.Running || j.ContainerID != jc.ID {
 		return
 	}
 	q.finish(ctx, l, j, jc)
@@ -306,7 +308,7 @@ func (q *Launcher) applyPendingEnds(ctx context.Context, l *loop) {
 
 // finish ends running job j, whose container jc exited, with the state
 // its cause gives: a cancel, a time limit, the policy, or its exit code.
-func (q *Launcher) finish(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+func (q *Launcher) finish(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	exit := jc.ExitCode
 	state, reason := queue.Succeeded, queue.ReasonExitCode
 	text := fmt.Sprintf("exited with code %d", exit)
@@ -331,8 +333,8 @@ func (q *Launcher) finish(ctx context.Context, l *loop, j ledger.Job, jc contain
 	if ended.IsZero() {
 		ended = q.now()
 	}
-	out, err := q.update(ctx, j.ID, queue.Running, state, func(j *ledger.Job) {
-		j.Reason, j.ReasonText, j.EndedAt, j.ExitCode = string(reason), text, ended.UTC(), &exit
+	out, err := q.update(ctx, j.ID, queue.Running, state, func(j *queue.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.ExitCode = reason, text, ended.UTC(), &exit
 	}, ev)
 	var se *ledger.JobStateError
 	if err != nil && !errors.As(err, &se) {
@@ -364,7 +366,7 @@ const killCheckDelay = 5 * time.Second
 // engine_failure; otherwise the verdict waits killCheckDelay for the
 // engine to go away (see applyKillChecks), and the exit code decides
 // after that.
-func (q *Launcher) engineMayHaveKilled(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) bool {
+func (q *Launcher) engineMayHaveKilled(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) bool {
 	if jc.OOMKilled || jc.ExitCode != 137 && jc.ExitCode != 143 || l.killVerdict[jc.ID] {
 		return false
 	}
@@ -412,7 +414,7 @@ func (q *Launcher) engineAnswers(ctx context.Context) bool {
 // killed, back in the queue as engine_failure, counting no requeue: it is
 // not the job's fault. Its old container goes first, since it holds the
 // name the next run's container takes.
-func (q *Launcher) requeueEngineFailure(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
+func (q *Launcher) requeueEngineFailure(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	l.stale[j.ID] = jc.ID
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	if err := q.engine.Remove(rctx, jc.ID); err == nil {
@@ -420,13 +422,13 @@ func (q *Launcher) requeueEngineFailure(ctx context.Context, l *loop, j ledger.J
 	}
 	cancel()
 	text := fmt.Sprintf("its container was killed when the Docker engine stopped (exit code %d); back in the queue, no requeue counted", jc.ExitCode)
-	lost, err := q.update(ctx, j.ID, queue.Running, queue.Lost, func(j *ledger.Job) {
+	lost, err := q.update(ctx, j.ID, queue.Running, queue.Lost, func(j *queue.Job) {
 		j.ReasonText = text
 	}, q.queueEvent("jobs.lost", j.ID))
 	if err == nil {
-		_, err = q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *ledger.Job) {
+		_, err = q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *queue.Job) {
 			j.GPUs, j.ContainerID, j.StartedAt = nil, "", time.Time{}
-			j.Reason, j.ReasonText = string(queue.ReasonEngineFailure), text
+			j.Reason, j.ReasonText = queue.ReasonEngineFailure, text
 		}, q.queueEvent("jobs.requeue", lost.ID))
 	}
 	var se *ledger.JobStateError
@@ -438,8 +440,8 @@ func (q *Launcher) requeueEngineFailure(ctx context.Context, l *loop, j ledger.J
 
 // markLost records that job j's container vanished with no exit code,
 // then requeues or fails it.
-func (q *Launcher) markLost(ctx context.Context, j ledger.Job, from queue.State) {
-	out, err := q.update(ctx, j.ID, from, queue.Lost, func(j *ledger.Job) {
+func (q *Launcher) markLost(ctx context.Context, j queue.Job, from queue.State) {
+	out, err := q.update(ctx, j.ID, from, queue.Lost, func(j *queue.Job) {
 		j.ReasonText = "its container vanished with no exit code"
 	}, q.queueEvent("jobs.lost", j.ID))
 	if err != nil {
@@ -451,16 +453,16 @@ func (q *Launcher) markLost(ctx context.Context, j ledger.Job, from queue.State)
 
 // resolveLost puts a lost job back in the queue, up to max_requeue
 // times, and fails it after.
-func (q *Launcher) resolveLost(ctx context.Context, j ledger.Job) {
+func (q *Launcher) resolveLost(ctx context.Context, j queue.Job) {
 	if j.Requeues >= q.maxRequeue {
 		q.fail(ctx, j, queue.Lost, queue.ReasonRequeueLimit,
 			fmt.Sprintf("its container vanished with no exit code, and it was requeued %d times already (queue.max_requeue)", j.Requeues), j.Attempts)
 		return
 	}
-	_, err := q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *ledger.Job) {
+	_, err := q.update(ctx, j.ID, queue.Lost, queue.Queued, func(j *queue.Job) {
 		j.Requeues++
 		j.GPUs, j.ContainerID, j.StartedAt = nil, "", time.Time{}
-		j.Reason = string(queue.ReasonLostRequeued)
+		j.Reason = queue.ReasonLostRequeued
 		j.ReasonText = fmt.Sprintf("its container vanished with no exit code; back in the queue (requeue %d of %d)", j.Requeues, q.maxRequeue)
 	}, q.queueEvent("jobs.requeue", j.ID))
 	q.unstage(j.ID)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/queue/stage"
 )
@@ -29,7 +30,7 @@ type Launcher struct {
 	maxStartAttempts int
 	logRetention     time.Duration
 	notify           []string
-	onEvent          func(JobEvent)
+	onEvent          func(event string, j queue.Job)
 	stage            *stage.Dir // nil: mounts are refused with stageRefusal
 	stageRefusal     string
 	standing         Standing

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -24,7 +25,7 @@ const faultRetry = time.Second
 var engineBackoff = retry.Backoff{Initial: 250 * time.Millisecond, Max: 5 * time.Second}
 
 // live are the states a pass loads.
-var live = []string{string(queue.Queued), string(queue.Starting), string(queue.Running), string(queue.Lost)}
+var live = []queue.State{queue.Queued, queue.Starting, queue.Running, queue.Lost}
 
 // loop is the state only Run's goroutine touches.
 type loop struct {
@@ -153,7 +154,7 @@ func (q *Launcher) pingEngine(ctx context.Context, l *loop) {
 
 // countEnded loads the number of jobs in each ended state, once.
 func (q *Launcher) countEnded(ctx context.Context) {
-	js, err := q.store.Jobs(ctx, ledger.JobFilter{States: endedStates, IncludeEnded: true})
+	js, err := q.store.Jobs(ctx, ledger.JobFilter{States: queue.EndedStates(), IncludeEnded: true})
 	if err != nil {
 		q.log.Warn("count the ended jobs for metrics", "err", err)
 		return
@@ -178,10 +179,10 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 	cfg.SharedGPUs = resolveShared(cfg.SharedGPUs, obs.GPUs)
 	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now, Util: obs.Util}
 	memJobs := memoryJobs{}
-	byID := make(map[string]ledger.Job, len(jobs))
+	byID := make(map[string]queue.Job, len(jobs))
 	for _, j := range jobs {
 		byID[j.ID] = j
-		switch queue.State(j.State) {
+		switch j.State {
 		case queue.Lost:
 			q.resolveLost(ctx, j)
 		case queue.Queued:
@@ -189,15 +190,15 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 				q.cancelQueued(ctx, j, s)
 				continue
 			}
-			ri := q.ranks.info(j)
+			ri := info(j)
 			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
 				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit})
 		case queue.Starting, queue.Running:
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
-				GPUMemory: q.ranks.info(j).memory})
-			if j.State == string(queue.Running) {
+				GPUMemory: info(j).memory})
+			if j.State == queue.Running {
 				next = minTime(next, q.enforce(ctx, l, j, now))
-				if mem := q.ranks.info(j).memory; mem > 0 {
+				if mem := info(j).memory; mem > 0 {
 					memJobs[j.ID] = mem
 					next = minTime(next, q.memory.enforce(ctx, j, mem, now))
 				}
@@ -223,7 +224,7 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		}
 		delete(l.retryAt, s.JobID)
 		next = minTime(next, q.start(ctx, l, byID[s.JobID], s.GPUs, s.Placement))
-		if mem := q.ranks.info(byID[s.JobID]).memory; mem > 0 {
+		if mem := info(byID[s.JobID]).memory; mem > 0 {
 			memJobs[s.JobID] = mem // watched from the next tick
 		}
 	}
@@ -257,14 +258,14 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 
 // enforce asks for the stops a running job is due: a cancel or a time
 // limit. It returns when its time limit is due, or zero.
-func (q *Launcher) enforce(ctx context.Context, l *loop, j ledger.Job, now time.Time) time.Time {
+func (q *Launcher) enforce(ctx context.Context, l *loop, j queue.Job, now time.Time) time.Time {
 	var due time.Time
 	if j.TimeLimit > 0 && !j.StartedAt.IsZero() {
 		due = j.StartedAt.Add(j.TimeLimit)
 		if !now.Before(due) {
 			q.stops.ask(j.ID, &stop{state: queue.Timeout, reason: queue.ReasonTimeLimit,
 				text:  "reached its time limit of " + formatLimit(j.TimeLimit) + " and was stopped",
-				audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed"}, "jobs.timeout", j.ID)})
+				audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed"}, "jobs.timeout", j.ID)})
 			due = time.Time{}
 		}
 	}
@@ -301,9 +302,9 @@ func (q *Launcher) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
 
 // cancelQueued ends a queued job a cancel was asked for while it was
 // starting (its start failed, and it went back to the queue).
-func (q *Launcher) cancelQueued(ctx context.Context, j ledger.Job, s *stop) {
-	out, err := q.update(ctx, j.ID, queue.Queued, s.state, func(j *ledger.Job) {
-		j.Reason, j.ReasonText, j.EndedAt, j.GPUs = string(s.reason), s.text, q.now().UTC(), nil
+func (q *Launcher) cancelQueued(ctx context.Context, j queue.Job, s *stop) {
+	out, err := q.update(ctx, j.ID, queue.Queued, s.state, func(j *queue.Job) {
+		j.Reason, j.ReasonText, j.EndedAt, j.GPUs = s.reason, s.text, q.now().UTC(), nil
 	}, s.audit)
 	if err != nil {
 		q.log.Warn("cancel a job back in the queue", "job", j.ID, "err", err)
@@ -314,14 +315,14 @@ func (q *Launcher) cancelQueued(ctx context.Context, j ledger.Job, s *stop) {
 
 // writeWait writes a waiting job's reason when it changed. A job whose
 // last start failed keeps start_failed, with the error, until it starts.
-func (q *Launcher) writeWait(ctx context.Context, j ledger.Job, w queue.Wait) {
-	if j.ID == "" || j.Reason == string(queue.ReasonStartFailed) && w.Reason == queue.ReasonResources ||
-		j.Reason == string(w.Reason) && j.ReasonText == w.Text {
+func (q *Launcher) writeWait(ctx context.Context, j queue.Job, w queue.Wait) {
+	if j.ID == "" || j.Reason == queue.ReasonStartFailed && w.Reason == queue.ReasonResources ||
+		j.Reason == w.Reason && j.ReasonText == w.Text {
 		return
 	}
-	_, err := q.store.UpdateJob(ctx, j.ID, string(queue.Queued), func(j *ledger.Job) {
-		j.Reason, j.ReasonText = string(w.Reason), w.Text
-	}, ledger.AuditEvent{})
+	_, err := q.store.UpdateJob(ctx, j.ID, queue.Queued, func(j *queue.Job) {
+		j.Reason, j.ReasonText = w.Reason, w.Text
+	}, audit.Event{})
 	var se *ledger.JobStateError
 	if err != nil && !errors.As(err, &se) {
 		q.log.Warn("write a waiting job's reason", "job", j.ID, "err", err)
@@ -337,8 +338,8 @@ func (q *Launcher) updateSnapshot(ctx context.Context, obs Observation, cfg queu
 	s := emptySnapshot()
 	held := map[string]bool{}
 	for _, j := range jobs {
-		s.Jobs[queue.State(j.State)]++
-		if j.State == string(queue.Starting) || j.State == string(queue.Running) {
+		s.Jobs[j.State]++
+		if j.State == queue.Starting || j.State == queue.Running {
 			for _, g := range j.GPUs {
 				held[g] = true
 			}

@@ -6,7 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
@@ -17,12 +18,6 @@ import (
 // it has stayed over for MemoryOverrunGrace, unless the action is warn.
 // It is enforcement by measurement, not isolation: a job can exceed its
 // memory between two ticks.
-
-// Memory overrun actions.
-const (
-	OverrunStop = "stop"
-	OverrunWarn = "warn"
-)
 
 // DefaultMemoryOverrunGrace is queue.memory_overrun_grace's default.
 const DefaultMemoryOverrunGrace = 2 * time.Minute
@@ -50,11 +45,11 @@ type memoryJobs map[string]uint64
 // do of each memory job. Its state has its own lock.
 type memoryEnforcer struct {
 	writer
-	onEvent func(JobEvent)
+	onEvent func(event string, j queue.Job)
 	stops   *stopRequests
 	poke    func() // wakes the launcher's loop
 	grace   time.Duration
-	action  string
+	action  config.OverrunAction
 
 	mu       sync.Mutex
 	jobs     memoryJobs
@@ -88,7 +83,7 @@ func (q *memoryEnforcer) observe(measured map[string]uint64, now time.Time) bool
 // enforce warns and stops the running memory jobs that stay over
 // what they declared; it returns when the next stop is due (zero: none).
 // It runs in the loop.
-func (q *memoryEnforcer) enforce(ctx context.Context, j ledger.Job, declared uint64, now time.Time) time.Time {
+func (q *memoryEnforcer) enforce(ctx context.Context, j queue.Job, declared uint64, now time.Time) time.Time {
 	q.mu.Lock()
 	o, over := q.overruns[j.ID]
 	var since time.Time
@@ -108,19 +103,19 @@ func (q *memoryEnforcer) enforce(ctx context.Context, j ledger.Job, declared uin
 	what := fmt.Sprintf("its GPU memory is %s, more than the %s it declared", units.FormatSize(measured), units.FormatSize(declared))
 	if warn {
 		text := what + "; it is stopped at " + due.UTC().Format("15:04:05") + " UTC unless it goes back under"
-		if action == OverrunWarn {
+		if action == config.OverrunWarn {
 			text = what + " (queue.memory_overrun_action is warn: it is not stopped)"
 		}
 		ev := q.queueEvent("jobs.memory_warn", j.ID)
 		ev.Error = what
-		out, err := q.update(ctx, j.ID, queue.Running, queue.Running, func(j *ledger.Job) { j.ReasonText = text }, ev)
+		out, err := q.update(ctx, j.ID, queue.Running, queue.Running, func(j *queue.Job) { j.ReasonText = text }, ev)
 		if err == nil && q.onEvent != nil {
 			// The submitter accepted the contract: the warning goes to
 			// the webhook whatever the job's notify list says.
-			q.onEvent(JobEvent{Event: EventWarn, Job: out})
+			q.onEvent(EventWarn, out)
 		}
 	}
-	if action == OverrunWarn {
+	if action == config.OverrunWarn {
 		return time.Time{}
 	}
 	if now.Before(due) {
@@ -128,7 +123,7 @@ func (q *memoryEnforcer) enforce(ctx context.Context, j ledger.Job, declared uin
 	}
 	q.stops.ask(j.ID, &stop{state: queue.Failed, reason: ReasonMemoryOverrun,
 		text:  what + " for " + units.FormatDuration(grace) + ", and was stopped (queue.memory_overrun_grace)",
-		audit: q.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
+		audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
 	q.poke() // the next pass sends the stop
 	return time.Time{}
 }

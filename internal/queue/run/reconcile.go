@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/gpumeter/gpumeter/internal/container"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -32,7 +31,7 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 	if err != nil {
 		return err
 	}
-	active, err := q.store.ActiveJobs(ctx, string(queue.Starting), string(queue.Running))
+	active, err := q.store.ActiveJobs(ctx, queue.Starting, queue.Running)
 	if err != nil {
 		return err
 	}
@@ -52,9 +51,9 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 			q.settle(ctx, l, j, jc)
 			continue
 		}
-		if j.State == string(queue.Starting) && l.unsure[j.ID] {
+		if j.State == queue.Starting && l.unsure[j.ID] {
 			q.requeueUnavailable(ctx, l, j, errors.New("its container was not created"))
-		} else if j.State == string(queue.Starting) {
+		} else if j.State == queue.Starting {
 			q.backToQueue(ctx, j, "the agent stopped before the job's container was created; back in the queue")
 		} else {
 			q.markLost(ctx, j, queue.Running)
@@ -76,7 +75,7 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 			q.log.Warn("a job container started before its job was submitted: it belongs to a job of a lost ledger; leaving it as it is", "container", c.ID, "job", c.JobID)
 			continue
 		}
-		ended := queue.State(j.State).Ended()
+		ended := j.State.Ended()
 		switch {
 		case c.Running:
 			q.log.Warn("a job container runs while its job does not; stopping it", "container", c.ID, "job", c.JobID, "state", j.State)
@@ -94,13 +93,13 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 // foreign reports whether container c, which carries job j's ID, was
 // started before j was submitted: the container of another job that had
 // the ID in a ledger since lost. It is neither adopted nor stopped.
-func foreign(j ledger.Job, c container.JobContainer) bool {
+func foreign(j queue.Job, c container.JobContainer) bool {
 	return !c.StartedAt.IsZero() && !j.SubmittedAt.IsZero() && c.StartedAt.Before(j.SubmittedAt)
 }
 
 // settle sets starting or running job j straight with its container jc.
-func (q *Launcher) settle(ctx context.Context, l *loop, j ledger.Job, jc container.JobContainer) {
-	st := queue.State(j.State)
+func (q *Launcher) settle(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
+	st := j.State
 	if jc.Running || jc.Exited {
 		delete(l.unsure, j.ID) // it started
 	}
@@ -115,7 +114,7 @@ func (q *Launcher) settle(ctx context.Context, l *loop, j ledger.Job, jc contain
 		if st == queue.Starting {
 			q.markRunning(ctx, j, jc.ID, jc.StartedAt.UTC())
 			var err error
-			if j, err = q.store.Job(ctx, j.ID); err != nil || j.State != string(queue.Running) {
+			if j, err = q.store.Job(ctx, j.ID); err != nil || j.State != queue.Running {
 				return
 			}
 		}
@@ -136,10 +135,10 @@ func (q *Launcher) settle(ctx context.Context, l *loop, j ledger.Job, jc contain
 }
 
 // backToQueue puts a starting job that never ran back in the queue.
-func (q *Launcher) backToQueue(ctx context.Context, j ledger.Job, text string) {
-	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *ledger.Job) {
+func (q *Launcher) backToQueue(ctx context.Context, j queue.Job, text string) {
+	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID = nil, ""
-		j.Reason, j.ReasonText = string(queue.ReasonStartFailed), text
+		j.Reason, j.ReasonText = queue.ReasonStartFailed, text
 	}, q.queueEvent("jobs.requeue", j.ID))
 	q.unstage(j.ID)
 	if err != nil {

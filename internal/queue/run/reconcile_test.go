@@ -13,8 +13,8 @@ import (
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -23,7 +23,7 @@ func TestHoldKeepsAJobFromStarting(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.q.Observe(Observation{}) // no GPUs yet: the job waits
 	j := e.submit(t, "alice", e.sleeper())
-	if _, err := e.q.Hold(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Hold(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	e.q.Observe(Observation{GPUs: gpus(1)})
@@ -31,12 +31,12 @@ func TestHoldKeepsAJobFromStarting(t *testing.T) {
 	if got, _ := e.q.Job(context.Background(), j.ID); got.State != "queued" || got.Reason != "held" {
 		t.Errorf("held job with a free GPU: %s %s, want queued and held", got.State, got.Reason)
 	}
-	if _, err := e.q.Release(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Release(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	e.waitState(t, j.ID, queue.Running)
 	var se *StateError
-	if _, err := e.q.Hold(context.Background(), j.ID, ledger.AuditEvent{}); !errors.As(err, &se) || se.State != queue.Running {
+	if _, err := e.q.Hold(context.Background(), j.ID, audit.Event{}); !errors.As(err, &se) || se.State != queue.Running {
 		t.Errorf("hold of a running job: %v, want a state error", err)
 	}
 }
@@ -52,7 +52,7 @@ func TestOutsideContainerKeepsItsGPU(t *testing.T) {
 	}
 	dockertest.WaitFor(t, 10*time.Second, "the second job waiting for outside use", func() (bool, string) {
 		j, _ := e.q.Job(context.Background(), b.ID)
-		return j.Reason == "outside_use" && strings.Contains(j.ReasonText, "GPU 0 is held by bob's container notebook (outside the queue)"), j.Reason + ": " + j.ReasonText
+		return j.Reason == "outside_use" && strings.Contains(j.ReasonText, "GPU 0 is held by bob's container notebook (outside the queue)"), string(j.Reason) + ": " + j.ReasonText
 	})
 	dockertest.WaitFor(t, 5*time.Second, "the snapshot: 1 GPU held, 1 outside", func() (bool, string) {
 		s := e.q.Snapshot()
@@ -71,7 +71,7 @@ func TestDockerStartErrorRequeues(t *testing.T) {
 	j := e.submit(t, "alice", req)
 	dockertest.WaitFor(t, 10*time.Second, "start_failed", func() (bool, string) {
 		got, _ := e.q.Job(context.Background(), j.ID)
-		return got.State == "queued" && got.Reason == "start_failed" && got.Attempts == 1, got.State + " " + got.Reason + ": " + got.ReasonText
+		return got.State == "queued" && got.Reason == "start_failed" && got.Attempts == 1, string(got.State) + " " + string(got.Reason) + ": " + got.ReasonText
 	})
 	got, _ := e.q.Job(context.Background(), j.ID)
 	if !strings.Contains(got.ReasonText, "not-built") || len(got.GPUs) != 0 {
@@ -90,12 +90,12 @@ func TestCancelWhileStarting(t *testing.T) {
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
 	// The start intent was written, and then the agent stopped.
-	if _, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, ledger.AuditEvent{}); err != nil {
+	if _, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan ledger.Job, 1)
+	done := make(chan queue.Job, 1)
 	go func() {
-		got, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+		got, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api", Caller: "alice"})
 		if err != nil {
 			t.Error(err)
 		}
@@ -122,7 +122,7 @@ func TestReconcileBeforeCreate(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
-	if _, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, ledger.AuditEvent{}); err != nil {
+	if _, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	e.restart(t, 1)
@@ -136,7 +136,7 @@ func TestReconcileBetweenCreateAndStart(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
-	intent, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *ledger.Job) { j.GPUs = []string{"GPU-test-0"} }, ledger.AuditEvent{})
+	intent, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestReconcileWhileRunning(t *testing.T) {
 	other := e.submit(t, "bob", e.sleeper())
 	dockertest.WaitFor(t, 10*time.Second, "the second job waiting", func() (bool, string) {
 		o, _ := e.q.Job(context.Background(), other.ID)
-		return o.Reason == "resources" && o.ReasonText != submittedText, o.State + " " + o.ReasonText
+		return o.Reason == "resources" && o.ReasonText != submittedText, string(o.State) + " " + o.ReasonText
 	})
 	if got, _ := e.q.Job(context.Background(), j.ID); got.State != "running" || got.ContainerID != j.ContainerID {
 		t.Errorf("adopted job %s in %.12s, want running in %.12s", got.State, got.ContainerID, j.ContainerID)
@@ -204,7 +204,7 @@ func TestReconcileContainerGone(t *testing.T) {
 	// Lost, requeued once, and run again in a new container.
 	dockertest.WaitFor(t, 30*time.Second, "the lost job running again", func() (bool, string) {
 		got, _ := e.q.Job(context.Background(), j.ID)
-		return got.State == "running" && got.Requeues == 1 && got.ContainerID != j.ContainerID, got.State + " " + got.ReasonText
+		return got.State == "running" && got.Requeues == 1 && got.ContainerID != j.ContainerID, string(got.State) + " " + got.ReasonText
 	})
 	got, _ := e.q.Job(context.Background(), j.ID)
 	e.stop()
@@ -223,7 +223,7 @@ func TestLogsAndRetention(t *testing.T) {
 	if err := e.q.Logs(context.Background(), j.ID, false, &buf); err != nil {
 		t.Errorf("logs of a running job: %v", err)
 	}
-	if _, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	dockertest.WaitFor(t, 20*time.Second, "the ended job's container removed", func() (bool, string) {
@@ -253,7 +253,7 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	if l := ins.Config.Labels; l["gpumeter.job"] != j.ID || l["gpumeter.user"] != "alice" || l["gpumeter.team"] != "ml" || ins.Config.User != "4242:4242" {
 		t.Errorf("container labels %v user %q", l, ins.Config.User)
 	}
-	if _, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(e.q.Launcher.env.path(j.ID)); !errors.Is(err, os.ErrNotExist) {
@@ -262,7 +262,7 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	e.mu.Lock()
 	var got []string
 	for _, ev := range e.events {
-		got = append(got, ev.Event+" "+ev.Job.State)
+		got = append(got, ev.Event+" "+string(ev.Job.State))
 	}
 	e.mu.Unlock()
 	if strings.Join(got, ",") != "start running,end cancelled" {

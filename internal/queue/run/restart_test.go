@@ -306,7 +306,7 @@ func TestEngineRestartWithLiveRestore(t *testing.T) {
 			return queue.State(j.State).Ended(), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
 		})
 		j, _ := e.q.Job(context.Background(), id)
-		if j.State != string(queue.Succeeded) || exitCode(j) != "0" || j.Attempts != 0 || j.Requeues != 0 {
+		if j.State != queue.Succeeded || exitCode(j) != "0" || j.Attempts != 0 || j.Requeues != 0 {
 			t.Errorf("job %s across a live-restore restart: %s (%s: %s) exit %s, %d attempts, %d requeues; want succeeded, exit 0, none",
 				id, j.State, j.Reason, j.ReasonText, exitCode(j), j.Attempts, j.Requeues)
 		}
@@ -345,7 +345,7 @@ func TestEngineStopKillsJobs(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
-			return j.State == string(queue.Running) && j.ContainerID != old[id], fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
+			return j.State == queue.Running && j.ContainerID != old[id], fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
 		})
 		j, _ := e.q.Job(context.Background(), id)
 		if j.Requeues != 0 || j.Attempts != 0 {

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -65,12 +67,6 @@ var ErrExists = container.ErrExists
 // time out, end or requeue a job.
 const KindQueue = "queue"
 
-// Notify events.
-const (
-	EventStart = "start"
-	EventEnd   = "end"
-)
-
 // Config configures a Queue.
 type Config struct {
 	Store ledger.JobStore
@@ -90,13 +86,13 @@ type Config struct {
 	// LogRetention is how long an ended job's container (and its logs)
 	// is kept before it is removed; 0 keeps it.
 	LogRetention time.Duration
-	Notify       []string // "start", "end": for every job
+	Notify       []string // "start", "end" (config checked them): for every job
 	// MemoryOverrunGrace is how long a memory job may stay over the GPU
 	// memory it declared before it is stopped (0:
 	// DefaultMemoryOverrunGrace); MemoryOverrunAction is stop (""
-	// too) or warn.
+	// too) or warn, as config checked it.
 	MemoryOverrunGrace  time.Duration
-	MemoryOverrunAction string
+	MemoryOverrunAction config.OverrunAction
 	// Standing gives each pass the fair share's factors, expected shares
 	// and teams over budget; nil: everyone stands equal.
 	Standing Standing
@@ -106,10 +102,10 @@ type Config struct {
 	// OnEvent is called when a job starts or ends and its notify list
 	// (its own plus Notify) names that event. It must not block for
 	// long: the loop waits for it.
-	OnEvent func(JobEvent)
+	OnEvent func(event string, j queue.Job)
 	// Audited writes an event the store already committed (in a job's
 	// own transaction) to the audit log's file too; nil: nothing more.
-	Audited func(ctx context.Context, e ledger.AuditEvent)
+	Audited func(ctx context.Context, e audit.Event)
 	// EnvDir keeps the environment values of jobs (0700 directory, 0600
 	// files), which the ledger never holds; a job's file is removed when
 	// the job ends.
@@ -123,12 +119,6 @@ type Config struct {
 	StageRefusal string
 	Logger       *slog.Logger
 	Now          func() time.Time
-}
-
-// JobEvent is a job that started or ended, for notifications.
-type JobEvent struct {
-	Event string // start or end
-	Job   ledger.Job
 }
 
 // BadRequest is a request the queue cannot take as it is, naming the
@@ -180,18 +170,8 @@ func New(cfg Config) (*Queue, error) {
 	case cfg.DefaultTimeLimit < 0, cfg.StopGrace < 0, cfg.LogRetention < 0, cfg.MaxRequeue < 0, cfg.MaxStartAttempts < 0:
 		return nil, errors.New("queue: default_time_limit, stop_grace, log_retention, max_requeue and max_start_attempts may not be negative")
 	}
-	switch cfg.MemoryOverrunAction {
-	case "", OverrunStop, OverrunWarn:
-	default:
-		return nil, fmt.Errorf("queue.memory_overrun_action: %q is not stop or warn", cfg.MemoryOverrunAction)
-	}
 	if cfg.MemoryOverrunGrace < 0 {
 		return nil, errors.New("queue.memory_overrun_grace may not be negative")
-	}
-	for _, n := range cfg.Notify {
-		if n != EventStart && n != EventEnd {
-			return nil, fmt.Errorf("queue.notify: %q is not start or end", n)
-		}
 	}
 	if cfg.Engine != nil {
 		switch cfg.Passing {
@@ -240,7 +220,7 @@ func New(cfg Config) (*Queue, error) {
 	}
 	l.memory = &memoryEnforcer{
 		writer: w, onEvent: cfg.OnEvent, stops: l.stops, poke: l.poke,
-		grace: cfg.MemoryOverrunGrace, action: cmp.Or(cfg.MemoryOverrunAction, OverrunStop),
+		grace: cfg.MemoryOverrunGrace, action: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
 		jobs: memoryJobs{}, overruns: map[string]*overrun{},
 	}
 	if l.memory.grace == 0 {

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
@@ -41,7 +41,7 @@ type launch interface {
 	askStop(id string, s *stop) <-chan struct{}
 	// jobEnded is told of a job the service ended itself: a queued job
 	// cancelled, or any job of a queue that runs no containers.
-	jobEnded(j ledger.Job)
+	jobEnded(j queue.Job)
 	// runs reports whether the launcher runs containers (has an Engine).
 	runs() bool
 	// logs copies container cid's output to w, following it when follow

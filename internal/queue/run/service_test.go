@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -19,13 +21,19 @@ import (
 )
 
 // env is a queue over a real SQLite ledger in a temp dir.
+// event is a job event the queue's OnEvent was called with.
+type event struct {
+	Event string
+	Job   queue.Job
+}
+
 type env struct {
 	q       *Queue
 	store   *sqlite.Store
 	cfg     Config
 	mu      sync.Mutex
-	events  []JobEvent
-	audited []ledger.AuditEvent
+	events  []event
+	audited []audit.Event
 }
 
 var users = map[string]spec.Identity{
@@ -59,12 +67,12 @@ func newEnv(t testing.TB, edit func(*Config)) *env {
 		Identity: lookup,
 		Node:     "node1",
 		EnvDir:   filepath.Join(dir, "env"),
-		OnEvent: func(ev JobEvent) {
+		OnEvent: func(name string, j queue.Job) {
 			e.mu.Lock()
-			e.events = append(e.events, ev)
+			e.events = append(e.events, event{name, j})
 			e.mu.Unlock()
 		},
-		Audited: func(_ context.Context, ev ledger.AuditEvent) {
+		Audited: func(_ context.Context, ev audit.Event) {
 			e.mu.Lock()
 			e.audited = append(e.audited, ev)
 			e.mu.Unlock()
@@ -86,10 +94,10 @@ func request() spec.Request {
 	return spec.Request{GPUs: 1, TimeLimit: time.Hour, Image: "img:1", Command: []string{"sleep", "1"}}
 }
 
-func (e *env) submit(t testing.TB, user string, req spec.Request) ledger.Job {
+func (e *env) submit(t testing.TB, user string, req spec.Request) queue.Job {
 	t.Helper()
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: user, Team: "ml",
-		Audit: ledger.AuditEvent{Kind: "api", Caller: user}})
+		Audit: audit.Event{Kind: "api", Caller: user}})
 	if err != nil {
 		t.Fatalf("submit for %s: %v", user, err)
 	}
@@ -98,7 +106,7 @@ func (e *env) submit(t testing.TB, user string, req spec.Request) ledger.Job {
 
 func (e *env) auditActions(t testing.TB) []string {
 	t.Helper()
-	evs, err := e.store.AuditEvents(context.Background(), ledger.Filter{})
+	evs, err := e.store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +123,7 @@ func TestSubmitKeepsTheJobAndItsEnvApart(t *testing.T) {
 	req.Env = []string{"TOKEN=s3cret", "EPOCHS=3"}
 	req.Name = "train"
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Team: "ml",
-		Notify: []string{"end"}, Audit: ledger.AuditEvent{Kind: "api", Caller: "alice"}})
+		Notify: []string{"end"}, Audit: audit.Event{Kind: "api", Caller: "alice"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,11 +140,11 @@ func TestSubmitKeepsTheJobAndItsEnvApart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(got.Request), "s3cret") {
-		t.Errorf("the ledger's request holds an env value: %s", got.Request)
+	if b, _ := json.Marshal(got); strings.Contains(string(b), "s3cret") {
+		t.Errorf("the ledger's job holds an env value: %s", b)
 	}
-	if !strings.Contains(string(got.Request), `"notify":["end"]`) {
-		t.Errorf("the ledger's request lacks the notify list: %s", got.Request)
+	if got.Request == nil || !slices.Equal(got.Request.Notify, []string{"end"}) {
+		t.Errorf("the ledger's request lacks the notify list: %+v", got.Request)
 	}
 	envs, err := e.q.Launcher.env.read(got)
 	if err != nil || !slices.Equal(envs, req.Env) {
@@ -240,11 +248,11 @@ func TestCancelQueued(t *testing.T) {
 	req := request()
 	req.Env = []string{"K=v"}
 	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Notify: []string{"end"},
-		Audit: ledger.AuditEvent{Kind: "api"}})
+		Audit: audit.Event{Kind: "api"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api", Caller: "alice"})
+	got, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,12 +268,12 @@ func TestCancelQueued(t *testing.T) {
 	if got := e.auditActions(t); !slices.Equal(got, []string{"jobs.submit j-000001", "jobs.cancel j-000001"}) {
 		t.Errorf("audit rows %q", got)
 	}
-	_, err = e.q.Cancel(context.Background(), j.ID, ledger.AuditEvent{Kind: "api"})
+	_, err = e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"})
 	var se *StateError
 	if !errors.As(err, &se) || se.State != queue.Cancelled || se.ID != j.ID {
 		t.Errorf("second cancel: %v, want a state error naming cancelled", err)
 	}
-	if _, err := e.q.Cancel(context.Background(), "j-999999", ledger.AuditEvent{}); !errors.Is(err, ledger.ErrJobNotFound) {
+	if _, err := e.q.Cancel(context.Background(), "j-999999", audit.Event{}); !errors.Is(err, ledger.ErrJobNotFound) {
 		t.Errorf("cancel of an unknown job: %v, want ErrJobNotFound", err)
 	}
 }
@@ -274,25 +282,25 @@ func TestHoldAndRelease(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, "alice", request())
 	ctx := context.Background()
-	held, err := e.q.Hold(ctx, j.ID, ledger.AuditEvent{Kind: "api"})
+	held, err := e.q.Hold(ctx, j.ID, audit.Event{Kind: "api"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !held.Held || held.Reason != "held" || held.State != "queued" {
 		t.Errorf("held job %+v", held)
 	}
-	rel, err := e.q.Release(ctx, j.ID, ledger.AuditEvent{Kind: "api"})
+	rel, err := e.q.Release(ctx, j.ID, audit.Event{Kind: "api"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rel.Held || rel.Reason != "resources" || rel.State != "queued" {
 		t.Errorf("released job %+v", rel)
 	}
-	if _, err := e.q.Cancel(ctx, j.ID, ledger.AuditEvent{Kind: "api"}); err != nil {
+	if _, err := e.q.Cancel(ctx, j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
-	for name, f := range map[string]func(context.Context, string, ledger.AuditEvent) (ledger.Job, error){"hold": e.q.Hold, "release": e.q.Release} {
-		_, err := f(ctx, j.ID, ledger.AuditEvent{Kind: "api"})
+	for name, f := range map[string]func(context.Context, string, audit.Event) (queue.Job, error){"hold": e.q.Hold, "release": e.q.Release} {
+		_, err := f(ctx, j.ID, audit.Event{Kind: "api"})
 		var se *StateError
 		if !errors.As(err, &se) || se.State != queue.Cancelled || se.Action != name {
 			t.Errorf("%s of a cancelled job: %v, want a state error", name, err)
@@ -309,7 +317,7 @@ func TestJobsLists(t *testing.T) {
 	a := e.submit(t, "alice", request())
 	b := e.submit(t, "bob", request())
 	ctx := context.Background()
-	if _, err := e.q.Cancel(ctx, a.ID, ledger.AuditEvent{}); err != nil {
+	if _, err := e.q.Cancel(ctx, a.ID, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	ids := func(f ledger.JobFilter) []string {
@@ -333,11 +341,11 @@ func TestJobsLists(t *testing.T) {
 	if got := ids(ledger.JobFilter{User: "alice", IncludeEnded: true}); !slices.Equal(got, []string{a.ID}) {
 		t.Errorf("alice's jobs %q", got)
 	}
-	if got := ids(ledger.JobFilter{States: []string{"cancelled"}}); !slices.Equal(got, []string{a.ID}) {
+	if got := ids(ledger.JobFilter{States: []queue.State{queue.Cancelled}}); !slices.Equal(got, []string{a.ID}) {
 		t.Errorf("cancelled jobs %q", got)
 	}
 	var br *BadRequest
-	if _, err := e.q.Jobs(ctx, ledger.JobFilter{States: []string{"done"}}); !errors.As(err, &br) || br.Field != "state" {
+	if _, err := e.q.Jobs(ctx, ledger.JobFilter{States: []queue.State{"done"}}); !errors.As(err, &br) || br.Field != "state" {
 		t.Errorf("unknown state: %v, want a bad request on state", err)
 	}
 }
@@ -345,7 +353,7 @@ func TestJobsLists(t *testing.T) {
 func TestUpdateChecksTheTransitionTable(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, "alice", request())
-	_, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*ledger.Job) {}, ledger.AuditEvent{})
+	_, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*queue.Job) {}, audit.Event{})
 	if err == nil || !strings.Contains(err.Error(), "cannot go to running") {
 		t.Errorf("queued to running: %v, want the transition refused", err)
 	}
@@ -368,7 +376,6 @@ func TestNewRefusesIncompleteConfig(t *testing.T) {
 		"no store":    func(c *Config) { c.Store = nil },
 		"no identity": func(c *Config) { c.Identity = nil },
 		"no env dir":  func(c *Config) { c.EnvDir = "" },
-		"bad notify":  func(c *Config) { c.Notify = []string{"begin"} },
 		"bad rules":   func(c *Config) { c.Rules.MountRoots = []string{"/"} },
 	} {
 		e := newEnv(t, nil)

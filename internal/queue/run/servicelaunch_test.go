@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -18,7 +18,7 @@ type fakeLaunch struct {
 	mu     sync.Mutex
 	pokes  int
 	stops  map[string]*stop
-	ended  []ledger.Job
+	ended  []queue.Job
 	runsOn bool
 }
 
@@ -39,7 +39,7 @@ func (f *fakeLaunch) askStop(id string, s *stop) <-chan struct{} {
 	return done
 }
 
-func (f *fakeLaunch) jobEnded(j ledger.Job) {
+func (f *fakeLaunch) jobEnded(j queue.Job) {
 	f.mu.Lock()
 	f.ended = append(f.ended, j)
 	f.mu.Unlock()
@@ -65,11 +65,11 @@ func TestServiceThroughLaunch(t *testing.T) {
 	if f.pokes != 1 {
 		t.Errorf("after a submit: %d pokes, want 1", f.pokes)
 	}
-	got, err := e.q.Cancel(ctx, queued.ID, ledger.AuditEvent{Caller: "alice"})
+	got, err := e.q.Cancel(ctx, queued.ID, audit.Event{Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != string(queue.Cancelled) || len(f.ended) != 1 || f.ended[0].ID != queued.ID || f.pokes != 2 {
+	if got.State != queue.Cancelled || len(f.ended) != 1 || f.ended[0].ID != queued.ID || f.pokes != 2 {
 		t.Errorf("cancel of a queued job: %s, ended %v, %d pokes; want cancelled, told once, 2 pokes", got.State, f.ended, f.pokes)
 	}
 
@@ -79,11 +79,11 @@ func TestServiceThroughLaunch(t *testing.T) {
 		if to == queue.Running {
 			from = queue.Starting
 		}
-		if _, err := e.q.Service.update(ctx, running.ID, from, to, func(j *ledger.Job) { j.ContainerID = "c-1" }, ledger.AuditEvent{}); err != nil {
+		if _, err := e.q.Service.update(ctx, running.ID, from, to, func(j *queue.Job) { j.ContainerID = "c-1" }, audit.Event{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.q.Cancel(ctx, running.ID, ledger.AuditEvent{Caller: "alice"}); err != nil {
+	if _, err := e.q.Cancel(ctx, running.ID, audit.Event{Caller: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	if s := f.stops[running.ID]; s == nil || s.state != queue.Cancelled || s.reason != queue.ReasonCancelled || s.text != "cancelled by alice" {

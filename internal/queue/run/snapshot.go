@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -107,10 +106,10 @@ func (m *metrics) set(s Snapshot) {
 }
 
 // countEnded counts the ended jobs js, loaded once by Run.
-func (m *metrics) countEnded(js []ledger.Job) {
+func (m *metrics) countEnded(js []queue.Job) {
 	m.mu.Lock()
 	for _, j := range js {
-		m.endedCounts[queue.State(j.State)]++
+		m.endedCounts[j.State]++
 	}
 	m.mu.Unlock()
 }

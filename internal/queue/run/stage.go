@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/queue/stage"
 )
@@ -27,7 +27,7 @@ func (q *Service) mountRefusal(req spec.Request) error {
 // Docker ever sees: runc re-resolves a source by name at start, and a
 // name under a user's root is the user's to swap. What an earlier try of
 // this start left staged goes first.
-func (q *Launcher) stageMounts(j ledger.Job, s *spec.Spec) error {
+func (q *Launcher) stageMounts(j queue.Job, s *spec.Spec) error {
 	mounts := s.HostConfig.Mounts
 	if len(mounts) == 0 {
 		return nil

@@ -12,8 +12,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -83,7 +83,7 @@ func TestMountsReachDockerStaged(t *testing.T) {
 			t.Errorf("mount %s from %s (rw %v), want %+v", m.Destination, m.Source, m.RW, w)
 		}
 	}
-	got, err := RequestOf(j)
+	got, err := specRequest(j)
 	if err != nil || !slices.Equal(got.Mounts, req.Mounts) {
 		t.Errorf("the job's mounts %v (%v), want the user's %v", got.Mounts, err, req.Mounts)
 	}
@@ -101,7 +101,7 @@ func TestMountsReachDockerStaged(t *testing.T) {
 		end   func(id string)
 	}{
 		{queue.Cancelled, nil, func(id string) {
-			if _, err := e.q.Cancel(context.Background(), id, ledger.AuditEvent{Kind: "api", Caller: "alice"}); err != nil {
+			if _, err := e.q.Cancel(context.Background(), id, audit.Event{Kind: "api", Caller: "alice"}); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -167,7 +167,7 @@ func TestStartRefusesASwappedSource(t *testing.T) {
 	j = e.waitState(t, j.ID, queue.Failed)
 	// Build's check by name sees this swap first; one made after it is
 	// met by OpenSource's walk (see the e2e swap test).
-	if j.Reason != string(queue.ReasonStartRefused) || !strings.Contains(j.ReasonText, "resolved to /)") && !strings.Contains(j.ReasonText, "symlink") {
+	if j.Reason != queue.ReasonStartRefused || !strings.Contains(j.ReasonText, "resolved to /)") && !strings.Contains(j.ReasonText, "symlink") {
 		t.Errorf("swapped job: %s %q, want start_refused naming the symlink", j.Reason, j.ReasonText)
 	}
 	if n := len(e.jobContainers(t, j.ID)); n != 0 {

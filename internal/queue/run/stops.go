@@ -3,7 +3,7 @@ package run
 import (
 	"sync"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -13,7 +13,7 @@ type stop struct {
 	state  queue.State // the state the job ends in
 	reason queue.Reason
 	text   string
-	audit  ledger.AuditEvent
+	audit  audit.Event
 	sent   bool // the container was told to stop
 	done   chan struct{}
 }

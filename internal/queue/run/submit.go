@@ -2,16 +2,15 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strings"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
-	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 // Submission is a job request with who submits it.
@@ -27,60 +26,33 @@ type Submission struct {
 	High bool
 	// Audit is written in the job's own transaction, its Target set to
 	// the job's id.
-	Audit ledger.AuditEvent
+	Audit audit.Event
 }
 
-// record is the request as the ledger keeps it (Job.Request): everything
-// Build needs but the environment values, which stay in EnvDir.
-type record struct {
-	GPUs      int      `json:"gpus"`
-	GPUMemory uint64   `json:"gpu_memory,omitempty"` // bytes on one shared GPU
-	Class     string   `json:"class,omitempty"`
-	TimeLimit string   `json:"time_limit"`
-	Image     string   `json:"image"`
-	Name      string   `json:"name,omitempty"`
-	EnvKeys   []string `json:"env_keys,omitempty"`
-	Mounts    []string `json:"mounts,omitempty"`
-	Workdir   string   `json:"workdir,omitempty"`
-	CPUs      float64  `json:"cpus,omitempty"`
-	Memory    uint64   `json:"memory,omitempty"`
-	ShmSize   uint64   `json:"shm_size,omitempty"`
-	Pids      int      `json:"pids,omitempty"`
-	Publish   []string `json:"publish,omitempty"`
-	Labels    []string `json:"labels,omitempty"` // K=V, checked against queue.labels
-	Command   []string `json:"command"`
-	Notify    []string `json:"notify,omitempty"`
-}
-
-func recordOf(req spec.Request, keys, notify []string) record {
-	return record{
-		GPUs: req.GPUs, GPUMemory: req.GPUMemory, Class: req.Class,
-		TimeLimit: units.FormatDuration(req.TimeLimit), Image: req.Image, Name: req.Name,
-		EnvKeys: keys, Mounts: req.Mounts, Workdir: req.Workdir, CPUs: req.CPUs, Memory: req.Memory,
-		ShmSize: req.ShmSize, Pids: req.Pids, Publish: req.Publish, Labels: req.Labels, Command: req.Command, Notify: notify,
+// requestOf is what the job store keeps of req beyond the job's own
+// fields: everything but the environment values, which stay in EnvDir.
+func requestOf(req spec.Request, notify []string) *queue.Request {
+	return &queue.Request{
+		GPUMemory: req.GPUMemory, Class: queue.Class(req.Class), Mounts: req.Mounts, Workdir: req.Workdir,
+		CPUs: req.CPUs, Memory: req.Memory, ShmSize: req.ShmSize, Pids: req.Pids,
+		Publish: req.Publish, Labels: req.Labels, Notify: notify,
 	}
 }
 
-// decodeRecord reads a job's stored request back; env is left to the
-// caller, who reads it from EnvDir.
-func decodeRecord(j ledger.Job) (spec.Request, record, error) {
-	var r record
-	if err := json.Unmarshal(j.Request, &r); err != nil {
-		return spec.Request{}, r, fmt.Errorf("job %s: stored request: %w", j.ID, err)
+// specRequest is job j's request as it was submitted, for spec.Build;
+// its environment values are left to the caller, who reads them from
+// EnvDir.
+func specRequest(j queue.Job) (spec.Request, error) {
+	r := j.Request
+	if r == nil {
+		return spec.Request{}, fmt.Errorf("job %s: the job store has no request of it that reads", j.ID)
 	}
-	req := spec.Request{
-		GPUs: r.GPUs, GPUMemory: r.GPUMemory, Class: r.Class,
-		TimeLimit: j.TimeLimit, Image: r.Image, Name: r.Name, Mounts: r.Mounts,
-		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids, Publish: r.Publish, Labels: r.Labels, Command: r.Command,
-	}
-	return req, r, nil
-}
-
-// RequestOf is job j's request as it was submitted, without its
-// environment values: what the API shows of a memory job and its class.
-func RequestOf(j ledger.Job) (spec.Request, error) {
-	req, _, err := decodeRecord(j)
-	return req, err
+	return spec.Request{
+		GPUs: j.GPUsRequested, GPUMemory: r.GPUMemory, Class: string(r.Class),
+		TimeLimit: j.TimeLimit, Image: j.Image, Name: j.Name, Mounts: r.Mounts,
+		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids,
+		Publish: r.Publish, Labels: r.Labels, Command: j.Command,
+	}, nil
 }
 
 // submittedText is the sentence of a job no pass has looked at yet.
@@ -95,44 +67,44 @@ const submittedText = "submitted; waiting for the scheduler's first look"
 // job's once the store has given it an id. A crash between the two
 // leaves a job whose env file is missing: it fails at start with a reason
 // that says so, and never runs without its environment.
-func (q *Service) Submit(ctx context.Context, s Submission) (ledger.Job, error) {
+func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 	rules, defaultLimit, exclusive := q.settings.forSubmit()
 
 	req := s.Request
 	if s.User == "" {
-		return ledger.Job{}, &BadRequest{Field: "user", Text: "the submitter is unknown; a job needs a user"}
+		return queue.Job{}, &BadRequest{Field: "user", Text: "the submitter is unknown; a job needs a user"}
 	}
 	if req.TimeLimit == 0 {
 		if defaultLimit <= 0 {
-			return ledger.Job{}, &BadRequest{Field: "time_limit",
+			return queue.Job{}, &BadRequest{Field: "time_limit",
 				Text: "a job needs a time limit and queue.default_time_limit is not set; give --time-limit such as 4h"}
 		}
 		req.TimeLimit = defaultLimit
 	}
 	notify, err := notifyList(s.Notify)
 	if err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	if len(s.Notify) > 0 && !q.notices {
-		return ledger.Job{}, &BadRequest{Field: "notify",
+		return queue.Job{}, &BadRequest{Field: "notify",
 			Text: "this agent sends no job notices: it has no webhook (policy.webhook.url); submit without --notify"}
 	}
 	who, err := q.identity(s.User)
 	if err != nil {
-		return ledger.Job{}, &BadRequest{Field: "user",
+		return queue.Job{}, &BadRequest{Field: "user",
 			Text: fmt.Sprintf("user %s is not known to this host (host.passwd_file): %v; jobs run as their submitter's uid", s.User, err)}
 	}
 	who.User, who.Team, who.High = s.User, s.Team, s.High || q.highUser(s.User)
 	if err := spec.Check(req, rules, who); err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	if err := q.mountRefusal(req); err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	if exclusive >= 0 && req.GPUs > exclusive {
 		// Within queue.max_gpus, but more than this node has for whole
 		// GPU jobs: it could never start here.
-		return ledger.Job{}, &spec.Refusal{Reason: spec.TooBig, Field: "gpus",
+		return queue.Job{}, &spec.Refusal{Reason: spec.TooBig, Field: "gpus",
 			Text: fmt.Sprintf("this node has %d GPU(s) for jobs of whole GPUs, and the job asks for %d; ask for at most %d", exclusive, req.GPUs, exclusive)}
 	}
 
@@ -140,22 +112,18 @@ func (q *Service) Submit(ctx context.Context, s Submission) (ledger.Job, error) 
 	for i, kv := range req.Env {
 		keys[i], _, _ = strings.Cut(kv, "=")
 	}
-	blob, err := json.Marshal(recordOf(req, keys, notify))
-	if err != nil {
-		return ledger.Job{}, fmt.Errorf("encode request: %w", err)
-	}
 	tmp, err := q.env.writeTemp(req.Env)
 	if err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	now := q.now().UTC()
 	// A memory job asks for no whole GPU: GPUsRequested stays 0, and its
 	// memory is in the request.
-	job := ledger.Job{
+	job := queue.Job{
 		Node: q.node, Name: req.Name, User: s.User, Team: s.Team,
-		State: string(queue.Queued), Reason: string(queue.ReasonResources), ReasonText: submittedText,
+		State: queue.Queued, Reason: queue.ReasonResources, ReasonText: submittedText,
 		GPUsRequested: req.GPUs, Image: req.Image, Command: slices.Clone(req.Command), EnvKeys: keys,
-		Request: blob, TimeLimit: req.TimeLimit, SubmittedAt: now,
+		Request: requestOf(req, notify), TimeLimit: req.TimeLimit, SubmittedAt: now,
 	}
 	ev := q.fill(s.Audit, "jobs.submit", "")
 	stored, err := q.store.SubmitJob(ctx, job, ev)
@@ -163,7 +131,7 @@ func (q *Service) Submit(ctx context.Context, s Submission) (ledger.Job, error) 
 		if tmp != "" {
 			_ = os.Remove(tmp)
 		}
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	if tmp != "" {
 		if err := os.Rename(tmp, q.env.path(stored.ID)); err != nil {
@@ -185,8 +153,8 @@ func (q *Service) highUser(user string) bool { return slices.Contains(q.highUser
 func notifyList(in []string) ([]string, error) {
 	var out []string
 	for _, n := range in {
-		if n != EventStart && n != EventEnd {
-			return nil, &BadRequest{Field: "notify", Text: fmt.Sprintf("%q is not start or end; give --notify start,end", n)}
+		if _, err := config.ParseNotifyEvent(n); err != nil {
+			return nil, &BadRequest{Field: "notify", Text: err.Error() + "; give --notify start,end"}
 		}
 		if !slices.Contains(out, n) {
 			out = append(out, n)

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -26,7 +26,7 @@ func TestSubmitMemoryJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := decodeRecord(stored)
+	got, err := specRequest(stored)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestSubmitMemoryJob(t *testing.T) {
 	}
 
 	req.GPUMemory = 41 << 30
-	_, err = e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Audit: ledger.AuditEvent{Kind: "api"}})
+	_, err = e.q.Submit(context.Background(), Submission{Request: req, User: "alice", Audit: audit.Event{Kind: "api"}})
 	var r *spec.Refusal
 	if !errors.As(err, &r) || r.Reason != spec.TooBig || r.Field != "gpu_memory" {
 		t.Errorf("Submit of 41GiB on 40GiB: %v, want too_big on gpu_memory", err)
@@ -55,16 +55,16 @@ func TestSubmitHighClass(t *testing.T) {
 	e := newEnv(t, nil)
 	req := request()
 	req.Class = spec.ClassHigh
-	_, err := e.q.Submit(context.Background(), Submission{Request: req, User: "bob", Audit: ledger.AuditEvent{Kind: "api"}})
+	_, err := e.q.Submit(context.Background(), Submission{Request: req, User: "bob", Audit: audit.Event{Kind: "api"}})
 	var r *spec.Refusal
 	if !errors.As(err, &r) || r.Reason != spec.PriorityNotAllowed {
 		t.Fatalf("Submit high without the right: %v, want priority_not_allowed", err)
 	}
-	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "bob", High: true, Audit: ledger.AuditEvent{Kind: "api"}})
+	j, err := e.q.Submit(context.Background(), Submission{Request: req, User: "bob", High: true, Audit: audit.Event{Kind: "api"}})
 	if err != nil {
 		t.Fatalf("Submit high with the right: %v", err)
 	}
-	got, _, err := decodeRecord(j)
+	got, err := specRequest(j)
 	if err != nil || got.Class != spec.ClassHigh {
 		t.Errorf("stored class %q (%v), want high", got.Class, err)
 	}

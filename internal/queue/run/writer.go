@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
@@ -17,18 +18,18 @@ type writer struct {
 	store   ledger.JobStore
 	node    string
 	now     func() time.Time
-	audited func(context.Context, ledger.AuditEvent)
+	audited func(context.Context, audit.Event)
 }
 
 // auditedLater hands an event the store committed to Config.Audited.
-func (w writer) auditedLater(ctx context.Context, e ledger.AuditEvent) {
+func (w writer) auditedLater(ctx context.Context, e audit.Event) {
 	if w.audited != nil && e.Kind != "" {
 		w.audited(ctx, e)
 	}
 }
 
 // fill completes an audit event of an action on job id.
-func (w writer) fill(e ledger.AuditEvent, action, id string) ledger.AuditEvent {
+func (w writer) fill(e audit.Event, action, id string) audit.Event {
 	if e.Time.IsZero() {
 		e.Time = w.now()
 	}
@@ -48,8 +49,8 @@ func (w writer) fill(e ledger.AuditEvent, action, id string) ledger.AuditEvent {
 }
 
 // toState returns the job's state, checked against the state table.
-func toState(j ledger.Job) (queue.State, error) {
-	s, err := queue.ParseState(j.State)
+func toState(j queue.Job) (queue.State, error) {
+	s, err := queue.ParseState(string(j.State))
 	if err != nil {
 		return "", fmt.Errorf("job %s: %w", j.ID, err)
 	}
@@ -58,24 +59,24 @@ func toState(j ledger.Job) (queue.State, error) {
 
 // update writes a change of job id from state from, checking the
 // transition table first when the change moves it to another state.
-func (w writer) update(ctx context.Context, id string, from, to queue.State, change func(*ledger.Job), ev ledger.AuditEvent) (ledger.Job, error) {
+func (w writer) update(ctx context.Context, id string, from, to queue.State, change func(*queue.Job), ev audit.Event) (queue.Job, error) {
 	if from != to {
 		if err := queue.Transition(from, to); err != nil {
-			return ledger.Job{}, fmt.Errorf("job %s: %w", id, err)
+			return queue.Job{}, fmt.Errorf("job %s: %w", id, err)
 		}
 	}
-	j, err := w.store.UpdateJob(ctx, id, string(from), func(j *ledger.Job) {
+	j, err := w.store.UpdateJob(ctx, id, from, func(j *queue.Job) {
 		change(j)
-		j.State = string(to)
+		j.State = to
 	}, ev)
 	if err != nil {
-		return ledger.Job{}, err
+		return queue.Job{}, err
 	}
 	w.auditedLater(ctx, ev)
 	return j, nil
 }
 
 // queueEvent is an audit event of something the queue did by itself.
-func (w writer) queueEvent(action, id string) ledger.AuditEvent {
-	return w.fill(ledger.AuditEvent{Caller: "queue", Outcome: "allowed"}, action, id)
+func (w writer) queueEvent(action, id string) audit.Event {
+	return w.fill(audit.Event{Caller: "queue", Outcome: "allowed"}, action, id)
 }

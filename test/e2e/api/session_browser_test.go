@@ -64,6 +64,7 @@ func TestSignInInBrowser(t *testing.T) {
 	// that the reload below comes before it has run: what the sign-in
 	// page says must not hang on it.
 	slowScript(t, ctx, a.URL+"/static/console.js", 1000)
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign out", chromedp.Click(chromedp.ID("signout")))
 	harness.WaitStatus(t, ctx, "signed out")
 	harness.Step(t, ctx, "reload", chromedp.Reload())
@@ -74,7 +75,10 @@ func TestSignInInBrowser(t *testing.T) {
 	}
 
 	// A session that ended sends the page to sign in, and back where it
-	// was sent from.
+	// was sent from. The reload above may have ended at the load event of
+	// the page it cut short, before the reloaded page's slow script ran:
+	// the form is used once that script has.
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign in with the form", chromedp.Steps(
 		chromedp.SendKeys(chromedp.ID("token"), a.Token),
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
@@ -83,6 +87,7 @@ func TestSignInInBrowser(t *testing.T) {
 	harness.SetSessionCookie(t, ctx, a.URL, "ended")
 	harness.Step(t, ctx, "open a page that sends back", chromedp.Navigate(a.URL+"/?next=%2Fusage%3Fwindow%3D7d"))
 	harness.WaitStatus(t, ctx, "your session has ended")
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign in again", chromedp.Steps(
 		chromedp.SendKeys(chromedp.ID("token"), a.Token),
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),
@@ -92,7 +97,11 @@ func TestSignInInBrowser(t *testing.T) {
 		t.Errorf("after signing in again the page is at %s, want %s/usage?window=7d", loc, a.URL)
 	}
 
-	// A bad token in the address says so.
+	// A bad token in the address says so. The page the sign-in went on to
+	// was opened by the script, not by a step that waits for its load:
+	// its status is the agent's, there before its own script has run and
+	// taken the sign-out button over.
+	harness.WaitScript(t, ctx)
 	harness.Step(t, ctx, "sign out", chromedp.Click(chromedp.ID("signout")))
 	harness.WaitStatus(t, ctx, "signed out")
 	harness.Step(t, ctx, "open a bad link", chromedp.Navigate(a.URL+"/#token=gpm_"+strings.Repeat("x", 43)))

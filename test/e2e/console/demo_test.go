@@ -18,13 +18,14 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // role is a token the agent accepts, and how the page names its holder.
 type role struct {
 	secret, as string
-	role       auth.Role
+	role       config.Role
 }
 
 // demoRoles are an admin, a user (alice, whose container is one of the
@@ -36,8 +37,8 @@ func demoRoles(t *testing.T) ([]role, string) {
 	var entries []string
 	for _, r := range []struct {
 		id, user string
-		role     auth.Role
-	}{{"ops", "olga", auth.RoleAdmin}, {"alice", "alice", auth.RoleUser}, {"vera", "vera", auth.RoleViewer}} {
+		role     config.Role
+	}{{"ops", "olga", config.RoleAdmin}, {"alice", "alice", config.RoleUser}, {"vera", "vera", config.RoleViewer}} {
 		secret, tok, err := auth.NewToken(r.id, r.user, r.role, time.Time{})
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +61,7 @@ func TestConsoleDemo(t *testing.T) {
 	roles, tokens := demoRoles(t)
 	admin, alice := roles[0], roles[1]
 	// bob is another user with a job in the queue.
-	bobSecret, bob, err := auth.NewToken("bob", "bob", auth.RoleUser, time.Time{})
+	bobSecret, bob, err := auth.NewToken("bob", "bob", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +197,7 @@ func TestConsoleDemo(t *testing.T) {
 				for _, p := range pages {
 					status := open(t, ctx, a.URL+p.path)
 					st := state(t, ctx)
-					if p.adminOnly && r.role != auth.RoleAdmin {
+					if p.adminOnly && r.role != config.RoleAdmin {
 						if status != 403 || !strings.Contains(st.Message, "this page is not for you") {
 							t.Errorf("%s as %s: status %d, message %q, want 403 and that it is not for them", p.path, r.as, status, st.Message)
 						}
@@ -209,13 +210,13 @@ func TestConsoleDemo(t *testing.T) {
 					if !strings.Contains(st.Status, "signed in as "+r.as) || st.Message != "" {
 						t.Errorf("%s as %s: status %q, message %q", p.path, r.as, st.Status, st.Message)
 					}
-					if r.role == auth.RoleViewer && len(st.Buttons) > 0 {
+					if r.role == config.RoleViewer && len(st.Buttons) > 0 {
 						t.Errorf("%s shows a viewer buttons: %v", p.path, st.Buttons)
 					}
-					if r.role != auth.RoleViewer && p.buttons && len(st.Buttons) == 0 {
+					if r.role != config.RoleViewer && p.buttons && len(st.Buttons) == 0 {
 						t.Errorf("%s shows %s no buttons", p.path, r.as)
 					}
-					if r.role == auth.RoleUser {
+					if r.role == config.RoleUser {
 						text := st.Text
 						if p.othersIn != "" {
 							text = evaluate[string](t, ctx, "the page without "+p.othersIn, fmt.Sprintf(`(() => {
@@ -254,6 +255,7 @@ func TestConsoleDemo(t *testing.T) {
 			harness.SetSessionCookie(t, ctx, a.URL, "ended")
 			open(t, ctx, a.URL+p.path)
 			harness.WaitStatus(t, ctx, "your session has ended")
+			harness.WaitScript(t, ctx)
 			harness.Step(t, ctx, "sign in again", chromedp.Steps(
 				chromedp.SendKeys(chromedp.ID("token"), admin.secret),
 				chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),

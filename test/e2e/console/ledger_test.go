@@ -1,7 +1,6 @@
 package console
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
-	"github.com/gpumeter/gpumeter/internal/sim"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
@@ -104,10 +102,12 @@ containers:
 // simulator gives that node, so that the agent carries on their series:
 // with GPUs of its own, the node would have 16 once the agent wrote its
 // first minute, 8 of them with readings of this hour only (one point in
-// the week's steps of an hour). The ledger is built once an hour
-// and kept in os.TempDir(), keyed by the fill's and the schema's
-// versions: building it takes 6–8 s, and over a minute and a half under
-// the race detector.
+// the week's steps of an hour). The ledger is built once an hour, shared
+// by every go test run of that hour (with the race detector and without),
+// and kept in os.TempDir(), keyed by the fill's and the schema's versions;
+// each test gets a copy. It is built by ./monthfill in a go test without
+// the race detector: 6–8 s, where the detector made it 1.5 min on a quiet
+// machine and 7 min on a busy one.
 func monthLedger(t *testing.T, path string) string {
 	t.Helper()
 	now := time.Now().UTC().Truncate(time.Hour)
@@ -121,20 +121,13 @@ func monthLedger(t *testing.T, path string) string {
 		}
 		tmp.Close()
 		defer os.Remove(tmp.Name())
-		store, err := sqlite.Open(context.Background(), tmp.Name())
-		if err != nil {
-			t.Fatal(err)
+		out := harness.GoTest(t, []string{"GPUMETER_MONTH_FILL=" + tmp.Name(), "GPUMETER_MONTH_TO=" + now.Format(time.RFC3339)},
+			"-count=1", "-v", "-run", "^TestFillMonth$", "./test/e2e/console/monthfill")
+		for line := range strings.Lines(out) {
+			if strings.Contains(line, "filled the 30-day ledger") {
+				t.Log(strings.TrimSpace(line))
+			}
 		}
-		began := time.Now()
-		uuids := make([]string, len(ledgertest.Plan30Days().GPUs))
-		for i := range uuids {
-			uuids[i] = sim.GPUUUID(node, i)
-		}
-		m := ledgertest.Fill30DaysToAs(t, store, now, uuids)
-		if err := store.Close(); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("filled the 30-day ledger (%s to %s) in %v", m.From.Format(time.RFC3339), m.To.Format(time.RFC3339), time.Since(began).Round(time.Millisecond))
 		if err := os.Rename(tmp.Name(), cached); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/sim"
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -81,7 +82,7 @@ gpus:
 			t.Fatalf("/api/v1/waste: %v\n%s", err, body)
 		}
 		return slices.ContainsFunc(rep.Findings, func(f waste.Finding) bool {
-			return f.Rule == waste.RuleIdle && f.ContainerID != "" && strings.HasPrefix(idle.ID, f.ContainerID)
+			return f.Rule == config.RuleIdle && f.ContainerID != "" && strings.HasPrefix(idle.ID, f.ContainerID)
 		}), body
 	})
 

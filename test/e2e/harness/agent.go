@@ -214,10 +214,17 @@ func awaitReady(t *testing.T, stderr io.Reader, exited <-chan struct{}, log fmt.
 	return url
 }
 
+// minWait is the least WaitFor waits before it fails a test.
+const minWait = time.Minute
+
 // WaitFor polls cond until it holds, or fails the test once timeout has
-// passed.
+// passed. The timeout is a guard against a hang, never a figure: it is
+// at least minWait, whatever the caller names, since a busy machine (the
+// race detector's agent beside other tests on two cores) takes many times
+// what a quiet one does, and a longer wait only delays a failure.
 func WaitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = max(timeout, minWait)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

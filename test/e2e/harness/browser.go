@@ -152,6 +152,27 @@ func WaitStatus(t testing.TB, ctx context.Context, want string) {
 	t.Fatalf("the status line does not come to say %q: it says %q (%v)", want, got, err)
 }
 
+// WaitScript waits until the page of ctx has run its script. The
+// console's script is deferred, so it has run once the document is
+// complete. A form the script has not taken over yet is sent by the
+// browser itself (the sign-in form then puts the token in the address),
+// and a step that ends at the load event of an earlier navigation, as a
+// reload of a page still loading may, comes before that.
+func WaitScript(t testing.TB, ctx context.Context) {
+	t.Helper()
+	var got string
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		got, err = chromedp.Run(sctx, chromedp.Evaluate[string](`document.readyState`))
+		cancel()
+		if err == nil && got == "complete" {
+			return
+		}
+	}
+	t.Fatalf("the page's script has not run: the document is %q (%v)", got, err)
+}
+
 // Cookies are the cookies the browser of ctx holds for url.
 func Cookies(t testing.TB, ctx context.Context, url string) []*network.Cookie {
 	t.Helper()
@@ -166,6 +187,7 @@ func Cookies(t testing.TB, ctx context.Context, url string) []*network.Cookie {
 func SignIn(t testing.TB, ctx context.Context, url, token, as string) {
 	t.Helper()
 	Step(t, ctx, "open the sign-in page", chromedp.Navigate(url+"/signin"))
+	WaitScript(t, ctx)
 	Step(t, ctx, "sign in with the form", chromedp.Steps(
 		chromedp.SendKeys(chromedp.ID("token"), token),
 		chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)),

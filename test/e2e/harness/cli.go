@@ -6,22 +6,23 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/testenv"
 )
 
-// RunCLI runs the binary to completion, for at most 30 s, and returns its
-// output and status.
+// RunCLI runs the binary to completion, for at most cliTimeout, and
+// returns its output and status.
 func RunCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	bin := Binary(t) // before the clock starts: the first call may wait for the build
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	return runCmd(t, cmd)
+	return runCmd(t, ctx, cmd)
 }
 
 // NeedNobody skips the test unless it can run the binary as the user
@@ -42,19 +43,38 @@ func NeedNobody(t *testing.T) {
 func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	bin := Binary(t) // before the clock starts: the first call may wait for the build
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", bin}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Dir = "/"
-	return runCmd(t, cmd)
+	return runCmd(t, ctx, cmd)
 }
 
-func runCmd(t *testing.T, cmd *exec.Cmd) (stdout, stderr string, code int) {
+// cliTimeout is how long a command may run: a guard against one that
+// hangs, not a figure of its speed. A simulate of hours under the race
+// detector, beside other tests on two busy cores, takes minutes where a
+// quiet machine takes seconds; the guard ends before the package's
+// deadline, so that the command's output is still shown.
+func cliTimeout(t *testing.T) time.Duration {
+	const most = 5 * time.Minute
+	if d, ok := t.Deadline(); ok {
+		return max(min(most, time.Until(d)-30*time.Second), 10*time.Second)
+	}
+	return most
+}
+
+// runCmd runs cmd, made with ctx; a command that ctx's guard had to kill
+// hung, which fails the test whatever its status.
+func runCmd(t *testing.T, ctx context.Context, cmd *exec.Cmd) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	began := time.Now()
 	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Errorf("%s %q did not end in %s: killed (%v); stderr:\n%s", cmd.Path, cmd.Args[1:], time.Since(began).Round(time.Second), err, errb.String())
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		code = ee.ExitCode()
@@ -97,4 +117,23 @@ func Tool(t *testing.T, name, pkg string) string {
 		testenv.SkipUnlessCI(t, "%s is not installed (apt-get install %s): %v", name, pkg, err)
 	}
 	return p
+}
+
+// GoTest runs `go test` with args in the module's root, with env added,
+// for at most cliTimeout, and returns its output; a run that fails fails
+// t. It is built without the race detector whatever this test binary was
+// built with: it is for work a test needs done, such as a fixture too
+// slow to make under the detector, not for the code under test.
+func GoTest(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goTool, append([]string{"test"}, args...)...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go test %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }

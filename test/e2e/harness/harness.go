@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 )
 
@@ -50,7 +51,7 @@ var binary struct {
 //	func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 func Main(m *testing.M) int {
 	flag.Parse()
-	secret, tok, err := auth.NewToken("e2e-admin", "e2e", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("e2e-admin", "e2e", config.RoleAdmin, time.Time{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "make the test token:", err)
 		return 1

@@ -282,7 +282,8 @@ func serveDemo(t *testing.T, cli *client.Client, img, sock string, sockGID int) 
 		}
 	}
 
-	// docker stop: SIGTERM, and a clean exit well within the grace.
+	// docker stop: SIGTERM, and a clean exit within the grace: status 0,
+	// where the engine's kill at the grace's end would give 137.
 	timeout := 20
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
@@ -291,7 +292,7 @@ func serveDemo(t *testing.T, cli *client.Client, img, sock string, sockGID int) 
 		t.Fatal(err)
 	}
 	st := dockertest.Inspect(t, cli, id).State
-	if st.ExitCode != 0 || time.Since(began) > 15*time.Second {
+	if st.ExitCode != 0 {
 		stdout, stderr := logs(t, cli, id)
 		t.Errorf("after docker stop the agent exited with %d in %v; stdout:\n%s\nstderr:\n%s", st.ExitCode, time.Since(began), stdout, stderr)
 	}

@@ -24,8 +24,8 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
-	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/policy"
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -33,7 +33,7 @@ import (
 )
 
 // readAudit reads the audit log's events; a missing file has none.
-func readAudit(t *testing.T, path string) []policy.Event {
+func readAudit(t *testing.T, path string) []audit.Event {
 	t.Helper()
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
@@ -43,10 +43,10 @@ func readAudit(t *testing.T, path string) []policy.Event {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []policy.Event
+	var out []audit.Event
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var e policy.Event
+		var e audit.Event
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			t.Fatalf("audit line %q: %v", sc.Text(), err)
 		}
@@ -154,7 +154,7 @@ containers:
 	harness.Serve(t, env, "--sim", scenario, "--interval", "100ms", "--docker-host", cli.DaemonHost())
 	auditPath := filepath.Join(dir, "audit.jsonl")
 
-	byID := func(evs []policy.Event, s harness.Sleeper) []string {
+	byID := func(evs []audit.Event, s harness.Sleeper) []string {
 		var out []string
 		for _, e := range evs {
 			if e.ContainerID != "" && strings.HasPrefix(s.ID, e.ContainerID) {
@@ -168,7 +168,7 @@ containers:
 		return len(byID(readAudit(t, auditPath), vanish)) > 0
 	})
 	dockertest.Remove(t, cli, vanish.ID)
-	var evs []policy.Event
+	var evs []audit.Event
 	harness.WaitFor(t, 30*time.Second, "the stops", func() bool {
 		evs = readAudit(t, auditPath)
 		done := 0
@@ -213,7 +213,7 @@ containers:
 		t.Fatal(err)
 	}
 	defer store.Close()
-	inLedger, err := store.AuditEvents(context.Background(), ledger.Filter{})
+	inLedger, err := store.AuditEvents(context.Background(), audit.Filter{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,10 +226,10 @@ containers:
 	order := func(t time.Time, container, kind string) string {
 		return t.UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano) + " " + container + " " + kind
 	}
-	slices.SortStableFunc(evs, func(a, b policy.Event) int {
+	slices.SortStableFunc(evs, func(a, b audit.Event) int {
 		return strings.Compare(order(a.Time, a.ContainerID, a.Kind), order(b.Time, b.ContainerID, b.Kind))
 	})
-	slices.SortStableFunc(inLedger, func(a, b ledger.AuditEvent) int {
+	slices.SortStableFunc(inLedger, func(a, b audit.Event) int {
 		return strings.Compare(order(a.Time, a.ContainerID, a.Kind), order(b.Time, b.ContainerID, b.Kind))
 	})
 	for i := range min(len(evs), len(inLedger)) {

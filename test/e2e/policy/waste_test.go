@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/waste"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
@@ -47,11 +48,11 @@ func TestWasteClassic(t *testing.T) {
 		wasted           float64 // GPU-hours
 		active           bool
 	}{
-		{waste.RuleOverAllocated, "greedy-llm", "alice", []int{1, 2, 3}, at("2T16:00"), at("2T19:00"), 3 * 3, false},
-		{waste.RuleStalled, "dataloader", "bob", []int{4, 5}, at("2T18:00"), at("2T19:30"), 2 * 1.5, false},
-		{waste.RuleIdle, "notebook", "carol", []int{6}, at("2T20:00"), at("3T05:00"), 9, false},
-		{waste.RuleTooOld, "no-limit", "erin", []int{7}, at("3T04:00"), at("3T08:00"), 4, true},
-		{waste.RuleOutside, "", "frank", []int{7}, at("2T17:00"), at("2T19:00"), 2, false},
+		{config.RuleOverAllocated, "greedy-llm", "alice", []int{1, 2, 3}, at("2T16:00"), at("2T19:00"), 3 * 3, false},
+		{config.RuleStalled, "dataloader", "bob", []int{4, 5}, at("2T18:00"), at("2T19:30"), 2 * 1.5, false},
+		{config.RuleIdle, "notebook", "carol", []int{6}, at("2T20:00"), at("3T05:00"), 9, false},
+		{config.RuleTooOld, "no-limit", "erin", []int{7}, at("3T04:00"), at("3T08:00"), 4, true},
+		{config.RuleOutside, "", "frank", []int{7}, at("2T17:00"), at("2T19:00"), 2, false},
 	}
 	if len(rep.Findings) != len(wants) {
 		t.Errorf("%d findings, want %d:\n%s", len(rep.Findings), len(wants), out)
@@ -120,7 +121,7 @@ func TestWasteClassic(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &strict); err != nil {
 		t.Fatal(err)
 	}
-	i := slices.IndexFunc(strict.Findings, func(f waste.Finding) bool { return f.Rule == waste.RuleIdle && f.Container == "notebook" })
+	i := slices.IndexFunc(strict.Findings, func(f waste.Finding) bool { return f.Rule == config.RuleIdle && f.Container == "notebook" })
 	if i < 0 || math.Abs(strict.Findings[i].WastedGPUHours-11) > 11e-3 {
 		t.Errorf("with idle under 50 %%, findings:\n%s\nwant the notebook idle for all its 11 h", out)
 	}
@@ -136,7 +137,7 @@ func TestServeWasteLive(t *testing.T) {
 	}
 	a := harness.Serve(t, env, "--sim", harness.Testdata("waste/live.yaml"), "--interval", "100ms")
 	want := map[string]string{ // rule -> who
-		waste.RuleIdle: "notebook", waste.RuleStalled: "dataloader", waste.RuleOverAllocated: "greedy-llm", waste.RuleOutside: "frank",
+		config.RuleIdle: "notebook", config.RuleStalled: "dataloader", config.RuleOverAllocated: "greedy-llm", config.RuleOutside: "frank",
 	}
 	var rep waste.Report
 	harness.WaitFor(t, 15*time.Second, "the live findings", func() bool {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
@@ -63,6 +65,10 @@ type host struct {
 	dataDir   string // ledger and socket
 	mountRoot string
 	config    string
+	// port is the one host port queue.publish_ports allows: free when
+	// the host was made, so that tests beside this one (in this package
+	// or another checkout's) do not want the same port of the engine.
+	port int
 	// The secrets of the tokens of the test's users, and the admin's.
 	alice, bob, viewer, rooty, admin string
 	agent                            *agent
@@ -82,7 +88,7 @@ func newHost(t *testing.T, extra string) *host {
 	dockertest.LockGPUs(t)
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
-	h := &host{cli: cli, image: dockertest.SleeperImage(t, cli), node: "e2e-q-" + hex.EncodeToString(suffix), dir: t.TempDir()}
+	h := &host{cli: cli, image: dockertest.SleeperImage(t, cli), node: "e2e-q-" + hex.EncodeToString(suffix), dir: t.TempDir(), port: freePort(t)}
 	// Registered first, so run last: after the agents are killed.
 	t.Cleanup(func() { removeJobContainers(t, cli, h.node) })
 	var err error
@@ -124,8 +130,8 @@ func newHost(t *testing.T, extra string) *host {
 	for _, u := range []struct {
 		secret *string
 		name   string
-		role   auth.Role
-	}{{&h.alice, "alice", auth.RoleUser}, {&h.bob, "bob", auth.RoleUser}, {&h.viewer, "vera", auth.RoleViewer}, {&h.rooty, "rooty", auth.RoleUser}} {
+		role   config.Role
+	}{{&h.alice, "alice", config.RoleUser}, {&h.bob, "bob", config.RoleUser}, {&h.viewer, "vera", config.RoleViewer}, {&h.rooty, "rooty", config.RoleUser}} {
 		secret, tok, err := auth.NewToken(u.name, u.name, u.role, time.Time{})
 		if err != nil {
 			t.Fatal(err)
@@ -150,10 +156,21 @@ auth:
   gpu_passing: env
   mount_roots: [%s]
   stop_grace: 1s
-  publish_ports: ["18800-18809"]
-%s`, h.node, strconv.Quote(passwd), strconv.Quote(group), tokens.String(), strconv.Quote(h.mountRoot), extra)
+  publish_ports: ["%d"]
+%s`, h.node, strconv.Quote(passwd), strconv.Quote(group), tokens.String(), strconv.Quote(h.mountRoot), h.port, extra)
 	h.config = harness.WriteFile(t, filepath.Join(h.dir, "gpumeter.yaml"), cfg, 0o600)
 	return h
+}
+
+// freePort is a TCP port no one listens on now, as the kernel picks one.
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // start runs an agent on h and waits for its first sample; it is

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,7 +100,7 @@ func TestQueueHostileRequests(t *testing.T) {
 	req := h.request(1, "5m", long...)
 	req.Env = []string{"TOKEN=s3cret-value"}
 	req.Mounts = []string{data + ":/data:ro"}
-	req.Publish = []string{"18801:8888"}
+	req.Publish = []string{strconv.Itoa(h.port) + ":8888"}
 	req.ShmSize = "1GiB"
 	j := a.submit(t, h.alice, req)
 	j = a.await(t, j.ID, 30*time.Second, "running")
@@ -156,8 +157,8 @@ func TestQueueHostileRequests(t *testing.T) {
 	}
 	for port, bs := range hc.PortBindings {
 		for _, b := range bs {
-			if b.HostIP.String() != "127.0.0.1" || b.HostPort != "18801" {
-				t.Errorf("port %s bound to %s:%s, want 127.0.0.1:18801", port, b.HostIP, b.HostPort)
+			if b.HostIP.String() != "127.0.0.1" || b.HostPort != strconv.Itoa(h.port) {
+				t.Errorf("port %s bound to %s:%s, want 127.0.0.1:%d", port, b.HostIP, b.HostPort, h.port)
 			}
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
@@ -30,7 +31,7 @@ type demo struct {
 
 func serveDemo(t *testing.T) demo {
 	t.Helper()
-	secret, tok, err := auth.NewToken("alice-laptop", "alice", auth.RoleUser, time.Time{})
+	secret, tok, err := auth.NewToken("alice-laptop", "alice", config.RoleUser, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"maps"
@@ -7,14 +7,13 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // auditPages is the page of the audit log, for admins: pageGuard turns
 // the other roles away as the API does.
-func (s *server) auditPages() []pageDef {
+func (s *handler) auditPages() []pageDef {
 	return []pageDef{
-		{path: "/audit", name: web.PageAudit, title: "Audit log", act: auth.ActAuditRead, view: s.auditPage},
+		{path: "/audit", name: PageAudit, title: "Audit log", act: auth.ActAuditRead, view: s.auditPage},
 	}
 }
 
@@ -28,10 +27,10 @@ const auditPageLimit = 500
 
 // auditPage reads the window as GET /api/v1/audit does, with window for
 // its since limited to the presets, and shows the events newest first.
-func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
-	raw, err := query(r)
+func (s *handler) auditPage(r *http.Request, c *Visitor, f Frame) (any, error) {
+	raw, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = onlyParams(raw, "window", "from", "to", "limit")
+		err = apitype.OnlyParams(raw, "window", "from", "to", "limit")
 	}
 	if err != nil {
 		return nil, badPage("the audit page cannot show that: %v", err)
@@ -52,7 +51,7 @@ func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
 		q["since"] = q["window"]
 		delete(q, "window")
 	}
-	aq, err := apitype.ParseAuditQueryNamed(q, s.cfg.Now(), s.cfg.Limits.MaxAuditEvents, func(p string) string {
+	aq, err := apitype.ParseAuditQueryNamed(q, s.cfg.Now(), s.cfg.MaxAuditEvents, func(p string) string {
 		if p == "since" {
 			return "window"
 		}
@@ -64,13 +63,13 @@ func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
 	if !raw.Has("limit") {
 		aq.Limit = min(aq.Limit, auditPageLimit)
 	}
-	v := &web.Audit{Frame: f, From: aq.From, To: aq.To, Limit: aq.Limit, FromField: raw.Get("from"), ToField: raw.Get("to")}
+	v := &Audit{Frame: f, From: aq.From, To: aq.To, Limit: aq.Limit, FromField: raw.Get("from"), ToField: raw.Get("to")}
 	current := window
 	if current == "" && !raw.Has("from") {
 		current = "24h"
 	}
 	for _, w := range auditWindows {
-		v.Presets = append(v.Presets, web.NavItem{Path: "/audit?window=" + w, Label: "last " + w, Current: w == current && !raw.Has("to")})
+		v.Presets = append(v.Presets, NavItem{Path: "/audit?window=" + w, Label: "last " + w, Current: w == current && !raw.Has("to")})
 	}
 	if s.cfg.Audit == nil {
 		v.Note = "The audit log is off on this agent."
@@ -81,11 +80,11 @@ func (s *server) auditPage(r *http.Request, c *call, f web.Frame) (any, error) {
 		return nil, err
 	}
 	v.Truncated = truncated
-	v.Events = make([]web.AuditRow, 0, len(events))
+	v.Events = make([]AuditRow, 0, len(events))
 	// Events come oldest first; the page shows the newest first.
 	for i := len(events) - 1; i >= 0; i-- {
 		e := events[i]
-		v.Events = append(v.Events, web.AuditRow{
+		v.Events = append(v.Events, AuditRow{
 			Time: e.Time, Kind: e.Kind, Caller: e.Caller, Role: e.Role, Source: e.Source,
 			Action: e.Action, Target: e.Target, Outcome: e.Outcome, Error: e.Error,
 			Rule: e.Rule, Container: e.Container, Owner: e.Owner, Status: e.Status, DryRun: e.DryRun, Count: e.Count,

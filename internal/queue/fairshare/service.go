@@ -1,8 +1,8 @@
-// The queue's fair share in the agent: the background cache of decayed
-// usage, the budget lifts, the API's view of both, and the numbers each
+// The fair share as a service: the background cache of decayed usage,
+// the budget lifts, the API's view of both, and the numbers each
 // scheduling pass takes from them.
 
-package agent
+package fairshare
 
 import (
 	"context"
@@ -12,17 +12,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
-	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
-	"github.com/gpumeter/gpumeter/internal/units"
 )
 
-// fairShare is the fair share as the API and the queue read it. It never
+// Service is the fair share as the API and the queue read it. It never
 // computes on a call: the cache refreshes in the background, and the lifts
 // of the month are kept here, read at the start and on each lift.
-type fairShare struct {
-	cache   *fairshare.Cache
+type Service struct {
+	cache   *Cache
 	budgets ledger.BudgetStore
 	now     func() time.Time
 
@@ -31,13 +29,19 @@ type fairShare struct {
 	lifted map[string]bool // teams whose budget an admin lifted this month
 }
 
-func newFairShare(cache *fairshare.Cache, budgets ledger.BudgetStore) *fairShare {
-	return &fairShare{cache: cache, budgets: budgets, now: time.Now}
+// NewService is the fair share of cache, with the budget lifts of
+// budgets.
+func NewService(cache *Cache, budgets ledger.BudgetStore) *Service {
+	return &Service{cache: cache, budgets: budgets, now: time.Now}
 }
+
+// Cache is the cache the service reads, which the agent runs and
+// reloads.
+func (f *Service) Cache() *Cache { return f.cache }
 
 // lifts returns this month's lifts, reading them again when the month
 // turned (or never was read).
-func (f *fairShare) lifts(ctx context.Context) (map[string]bool, error) {
+func (f *Service) lifts(ctx context.Context) (map[string]bool, error) {
 	month := ledger.BudgetMonth(f.now())
 	f.mu.Lock()
 	if f.month == month {
@@ -50,51 +54,35 @@ func (f *fairShare) lifts(ctx context.Context) (map[string]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("budget lifts of %s: %w", month, err)
 	}
-	l := fairshare.Lifted(ls)
+	l := Lifted(ls)
 	f.mu.Lock()
 	f.month, f.lifted = month, l
 	f.mu.Unlock()
 	return l, nil
 }
 
-// errNotYet is FairShare's error before the first computation.
+// errNotYet is Service.FairShare's error before the first computation.
 var errNotYet = errors.New("the fair-share factors are still being computed from the ledger; try again in a moment")
 
-// FairShare implements server.FairShare.
-func (f *fairShare) FairShare(ctx context.Context) (apitype.FairShare, error) {
+// FairShare is the fair share as the API reports it (server.FairShare):
+// the last computation with this month's lifts, or errNotYet before the
+// first.
+func (f *Service) FairShare(ctx context.Context) (Report, error) {
 	u := f.cache.Get()
 	if u == nil {
-		return apitype.FairShare{}, errNotYet
+		return Report{}, errNotYet
 	}
 	lifted, err := f.lifts(ctx)
 	if err != nil {
-		return apitype.FairShare{}, err
+		return Report{}, err
 	}
-	r := u.Report(f.cache.Settings(), lifted)
-	out := apitype.FairShare{Basis: r.Basis, HalfLife: units.FormatDuration(r.HalfLife), At: r.At.UTC(),
-		Users: make([]apitype.FairShareRow, 0, len(r.Users)), Teams: make([]apitype.FairShareRow, 0, len(r.Teams)),
-		Totals: fairShareRow(r.Totals)}
-	for _, row := range r.Users {
-		out.Users = append(out.Users, fairShareRow(row))
-	}
-	for _, row := range r.Teams {
-		out.Teams = append(out.Teams, fairShareRow(row))
-	}
-	return out, nil
+	return u.Report(f.cache.Settings(), lifted), nil
 }
 
-func fairShareRow(r fairshare.Row) apitype.FairShareRow {
-	out := apitype.FairShareRow{Name: r.Name, Kind: r.Kind, Team: r.Team, Share: r.Share, NormShare: r.NormShare,
-		UsageGPUHours: r.Usage, NormUsage: r.NormUsage, Factor: r.Factor, BudgetUsedGPUHours: r.BudgetUsed, BudgetLifted: r.Lifted}
-	if r.Budget > 0 {
-		b := r.Budget
-		out.BudgetGPUHours = &b
-	}
-	return out
-}
-
-// LiftBudget implements server.FairShare: the team must have a budget.
-func (f *fairShare) LiftBudget(ctx context.Context, team string, ev ledger.AuditEvent) error {
+// LiftBudget lifts team's budget for this month (server.FairShare),
+// writing ev with it: the team must have a budget, or the error is an
+// *NoBudgetError.
+func (f *Service) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	s := f.cache.Settings()
 	if _, ok := s.Budgets[team]; !ok {
 		names := make([]string, 0, len(s.Budgets))
@@ -102,11 +90,7 @@ func (f *fairShare) LiftBudget(ctx context.Context, team string, ev ledger.Audit
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		msg := fmt.Sprintf("team %q has no budget in queue.budgets", team)
-		if len(names) > 0 {
-			msg += fmt.Sprintf(" (teams with one: %v)", names)
-		}
-		return &apitype.FieldError{Field: "team", Msg: msg}
+		return &NoBudgetError{Team: team, Teams: names}
 	}
 	month := ledger.BudgetMonth(f.now())
 	if err := f.budgets.LiftBudget(ctx, team, month, ev.Caller, ev); err != nil {
@@ -125,11 +109,11 @@ func (f *fairShare) LiftBudget(ctx context.Context, team string, ev ledger.Audit
 	return nil
 }
 
-// standing is what a scheduling pass takes from the fair share: every
+// Standing is what a scheduling pass takes from the fair share: every
 // user's factor and expected share of a GPU (their efficiency), and the
 // teams over budget. Before the first computation every user stands
 // equal and no team is over.
-func (f *fairShare) standing(ctx context.Context, users, teams []string) (factor, expected map[string]float64, overBudget map[string]bool) {
+func (f *Service) Standing(ctx context.Context, users, teams []string) (factor, expected map[string]float64, overBudget map[string]bool) {
 	factor, expected, overBudget = map[string]float64{}, map[string]float64{}, map[string]bool{}
 	u := f.cache.Get()
 	if u == nil {

@@ -1,4 +1,4 @@
-package server
+package web_test
 
 import (
 	"context"
@@ -11,6 +11,15 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
+)
+
+// What the console's pages show and read, as the tests pin them: a
+// holder the reader may not see, and the cookie the page's script keeps
+// the browser's time zone in.
+const (
+	anotherUser = "another user"
+	zoneCookie  = "gpumeter_tz"
 )
 
 // historyOf answers with the same points for every window: two GPUs with
@@ -72,7 +81,7 @@ func message(body string) string {
 // which goes back to the page; a bad token says so; anyone signed in
 // sees the page with their name.
 func TestPagesSignIn(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.History = historyOf{} })
+	f := newFixture(t, func(c *server.Config) { c.History = historyOf{} })
 	for _, path := range []string{"/", "/gpus?window=24h"} {
 		status, body := f.page(t, asNone, path)
 		if status != http.StatusUnauthorized || !strings.Contains(body, `id="login"`) || !strings.Contains(body, "not signed in") {
@@ -141,7 +150,7 @@ func TestOverviewRoles(t *testing.T) {
 // a window whose ledger is off, say so.
 func TestGPUsPage(t *testing.T) {
 	h := &historyOf{}
-	f := newFixture(t, func(c *Config) { c.History = h })
+	f := newFixture(t, func(c *server.Config) { c.History = h })
 	f.resample()
 	pathD := regexp.MustCompile(`<path class="line c\d" d="(M[^"]+)"`)
 	for _, w := range []string{"", "?window=1h", "?window=24h", "?window=7d"} {
@@ -192,7 +201,7 @@ func TestGPUsPage(t *testing.T) {
 			t.Errorf("%s: %d %q, want %d saying %q", tc.path, status, message(body), tc.status, tc.want)
 		}
 	}
-	h.err = ErrNoLedger
+	h.err = server.ErrNoLedger
 	status, body := f.page(t, asAdmin, "/gpus?window=7d")
 	if status != http.StatusServiceUnavailable || !strings.Contains(message(body), "ledger, which is off") {
 		t.Errorf("7d without a ledger: %d %q", status, message(body))
@@ -207,7 +216,7 @@ func TestGPUsPage(t *testing.T) {
 // TestEveryPageSaysWho: every page's layout names the reader and has the
 // navigation, whatever fields its own view has.
 func TestEveryPageSaysWho(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.History = historyOf{} })
+	f := newFixture(t, func(c *server.Config) { c.History = historyOf{} })
 	f.resample()
 	for _, path := range []string{"/", "/gpus", "/usage", "/waste", "/jobs", "/audit"} {
 		_, body := f.page(t, asAdmin, path)

@@ -1,4 +1,4 @@
-package server
+package web_test
 
 import (
 	"context"
@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
@@ -94,11 +97,11 @@ func pageWaste() *waste.Report {
 	idle := map[string]float64{waste.EvSMPercent: 1.5, waste.EvSMPercentMax: 3, waste.EvCPUCores: 0.02, waste.EvCPUCoresMax: 0.05,
 		waste.EvThreshold: 5, waste.EvThresholdCPU: 0.1, waste.EvDuration: 3700, waste.EvWindow: 3600}
 	raw := &waste.Report{From: fixtureStart.Add(-time.Hour), To: fixtureStart.Add(time.Hour), Currency: "EUR", Findings: []waste.Finding{
-		finding("idle-script", waste.RuleIdle, aliceTrain, scriptName, "alice", 3, idle),
-		finding("stalled-old", waste.RuleStalled, aliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
-		finding("idle-bob", waste.RuleIdle, bobTrain, "bob-train", "bob", 2, idle),
-		finding("outside-carol", waste.RuleOutside, "", "", "carol", 0.5, map[string]float64{waste.EvPresentHours: 0.5, waste.EvMemoryBytes: 1 << 30}),
-		finding("old-bob", waste.RuleTooOld, bobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
+		finding("idle-script", config.RuleIdle, aliceTrain, scriptName, "alice", 3, idle),
+		finding("stalled-old", config.RuleStalled, aliceOld, "alice-old", "alice", 1, map[string]float64{waste.EvMemoryBytes: 4 << 30, waste.EvSMPercentMax: 0}),
+		finding("idle-bob", config.RuleIdle, bobTrain, "bob-train", "bob", 2, idle),
+		finding("outside-carol", config.RuleOutside, "", "", "carol", 0.5, map[string]float64{waste.EvPresentHours: 0.5, waste.EvMemoryBytes: 1 << 30}),
+		finding("old-bob", config.RuleTooOld, bobTrain, "bob-train", "bob", 0.25, map[string]float64{waste.EvAge: 3 * 86400, waste.EvMaxAge: 2 * 86400}),
 	}}
 	raw.Findings[4].Active = false // it held, and holds no more
 	return raw.Only(func(*waste.Finding) bool { return true })
@@ -117,7 +120,7 @@ func findingIDs(body string) []string {
 // buttons, only for running containers, and the button stops the
 // container through the API with the rule as its reason.
 func TestWastePageRoles(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Waste = fixedWaste{pageWaste()} })
+	f := newFixture(t, func(c *server.Config) { c.Waste = fixedWaste{pageWaste()} })
 	all := []string{"idle-script", "idle-bob", "stalled-old", "outside-carol", "old-bob"}
 	for _, tt := range []struct {
 		name, caller string
@@ -199,13 +202,13 @@ func TestWastePageRoles(t *testing.T) {
 // TestWastePageOffAndBadInput: waste off says so, and so does Docker
 // off to an admin; a parameter is a message, not a page.
 func TestWastePageOffAndBadInput(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.Waste = nil })
+	f := newFixture(t, func(c *server.Config) { c.Waste = nil })
 	body := checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
 	if !strings.Contains(body, "The live waste rules are off on this agent (waste.enabled: false)") || len(buttons(body)) != 0 {
 		t.Errorf("the page with waste off:\n%s", body)
 	}
 	// Without Docker there is nothing to stop with, and the page says so.
-	f = newFixture(t, func(c *Config) { c.Waste, c.Stopper = fixedWaste{pageWaste()}, nil })
+	f = newFixture(t, func(c *server.Config) { c.Waste, c.Stopper = fixedWaste{pageWaste()}, nil })
 	body = checkHTMLPage(t, f.pageAs(t, asAdmin, true, "/waste"), http.StatusOK)
 	if len(buttons(body)) != 0 || !strings.Contains(body, "The agent does not manage containers here (docker.enabled: false)") {
 		t.Errorf("the page without Docker:\n%s", body)
@@ -256,15 +259,15 @@ func TestJobsPage(t *testing.T) {
 	b1 := f.submit(t, asBob, goodJob)
 	// a2 runs: the store takes the write as the queue's launcher makes it.
 	now := time.Now().UTC()
-	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *ledger.Job) {
+	if _, err := f.store.UpdateJob(context.Background(), a2.ID, "queued", func(j *queue.Job) {
 		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", ""
-	}, ledger.AuditEvent{}); err != nil {
+	}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	// A job in the ledger with a name the queue would refuse, as another
 	// agent or an older release may have written it.
-	if _, err := f.store.SubmitJob(context.Background(), ledger.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
-		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, ledger.AuditEvent{}); err != nil {
+	if _, err := f.store.SubmitJob(context.Background(), queue.Job{Name: scriptName, User: "bob", State: "queued", GPUsRequested: 1,
+		Image: "gpumeter/sleeper:1", TimeLimit: time.Hour, SubmittedAt: now, Reason: "resources", ReasonText: "waits for " + scriptName}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	all, err := f.store.Jobs(context.Background(), ledger.JobFilter{})
@@ -439,7 +442,7 @@ func TestAuditPage(t *testing.T) {
 
 	// Without limit the page shows its 500, below the API's most; the
 	// events are recorded oldest first, as the log keeps them.
-	g := newFixture(t, func(c *Config) { c.Limits.MaxAuditEvents = 1000 })
+	g := newFixture(t, func(c *server.Config) { c.Limits.MaxAuditEvents = 1000 })
 	for i := range 501 {
 		if err := g.audit.Act(context.Background(), audit.Event{Time: now.Add(-time.Duration(501-i) * time.Second), Kind: "api", Action: "usage.read"}); err != nil {
 			t.Fatal(err)
@@ -480,7 +483,7 @@ func TestAuditPage(t *testing.T) {
 // estimated start as the scheduler ranked it, in the reader's zone.
 func TestJobsPageEstimates(t *testing.T) {
 	est := fixtureStart.Add(4*time.Hour + 20*time.Minute) // 14:20 UTC, 15:20 in Berlin
-	f := newJobsFixtureServer(t, nil, func(c *Config) { c.Ranks = rankTable{"j-000001": {prio: 0.5, pos: 2, est: est}} })
+	f := newJobsFixtureServer(t, nil, func(c *server.Config) { c.Ranks = rankTable{"j-000001": {prio: 0.5, pos: 2, est: est}} })
 	ranked := f.submit(t, asAlice, goodJob)
 	f.submit(t, asAlice, goodJob)
 	req, err := http.NewRequest(http.MethodGet, f.url+"/jobs", nil)

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"context"
@@ -9,21 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
-	"github.com/gpumeter/gpumeter/internal/web"
 )
 
-// UsageSeries reads GPU use per owner and hour, which the usage page
-// draws over its window; ledger.OwnerUsageReader is one. Nil when the
-// ledger is off.
-type UsageSeries interface {
-	UsageByOwner(ctx context.Context, from, to time.Time) ([]ledger.OwnerHour, error)
-}
-
-func (s *server) usagePages() []pageDef {
-	return []pageDef{{path: "/usage", name: web.PageUsage, title: "Usage", act: auth.ActUsageRead, view: s.usagePage}}
+func (s *handler) usagePages() []pageDef {
+	return []pageDef{{path: "/usage", name: PageUsage, title: "Usage", act: auth.ActUsageRead, view: s.usagePage}}
 }
 
 // The usage page's windows: rolling ones end at the next whole minute,
@@ -77,7 +70,7 @@ func (q usageQuery) values(set ...string) string {
 }
 
 func parseUsageQuery(r *http.Request) (usageQuery, error) {
-	raw, err := query(r)
+	raw, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		return usageQuery{}, badPage("%v", err)
 	}
@@ -154,7 +147,7 @@ func usageWindow(q usageQuery, now time.Time, loc *time.Location) (time.Time, ti
 	return from, last.AddDate(0, 0, 1), nil
 }
 
-func (s *server) usagePage(r *http.Request, c *call, f web.Frame) (any, error) {
+func (s *handler) usagePage(r *http.Request, c *Visitor, f Frame) (any, error) {
 	q, err := parseUsageQuery(r)
 	if err != nil {
 		return nil, err
@@ -171,14 +164,14 @@ func (s *server) usagePage(r *http.Request, c *call, f web.Frame) (any, error) {
 		return nil, &pageError{http.StatusServiceUnavailable, "the ledger is off (ledger.enabled: false), so there is no usage to show"}
 	}
 	req := report.Request{By: q.by, From: &from, To: &to, User: q.user, Team: q.team, Format: "json"}
-	rep, fault := s.usageReport(r.Context(), c, &req)
+	rep, fault := s.cfg.API.UsageReport(r.Context(), c, &req)
 	if fault != nil {
-		if fault.denied != nil {
-			return nil, &pageError{http.StatusForbidden, "you may see only your own usage: " + fault.denied.Error()}
+		if fault.Denied != nil {
+			return nil, &pageError{http.StatusForbidden, "you may see only your own usage: " + fault.Denied.Error()}
 		}
-		return nil, &pageError{fault.status, fault.msg}
+		return nil, &pageError{fault.Status, fault.Msg}
 	}
-	v := &web.Usage{Frame: f, From: *req.From, To: *req.To, Window: q.window, By: q.by, Groupings: report.Groupings(),
+	v := &Usage{Frame: f, From: *req.From, To: *req.To, Window: q.window, By: q.by, Groupings: report.Groupings(),
 		FilterUser: q.user, FilterTeam: q.team, Currency: rep.Currency, Filtered: rep.Filtered, Notes: rep.Notes}
 	v.FromDate = from.In(loc).Format(time.DateOnly)
 	v.ToDate = to.Add(-time.Nanosecond).In(loc).Format(time.DateOnly)
@@ -189,7 +182,7 @@ func (s *server) usagePage(r *http.Request, c *call, f web.Frame) (any, error) {
 		if w.name == windowCustom {
 			continue
 		}
-		v.Presets = append(v.Presets, web.Link{Label: w.label, Href: q.values("window", w.name, "from", "", "to", ""), Current: w.name == q.window})
+		v.Presets = append(v.Presets, Link{Label: w.label, Href: q.values("window", w.name, "from", "", "to", ""), Current: w.name == q.window})
 	}
 	v.Crumbs = usageCrumbs(q)
 	v.Downloads = usageDownloads(req)
@@ -197,15 +190,15 @@ func (s *server) usagePage(r *http.Request, c *call, f web.Frame) (any, error) {
 		v.Rows = append(v.Rows, usageRow(row, rep.Currency, drillDown(q, row.Key)))
 	}
 	v.Totals = usageRow(rep.Totals, rep.Currency, "")
-	if !c.ownOnly {
-		v.Idle = &web.UsageIdle{GPUHours: rep.Idle.GPUHours, EnergyKWh: rep.Idle.EnergyKWh, Cost: rep.Idle.Cost, Shared: rep.Idle.Shared}
+	if !c.OwnOnly {
+		v.Idle = &UsageIdle{GPUHours: rep.Idle.GPUHours, EnergyKWh: rep.Idle.EnergyKWh, Cost: rep.Idle.Cost, Shared: rep.Idle.Shared}
 	}
 	v.Chart = s.usageChart(r.Context(), c, req, loc)
 	return v, nil
 }
 
-func usageRow(row report.Row, currency, href string) web.UsageRow {
-	return web.UsageRow{Key: row.Key, Href: href, Allocated: row.GPUHoursAllocated, Used: row.GPUHoursUsed, Held: row.GPUHoursHeld,
+func usageRow(row report.Row, currency, href string) UsageRow {
+	return UsageRow{Key: row.Key, Href: href, Allocated: row.GPUHoursAllocated, Used: row.GPUHoursUsed, Held: row.GPUHoursHeld,
 		Efficiency: row.Efficiency, EnergyKWh: row.EnergyKWh, PeakMemory: row.PeakGPUMemoryBytes, CPUCoreHours: row.CPUCoreHours,
 		Cost: row.Cost, Currency: currency, Containers: row.Containers}
 }
@@ -227,16 +220,16 @@ func drillDown(q usageQuery, key string) string {
 }
 
 // usageCrumbs lead back up from a team's or a user's usage.
-func usageCrumbs(q usageQuery) []web.Link {
+func usageCrumbs(q usageQuery) []Link {
 	if q.team == "" && q.user == "" {
 		return nil
 	}
-	crumbs := []web.Link{{Label: "all teams", Href: q.values("by", report.ByTeam, "team", "", "user", "")}}
+	crumbs := []Link{{Label: "all teams", Href: q.values("by", report.ByTeam, "team", "", "user", "")}}
 	if q.team != "" {
-		crumbs = append(crumbs, web.Link{Label: "team " + q.team, Href: q.values("by", report.ByUser, "user", "")})
+		crumbs = append(crumbs, Link{Label: "team " + q.team, Href: q.values("by", report.ByUser, "user", "")})
 	}
 	if q.user != "" {
-		crumbs = append(crumbs, web.Link{Label: "user " + q.user, Href: q.values("by", report.ByContainer)})
+		crumbs = append(crumbs, Link{Label: "user " + q.user, Href: q.values("by", report.ByContainer)})
 	}
 	crumbs[len(crumbs)-1].Current = true
 	return crumbs
@@ -245,7 +238,7 @@ func usageCrumbs(q usageQuery) []web.Link {
 // usageDownloads are the API's reports of the page's window and filters.
 // A user's are their own whatever the link says: the API holds them to
 // it as it holds the page.
-func usageDownloads(req report.Request) []web.Link {
+func usageDownloads(req report.Request) []Link {
 	v := url.Values{}
 	v.Set("by", req.By)
 	v.Set("from", req.From.UTC().Format(time.RFC3339))
@@ -266,7 +259,7 @@ func usageDownloads(req report.Request) []web.Link {
 	}
 	// usage-by-user-20261101T1100Z-20261102T1100Z: the window in UTC.
 	name := "usage-by-" + req.By + "-" + req.From.UTC().Format("20060102T1504Z") + "-" + req.To.UTC().Format("20060102T1504Z")
-	return []web.Link{
+	return []Link{
 		{Label: "CSV", Href: "/api/v1/usage.csv?" + v.Encode(), File: name + ".csv"},
 		{Label: "JSON", Href: "/api/v1/usage?" + with("json"), File: name + ".json"},
 		{Label: "FOCUS CSV", Href: "/api/v1/usage?" + with("focus"), File: name + "-focus.csv"},
@@ -276,7 +269,7 @@ func usageDownloads(req report.Request) []web.Link {
 // usageChart is the GPU-hours used and held over the window, per hour up
 // to two days and per day (the reader's) beyond, from the ledger's hour
 // rows, filtered as the report is.
-func (s *server) usageChart(ctx context.Context, c *call, req report.Request, loc *time.Location) web.Chart {
+func (s *handler) usageChart(ctx context.Context, c *Visitor, req report.Request, loc *time.Location) Chart {
 	from, to := *req.From, *req.To
 	var starts []time.Time
 	step := time.Hour
@@ -295,8 +288,8 @@ func (s *server) usageChart(ctx context.Context, c *call, req report.Request, lo
 	if step > time.Hour {
 		end = starts[len(starts)-1].AddDate(0, 0, 1)
 	}
-	empty := func(note string) web.Chart {
-		ch := web.UsageChart(starts[0], end, nil, step, loc, nil, nil)
+	empty := func(note string) Chart {
+		ch := UsageChart(starts[0], end, nil, step, loc, nil, nil)
 		ch.Note = note
 		return ch
 	}
@@ -323,5 +316,5 @@ func (s *server) usageChart(ctx context.Context, c *call, req report.Request, lo
 			idle[i] += (h.HeldSeconds - h.UsedSeconds) / 3600
 		}
 	}
-	return web.UsageChart(starts[0], end, starts, step, loc, used, idle)
+	return UsageChart(starts[0], end, starts, step, loc, used, idle)
 }

@@ -1,6 +1,7 @@
-package server
+package web
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -10,63 +11,64 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
-	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // jobsPages is the page of the queue.
-func (s *server) jobsPages() []pageDef {
+func (s *handler) jobsPages() []pageDef {
 	return []pageDef{
-		{path: "/jobs", name: web.PageJobs, title: "Jobs", act: auth.ActJobRead, refresh: 15, view: s.jobsPage},
+		{path: "/jobs", name: PageJobs, title: "Jobs", act: auth.ActJobRead, refresh: 15, view: s.jobsPage},
 	}
 }
 
 // jobsPage lists the jobs as GET /api/v1/jobs does, with all_users=1 for
 // the roles that see everyone's: a user's own, everyone's for admins and
 // viewers. It takes the API's state and all parameters.
-func (s *server) jobsPage(r *http.Request, c *call, f web.Frame) (any, error) {
-	q, err := query(r)
+func (s *handler) jobsPage(r *http.Request, c *Visitor, f Frame) (any, error) {
+	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = onlyParams(q, "all", "state")
+		err = apitype.OnlyParams(q, "all", "state")
 	}
 	var all bool
 	if err == nil {
-		all, err = flagParam(q.Get("all"), "all")
+		all, err = apitype.FlagParam(q.Get("all"), "all")
 	}
-	var states []string
+	var states []queue.State
 	if err == nil {
-		states, err = apitype.ParseJobStates(q["state"])
+		if states, err = queue.ParseStates(q["state"]); err != nil {
+			err = fmt.Errorf("state: %w", err)
+		}
 	}
 	if err != nil {
 		return nil, badPage("the jobs page cannot show that: %v", err)
 	}
-	v := &web.Jobs{Frame: f, Everyone: !c.ownOnly, States: states, All: all}
+	v := &Jobs{Frame: f, Everyone: !c.OwnOnly, States: queue.StateNames(states), All: all}
 	v.Filters = jobFilters(q)
 	if s.cfg.Jobs == nil {
 		v.Note = "The GPU job queue is off on this agent; an admin turns it on with queue.enabled: true."
 		return v, nil
 	}
 	jf := ledger.JobFilter{States: states, IncludeEnded: all}
-	if c.ownOnly {
-		jf.User = c.id.User
+	if c.OwnOnly {
+		jf.User = c.ID.User
 	}
 	jobs, err := s.cfg.Jobs.Jobs(r.Context(), jf)
 	if err != nil {
 		return nil, err
 	}
-	v.Jobs = make([]web.JobRow, 0, len(jobs))
+	v.Jobs = make([]JobRow, 0, len(jobs))
 	for _, j := range jobs {
-		v.Jobs = append(v.Jobs, jobRow(s.jobJSON(j), c, f.CanAct()))
+		v.Jobs = append(v.Jobs, jobRow(s.cfg.API.Job(j), c, f.CanAct()))
 	}
 	return v, nil
 }
 
 // jobFilters are the page's filter links; the one q asks for is marked.
-func jobFilters(q url.Values) []web.NavItem {
+func jobFilters(q url.Values) []NavItem {
 	cur := url.Values{}
 	for k, vs := range q {
 		cur[k] = slices.Clone(vs)
 	}
-	items := []web.NavItem{
+	items := []NavItem{
 		{Path: "/jobs", Label: "Waiting and running"},
 		{Path: "/jobs?state=queued", Label: "Queued"},
 		{Path: "/jobs?state=running", Label: "Running"},
@@ -83,8 +85,8 @@ func jobFilters(q url.Values) []web.NavItem {
 // jobRow is a job as the page shows it, with the buttons the caller may
 // use on it now: the role as AuthorizeOwner decides for the job's owner,
 // and the state as the queue's state machine allows.
-func jobRow(j apitype.Job, c *call, canAct bool) web.JobRow {
-	row := web.JobRow{
+func jobRow(j apitype.Job, c *Visitor, canAct bool) JobRow {
+	row := JobRow{
 		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State, Held: j.Held,
 		Reason: j.Reason, ReasonText: j.ReasonText, GPUsRequested: j.GPUsRequested, GPUMemory: j.GPUMemoryRequested,
 		GPUs: j.GPUs, Image: j.Image, Command: j.Command, TimeLimit: j.TimeLimit, Class: j.Class,
@@ -101,18 +103,18 @@ func jobRow(j apitype.Job, c *call, canAct bool) web.JobRow {
 	if j.Name != "" {
 		label += " (" + j.Name + ")"
 	}
-	button := func(verb, doing, done string, danger bool) web.Button {
-		return web.Button{
+	button := func(verb, doing, done string, danger bool) Button {
+		return Button{
 			Label: strings.ToUpper(verb[:1]) + verb[1:], Method: http.MethodPost, Path: "/api/v1/jobs/" + url.PathEscape(j.ID) + "/" + verb,
 			Confirm: strings.ToUpper(verb[:1]) + verb[1:] + " job " + label + " of " + j.User + "?",
 			Doing:   doing + " " + j.ID, Done: done + " " + j.ID, Danger: danger,
 		}
 	}
-	if auth.AuthorizeOwner(c.id, auth.ActJobCancel, j.User) == nil && queue.CanTransition(st, queue.Cancelled) {
+	if auth.AuthorizeOwner(c.ID, auth.ActJobCancel, j.User) == nil && queue.CanTransition(st, queue.Cancelled) {
 		row.Buttons = append(row.Buttons, button("cancel", "cancelling", "cancelled", true))
 	}
 	// Hold and release keep a job queued: they only set its held flag.
-	if auth.AuthorizeOwner(c.id, auth.ActJobHold, j.User) == nil && st == queue.Queued {
+	if auth.AuthorizeOwner(c.ID, auth.ActJobHold, j.User) == nil && st == queue.Queued {
 		if j.Held {
 			row.Buttons = append(row.Buttons, button("release", "releasing", "released", false))
 		} else {

@@ -1,4 +1,4 @@
-package server
+package web_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -85,10 +86,10 @@ func usageLedger(t *testing.T) *sqlite.Store {
 
 // newUsageFixture is the fixture with its reports and hourly sums read
 // from usageLedger.
-func newUsageFixture(t *testing.T, edit func(*Config)) *fixture {
+func newUsageFixture(t *testing.T, edit func(*server.Config)) *fixture {
 	t.Helper()
 	store := usageLedger(t)
-	return newFixture(t, func(c *Config) {
+	return newFixture(t, func(c *server.Config) {
 		c.Reports = ledgerReports{store: store, model: cost.Model{Currency: "EUR", GPUHour: map[string]float64{"default": 2}}}
 		c.Usage = store
 		if edit != nil {
@@ -309,7 +310,7 @@ func TestUsagePageRoles(t *testing.T) {
 }
 
 func TestUsagePageWindows(t *testing.T) {
-	f := newUsageFixture(t, func(c *Config) { c.Limits.MaxReportWindow = 400 * 24 * time.Hour })
+	f := newUsageFixture(t, func(c *server.Config) { c.Limits.MaxReportWindow = 400 * 24 * time.Hour })
 	// The fixture's now is 2026-11-02 11:00 UTC, 20:00 in Tokyo.
 	for _, c := range []struct {
 		path, zone, from, to string
@@ -374,17 +375,17 @@ func TestUsagePageBadInput(t *testing.T) {
 			t.Errorf("%s: %d %s, want 400 with a message saying %s", c.path, a.status, regexp.MustCompile(`id="message">[^<]*`).FindString(body), c.want)
 		}
 	}
-	few := newUsageFixture(t, func(c *Config) { c.Limits.MaxReportRows = 2 })
+	few := newUsageFixture(t, func(c *server.Config) { c.Limits.MaxReportRows = 2 })
 	if a := few.pageIn(t, asAdmin, "/usage?by=user", ""); a.status != http.StatusBadRequest || !strings.Contains(string(a.body), "api.max_report_rows") {
 		t.Errorf("3 rows over a limit of 2: %d %.300s", a.status, a.body)
 	}
-	off := newFixture(t, func(c *Config) { c.Reports = nil })
+	off := newFixture(t, func(c *server.Config) { c.Reports = nil })
 	if a := off.pageIn(t, asAdmin, "/usage", ""); a.status != http.StatusServiceUnavailable || !strings.Contains(string(a.body), "the ledger is off") {
 		t.Errorf("ledger off: %d %.300s", a.status, a.body)
 	}
 	// Without the hourly sums the table still stands, and the chart says
 	// why it is empty.
-	noSeries := newUsageFixture(t, func(c *Config) { c.Usage = nil })
+	noSeries := newUsageFixture(t, func(c *server.Config) { c.Usage = nil })
 	a := noSeries.pageIn(t, asAdmin, "/usage", "")
 	if keys, _ := rowKeys(a.body); a.status != http.StatusOK || len(keys) != 3 || !strings.Contains(string(a.body), "hourly sums are not read") {
 		t.Errorf("no hourly sums: %d, rows %q", a.status, keys)

@@ -1,4 +1,4 @@
-package server
+package web_test
 
 import (
 	"context"
@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -24,23 +26,23 @@ import (
 // benchPage serves the API over the load scenario's tick with cfg's
 // parts, signs an admin in with a session and returns the handler and a
 // page request carrying the session's cookie, as a browser sends it.
-func benchPage(b *testing.B, path string, edit func(*Config)) (http.Handler, *http.Request) {
+func benchPage(b *testing.B, path string, edit func(*server.Config)) (http.Handler, *http.Request) {
 	b.Helper()
-	secret, tok, err := auth.NewToken("root-laptop", "root", auth.RoleAdmin, time.Time{})
+	secret, tok, err := auth.NewToken("root-laptop", "root", config.RoleAdmin, time.Time{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	authn, err := auth.New(auth.Config{Tokens: []auth.Token{tok}})
+	authn, err := auth.New(auth.Config{Tokens: []config.Token{tok}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := Config{
+	cfg := server.Config{
 		Ticks: benchSampler(b), Audit: newCountingAudit(), Stopper: &recordingStopper{},
 		Auth:    func() *auth.Authenticator { return authn },
 		Limiter: func() *auth.Limiter { return nil },
 	}
 	edit(&cfg)
-	h := New(cfg)
+	h := server.New(cfg)
 	signIn := httptest.NewRequest(http.MethodPost, "/api/v1/session", nil)
 	signIn.Header.Set("Authorization", "Bearer "+secret)
 	rec := httptest.NewRecorder()
@@ -76,9 +78,9 @@ func runPage(b *testing.B, h http.Handler, r *http.Request, want string) {
 //
 //	go test -run '^$' -bench 'Page$' -benchmem ./internal/api/server
 func BenchmarkWastePage(b *testing.B) {
-	h, r := benchPage(b, "/waste", func(c *Config) {
+	h, r := benchPage(b, "/waste", func(c *server.Config) {
 		t := c.Ticks.Latest()
-		rules := []string{waste.RuleIdle, waste.RuleStalled, waste.RuleOverAllocated, waste.RuleLowEfficiency}
+		rules := []string{config.RuleIdle, config.RuleStalled, config.RuleOverAllocated, config.RuleLowEfficiency}
 		var fs []waste.Finding
 		for i := range 500 {
 			ct := t.Containers[i%len(t.Containers)]
@@ -109,16 +111,16 @@ func BenchmarkJobsPage(b *testing.B) {
 	b.Cleanup(func() { store.Close() })
 	now := time.Now().UTC()
 	for i := range 2000 {
-		j, err := store.SubmitJob(ctx, ledger.Job{Name: fmt.Sprintf("train-%d", i), User: fmt.Sprintf("user%d", i%20), State: "queued",
+		j, err := store.SubmitJob(ctx, queue.Job{Name: fmt.Sprintf("train-%d", i), User: fmt.Sprintf("user%d", i%20), State: "queued",
 			GPUsRequested: 1 + i%4, Image: "gpumeter/sleeper:1", Command: []string{"python", "train.py"}, TimeLimit: 4 * time.Hour,
-			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, ledger.AuditEvent{})
+			SubmittedAt: now.Add(-time.Duration(2000-i) * time.Minute), Reason: "resources", ReasonText: "waits for 2 GPUs: 3 jobs hold them until about 14:00"}, audit.Event{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		if i%2 == 1 {
-			if _, err := store.UpdateJob(ctx, j.ID, "queued", func(j *ledger.Job) {
+			if _, err := store.UpdateJob(ctx, j.ID, "queued", func(j *queue.Job) {
 				j.State, j.EndedAt, j.Reason, j.ReasonText = "cancelled", now, "cancelled", "cancelled by root"
-			}, ledger.AuditEvent{}); err != nil {
+			}, audit.Event{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -128,7 +130,7 @@ func BenchmarkJobsPage(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h, r := benchPage(b, "/jobs?all=1", func(c *Config) { c.Jobs = q })
+	h, r := benchPage(b, "/jobs?all=1", func(c *server.Config) { c.Jobs = q })
 	runPage(b, h, r, `/api/v1/jobs/j-001999/cancel`)
 }
 
@@ -145,9 +147,9 @@ func BenchmarkAuditPage(b *testing.B) {
 	}
 	b.Cleanup(func() { store.Close() })
 	now := time.Now()
-	events := make([]ledger.AuditEvent, 0, 1000)
+	events := make([]audit.Event, 0, 1000)
 	for i := range 20000 {
-		events = append(events, ledger.AuditEvent{Time: now.Add(-time.Duration(20000-i) * 30 * time.Second), Node: "bench", Kind: "api",
+		events = append(events, audit.Event{Time: now.Add(-time.Duration(20000-i) * 30 * time.Second), Node: "bench", Kind: "api",
 			Caller: fmt.Sprintf("user%d (token laptop)", i%20), Role: "user", Source: "10.0.0.7", Action: "jobs.cancel",
 			Target: fmt.Sprintf("job j-%06d", i), Status: 200, Outcome: "ok"})
 		if len(events) == cap(events) {
@@ -160,7 +162,7 @@ func BenchmarkAuditPage(b *testing.B) {
 	log := audit.NewLog(audit.LogConfig{Store: store, Node: "bench"})
 	for _, limit := range []string{"", "&limit=10000"} {
 		b.Run("limit="+strings.TrimPrefix(limit, "&limit="), func(b *testing.B) {
-			h, r := benchPage(b, "/audit?window=7d"+limit, func(c *Config) {
+			h, r := benchPage(b, "/audit?window=7d"+limit, func(c *server.Config) {
 				c.Audit = log
 				c.Now = time.Now
 			})

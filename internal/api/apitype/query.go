@@ -1,20 +1,19 @@
-package server
+package apitype
 
 import (
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
 	"unicode/utf8"
 )
 
-// query parses r's query string and refuses what does not parse, naming
-// the parameter. url.URL.Query drops such pairs without a word, so
+// ParseQuery parses a query string and refuses what does not parse,
+// naming the parameter. url.URL.Query drops such pairs without a word, so
 // usage?by=user&user=alice%zz would report every user's rows to an admin
 // who asked for alice's.
-func query(r *http.Request) (url.Values, error) {
+func ParseQuery(raw string) (url.Values, error) {
 	v := url.Values{}
-	for raw := r.URL.RawQuery; raw != ""; {
+	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
 		if pair == "" {
@@ -38,4 +37,29 @@ func query(r *http.Request) (url.Values, error) {
 		v.Add(key, value)
 	}
 	return v, nil
+}
+
+// OnlyParams refuses a query parameter that is not one of names.
+func OnlyParams(q map[string][]string, names ...string) error {
+	for k := range q {
+		known := false
+		for _, n := range names {
+			known = known || k == n
+		}
+		if !known {
+			return fmt.Errorf("%s: not a parameter of this endpoint (it takes %s)", k, strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
+// FlagParam reads a boolean parameter: 1 or true, 0 or false, or absent.
+func FlagParam(v, name string) (bool, error) {
+	switch v {
+	case "", "0", "false":
+		return false, nil
+	case "1", "true":
+		return true, nil
+	}
+	return false, fmt.Errorf("%s: %q is not 1 or 0", name, v)
 }

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"cmp"
@@ -10,22 +10,22 @@ import (
 	"strconv"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/waste"
-	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // wastePages is the page of the live waste findings.
-func (s *server) wastePages() []pageDef {
+func (s *handler) wastePages() []pageDef {
 	return []pageDef{
-		{path: "/waste", name: web.PageWaste, title: "Waste", act: auth.ActWasteRead, refresh: 30, view: s.wastePage},
+		{path: "/waste", name: PageWaste, title: "Waste", act: auth.ActWasteRead, refresh: 30, view: s.wastePage},
 	}
 }
 
-func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
+func (s *handler) wastePage(r *http.Request, c *Visitor, f Frame) (any, error) {
 	if r.URL.RawQuery != "" {
 		return nil, badPage("the waste page takes no parameters (it was given %q): it shows the live findings", r.URL.RawQuery)
 	}
-	v := &web.Waste{Frame: f}
+	v := &Waste{Frame: f}
 	if s.cfg.Waste == nil {
 		v.Note = "The live waste rules are off on this agent (waste.enabled: false); `gpumeter waste` reads the ledger."
 		return v, nil
@@ -36,11 +36,11 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 	// sends, of a container the latest sample shows running, for a
 	// finding that holds now.
 	mayStop := false
-	if ownOnly, err := auth.Authorize(c.id, auth.ActContainerStop); err == nil && !ownOnly && c.id.Role == auth.RoleAdmin {
+	if ownOnly, err := auth.Authorize(c.ID, auth.ActContainerStop); err == nil && !ownOnly && c.ID.Role == config.RoleAdmin {
 		switch {
 		case !f.CanAct():
 			v.StopNote = "Sign in to the console to stop containers from here."
-		case s.cfg.Stopper == nil:
+		case !s.cfg.Stops:
 			v.StopNote = "The agent does not manage containers here (docker.enabled: false), so it cannot stop them."
 		default:
 			mayStop = true
@@ -56,7 +56,7 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 	}
 	for i := range rep.Findings {
 		fd := &rep.Findings[i]
-		row := web.WasteFinding{
+		row := WasteFinding{
 			ID: fd.ID, Rule: fd.Rule, Who: findingWho(fd), Owner: fd.Owner, Team: fd.Team, Project: fd.Project,
 			Image: fd.Image, ContainerID: fd.ContainerID, Since: fd.Since, Until: fd.Until, Active: fd.Active,
 			Summary: waste.Summary(fd), WastedHours: fd.WastedGPUHours, Cost: fd.Cost,
@@ -65,7 +65,7 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 			row.GPUs = append(row.GPUs, "GPU "+strconv.Itoa(g.Index))
 		}
 		for _, k := range slices.Sorted(maps.Keys(fd.Evidence)) {
-			row.Evidence = append(row.Evidence, web.Evidence{Key: k, Value: fd.Evidence[k], Rule: fd.Rule})
+			row.Evidence = append(row.Evidence, Evidence{Key: k, Value: fd.Evidence[k], Rule: fd.Rule})
 		}
 		// A finding that no longer holds is history, not a reason to stop.
 		if mayStop && fd.Active && fd.ContainerID != "" && running[fd.ContainerID] {
@@ -78,7 +78,7 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 		v.Findings = append(v.Findings, row)
 	}
 	for _, t := range rep.Totals {
-		v.Totals = append(v.Totals, web.WasteTotal{Rule: t.Rule, Findings: t.Findings, Active: t.Active,
+		v.Totals = append(v.Totals, WasteTotal{Rule: t.Rule, Findings: t.Findings, Active: t.Active,
 			WastedHours: t.WastedGPUHours, Cost: t.Cost, Total: t.Rule == waste.TotalKey})
 	}
 	return v, nil
@@ -86,13 +86,13 @@ func (s *server) wastePage(r *http.Request, c *call, f web.Frame) (any, error) {
 
 // stopButton stops the finding's container through the API, with the
 // rule as the reason the audit log keeps.
-func stopButton(fd *waste.Finding) (*web.Button, error) {
+func stopButton(fd *waste.Finding) (*Button, error) {
 	body, err := json.Marshal(map[string]string{"reason": "waste: " + fd.Rule})
 	if err != nil {
 		return nil, fmt.Errorf("stop button of %s: %w", fd.ID, err)
 	}
 	name := cmp.Or(fd.Container, fd.ContainerID)
-	return &web.Button{
+	return &Button{
 		Label: "Stop", Method: http.MethodPost, Path: "/api/v1/containers/" + fd.ContainerID + "/stop", Body: string(body),
 		Confirm: fmt.Sprintf("Stop container %s of %s? It is %s (%s).", name, cmp.Or(fd.Owner, "an unknown user"), fd.Rule, waste.Summary(fd)),
 		Doing:   "stopping " + name, Done: "stopped " + name, Danger: true,

@@ -1,35 +1,33 @@
-package server
+package apitype
 
 import (
-	"net/http"
 	"net/url"
 	"testing"
 	"unicode/utf8"
 )
 
-// FuzzQuery: query never panics, refuses what url.ParseQuery cannot
+// FuzzQuery: ParseQuery never panics, refuses what url.ParseQuery cannot
 // parse, and what it keeps is valid UTF-8 and what url.ParseQuery reads.
 func FuzzQuery(f *testing.F) {
 	for _, s := range []string{"by=user&user=alice", "user=alice%zz", "user=alice;x", "a=%ff", "=x&&b", "label=team%3Dnlp&label=x%3Dy"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		r := &http.Request{URL: &url.URL{RawQuery: raw}}
-		got, err := query(r)
+		got, err := ParseQuery(raw)
 		want, werr := url.ParseQuery(raw)
 		if err != nil {
 			return
 		}
 		if werr != nil {
-			t.Fatalf("query(%q) accepted what url.ParseQuery refuses: %v", raw, werr)
+			t.Fatalf("ParseQuery(%q) accepted what url.ParseQuery refuses: %v", raw, werr)
 		}
 		for k, vs := range got {
 			if !utf8.ValidString(k) {
-				t.Fatalf("query(%q): key %q is not UTF-8", raw, k)
+				t.Fatalf("ParseQuery(%q): key %q is not UTF-8", raw, k)
 			}
 			for i, v := range vs {
 				if !utf8.ValidString(v) || want[k][i] != v {
-					t.Fatalf("query(%q)[%q][%d] = %q, url.ParseQuery has %q", raw, k, i, v, want[k])
+					t.Fatalf("ParseQuery(%q)[%q][%d] = %q, url.ParseQuery has %q", raw, k, i, v, want[k])
 				}
 			}
 		}

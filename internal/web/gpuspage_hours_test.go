@@ -1,4 +1,4 @@
-package server
+package web_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 )
@@ -117,7 +118,7 @@ func TestGPUsPageAtAnyHour(t *testing.T) {
 			// progress, which the agent has not written yet.
 			dataFrom, dataTo := now.Add(-8*24*time.Hour).Truncate(time.Minute), now.Truncate(time.Minute)
 			store := gpuLedger(t, dataFrom, dataTo)
-			f := newFixture(t, func(c *Config) { c.History = ledgerHistory{store: store, node: "n1"} })
+			f := newFixture(t, func(c *server.Config) { c.History = ledgerHistory{store: store, node: "n1"} })
 			f.clock.mu.Lock()
 			f.clock.t = now
 			f.clock.mu.Unlock()

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"errors"
@@ -9,14 +9,12 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
-	"github.com/gpumeter/gpumeter/internal/web"
 )
 
-// The console's pages are rendered here from the same data, and under the
-// same roles, as the API's answers: a page is a GET that pageGuard lets
-// in as guard lets in an API call, whose handler gathers a view for
-// internal/web to render. Buttons on the pages call the API with the
-// session's CSRF token.
+// The console's pages are drawn from the same data, and under the same
+// roles, as the API's answers: a page is a GET that pageGuard lets in as
+// the API lets in a call, whose handler gathers a view for its template.
+// Buttons on the pages call the API with the session's CSRF token.
 
 // pageDef is one console page.
 type pageDef struct {
@@ -26,7 +24,7 @@ type pageDef struct {
 	refresh int
 	// view gathers the page's data; f is the layout's, filled in. An
 	// error is a *pageError, shown in the layout.
-	view func(r *http.Request, c *call, f web.Frame) (any, error)
+	view func(r *http.Request, c *Visitor, f Frame) (any, error)
 }
 
 // pageError is a page that cannot be shown as asked: a parameter it does
@@ -43,11 +41,11 @@ func badPage(format string, args ...any) *pageError {
 }
 
 // errorView is the layout with a message and nothing else.
-type errorView struct{ web.Frame }
+type errorView struct{ Frame }
 
 // signInView is the sign-in form.
 type signInView struct {
-	web.Frame
+	Frame
 	// Reason says why the reader is asked to sign in; Failed marks it as
 	// an error.
 	Reason string
@@ -60,9 +58,9 @@ type signInView struct {
 // zone, so that the server draws times where the reader is.
 const zoneCookie = "gpumeter_tz"
 
-func (s *server) pageRoutes(console *web.Console) {
+func (s *handler) pageRoutes(console *Console) {
 	pages := []pageDef{
-		{path: "/{$}", name: web.PageOverview, title: "Overview", act: auth.ActGPUsRead, refresh: 10, view: s.overviewPage},
+		{path: "/{$}", name: PageOverview, title: "Overview", act: auth.ActGPUsRead, refresh: 10, view: s.overviewPage},
 	}
 	pages = append(pages, s.morePages()...)
 	for _, p := range pages {
@@ -72,20 +70,20 @@ func (s *server) pageRoutes(console *web.Console) {
 		setPageHeaders(w)
 		next := safeNext(r.URL.Query().Get("next"))
 		reason := "not signed in: sign in with an API token"
-		if c, err := r.Cookie(signedOutCookie); err == nil && c.Value != "" {
+		if c, err := r.Cookie(SignedOutCookie); err == nil && c.Value != "" {
 			reason = "signed out"
-			http.SetCookie(w, &http.Cookie{Name: signedOutCookie, Value: "", Path: "/signin", MaxAge: -1,
+			http.SetCookie(w, &http.Cookie{Name: SignedOutCookie, Value: "", Path: "/signin", MaxAge: -1,
 				HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 		}
-		f := web.Frame{Page: web.PageSignIn, Title: "Sign in", Node: s.cfg.Node, Now: s.cfg.Now()}
+		f := Frame{Page: PageSignIn, Title: "Sign in", Node: s.cfg.Node, Now: s.cfg.Now()}
 		f.Loc, f.Zone, f.ZoneNote = zoneOf(r)
-		s.renderPage(w, console, http.StatusOK, web.PageSignIn, &signInView{Frame: f, Reason: reason, Next: next})
+		s.renderPage(w, console, http.StatusOK, PageSignIn, &signInView{Frame: f, Reason: reason, Next: next})
 	})
 	s.mux.Handle("GET /static/", console.Static())
 }
 
 // morePages are the pages beyond the overview; each has its file.
-func (s *server) morePages() []pageDef {
+func (s *handler) morePages() []pageDef {
 	var pages []pageDef
 	pages = append(pages, s.gpusPages()...)
 	pages = append(pages, s.usagePages()...)
@@ -127,10 +125,10 @@ func zoneOf(r *http.Request) (*time.Location, string, string) {
 			name = ck.Value
 		}
 	}
-	return web.Zone(name)
+	return Zone(name)
 }
 
-func (s *server) renderPage(w http.ResponseWriter, console *web.Console, status int, name string, v any) {
+func (s *handler) renderPage(w http.ResponseWriter, console *Console, status int, name string, v any) {
 	var buf strings.Builder
 	if err := console.Render(&buf, name, v); err != nil {
 		s.cfg.Logger.Error("render a console page", "page", name, "err", err)
@@ -141,24 +139,25 @@ func (s *server) renderPage(w http.ResponseWriter, console *web.Console, status 
 	_, _ = w.Write([]byte(buf.String()))
 }
 
-// pageGuard lets a reader in to a page as guard lets a call in to the
-// API: the same authentication, rate limits, roles and audit. A reader
+// pageGuard lets a reader in to a page as the API server lets a call
+// in: the same authentication, rate limits, roles and audit. A reader
 // who is not signed in, or whose session ended, gets the sign-in form,
 // which comes back here once signed in.
-func (s *server) pageGuard(console *web.Console, p pageDef) http.Handler {
+func (s *handler) pageGuard(console *Console, p pageDef) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		setPageHeaders(w)
-		c := &call{source: source(r), act: p.act}
-		id, ses, authErr := s.authenticate(r)
-		c.id, c.session = id, ses
-		f := web.Frame{Page: p.name, Title: p.title, Node: s.cfg.Node, Now: s.cfg.Now()}
+		adm := s.cfg.API.Admit(r)
+		id, ses, authErr := adm.ID, adm.Session, adm.AuthErr
+		c := &Visitor{ID: id, Session: ses, Source: adm.Source, Act: p.act}
+		f := Frame{Page: p.name, Title: p.title, Node: s.cfg.Node, Now: s.cfg.Now()}
 		f.Loc, f.Zone, f.ZoneNote = zoneOf(r)
 		target := r.Method + " " + r.URL.RequestURI()
-		if ok, wait, _ := s.cfg.Limiter().Allow(limitKey(id, authErr, c.source), s.cfg.Now()); !ok {
+		if adm.Limited {
+			wait := adm.Wait
 			w.Header().Set("Retry-After", fmt.Sprint(max(1, int((wait+time.Second-1)/time.Second))))
-			s.observe(r, c, target, http.StatusTooManyRequests, "rate limited")
-			f.Message = fmt.Sprintf("too many requests from %s; try again in a few seconds", describe(id, authErr, c.source))
-			s.renderPage(w, console, http.StatusTooManyRequests, web.PageError, &errorView{f})
+			s.cfg.API.Observe(r, c, target, http.StatusTooManyRequests, "rate limited")
+			f.Message = fmt.Sprintf("too many requests from %s; try again in a few seconds", adm.Who)
+			s.renderPage(w, console, http.StatusTooManyRequests, PageError, &errorView{f})
 			return
 		}
 		next := r.URL.RequestURI()
@@ -167,8 +166,8 @@ func (s *server) pageGuard(console *web.Console, p pageDef) http.Handler {
 		}
 		signIn := func(reason string, failed bool) {
 			sf := f
-			sf.Page, sf.Title = web.PageSignIn, "Sign in"
-			s.renderPage(w, console, http.StatusUnauthorized, web.PageSignIn, &signInView{Frame: sf, Reason: reason, Failed: failed, Next: next})
+			sf.Page, sf.Title = PageSignIn, "Sign in"
+			s.renderPage(w, console, http.StatusUnauthorized, PageSignIn, &signInView{Frame: sf, Reason: reason, Failed: failed, Next: next})
 		}
 		if authErr != nil {
 			var ae *auth.Error
@@ -176,10 +175,10 @@ func (s *server) pageGuard(console *web.Console, p pageDef) http.Handler {
 			if errors.As(authErr, &ae) {
 				code, msg = ae.Code, ae.Msg
 			}
-			s.observe(r, c, target, http.StatusUnauthorized, code)
+			s.cfg.API.Observe(r, c, target, http.StatusUnauthorized, code)
 			switch code {
 			case auth.CodeSessionEnded:
-				clearSessionCookie(w, r)
+				s.cfg.API.ClearSession(w, r)
 				signIn("your session has ended: sign in again ("+msg+")", true)
 			case auth.CodeNoCredentials:
 				signIn("not signed in: sign in with an API token", false)
@@ -190,23 +189,23 @@ func (s *server) pageGuard(console *web.Console, p pageDef) http.Handler {
 		}
 		ownOnly, err := auth.Authorize(id, p.act)
 		if err != nil {
-			s.observe(r, c, target, http.StatusForbidden, err.Error())
+			s.cfg.API.Observe(r, c, target, http.StatusForbidden, err.Error())
 			if id.Method == auth.MethodAnonymous {
 				signIn("not signed in: sign in with an API token", false)
 				return
 			}
 			f.User, f.Role, f.Method = id.User, string(id.Role), id.Method
-			f.Nav = web.Nav("", f.Role)
+			f.Nav = Nav("", f.Role)
 			f.Message = "this page is not for you: " + err.Error()
-			s.renderPage(w, console, http.StatusForbidden, web.PageError, &errorView{f})
+			s.renderPage(w, console, http.StatusForbidden, PageError, &errorView{f})
 			return
 		}
-		c.ownOnly = ownOnly
+		c.OwnOnly = ownOnly
 		f.User, f.Role, f.Method = id.User, string(id.Role), id.Method
 		if id.Method == auth.MethodSession {
 			f.CSRF = ses.CSRF
 		}
-		f.Nav = web.Nav(strings.TrimSuffix(p.path, "{$}"), f.Role)
+		f.Nav = Nav(strings.TrimSuffix(p.path, "{$}"), f.Role)
 		f.Refresh = p.refresh
 		name := p.name
 		v, err := p.view(r, c, f)
@@ -221,9 +220,9 @@ func (s *server) pageGuard(console *web.Console, p pageDef) http.Handler {
 			f.Message = pe.msg
 			f.Refresh = 0
 			v = &errorView{f}
-			name = web.PageError
+			name = PageError
 		}
-		s.observe(r, c, target, status, "")
+		s.cfg.API.Observe(r, c, target, status, "")
 		s.renderPage(w, console, status, name, v)
 	})
 }

@@ -1,4 +1,4 @@
-package server
+package web
 
 import (
 	"cmp"
@@ -13,20 +13,19 @@ import (
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
-	"github.com/gpumeter/gpumeter/internal/web"
 )
 
 // anotherUser stands for a holder the reader may not see.
 const anotherUser = "another user"
 
-func (s *server) overviewPage(r *http.Request, c *call, f web.Frame) (any, error) {
+func (s *handler) overviewPage(r *http.Request, c *Visitor, f Frame) (any, error) {
 	if r.URL.RawQuery != "" {
 		return nil, badPage("the overview takes no parameters (it was given %q); the usage page takes a window: /usage?window=7d", r.URL.RawQuery)
 	}
-	v := &web.Overview{Frame: f}
+	v := &Overview{Frame: f}
 	if t := s.cfg.Ticks.Latest(); t != nil {
 		v.Sampled, v.Driver = t.Time, t.Sample.DriverVersion
-		v.Tiles = tiles(t, c)
+		v.Tiles = s.tiles(t, c)
 	}
 	loc := f.Loc
 	if loc == nil {
@@ -47,9 +46,9 @@ func (s *server) overviewPage(r *http.Request, c *call, f web.Frame) (any, error
 	if s.cfg.Jobs == nil {
 		v.QueueNote = "the GPU job queue is off (queue.enabled: false)"
 	} else {
-		jf := ledger.JobFilter{States: []string{string(queue.Queued), string(queue.Starting), string(queue.Running)}}
-		if c.ownOnly {
-			jf.User = c.id.User
+		jf := ledger.JobFilter{States: []queue.State{queue.Queued, queue.Starting, queue.Running}}
+		if c.OwnOnly {
+			jf.User = c.ID.User
 		}
 		jobs, err := s.cfg.Jobs.Jobs(r.Context(), jf)
 		if err != nil {
@@ -57,7 +56,7 @@ func (s *server) overviewPage(r *http.Request, c *call, f web.Frame) (any, error
 			v.QueueNote = "could not read the queue; the agent's log says why"
 		}
 		for _, j := range jobs {
-			if j.State == string(queue.Queued) {
+			if j.State == queue.Queued {
 				v.Queued++
 			} else {
 				v.Running++
@@ -68,25 +67,25 @@ func (s *server) overviewPage(r *http.Request, c *call, f web.Frame) (any, error
 }
 
 // visibleFindings are the live waste findings the caller may see.
-func (s *server) visibleFindings(c *call) *waste.Report {
+func (s *handler) visibleFindings(c *Visitor) *waste.Report {
 	rep := s.cfg.Waste.Report()
-	if c.ownOnly {
-		rep = rep.Only(func(f *waste.Finding) bool { return f.Owner != "" && c.owns(f.Owner) })
+	if c.OwnOnly {
+		rep = rep.Only(func(f *waste.Finding) bool { return f.Owner != "" && c.Owns(f.Owner) })
 	}
 	return rep
 }
 
 // figures are the caller's use in [from, to) from the ledger: their own
 // for a user, the node's for admins and viewers.
-func (s *server) figures(r *http.Request, c *call, from, to time.Time) web.Figures {
-	out := web.Figures{From: from, To: to}
+func (s *handler) figures(r *http.Request, c *Visitor, from, to time.Time) Figures {
+	out := Figures{From: from, To: to}
 	if s.cfg.Reports == nil {
 		out.Note = "the ledger is off (ledger.enabled: false)"
 		return out
 	}
 	req := report.Request{By: "node", From: &from, To: &to, Format: "json"}
-	if c.ownOnly {
-		req.User = c.id.User
+	if c.OwnOnly {
+		req.User = c.ID.User
 	}
 	if err := req.Validate(s.cfg.Now()); err != nil {
 		out.Note = err.Error()
@@ -105,7 +104,7 @@ func (s *server) figures(r *http.Request, c *call, from, to time.Time) web.Figur
 		out.HeldHours = *rep.Totals.GPUHoursHeld
 	}
 	out.EnergyKWh = rep.Totals.EnergyKWh
-	if !c.ownOnly {
+	if !c.OwnOnly {
 		out.EnergyKWh += rep.Idle.EnergyKWh
 		if !rep.Idle.Shared {
 			out.Cost += rep.Idle.Cost
@@ -116,15 +115,15 @@ func (s *server) figures(r *http.Request, c *call, from, to time.Time) web.Figur
 
 // tiles are the tick's GPUs as the caller may see them: every GPU's own
 // figures, and its holders by name where they are the caller's.
-func tiles(t *sampler.Tick, c *call) []web.Tile {
-	g := GPUsFromTick(t)
+func (s *handler) tiles(t *sampler.Tick, c *Visitor) []Tile {
+	g := s.cfg.API.GPUs(t)
 	names := map[string]string{}
 	for i := range t.Containers {
 		names[t.Containers[i].ID] = t.Containers[i].Name
 	}
-	out := make([]web.Tile, 0, len(g.GPUs))
+	out := make([]Tile, 0, len(g.GPUs))
 	for _, d := range g.GPUs {
-		tl := web.Tile{Index: d.Index, UUID: d.UUID, Model: d.Model, Error: d.Error,
+		tl := Tile{Index: d.Index, UUID: d.UUID, Model: d.Model, Error: d.Error,
 			Util: d.UtilPercent, Power: d.PowerWatts, Temp: d.TemperatureC,
 			MemUsed: d.MemoryUsedBytes, MemTotal: d.MemoryTotalBytes}
 		seen := map[string]bool{}
@@ -135,15 +134,14 @@ func tiles(t *sampler.Tick, c *call) []web.Tile {
 			}
 		}
 		for _, o := range d.Owners {
-			kind := kindOf(o.OwnerKind)
-			if !c.owns(ownerUser(t, container.Owner{Kind: kind, ID: o.Owner})) {
+			if !c.Owns(s.cfg.API.UserOf(t, o.OwnerKind, o.Owner)) {
 				add(anotherUser)
 				continue
 			}
-			switch kind {
-			case container.OwnerContainer:
+			switch o.OwnerKind {
+			case container.OwnerContainer.String():
 				add(cmp.Or(names[o.Owner], container.ShortID(o.Owner)))
-			case container.OwnerHost:
+			case container.OwnerHost.String():
 				add(o.Owner + " (host)")
 			default:
 				add("unattributed")

@@ -1,0 +1,72 @@
+package sqlledger
+
+import (
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// The columns as earlier versions wrote them: a ledger keeps them, so the
+// encoding is held byte for byte, and what they hold reads back.
+const (
+	requestGolden = `{"gpus":2,"gpu_memory":21474836480,"class":"high","time_limit":"4h","image":"img:1","name":"train",` +
+		`"env_keys":["TOKEN"],"mounts":["/data/a:/data:ro"],"workdir":"/w","cpus":2.5,"memory":34359738368,"shm_size":8589934592,` +
+		`"pids":512,"publish":["8080:80"],"labels":["gpumeter.project=seg"],"command":["python","train.py"],"notify":["start","end"]}`
+	placementGolden = `{"policy":"target","candidates":[{"uuid":"GPU-1","index":1,"score":97.5,"util":0.725,"chosen":true},` +
+		`{"uuid":"GPU-0","index":0,"score":40,"util":1.3,"chosen":false}]}`
+)
+
+func goldenJob() queue.Job {
+	return queue.Job{
+		Name: "train", GPUsRequested: 2, Image: "img:1", Command: []string{"python", "train.py"}, EnvKeys: []string{"TOKEN"},
+		TimeLimit: 4 * time.Hour,
+		Request: &queue.Request{GPUMemory: 20 << 30, Class: queue.ClassHigh, Mounts: []string{"/data/a:/data:ro"}, Workdir: "/w",
+			CPUs: 2.5, Memory: 32 << 30, ShmSize: 8 << 30, Pids: 512, Publish: []string{"8080:80"},
+			Labels: []string{"gpumeter.project=seg"}, Notify: []string{"start", "end"}},
+		Placement: &queue.PlacementRecord{Policy: queue.Target, Candidates: []queue.Candidate{
+			{UUID: "GPU-1", Index: 1, Score: 97.5, Util: 0.725, Chosen: true},
+			{UUID: "GPU-0", Index: 0, Score: 40, Util: 1.3},
+		}},
+	}
+}
+
+func TestRequestColumn(t *testing.T) {
+	j := goldenJob()
+	got, err := requestColumn(j)
+	if err != nil || got != requestGolden {
+		t.Errorf("requestColumn = %s, %v\nwant %s", got, err, requestGolden)
+	}
+	if d := gocmp.Diff(j.Request, requestOf(requestGolden)); d != "" {
+		t.Errorf("requestOf(golden) (-want +got):\n%s", d)
+	}
+	if got, _ := requestColumn(queue.Job{}); got != "null" {
+		t.Errorf("requestColumn of a job without a request = %s, want null", got)
+	}
+	for _, s := range []string{"", "null", "{", `{"gpus":"two"}`} {
+		if r := requestOf(s); r != nil {
+			t.Errorf("requestOf(%q) = %+v, want nil", s, r)
+		}
+	}
+}
+
+func TestPlacementColumn(t *testing.T) {
+	j := goldenJob()
+	if got := placementColumn(j.Placement); got != placementGolden {
+		t.Errorf("placementColumn = %v\nwant %s", got, placementGolden)
+	}
+	s := placementGolden
+	if d := gocmp.Diff(j.Placement, placementOf(&s)); d != "" {
+		t.Errorf("placementOf(golden) (-want +got):\n%s", d)
+	}
+	if got := placementColumn(nil); got != nil {
+		t.Errorf("placementColumn(nil) = %v, want NULL", got)
+	}
+	for _, s := range []string{"null", "[", `{"policy":1}`} {
+		if p := placementOf(&s); p != nil {
+			t.Errorf("placementOf(%q) = %+v, want nil", s, p)
+		}
+	}
+}
