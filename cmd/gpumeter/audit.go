@@ -147,6 +147,7 @@ func auditFromLedger(cmd *cobra.Command, lf *ledgerFlags, w apitype.AuditQuery, 
 	if len(got) > limit {
 		got, resp.Truncated = got[len(got)-limit:], true
 	}
+	// AuditFromLog gives an empty list, not null, when there are none.
 	resp.Events = server.AuditFromLog(got)
 	return resp, nil
 }

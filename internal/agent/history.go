@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger"
@@ -21,38 +20,20 @@ type gpuHistory struct {
 var _ server.History = gpuHistory{}
 
 // Recent reads the ring; no GPU with samples there is nil.
-func (g gpuHistory) Recent(from, to time.Time, step time.Duration) []apitype.GPUHistory {
+func (g gpuHistory) Recent(from, to time.Time, step time.Duration) []ledger.GPUHistory {
 	hs := g.ring.Recent(from, to, step)
 	if len(hs) == 0 {
 		return nil
 	}
-	return wireHistory(hs)
+	return hs
 }
 
 // Stored reads the node's GPU series from the ledger.
-func (g gpuHistory) Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]apitype.GPUHistory, error) {
+func (g gpuHistory) Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]ledger.GPUHistory, error) {
 	if g.store == nil {
 		return nil, server.ErrNoLedger
 	}
-	hs, err := g.store.GPUSeries(ctx, g.node, from, to, step)
-	if err != nil {
-		return nil, err
-	}
-	return wireHistory(hs), nil
-}
-
-func wireHistory(hs []ledger.GPUHistory) []apitype.GPUHistory {
-	out := make([]apitype.GPUHistory, len(hs))
-	for i, h := range hs {
-		ps := make([]apitype.HistoryPoint, len(h.Points))
-		for j, p := range h.Points {
-			ps[j] = apitype.HistoryPoint{T: p.Start, Samples: p.Samples,
-				UtilMean: p.UtilMean, UtilMax: p.UtilMax, MemMean: p.MemoryMean, MemMax: p.MemoryMax,
-				PowerMean: p.PowerMean, PowerMax: p.PowerMax, TempMean: p.TempMean, TempMax: p.TempMax}
-		}
-		out[i] = apitype.GPUHistory{UUID: h.GPU.UUID, Index: h.GPU.Index, Model: h.GPU.Model, Points: ps}
-	}
-	return out
+	return g.store.GPUSeries(ctx, g.node, from, to, step)
 }
 
 // historySource is what the API reads GPU history from.

@@ -45,8 +45,8 @@ func TestHistoryStored(t *testing.T) {
 	if len(got) != 1 || len(got[0].Points) != 1 {
 		t.Fatalf("Stored: %+v", got)
 	}
-	if p := got[0].Points[0]; !p.T.Equal(historyT0) || p.Samples != 2 || p.UtilMean != 40 || p.UtilMax != 50 ||
-		p.MemMean != 2<<30 || p.PowerMean != 250 || p.TempMax != 65 {
+	if p := got[0].Points[0]; !p.Start.Equal(historyT0) || p.Samples != 2 || p.UtilMean != 40 || p.UtilMax != 50 ||
+		p.MemoryMean != 2<<30 || p.PowerMean != 250 || p.TempMax != 65 {
 		t.Errorf("point %+v", p)
 	}
 	hs.store = nil

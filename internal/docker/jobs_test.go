@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ func TestJobsRunsAJobContainer(t *testing.T) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	jobID := "t-" + hex.EncodeToString(b)
-	req := spec.Request{GPUs: 1, TimeLimit: time.Hour, Image: img, Command: []string{"run"}}
+	req := spec.Request{GPUs: 1, TimeLimit: time.Hour, Image: img, Command: []string{"print-every", "1h", "ready"}}
 	rules := spec.Rules{Images: []string{"gpumeter-test-sleeper:*"}}
 	s, err := spec.Build(req, rules, spec.Identity{UID: 4242, GID: 4242, User: "alice"}, jobID, []string{"GPU-test-0"}, spec.Env)
 	if err != nil {
@@ -68,6 +70,14 @@ func TestJobsRunsAJobContainer(t *testing.T) {
 	if !found {
 		t.Errorf("List %+v lacks the running container %.12s", list, id)
 	}
+	// The sleeper prints once its SIGTERM handler is in place; a stop
+	// before that, which a busy machine can make come within milliseconds
+	// of the start, ends PID 1 with Go's exit 2 instead of the sleeper's.
+	dockertest.WaitFor(t, time.Minute, "the job to print that it is ready", func() (bool, string) {
+		var out bytes.Buffer
+		err := jobs.Logs(ctx, id, false, &out)
+		return err == nil && strings.Contains(out.String(), "ready 1"), fmt.Sprintf("%q %v", out.String(), err)
+	})
 	if err := jobs.Stop(ctx, id, time.Second); err != nil {
 		t.Fatal(err)
 	}

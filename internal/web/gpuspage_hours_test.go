@@ -22,25 +22,12 @@ type ledgerHistory struct {
 	node  string
 }
 
-func (h ledgerHistory) Recent(from, to time.Time, step time.Duration) []apitype.GPUHistory {
+func (h ledgerHistory) Recent(from, to time.Time, step time.Duration) []ledger.GPUHistory {
 	return nil
 }
 
-func (h ledgerHistory) Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]apitype.GPUHistory, error) {
-	hs, err := h.store.GPUSeries(ctx, h.node, from, to, step)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]apitype.GPUHistory, len(hs))
-	for i, g := range hs {
-		ps := make([]apitype.HistoryPoint, len(g.Points))
-		for j, p := range g.Points {
-			ps[j] = apitype.HistoryPoint{T: p.Start, Samples: p.Samples, UtilMean: p.UtilMean, UtilMax: p.UtilMax,
-				MemMean: p.MemoryMean, MemMax: p.MemoryMax, PowerMean: p.PowerMean, PowerMax: p.PowerMax, TempMean: p.TempMean, TempMax: p.TempMax}
-		}
-		out[i] = apitype.GPUHistory{UUID: g.GPU.UUID, Index: g.GPU.Index, Model: g.GPU.Model, Points: ps}
-	}
-	return out, nil
+func (h ledgerHistory) Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]ledger.GPUHistory, error) {
+	return h.store.GPUSeries(ctx, h.node, from, to, step)
 }
 
 // gpuLedger writes to a new SQLite ledger node n1's two GPUs, read every

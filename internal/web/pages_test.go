@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // What the console's pages show and read, as the tests pin them: a
@@ -26,27 +26,27 @@ const (
 // a point at each of the window's first three steps.
 type historyOf struct{ err error }
 
-func (h historyOf) points(from time.Time, step time.Duration, util, temp float64) []apitype.HistoryPoint {
-	var ps []apitype.HistoryPoint
+func (h historyOf) points(from time.Time, step time.Duration, util, temp float64) []ledger.GPUPoint {
+	var ps []ledger.GPUPoint
 	for i := range 3 {
-		ps = append(ps, apitype.HistoryPoint{T: from.Add(time.Duration(i) * step), Samples: 1, UtilMean: util, UtilMax: util,
-			MemMean: 8 << 30, MemMax: 8 << 30, PowerMean: 300, PowerMax: 310, TempMean: temp, TempMax: temp + 2})
+		ps = append(ps, ledger.GPUPoint{Start: from.Add(time.Duration(i) * step), Samples: 1, UtilMean: util, UtilMax: util,
+			MemoryMean: 8 << 30, MemoryMax: 8 << 30, PowerMean: 300, PowerMax: 310, TempMean: temp, TempMax: temp + 2})
 	}
 	return ps
 }
 
-func (h historyOf) answer(from time.Time, step time.Duration) []apitype.GPUHistory {
-	return []apitype.GPUHistory{
-		{UUID: "GPU-0", Index: 0, Model: "H100", Points: h.points(from, step, 60, 50)},
-		{UUID: "GPU-1", Index: 1, Model: "H100", Points: h.points(from, step, 40, 70)},
+func (h historyOf) answer(from time.Time, step time.Duration) []ledger.GPUHistory {
+	return []ledger.GPUHistory{
+		{GPU: ledger.GPU{UUID: "GPU-0", Index: 0, Model: "H100"}, Points: h.points(from, step, 60, 50)},
+		{GPU: ledger.GPU{UUID: "GPU-1", Index: 1, Model: "H100"}, Points: h.points(from, step, 40, 70)},
 	}
 }
 
-func (h historyOf) Recent(from, _ time.Time, step time.Duration) []apitype.GPUHistory {
+func (h historyOf) Recent(from, _ time.Time, step time.Duration) []ledger.GPUHistory {
 	return h.answer(from, step)
 }
 
-func (h historyOf) Stored(_ context.Context, from, _ time.Time, step time.Duration) ([]apitype.GPUHistory, error) {
+func (h historyOf) Stored(_ context.Context, from, _ time.Time, step time.Duration) ([]ledger.GPUHistory, error) {
 	if h.err != nil {
 		return nil, h.err
 	}

@@ -84,11 +84,11 @@ func (a consoleAPI) History(ctx context.Context, w web.HistoryWindow, from, to t
 	case h == nil:
 		return nil, web.ErrNoHistory
 	case w.Recent:
-		return h.Recent(from, to, w.Step), nil
+		return HistoryFromLedger(h.Recent(from, to, w.Step)), nil
 	}
-	gpus, err := h.Stored(ctx, from, to, w.Step)
+	hs, err := h.Stored(ctx, from, to, w.Step)
 	if errors.Is(err, ErrNoLedger) {
 		return nil, web.ErrNoLedger
 	}
-	return gpus, err
+	return HistoryFromLedger(hs), err
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // History is where GET /api/v1/gpus/history reads the GPUs' figures over
@@ -18,10 +19,10 @@ import (
 type History interface {
 	// Recent returns what the agent keeps in memory of [from, to) per
 	// step: the last hour of ticks, no ledger read.
-	Recent(from, to time.Time, step time.Duration) []apitype.GPUHistory
+	Recent(from, to time.Time, step time.Duration) []ledger.GPUHistory
 	// Stored reads [from, to) per step (whole minutes) from the ledger;
 	// it wraps ErrNoLedger when the ledger is off.
-	Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]apitype.GPUHistory, error)
+	Stored(ctx context.Context, from, to time.Time, step time.Duration) ([]ledger.GPUHistory, error)
 }
 
 // ErrNoLedger is wrapped by History.Stored when there is no ledger.
@@ -88,11 +89,11 @@ func (s *server) history(w http.ResponseWriter, r *http.Request, c *call) {
 	// newest point is there and points stay put between calls.
 	to := s.cfg.Now().UTC().Truncate(hw.step).Add(hw.step)
 	from := to.Add(-hw.span)
-	var gpus []apitype.GPUHistory
+	var hs []ledger.GPUHistory
 	if hw.recent {
-		gpus = s.cfg.History.Recent(from, to, hw.step)
+		hs = s.cfg.History.Recent(from, to, hw.step)
 	} else {
-		gpus, err = s.cfg.History.Stored(r.Context(), from, to, hw.step)
+		hs, err = s.cfg.History.Stored(r.Context(), from, to, hw.step)
 		switch {
 		case errors.Is(err, ErrNoLedger):
 			writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerOff,
@@ -104,6 +105,7 @@ func (s *server) history(w http.ResponseWriter, r *http.Request, c *call) {
 			return
 		}
 	}
+	gpus := HistoryFromLedger(hs)
 	if uuid := q.Get("gpu"); uuid != "" {
 		j := slices.IndexFunc(gpus, func(g apitype.GPUHistory) bool { return g.UUID == uuid })
 		if j < 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // callHistory answers with one point per GPU at from and records what it
@@ -18,19 +19,19 @@ type callHistory struct {
 	err   error
 }
 
-func (h *callHistory) answer(kind string, from, to time.Time, step time.Duration) []apitype.GPUHistory {
+func (h *callHistory) answer(kind string, from, to time.Time, step time.Duration) []ledger.GPUHistory {
 	h.calls = append(h.calls, fmt.Sprintf("%s %s %s %v", kind, from.Format(time.RFC3339), to.Format(time.RFC3339), step))
-	return []apitype.GPUHistory{
-		{UUID: "GPU-b", Index: 1, Model: "H100", Points: []apitype.HistoryPoint{{T: from, Samples: 1, UtilMean: 20}}},
-		{UUID: "GPU-a", Index: 0, Model: "H100"},
+	return []ledger.GPUHistory{
+		{GPU: ledger.GPU{UUID: "GPU-b", Index: 1, Model: "H100"}, Points: []ledger.GPUPoint{{Start: from, Samples: 1, UtilMean: 20}}},
+		{GPU: ledger.GPU{UUID: "GPU-a", Index: 0, Model: "H100"}},
 	}
 }
 
-func (h *callHistory) Recent(from, to time.Time, step time.Duration) []apitype.GPUHistory {
+func (h *callHistory) Recent(from, to time.Time, step time.Duration) []ledger.GPUHistory {
 	return h.answer("recent", from, to, step)
 }
 
-func (h *callHistory) Stored(_ context.Context, from, to time.Time, step time.Duration) ([]apitype.GPUHistory, error) {
+func (h *callHistory) Stored(_ context.Context, from, to time.Time, step time.Duration) ([]ledger.GPUHistory, error) {
 	if h.err != nil {
 		return nil, h.err
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/units"
@@ -10,13 +11,14 @@ import (
 )
 
 // This file turns the domain's audit events, waste findings, usage
-// reports and fair share into their wire shapes in apitype: one function
-// per concept, which every answer that carries the concept goes through
+// reports, fair share and GPU history into their wire shapes in apitype:
+// one function per concept, which every answer that carries the concept goes through
 // (the CLI's too, when it reads the ledger or a file itself and prints
 // what the API would). Each but the fair share's keeps the domain value's
 // encoding byte for byte, nil slices as null included; wire_test.go holds
-// them to it. The fair share's domain type is not encoded: its conversion
-// writes the half-life in the units grammar and a budget of 0 as null.
+// them to it. The fair share's and the history's domain types are not
+// encoded: the fair share's conversion writes the half-life in the units
+// grammar and a budget of 0 as null, the history's renames the fields.
 
 // AuditFromLog is events on the wire; none is [], not null.
 func AuditFromLog(events []audit.Event) []apitype.AuditEvent {
@@ -114,6 +116,19 @@ func fairShareRow(r fairshare.Row) apitype.FairShareRow {
 		out.BudgetGPUHours = &b
 	}
 	return out
+}
+
+// HistoryFromLedger is the GPU series hs, of the ledger or of the
+// agent's last hour, on the wire; nil stays nil.
+func HistoryFromLedger(hs []ledger.GPUHistory) []apitype.GPUHistory {
+	return mapSlice(hs, func(h ledger.GPUHistory) apitype.GPUHistory {
+		return apitype.GPUHistory{UUID: h.GPU.UUID, Index: h.GPU.Index, Model: h.GPU.Model,
+			Points: mapSlice(h.Points, func(p ledger.GPUPoint) apitype.HistoryPoint {
+				return apitype.HistoryPoint{T: p.Start, Samples: p.Samples,
+					UtilMean: p.UtilMean, UtilMax: p.UtilMax, MemMean: p.MemoryMean, MemMax: p.MemoryMax,
+					PowerMean: p.PowerMean, PowerMax: p.PowerMax, TempMean: p.TempMean, TempMax: p.TempMax}
+			})}
+	})
 }
 
 // mapSlice is f of each element of in; nil stays nil, so that a null in

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -106,6 +107,39 @@ func TestFairShareOnTheWire(t *testing.T) {
 		}
 		if diff := cmp.Diff(copied, fields); diff != "" {
 			t.Errorf("%s's fields are not those FairShareFromReport copies (-copied +fields):\n%s", typ, diff)
+		}
+	}
+}
+
+// TestHistoryOnTheWire: each GPU series keeps its GPU and every figure of
+// its points, and a field added to ledger.GPUPoint fails here until the
+// wire has it (or this test says why not).
+func TestHistoryOnTheWire(t *testing.T) {
+	p := testenv.Filled[ledger.GPUPoint](t)
+	got := HistoryFromLedger([]ledger.GPUHistory{{GPU: ledger.GPU{Node: "n1", UUID: "GPU-a", Index: 2, Model: "H100"}, Points: []ledger.GPUPoint{p}}, {}})
+	want := []apitype.GPUHistory{{UUID: "GPU-a", Index: 2, Model: "H100", Points: []apitype.HistoryPoint{{T: p.Start, Samples: p.Samples,
+		UtilMean: p.UtilMean, UtilMax: p.UtilMax, MemMean: p.MemoryMean, MemMax: p.MemoryMax,
+		PowerMean: p.PowerMean, PowerMax: p.PowerMax, TempMean: p.TempMean, TempMax: p.TempMax}}}, {}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("on the wire (-want +got):\n%s", diff)
+	}
+	if got := HistoryFromLedger(nil); got != nil {
+		t.Errorf("HistoryFromLedger(nil) = %+v, want nil", got)
+	}
+	// A GPU's node and memory are not part of its series on the wire.
+	for typ, copied := range map[reflect.Type][]string{
+		reflect.TypeFor[ledger.GPUHistory](): {"GPU", "Points"},
+		reflect.TypeFor[ledger.GPU]():        {"Node", "UUID", "Index", "Model", "MemoryTotal"},
+		reflect.TypeFor[ledger.GPUPoint]():   {"Start", "Samples", "UtilMean", "UtilMax", "MemoryMean", "MemoryMax", "PowerMean", "PowerMax", "TempMean", "TempMax"},
+	} {
+		var fields []string
+		for f := range typ.Fields() {
+			if f.IsExported() {
+				fields = append(fields, f.Name)
+			}
+		}
+		if diff := cmp.Diff(copied, fields); diff != "" {
+			t.Errorf("%s's fields are not those HistoryFromLedger knows (-known +fields):\n%s", typ, diff)
 		}
 	}
 }

@@ -80,7 +80,7 @@ func (f *Service) FairShare(ctx context.Context) (Report, error) {
 }
 
 // LiftBudget lifts team's budget for this month (server.FairShare),
-// writing ev with it: the team must have a budget, or the error is an
+// writing ev with it: the team must have a budget, or the error is a
 // *NoBudgetError.
 func (f *Service) LiftBudget(ctx context.Context, team string, ev audit.Event) error {
 	s := f.cache.Settings()
