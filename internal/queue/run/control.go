@@ -17,14 +17,14 @@ import (
 var ErrLogsRemoved = errors.New("the job's container and its logs were removed (queue.log_retention)")
 
 // Job returns the job with id; an unknown id wraps ledger.ErrJobNotFound.
-func (q *Queue) Job(ctx context.Context, id string) (queue.Job, error) {
+func (q *Service) Job(ctx context.Context, id string) (queue.Job, error) {
 	return q.store.Job(ctx, id)
 }
 
 // Jobs returns the jobs f selects, oldest first. Without states, it
 // returns the live jobs, and the ended ones too with f.IncludeEnded; with
 // states, the jobs in them, ended or not.
-func (q *Queue) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
+func (q *Service) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
 	for _, s := range f.States {
 		if _, err := queue.ParseState(string(s)); err != nil {
 			return nil, &BadRequest{Field: "state", Text: err.Error()}
@@ -40,7 +40,7 @@ func (q *Queue) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, erro
 // one is stopped (stop_grace, then killed) and Cancel returns once it has
 // ended, with its exit code kept, or when ctx ends. An ended job is a
 // *StateError. ev is written in the transaction that ends the job.
-func (q *Queue) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
+func (q *Service) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
 	ev = q.fill(ev, "jobs.cancel", id)
 	text := "cancelled"
 	if ev.Caller != "" {
@@ -56,7 +56,7 @@ func (q *Queue) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Jo
 			return queue.Job{}, err
 		}
 		switch {
-		case st == queue.Queued, (st == queue.Starting || st == queue.Running) && q.engine == nil:
+		case st == queue.Queued, (st == queue.Starting || st == queue.Running) && !q.launch.runs():
 			out, err := q.update(ctx, id, st, queue.Cancelled, func(j *queue.Job) {
 				j.Reason, j.ReasonText, j.EndedAt, j.GPUs = queue.ReasonCancelled, text, q.now().UTC(), nil
 			}, ev)
@@ -67,12 +67,12 @@ func (q *Queue) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Jo
 			if err != nil {
 				return queue.Job{}, err
 			}
-			q.jobEnded(out)
-			q.poke()
+			q.launch.jobEnded(out)
+			q.launch.poke()
 			return out, nil
 		case st == queue.Starting || st == queue.Running:
-			done := q.askStop(id, &stop{state: queue.Cancelled, reason: queue.ReasonCancelled, text: text, audit: ev})
-			q.poke()
+			done := q.launch.askStop(id, &stop{state: queue.Cancelled, reason: queue.ReasonCancelled, text: text, audit: ev})
+			q.launch.poke()
 			select {
 			case <-done:
 				return q.store.Job(context.WithoutCancel(ctx), id)
@@ -85,20 +85,6 @@ func (q *Queue) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Jo
 	}
 }
 
-// askStop records a stop of job id for the loop to make, and returns a
-// channel closed once the job has ended. A stop already asked for (a time
-// limit, an earlier cancel) keeps its cause.
-func (q *Queue) askStop(id string, s *stop) <-chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if cur, ok := q.stops[id]; ok {
-		return cur.done
-	}
-	s.done = make(chan struct{})
-	q.stops[id] = s
-	return s.done
-}
-
 // heldText and releasedText are the sentences of a job held or just
 // released.
 const (
@@ -108,20 +94,20 @@ const (
 
 // Hold keeps queued job id from starting; it keeps its place. Any other
 // state is a *StateError.
-func (q *Queue) Hold(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
+func (q *Service) Hold(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
 	return q.setHeld(ctx, id, true, q.fill(ev, "jobs.hold", id))
 }
 
 // Release lets held job id start again, and wakes the loop.
-func (q *Queue) Release(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
+func (q *Service) Release(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
 	j, err := q.setHeld(ctx, id, false, q.fill(ev, "jobs.release", id))
 	if err == nil {
-		q.poke()
+		q.launch.poke()
 	}
 	return j, err
 }
 
-func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev audit.Event) (queue.Job, error) {
+func (q *Service) setHeld(ctx context.Context, id string, held bool, ev audit.Event) (queue.Job, error) {
 	action := "release"
 	if held {
 		action = "hold"
@@ -129,8 +115,8 @@ func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev audit.Even
 	// A hold must not land between a pass deciding to start the job and
 	// its start intent: start takes the same lock, and reads the job
 	// again under it.
-	q.holdMu.Lock()
-	defer q.holdMu.Unlock()
+	q.holds.Lock()
+	defer q.holds.Unlock()
 	j, err := q.update(ctx, id, queue.Queued, queue.Queued, func(j *queue.Job) {
 		j.Held = held
 		if held {
@@ -153,7 +139,7 @@ func (q *Queue) setHeld(ctx context.Context, id string, held bool, ev audit.Even
 // Logs copies job id's output to w, following it while the job runs when
 // follow is set. A job that never had a container is a *StateError; one
 // whose container was removed wraps ErrLogsRemoved.
-func (q *Queue) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
+func (q *Service) Logs(ctx context.Context, id string, follow bool, w io.Writer) error {
 	j, err := q.store.Job(ctx, id)
 	if err != nil {
 		return err
@@ -165,10 +151,10 @@ func (q *Queue) Logs(ctx context.Context, id string, follow bool, w io.Writer) e
 		}
 		return &StateError{ID: id, State: st, Action: "logs", Want: []queue.State{queue.Running}}
 	}
-	if q.engine == nil {
+	if !q.launch.runs() {
 		return fmt.Errorf("logs of %s: the queue runs no containers on this agent", id)
 	}
-	err = q.engine.Logs(ctx, j.ContainerID, follow, w)
+	err = q.launch.logs(ctx, j.ContainerID, follow, w)
 	if errors.Is(err, container.ErrNotFound) {
 		return fmt.Errorf("logs of %s: %w", id, ErrLogsRemoved)
 	}

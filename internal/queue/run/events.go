@@ -11,14 +11,11 @@ import (
 // queue, and wakes the loop when it changes what the scheduler sees: the
 // GPUs, the containers outside the queue, or a GPU's outside memory
 // crossing the threshold.
-func (q *Queue) Observe(o Observation) {
-	q.mu.Lock()
-	changed := !sameObservation(q.obs, o, q.sched)
-	q.obs = o
-	if q.observeMemory(o.JobMemory, q.now()) {
+func (q *Launcher) Observe(o Observation) {
+	changed := q.settings.observe(o)
+	if q.memory.observe(o.JobMemory, q.now()) {
 		changed = true
 	}
-	q.mu.Unlock()
 	if changed {
 		q.poke()
 	}
@@ -53,29 +50,21 @@ func sameObservation(a, b Observation, cfg queue.Config) bool {
 // ExpectStop tells the queue that the waste policy is stopping container
 // id: if it is a job's, the job ends failed with reason
 // stopped_by_policy rather than by its exit code.
-func (q *Queue) ExpectStop(containerID string, reason queue.Reason) {
-	q.mu.Lock()
-	q.containerStops[containerID] = reason
-	q.mu.Unlock()
+func (q *Launcher) ExpectStop(containerID string, reason queue.Reason) {
+	q.stops.expect(containerID, reason)
 }
 
 // jobEnded does what follows a job's end: its environment values and
 // staged mounts go, the end is notified, and whoever waits for the stop
 // is told.
-func (q *Queue) jobEnded(j queue.Job) {
-	q.removeEnv(j.ID)
+func (q *Launcher) jobEnded(j queue.Job) {
+	q.env.remove(j.ID)
 	q.unstage(j.ID)
-	q.forget(j.ID)
-	q.mu.Lock()
-	s := q.stops[j.ID]
-	delete(q.stops, j.ID)
-	if j.ContainerID != "" {
-		delete(q.containerStops, j.ContainerID)
-	}
+	q.ranks.forget(j.ID)
+	s := q.stops.end(j.ID, j.ContainerID)
 	if j.State.Valid() {
-		q.endedCounts[j.State]++
+		q.metrics.ended(j.State)
 	}
-	q.mu.Unlock()
 	q.emit(config.NotifyEnd, j)
 	if s != nil {
 		close(s.done) // last, so that whoever waits sees all of the above
@@ -84,7 +73,7 @@ func (q *Queue) jobEnded(j queue.Job) {
 
 // emit calls OnEvent when the job's notify list, or Config.Notify, names
 // event.
-func (q *Queue) emit(event config.NotifyEvent, j queue.Job) {
+func (q *Launcher) emit(event config.NotifyEvent, j queue.Job) {
 	if q.onEvent == nil {
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -39,8 +40,17 @@ func info(j queue.Job) reqInfo {
 	return reqInfo{}
 }
 
+// ranking is the queued jobs' places after the launcher's last pass,
+// which the API reads.
+type ranking struct {
+	mu    sync.Mutex
+	ranks map[string]rank
+}
+
+func newRanking() *ranking { return &ranking{ranks: map[string]rank{}} }
+
 // forget drops what the queue kept of an ended job.
-func (q *Queue) forget(id string) {
+func (q *ranking) forget(id string) {
 	q.mu.Lock()
 	delete(q.ranks, id)
 	q.mu.Unlock()
@@ -50,17 +60,22 @@ func (q *Queue) forget(id string) {
 // priority, its position (1 first) and its estimated start, as of the
 // last pass.
 func (q *Queue) Rank(id string) (priority float64, position int, estimated time.Time, ok bool) {
+	return q.ranks.rank(id)
+}
+
+// rank returns job id's place after the last pass.
+func (q *ranking) rank(id string) (priority float64, position int, estimated time.Time, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	r, ok := q.ranks[id]
 	return r.priority, r.position, r.estimated, ok
 }
 
-// setRanks keeps the order and the estimates of a pass. A position is
+// set keeps the order and the estimates of a pass. A position is
 // the job's place among the jobs the pass leaves queued: one the pass
 // starts is no longer ahead of anyone, as the waits' sentences already
 // count ("no job ahead of you").
-func (q *Queue) setRanks(p queue.Plan) {
+func (q *ranking) set(p queue.Plan) {
 	started := make(map[string]bool, len(p.Starts))
 	for _, s := range p.Starts {
 		started[s.JobID] = true
@@ -118,31 +133,4 @@ func maxGPUMemory(cfg queue.Config, gpus []queue.GPU) uint64 {
 		}
 	}
 	return most
-}
-
-// highUser says whether user may ask for the high class by the queue's
-// own list (admins may whatever it says).
-func (q *Queue) highUser(user string) bool { return slices.Contains(q.highUsers, user) }
-
-// memoryLimit is the most GPU memory a job may declare: from the shared
-// GPUs seen (queue.shared_gpus), or given when none is configured (the
-// rules' own, 0 unless a caller set one). The caller holds q.mu.
-func (q *Queue) memoryLimit(given uint64) uint64 {
-	if len(q.sched.SharedGPUs) == 0 {
-		return given
-	}
-	sched := q.sched
-	sched.SharedGPUs = resolveShared(sched.SharedGPUs, q.obs.GPUs)
-	return maxGPUMemory(sched, q.obs.GPUs)
-}
-
-// exclusiveGPUs is how many GPUs seen serve jobs of whole GPUs (those not
-// shared), or -1 before the first tick: then nothing is refused for the
-// host's size. The caller holds q.mu.
-func (q *Queue) exclusiveGPUs() int {
-	if len(q.obs.GPUs) == 0 {
-		return -1
-	}
-	shared := resolveShared(q.sched.SharedGPUs, q.obs.GPUs)
-	return len(q.obs.GPUs) - len(shared)
 }

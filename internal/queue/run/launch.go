@@ -21,25 +21,20 @@ const opTimeout = time.Minute
 
 func formatLimit(d time.Duration) string { return units.FormatDuration(d) }
 
-// queueEvent is an audit event of something the queue did by itself.
-func (q *Queue) queueEvent(action, id string) audit.Event {
-	return q.fill(audit.Event{Caller: "queue", Outcome: "allowed"}, action, id)
-}
-
 // start starts job j on gpus: the intent first (queued to starting, with
 // the GPUs, audited), then create under the name derived from the job id
 // (so a second create after a crash fails instead of starting the job
 // twice), a check of the mounts Docker made, and start. It returns when
 // the started job's time limit is due (zero: not started, or no limit),
 // so that the loop's timer covers it.
-func (q *Queue) start(ctx context.Context, l *loop, j queue.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
+func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []string, placement *queue.PlacementRecord) time.Time {
 	if j.ID == "" {
 		return time.Time{}
 	}
-	q.holdMu.Lock()
+	q.holds.Lock()
 	if cur, err := q.store.Job(ctx, j.ID); err != nil || cur.Held {
 		// Held (or gone) since the pass read it: it keeps its place.
-		q.holdMu.Unlock()
+		q.holds.Unlock()
 		return time.Time{}
 	}
 	intent, err := q.update(ctx, j.ID, queue.Queued, queue.Starting, func(j *queue.Job) {
@@ -47,7 +42,7 @@ func (q *Queue) start(ctx context.Context, l *loop, j queue.Job, gpus []string, 
 		j.Placement = placement
 		j.ReasonText = "starting on " + strings.Join(gpus, ", ")
 	}, q.queueEvent("jobs.start", j.ID))
-	q.holdMu.Unlock()
+	q.holds.Unlock()
 	if err != nil {
 		var se *ledger.JobStateError
 		if !errors.As(err, &se) {
@@ -135,12 +130,12 @@ func (q *Queue) start(ctx context.Context, l *loop, j queue.Job, gpus []string, 
 
 // buildSpec builds the container spec of a job from its stored request,
 // its environment values and the submitter as the host knows them now.
-func (q *Queue) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
+func (q *Launcher) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
 	req, err := specRequest(j)
 	if err != nil {
 		return nil, err
 	}
-	if req.Env, err = q.readEnv(j); err != nil {
+	if req.Env, err = q.env.read(j); err != nil {
 		return nil, err
 	}
 	who, err := q.identity(j.User)
@@ -151,10 +146,7 @@ func (q *Queue) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
 	// The class was checked when the job was submitted; a right taken
 	// away since does not keep a queued job from starting.
 	who.High = req.Class == spec.ClassHigh
-	q.mu.Lock()
-	rules := q.rules
-	rules.MaxGPUMemory = q.memoryLimit(rules.MaxGPUMemory)
-	q.mu.Unlock()
+	rules := q.settings.jobRules()
 	s, err := spec.Build(req, rules, who, j.ID, gpus, q.passing)
 	if err != nil {
 		return nil, err
@@ -165,7 +157,7 @@ func (q *Queue) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
 
 // markRunning records that job j's container runs, and reports whether
 // the store took it.
-func (q *Queue) markRunning(ctx context.Context, j queue.Job, cid string, startedAt time.Time) bool {
+func (q *Launcher) markRunning(ctx context.Context, j queue.Job, cid string, startedAt time.Time) bool {
 	out, err := q.update(ctx, j.ID, queue.Starting, queue.Running, func(j *queue.Job) {
 		j.ContainerID, j.StartedAt, j.ReasonText = cid, startedAt, "running on "+strings.Join(j.GPUs, ", ")
 	}, audit.Event{})
@@ -173,9 +165,7 @@ func (q *Queue) markRunning(ctx context.Context, j queue.Job, cid string, starte
 		q.log.Error("record a started job", "job", j.ID, "err", err)
 		return false
 	}
-	q.mu.Lock()
-	q.wait.observe(out.StartedAt.Sub(out.SubmittedAt))
-	q.mu.Unlock()
+	q.metrics.observeWait(out.StartedAt.Sub(out.SubmittedAt))
 	q.emit(config.NotifyStart, out)
 	return true
 }
@@ -186,7 +176,7 @@ func (q *Queue) markRunning(ctx context.Context, j queue.Job, cid string, starte
 // attempts. A start that failed because the engine is unavailable is not
 // the job's fault: it goes back as engine_unavailable, counting no
 // attempt, and the loop starts nothing until the engine answers again.
-func (q *Queue) requeueStart(ctx context.Context, l *loop, j queue.Job, cause error) {
+func (q *Launcher) requeueStart(ctx context.Context, l *loop, j queue.Job, cause error) {
 	if errors.Is(cause, container.ErrUnavailable) {
 		q.engineLost(l, cause)
 		q.requeueUnavailable(ctx, l, j, cause)
@@ -215,7 +205,7 @@ func (q *Queue) requeueStart(ctx context.Context, l *loop, j queue.Job, cause er
 
 // requeueUnavailable puts starting job j back in the queue with
 // engine_unavailable, its attempts as they were.
-func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j queue.Job, cause error) {
+func (q *Launcher) requeueUnavailable(ctx context.Context, l *loop, j queue.Job, cause error) {
 	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID = nil, ""
 		j.Reason = queue.ReasonEngineUnavailable
@@ -230,14 +220,14 @@ func (q *Queue) requeueUnavailable(ctx context.Context, l *loop, j queue.Job, ca
 }
 
 // failStart fails a job that cannot start as it is.
-func (q *Queue) failStart(ctx context.Context, l *loop, j queue.Job, from queue.State, cause error) {
+func (q *Launcher) failStart(ctx context.Context, l *loop, j queue.Job, from queue.State, cause error) {
 	if !q.fail(ctx, j, from, queue.ReasonStartRefused, "cannot start: "+cause.Error(), j.Attempts) {
 		l.reconciled = false
 	}
 }
 
 // fail ends job j failed, and reports whether the store took it.
-func (q *Queue) fail(ctx context.Context, j queue.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
+func (q *Launcher) fail(ctx context.Context, j queue.Job, from queue.State, reason queue.Reason, text string, attempts int) bool {
 	out, err := q.update(ctx, j.ID, from, queue.Failed, func(j *queue.Job) {
 		j.Reason, j.ReasonText, j.EndedAt, j.Attempts = reason, text, q.now().UTC(), attempts
 	}, q.queueEvent("jobs.fail", j.ID))
@@ -250,7 +240,7 @@ func (q *Queue) fail(ctx context.Context, j queue.Job, from queue.State, reason 
 }
 
 // removeContainer removes a container the queue created and will not use.
-func (q *Queue) removeContainer(ctx context.Context, cid string) {
+func (q *Launcher) removeContainer(ctx context.Context, cid string) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	if err := q.engine.Remove(rctx, cid); err != nil {
@@ -260,7 +250,7 @@ func (q *Queue) removeContainer(ctx context.Context, cid string) {
 
 // died looks at container cid, which died (or was told to stop), and
 // ends its job when it ran.
-func (q *Queue) died(ctx context.Context, l *loop, cid string) {
+func (q *Launcher) died(ctx context.Context, l *loop, cid string) {
 	ictx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	jc, err := q.engine.Inspect(ictx, cid)
@@ -288,7 +278,7 @@ func (q *Queue) died(ctx context.Context, l *loop, cid string) {
 // applied on the loop's next turns until the store takes it: the
 // engine's record of the exit (code, finish time) is what the job ends
 // with, however late the store comes back.
-func (q *Queue) ended(ctx context.Context, l *loop, jc container.JobContainer) {
+func (q *Launcher) ended(ctx context.Context, l *loop, jc container.JobContainer) {
 	j, err := q.store.Job(ctx, jc.JobID)
 	if errors.Is(err, ledger.ErrJobNotFound) {
 		return
@@ -306,7 +296,7 @@ func (q *Queue) ended(ctx context.Context, l *loop, jc container.JobContainer) {
 
 // applyPendingEnds applies the exits the store could not take before,
 // and keeps those it still cannot.
-func (q *Queue) applyPendingEnds(ctx context.Context, l *loop) {
+func (q *Launcher) applyPendingEnds(ctx context.Context, l *loop) {
 	for cid, jc := range l.pendingEnds {
 		delete(l.pendingEnds, cid)
 		q.ended(ctx, l, jc) // kept again when the store still fails
@@ -318,15 +308,12 @@ func (q *Queue) applyPendingEnds(ctx context.Context, l *loop) {
 
 // finish ends running job j, whose container jc exited, with the state
 // its cause gives: a cancel, a time limit, the policy, or its exit code.
-func (q *Queue) finish(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
+func (q *Launcher) finish(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	exit := jc.ExitCode
 	state, reason := queue.Succeeded, queue.ReasonExitCode
 	text := fmt.Sprintf("exited with code %d", exit)
 	ev := q.queueEvent("jobs.end", j.ID)
-	q.mu.Lock()
-	s := q.stops[j.ID]
-	policy, byPolicy := q.containerStops[jc.ID]
-	q.mu.Unlock()
+	s, policy, byPolicy := q.stops.causes(j.ID, jc.ID)
 	switch {
 	case s != nil:
 		state, reason, ev = s.state, s.reason, s.audit
@@ -379,7 +366,7 @@ const killCheckDelay = 5 * time.Second
 // engine_failure; otherwise the verdict waits killCheckDelay for the
 // engine to go away (see applyKillChecks), and the exit code decides
 // after that.
-func (q *Queue) engineMayHaveKilled(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) bool {
+func (q *Launcher) engineMayHaveKilled(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) bool {
 	if jc.OOMKilled || jc.ExitCode != 137 && jc.ExitCode != 143 || l.killVerdict[jc.ID] {
 		return false
 	}
@@ -399,7 +386,7 @@ type killCheck struct {
 
 // applyKillChecks gives the exits by a signal that are due their
 // verdict, and returns when the next is due (zero: none).
-func (q *Queue) applyKillChecks(ctx context.Context, l *loop) time.Time {
+func (q *Launcher) applyKillChecks(ctx context.Context, l *loop) time.Time {
 	var next time.Time
 	for cid, k := range l.killChecks {
 		if q.now().Before(k.at) {
@@ -417,7 +404,7 @@ func (q *Queue) applyKillChecks(ctx context.Context, l *loop) time.Time {
 }
 
 // engineAnswers reports whether the engine answers a ping.
-func (q *Queue) engineAnswers(ctx context.Context) bool {
+func (q *Launcher) engineAnswers(ctx context.Context) bool {
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	return q.engine.Ping(pctx) == nil
@@ -427,7 +414,7 @@ func (q *Queue) engineAnswers(ctx context.Context) bool {
 // killed, back in the queue as engine_failure, counting no requeue: it is
 // not the job's fault. Its old container goes first, since it holds the
 // name the next run's container takes.
-func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
+func (q *Launcher) requeueEngineFailure(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	l.stale[j.ID] = jc.ID
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	if err := q.engine.Remove(rctx, jc.ID); err == nil {
@@ -453,7 +440,7 @@ func (q *Queue) requeueEngineFailure(ctx context.Context, l *loop, j queue.Job, 
 
 // markLost records that job j's container vanished with no exit code,
 // then requeues or fails it.
-func (q *Queue) markLost(ctx context.Context, j queue.Job, from queue.State) {
+func (q *Launcher) markLost(ctx context.Context, j queue.Job, from queue.State) {
 	out, err := q.update(ctx, j.ID, from, queue.Lost, func(j *queue.Job) {
 		j.ReasonText = "its container vanished with no exit code"
 	}, q.queueEvent("jobs.lost", j.ID))
@@ -466,7 +453,7 @@ func (q *Queue) markLost(ctx context.Context, j queue.Job, from queue.State) {
 
 // resolveLost puts a lost job back in the queue, up to max_requeue
 // times, and fails it after.
-func (q *Queue) resolveLost(ctx context.Context, j queue.Job) {
+func (q *Launcher) resolveLost(ctx context.Context, j queue.Job) {
 	if j.Requeues >= q.maxRequeue {
 		q.fail(ctx, j, queue.Lost, queue.ReasonRequeueLimit,
 			fmt.Sprintf("its container vanished with no exit code, and it was requeued %d times already (queue.max_requeue)", j.Requeues), j.Attempts)

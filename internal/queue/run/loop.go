@@ -65,7 +65,7 @@ type loop struct {
 // every event: a submission, a cancel, a release, a job container's
 // death, an Observation that changed, a time limit, a log's retention;
 // never on a poll.
-func (q *Queue) Run(ctx context.Context) error {
+func (q *Launcher) Run(ctx context.Context) error {
 	if q.engine == nil {
 		return nil
 	}
@@ -74,7 +74,7 @@ func (q *Queue) Run(ctx context.Context) error {
 		killChecks: map[string]killCheck{}, killVerdict: map[string]bool{}}
 	defer l.stops.Wait()
 	evs := q.engine.Events(ctx) // before the reconciliation, so no death is missed
-	q.cleanTemps(time.Hour)
+	q.env.cleanTemps(time.Hour)
 	q.countEnded(ctx)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -130,7 +130,7 @@ func (q *Queue) Run(ctx context.Context) error {
 
 // engineLost notes that the engine did not answer a call: the loop
 // starts nothing until a ping of it answers.
-func (q *Queue) engineLost(l *loop, err error) {
+func (q *Launcher) engineLost(l *loop, err error) {
 	if !l.engineDown {
 		q.log.Warn("the Docker engine is unavailable; starting no job until it answers", "err", err)
 		l.engineDown, l.lostEngine = true, true
@@ -143,7 +143,7 @@ func (q *Queue) engineLost(l *loop, err error) {
 // pingEngine pings an engine that went away; once it answers, the loop
 // reconciles its jobs with their containers (deaths were missed
 // meanwhile) and starts jobs again.
-func (q *Queue) pingEngine(ctx context.Context, l *loop) {
+func (q *Launcher) pingEngine(ctx context.Context, l *loop) {
 	if err := q.engine.Ping(ctx); err != nil {
 		l.pingAt = q.now().Add(l.ping.Next())
 		return
@@ -153,22 +153,18 @@ func (q *Queue) pingEngine(ctx context.Context, l *loop) {
 }
 
 // countEnded loads the number of jobs in each ended state, once.
-func (q *Queue) countEnded(ctx context.Context) {
+func (q *Launcher) countEnded(ctx context.Context) {
 	js, err := q.store.Jobs(ctx, ledger.JobFilter{States: queue.EndedStates(), IncludeEnded: true})
 	if err != nil {
 		q.log.Warn("count the ended jobs for metrics", "err", err)
 		return
 	}
-	q.mu.Lock()
-	for _, j := range js {
-		q.endedCounts[j.State]++
-	}
-	q.mu.Unlock()
+	q.metrics.countEnded(js)
 }
 
 // pass makes one scheduling pass and returns when the next timer is due
 // (zero: none).
-func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
+func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 	jobs, err := q.store.ActiveJobs(ctx, live...)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -178,9 +174,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 	}
 	now := q.now()
 	var next time.Time
-	q.mu.Lock()
-	obs, cfg := q.obs, q.sched
-	q.mu.Unlock()
+	obs, cfg := q.settings.forPass()
 
 	cfg.SharedGPUs = resolveShared(cfg.SharedGPUs, obs.GPUs)
 	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now, Util: obs.Util}
@@ -192,7 +186,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 		case queue.Lost:
 			q.resolveLost(ctx, j)
 		case queue.Queued:
-			if s := q.pendingStop(j.ID); s != nil {
+			if s := q.stops.pending(j.ID); s != nil {
 				q.cancelQueued(ctx, j, s)
 				continue
 			}
@@ -206,7 +200,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 				next = minTime(next, q.enforce(ctx, l, j, now))
 				if mem := info(j).memory; mem > 0 {
 					memJobs[j.ID] = mem
-					next = minTime(next, q.enforceMemory(ctx, j, mem, now))
+					next = minTime(next, q.memory.enforce(ctx, j, mem, now))
 				}
 			}
 		}
@@ -216,7 +210,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 		in.FairShare, in.Expected, in.OverBudget = q.standing(ctx, users, teams)
 	}
 	plan := queue.Schedule(in)
-	q.setRanks(plan)
+	q.ranks.set(plan)
 	for _, s := range plan.Starts {
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.
@@ -234,7 +228,7 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 			memJobs[s.JobID] = mem // watched from the next tick
 		}
 	}
-	q.setMemoryJobs(memJobs)
+	q.memory.setJobs(memJobs)
 	// A start that failed in this pass waits for its retry time, and the
 	// timer must cover it: nothing else may wake the loop.
 	for id, at := range l.retryAt {
@@ -264,24 +258,18 @@ func (q *Queue) pass(ctx context.Context, l *loop) time.Time {
 
 // enforce asks for the stops a running job is due: a cancel or a time
 // limit. It returns when its time limit is due, or zero.
-func (q *Queue) enforce(ctx context.Context, l *loop, j queue.Job, now time.Time) time.Time {
+func (q *Launcher) enforce(ctx context.Context, l *loop, j queue.Job, now time.Time) time.Time {
 	var due time.Time
 	if j.TimeLimit > 0 && !j.StartedAt.IsZero() {
 		due = j.StartedAt.Add(j.TimeLimit)
 		if !now.Before(due) {
-			q.askStop(j.ID, &stop{state: queue.Timeout, reason: queue.ReasonTimeLimit,
+			q.stops.ask(j.ID, &stop{state: queue.Timeout, reason: queue.ReasonTimeLimit,
 				text:  "reached its time limit of " + formatLimit(j.TimeLimit) + " and was stopped",
 				audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed"}, "jobs.timeout", j.ID)})
 			due = time.Time{}
 		}
 	}
-	q.mu.Lock()
-	s := q.stops[j.ID]
-	send := s != nil && !s.sent && j.ContainerID != "" && !l.engineDown
-	if send {
-		s.sent = true
-	}
-	q.mu.Unlock()
+	s, send := q.stops.toSend(j.ID, j.ContainerID != "" && !l.engineDown)
 	if send {
 		q.sendStop(ctx, l, j.ContainerID, s)
 		return time.Time{}
@@ -294,7 +282,7 @@ func (q *Queue) enforce(ctx context.Context, l *loop, j queue.Job, now time.Time
 
 // sendStop stops a container without holding up the loop; once Stop
 // returns, the loop looks at the container as at a death.
-func (q *Queue) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
+func (q *Launcher) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
 	l.stops.Add(1)
 	go func() {
 		defer l.stops.Done()
@@ -302,9 +290,7 @@ func (q *Queue) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
 			q.log.Warn("stop a job's container", "container", cid, "err", err)
 			if errors.Is(err, container.ErrUnavailable) {
 				// Sent again by a pass once the engine answers.
-				q.mu.Lock()
-				s.sent = false
-				q.mu.Unlock()
+				q.stops.unsent(s)
 			}
 		}
 		select {
@@ -314,16 +300,9 @@ func (q *Queue) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
 	}()
 }
 
-// pendingStop returns the stop asked for job id, or nil.
-func (q *Queue) pendingStop(id string) *stop {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.stops[id]
-}
-
 // cancelQueued ends a queued job a cancel was asked for while it was
 // starting (its start failed, and it went back to the queue).
-func (q *Queue) cancelQueued(ctx context.Context, j queue.Job, s *stop) {
+func (q *Launcher) cancelQueued(ctx context.Context, j queue.Job, s *stop) {
 	out, err := q.update(ctx, j.ID, queue.Queued, s.state, func(j *queue.Job) {
 		j.Reason, j.ReasonText, j.EndedAt, j.GPUs = s.reason, s.text, q.now().UTC(), nil
 	}, s.audit)
@@ -336,7 +315,7 @@ func (q *Queue) cancelQueued(ctx context.Context, j queue.Job, s *stop) {
 
 // writeWait writes a waiting job's reason when it changed. A job whose
 // last start failed keeps start_failed, with the error, until it starts.
-func (q *Queue) writeWait(ctx context.Context, j queue.Job, w queue.Wait) {
+func (q *Launcher) writeWait(ctx context.Context, j queue.Job, w queue.Wait) {
 	if j.ID == "" || j.Reason == queue.ReasonStartFailed && w.Reason == queue.ReasonResources ||
 		j.Reason == w.Reason && j.ReasonText == w.Text {
 		return
@@ -351,12 +330,12 @@ func (q *Queue) writeWait(ctx context.Context, j queue.Job, w queue.Wait) {
 }
 
 // updateSnapshot recounts the jobs and GPUs for metrics.
-func (q *Queue) updateSnapshot(ctx context.Context, obs Observation, cfg queue.Config) {
+func (q *Launcher) updateSnapshot(ctx context.Context, obs Observation, cfg queue.Config) {
 	jobs, err := q.store.ActiveJobs(ctx, live...)
 	if err != nil {
 		return
 	}
-	s := q.emptySnapshot()
+	s := emptySnapshot()
 	held := map[string]bool{}
 	for _, j := range jobs {
 		s.Jobs[j.State]++
@@ -386,12 +365,7 @@ func (q *Queue) updateSnapshot(ctx context.Context, obs Observation, cfg queue.C
 			s.GPUsFree++
 		}
 	}
-	q.mu.Lock()
-	for st, n := range q.endedCounts {
-		s.Jobs[st] = n
-	}
-	q.snap = s
-	q.mu.Unlock()
+	q.metrics.set(s)
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
@@ -39,12 +40,30 @@ type overrun struct {
 // the loop keeps it, Observe reads it.
 type memoryJobs map[string]uint64
 
-// observeMemory compares a tick's measure of the memory jobs with what
+// memoryEnforcer holds the running memory jobs to what they declared:
+// Observe hands it each tick's measure, the loop's pass asks it what to
+// do of each memory job. Its state has its own lock.
+type memoryEnforcer struct {
+	writer
+	onEvent func(event string, j queue.Job)
+	stops   *stopRequests
+	poke    func() // wakes the launcher's loop
+	grace   time.Duration
+	action  config.OverrunAction
+
+	mu       sync.Mutex
+	jobs     memoryJobs
+	overruns map[string]*overrun
+}
+
+// observe compares a tick's measure of the memory jobs with what
 // they declared, and says whether the loop has something to do (a job
-// newly over, or back under). The caller holds q.mu.
-func (q *Queue) observeMemory(measured map[string]uint64, now time.Time) bool {
+// newly over, or back under).
+func (q *memoryEnforcer) observe(measured map[string]uint64, now time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	changed := false
-	for id, declared := range q.memJobs {
+	for id, declared := range q.jobs {
 		m := measured[id]
 		o, over := q.overruns[id]
 		switch {
@@ -61,10 +80,10 @@ func (q *Queue) observeMemory(measured map[string]uint64, now time.Time) bool {
 	return changed
 }
 
-// enforceMemory warns and stops the running memory jobs that stay over
+// enforce warns and stops the running memory jobs that stay over
 // what they declared; it returns when the next stop is due (zero: none).
 // It runs in the loop.
-func (q *Queue) enforceMemory(ctx context.Context, j queue.Job, declared uint64, now time.Time) time.Time {
+func (q *memoryEnforcer) enforce(ctx context.Context, j queue.Job, declared uint64, now time.Time) time.Time {
 	q.mu.Lock()
 	o, over := q.overruns[j.ID]
 	var since time.Time
@@ -75,7 +94,7 @@ func (q *Queue) enforceMemory(ctx context.Context, j queue.Job, declared uint64,
 		warn = !o.warned
 		o.warned = true
 	}
-	grace, action := q.overrunGrace, q.overrunAction
+	grace, action := q.grace, q.action
 	q.mu.Unlock()
 	if !over {
 		return time.Time{}
@@ -102,19 +121,19 @@ func (q *Queue) enforceMemory(ctx context.Context, j queue.Job, declared uint64,
 	if now.Before(due) {
 		return due
 	}
-	q.askStop(j.ID, &stop{state: queue.Failed, reason: ReasonMemoryOverrun,
+	q.stops.ask(j.ID, &stop{state: queue.Failed, reason: ReasonMemoryOverrun,
 		text:  what + " for " + units.FormatDuration(grace) + ", and was stopped (queue.memory_overrun_grace)",
 		audit: q.fill(audit.Event{Caller: "queue", Outcome: "allowed", Error: what}, "jobs.memory_overrun", j.ID)})
 	q.poke() // the next pass sends the stop
 	return time.Time{}
 }
 
-// setMemoryJobs puts in force the running memory jobs of a pass, and
+// setJobs puts in force the running memory jobs of a pass, and
 // forgets the overruns of those that are no longer running.
-func (q *Queue) setMemoryJobs(m memoryJobs) {
+func (q *memoryEnforcer) setJobs(m memoryJobs) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.memJobs = m
+	q.jobs = m
 	for id := range q.overruns {
 		if _, ok := m[id]; !ok {
 			delete(q.overruns, id)

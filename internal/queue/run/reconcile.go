@@ -24,7 +24,7 @@ import (
 //     detached (it ended while the agent was down);
 //   - a container whose job the ledger does not have, or cannot read, is
 //     left alone: a lost ledger must not kill jobs.
-func (q *Queue) reconcile(ctx context.Context, l *loop) error {
+func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	cs, err := q.engine.List(lctx)
@@ -98,7 +98,7 @@ func foreign(j queue.Job, c container.JobContainer) bool {
 }
 
 // settle sets starting or running job j straight with its container jc.
-func (q *Queue) settle(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
+func (q *Launcher) settle(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
 	st := j.State
 	if jc.Running || jc.Exited {
 		delete(l.unsure, j.ID) // it started
@@ -135,7 +135,7 @@ func (q *Queue) settle(ctx context.Context, l *loop, j queue.Job, jc container.J
 }
 
 // backToQueue puts a starting job that never ran back in the queue.
-func (q *Queue) backToQueue(ctx context.Context, j queue.Job, text string) {
+func (q *Launcher) backToQueue(ctx context.Context, j queue.Job, text string) {
 	_, err := q.update(ctx, j.ID, queue.Starting, queue.Queued, func(j *queue.Job) {
 		j.GPUs, j.ContainerID = nil, ""
 		j.Reason, j.ReasonText = queue.ReasonStartFailed, text

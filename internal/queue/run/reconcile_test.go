@@ -90,7 +90,7 @@ func TestCancelWhileStarting(t *testing.T) {
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
 	// The start intent was written, and then the agent stopped.
-	if _, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
+	if _, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan queue.Job, 1)
@@ -122,7 +122,7 @@ func TestReconcileBeforeCreate(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
-	if _, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
+	if _, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
 	e.restart(t, 1)
@@ -136,7 +136,7 @@ func TestReconcileBetweenCreateAndStart(t *testing.T) {
 	e := newEngineEnv(t, 1, nil)
 	e.stop()
 	j := e.submit(t, "alice", e.sleeper())
-	intent, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{})
+	intent, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Starting, func(j *queue.Job) { j.GPUs = []string{"GPU-test-0"} }, audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	if _, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(e.q.envPath(j.ID)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(e.q.Launcher.env.path(j.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("env file of the ended job: %v, want it removed", err)
 	}
 	e.mu.Lock()
@@ -276,7 +276,7 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(e.q.envPath(j2.ID)); err != nil {
+	if err := os.Remove(e.q.Launcher.env.path(j2.ID)); err != nil {
 		t.Fatal(err)
 	}
 	e.restart(t, 1)

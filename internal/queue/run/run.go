@@ -1,9 +1,12 @@
-// Package run is the GPU queue's runtime: the service the API calls
-// (submit, list, cancel, hold, release, logs) over the ledger's job
-// store, and the launcher, one goroutine that runs the pure scheduler on
+// Package run is the GPU queue's runtime, split by role: the Service the
+// API calls (submit, list, cancel, hold, release, logs) over the ledger's
+// job store; the Launcher, one goroutine that runs the pure scheduler on
 // events (a submission, a cancel, a release, a job container's death, a
 // change in use outside the queue, a time limit) and starts, stops and
-// reconciles job containers through an Engine.
+// reconciles job containers through an Engine; the memory enforcer, which
+// holds memory jobs to the GPU memory they declared; and the env store,
+// which keeps the jobs' environment values out of the ledger. Each keeps
+// its own state under its own lock; Queue wires them for one node.
 package run
 
 import (
@@ -24,7 +27,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
-	"github.com/gpumeter/gpumeter/internal/queue/stage"
 )
 
 // Engine runs job containers. *docker.Jobs implements it over the Docker
@@ -145,68 +147,15 @@ func (e *StateError) Error() string {
 	return fmt.Sprintf("job %s is %s; %s needs it %s", e.ID, e.State, e.Action, strings.Join(want, " or "))
 }
 
-// Queue is the job queue of one node.
+// Queue is the job queue of one node: its Service, which the API calls,
+// and its Launcher, which runs the jobs' containers, wired in one
+// process. The two share the job store, the settings and the env store;
+// the service reaches the launcher only through launch (a wake, a stop, a
+// job it ended, a container's logs), so that a scheduler may one day run
+// on another node than the launcher.
 type Queue struct {
-	store  ledger.JobStore
-	engine Engine
-	log    *slog.Logger
-	now    func() time.Time
-
-	// fixed settings
-	node             string
-	passing          spec.GPUPassing
-	identity         func(string) (spec.Identity, error)
-	stopGrace        time.Duration
-	maxRequeue       int
-	maxStartAttempts int
-	logRetention     time.Duration
-	notify           []string
-	onEvent          func(event string, j queue.Job)
-	audited          func(context.Context, audit.Event)
-	envDir           string
-	stage            *stage.Dir // nil: mounts are refused with stageRefusal
-	stageRefusal     string
-	overrunGrace     time.Duration
-	overrunAction    config.OverrunAction
-	standing         Standing
-	highUsers        []string
-
-	wake chan struct{}
-	// holdMu orders a hold and a start intent of the same job.
-	holdMu sync.Mutex
-
-	mu sync.Mutex
-	// settings that Reload changes
-	rules            spec.Rules
-	sched            queue.Config
-	defaultTimeLimit time.Duration
-	obs              Observation
-	// stops are the causes of stops asked for, by job id (cancel, time
-	// limit) or by container id (the policy).
-	stops          map[string]*stop
-	containerStops map[string]queue.Reason
-	snap           Snapshot
-	wait           waitHistogram
-	// endedCounts counts the jobs in ended states, loaded once by Run
-	// and kept by jobEnded, so that no pass reads every ended job.
-	endedCounts map[queue.State]int
-	// memJobs are the running jobs that declared GPU memory, and
-	// overruns those of them seen over it.
-	memJobs  memoryJobs
-	overruns map[string]*overrun
-	// ranks are the queued jobs' places after the last pass.
-	ranks map[string]rank
-}
-
-// stop is a stop the loop is asked to make, or has made, of a job's
-// container; done is closed once the job has ended.
-type stop struct {
-	state  queue.State // the state the job ends in
-	reason queue.Reason
-	text   string
-	audit  audit.Event
-	sent   bool // the container was told to stop
-	done   chan struct{}
+	*Service
+	*Launcher
 }
 
 // New returns a queue for cfg. It creates cfg.EnvDir when missing.
@@ -252,27 +201,37 @@ func New(cfg Config) (*Queue, error) {
 	if now == nil {
 		now = time.Now
 	}
-	q := &Queue{
-		store: cfg.Store, engine: cfg.Engine, log: log.With("component", "queue"), now: now,
-		node: cfg.Node, passing: cfg.Passing, identity: cfg.Identity,
+	log = log.With("component", "queue")
+	w := writer{store: cfg.Store, node: cfg.Node, now: now, audited: cfg.Audited}
+	set := &settings{rules: cfg.Rules, sched: cfg.Sched, defaultTimeLimit: cfg.DefaultTimeLimit}
+	env := &envStore{dir: cfg.EnvDir, log: log, now: now}
+	holds := &sync.Mutex{}
+	l := &Launcher{
+		writer: w, engine: cfg.Engine, log: log,
+		passing: cfg.Passing, identity: cfg.Identity,
 		stopGrace: cfg.StopGrace, maxRequeue: cfg.MaxRequeue, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
 		logRetention: cfg.LogRetention, notify: append([]string(nil), cfg.Notify...),
-		onEvent: cfg.OnEvent, audited: cfg.Audited, envDir: cfg.EnvDir,
-		stage: stageDir, stageRefusal: stageRefusal,
-		wake:  make(chan struct{}, 1),
-		rules: cfg.Rules, sched: cfg.Sched, defaultTimeLimit: cfg.DefaultTimeLimit,
-		stops: map[string]*stop{}, containerStops: map[string]queue.Reason{},
-		wait: newWaitHistogram(), endedCounts: map[queue.State]int{},
-		memJobs: memoryJobs{}, overruns: map[string]*overrun{},
-		ranks:    map[string]rank{},
-		standing: cfg.Standing, highUsers: append([]string(nil), cfg.HighUsers...),
-		overrunGrace: cfg.MemoryOverrunGrace, overrunAction: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
+		onEvent: cfg.OnEvent, stage: stageDir, stageRefusal: stageRefusal, standing: cfg.Standing,
+		settings: set, env: env, holds: holds,
+		wake:    make(chan struct{}, 1),
+		stops:   newStopRequests(),
+		metrics: newMetrics(),
+		ranks:   newRanking(),
 	}
-	if q.overrunGrace == 0 {
-		q.overrunGrace = DefaultMemoryOverrunGrace
+	l.memory = &memoryEnforcer{
+		writer: w, onEvent: cfg.OnEvent, stops: l.stops, poke: l.poke,
+		grace: cfg.MemoryOverrunGrace, action: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
+		jobs: memoryJobs{}, overruns: map[string]*overrun{},
 	}
-	q.snap = q.emptySnapshot()
-	return q, nil
+	if l.memory.grace == 0 {
+		l.memory.grace = DefaultMemoryOverrunGrace
+	}
+	s := &Service{
+		writer: w, log: log, identity: cfg.Identity, highUsers: append([]string(nil), cfg.HighUsers...),
+		stageRefusal: stageRefusal, notices: cfg.OnEvent != nil,
+		settings: set, env: env, holds: holds, launch: l,
+	}
+	return &Queue{Service: s, Launcher: l}, nil
 }
 
 // Reload takes the settings a SIGHUP may change, and wakes the loop: a
@@ -284,72 +243,7 @@ func (q *Queue) Reload(rules spec.Rules, sched queue.Config, defaultTimeLimit ti
 	if defaultTimeLimit < 0 {
 		return errors.New("queue.default_time_limit may not be negative")
 	}
-	q.mu.Lock()
-	q.rules, q.sched, q.defaultTimeLimit = rules, sched, defaultTimeLimit
-	q.mu.Unlock()
-	q.poke()
+	q.Launcher.settings.reload(rules, sched, defaultTimeLimit)
+	q.Launcher.poke()
 	return nil
-}
-
-// poke wakes the loop without blocking.
-func (q *Queue) poke() {
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
-}
-
-// auditedLater hands an event the store committed to Config.Audited.
-func (q *Queue) auditedLater(ctx context.Context, e audit.Event) {
-	if q.audited != nil && e.Kind != "" {
-		q.audited(ctx, e)
-	}
-}
-
-// fill completes an audit event of an action on job id.
-func (q *Queue) fill(e audit.Event, action, id string) audit.Event {
-	if e.Time.IsZero() {
-		e.Time = q.now()
-	}
-	if e.Node == "" {
-		e.Node = q.node
-	}
-	if e.Action == "" {
-		e.Action = action
-	}
-	if e.Target == "" {
-		e.Target = id
-	}
-	if e.Kind == "" {
-		e.Kind = KindQueue
-	}
-	return e
-}
-
-// toState returns the job's state, checked against the state table.
-func toState(j queue.Job) (queue.State, error) {
-	s, err := queue.ParseState(string(j.State))
-	if err != nil {
-		return "", fmt.Errorf("job %s: %w", j.ID, err)
-	}
-	return s, nil
-}
-
-// update writes a change of job id from state from, checking the
-// transition table first when the change moves it to another state.
-func (q *Queue) update(ctx context.Context, id string, from, to queue.State, change func(*queue.Job), ev audit.Event) (queue.Job, error) {
-	if from != to {
-		if err := queue.Transition(from, to); err != nil {
-			return queue.Job{}, fmt.Errorf("job %s: %w", id, err)
-		}
-	}
-	j, err := q.store.UpdateJob(ctx, id, from, func(j *queue.Job) {
-		change(j)
-		j.State = to
-	}, ev)
-	if err != nil {
-		return queue.Job{}, err
-	}
-	q.auditedLater(ctx, ev)
-	return j, nil
 }

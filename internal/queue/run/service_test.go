@@ -146,11 +146,11 @@ func TestSubmitKeepsTheJobAndItsEnvApart(t *testing.T) {
 	if got.Request == nil || !slices.Equal(got.Request.Notify, []string{"end"}) {
 		t.Errorf("the ledger's request lacks the notify list: %+v", got.Request)
 	}
-	envs, err := e.q.readEnv(got)
+	envs, err := e.q.Launcher.env.read(got)
 	if err != nil || !slices.Equal(envs, req.Env) {
 		t.Errorf("env read back %q, %v; want %q", envs, err, req.Env)
 	}
-	fi, err := os.Stat(e.q.envPath(j.ID))
+	fi, err := os.Stat(e.q.Launcher.env.path(j.ID))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("env file: %v, mode %v; want 0600", err, fi.Mode())
 	}
@@ -259,7 +259,7 @@ func TestCancelQueued(t *testing.T) {
 	if got.State != "cancelled" || got.Reason != "cancelled" || got.ReasonText != "cancelled by alice" || got.EndedAt.IsZero() || got.ExitCode != nil {
 		t.Errorf("cancelled job %+v", got)
 	}
-	if _, err := os.Stat(e.q.envPath(j.ID)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(e.q.Launcher.env.path(j.ID)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("env file of the cancelled job: %v, want it removed", err)
 	}
 	if len(e.events) != 1 || e.events[0].Event != "end" || e.events[0].Job.ID != j.ID {
@@ -353,7 +353,7 @@ func TestJobsLists(t *testing.T) {
 func TestUpdateChecksTheTransitionTable(t *testing.T) {
 	e := newEnv(t, nil)
 	j := e.submit(t, "alice", request())
-	_, err := e.q.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*queue.Job) {}, audit.Event{})
+	_, err := e.q.Launcher.update(context.Background(), j.ID, queue.Queued, queue.Running, func(*queue.Job) {}, audit.Event{})
 	if err == nil || !strings.Contains(err.Error(), "cannot go to running") {
 		t.Errorf("queued to running: %v, want the transition refused", err)
 	}

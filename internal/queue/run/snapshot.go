@@ -3,6 +3,7 @@ package run
 import (
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -60,25 +61,74 @@ func (h *waitHistogram) observe(d time.Duration) {
 	h.n++
 }
 
+// metrics are the launcher's counts for Snapshot: the last pass's jobs
+// and GPUs, the wait histogram, and the jobs in ended states, loaded once
+// by Run and kept by jobEnded, so that no pass reads every ended job.
+type metrics struct {
+	mu          sync.Mutex
+	snap        Snapshot
+	wait        waitHistogram
+	endedCounts map[queue.State]int
+}
+
+func newMetrics() *metrics {
+	return &metrics{snap: emptySnapshot(), wait: newWaitHistogram(), endedCounts: map[queue.State]int{}}
+}
+
 // Snapshot returns the queue's state for metrics; it is cheap and never
 // waits on the store.
-func (q *Queue) Snapshot() Snapshot {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	s := q.snap
-	s.Jobs = maps.Clone(q.snap.Jobs)
+func (q *Queue) Snapshot() Snapshot { return q.metrics.snapshot() }
+
+func (m *metrics) snapshot() Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.snap
+	s.Jobs = maps.Clone(m.snap.Jobs)
 	s.WaitBounds = slices.Clone(waitBounds)
-	s.WaitCounts = make([]uint64, len(q.wait.counts))
+	s.WaitCounts = make([]uint64, len(m.wait.counts))
 	var c uint64
-	for i, n := range q.wait.counts {
+	for i, n := range m.wait.counts {
 		c += n
 		s.WaitCounts[i] = c
 	}
-	s.WaitSum, s.WaitCount = q.wait.sum, q.wait.n
+	s.WaitSum, s.WaitCount = m.wait.sum, m.wait.n
 	return s
 }
 
-func (q *Queue) emptySnapshot() Snapshot {
+// set keeps a pass's counts, with the ended jobs' added.
+func (m *metrics) set(s Snapshot) {
+	m.mu.Lock()
+	for st, n := range m.endedCounts {
+		s.Jobs[st] = n
+	}
+	m.snap = s
+	m.mu.Unlock()
+}
+
+// countEnded counts the ended jobs js, loaded once by Run.
+func (m *metrics) countEnded(js []queue.Job) {
+	m.mu.Lock()
+	for _, j := range js {
+		m.endedCounts[j.State]++
+	}
+	m.mu.Unlock()
+}
+
+// ended counts a job that ended in st.
+func (m *metrics) ended(st queue.State) {
+	m.mu.Lock()
+	m.endedCounts[st]++
+	m.mu.Unlock()
+}
+
+// observeWait counts a job that waited d from submit to running.
+func (m *metrics) observeWait(d time.Duration) {
+	m.mu.Lock()
+	m.wait.observe(d)
+	m.mu.Unlock()
+}
+
+func emptySnapshot() Snapshot {
 	s := Snapshot{Jobs: map[queue.State]int{}}
 	for _, st := range queue.States() {
 		s.Jobs[st] = 0

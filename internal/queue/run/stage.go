@@ -14,7 +14,7 @@ const noStageDir = "this agent has no staging directory for job mounts; submit w
 
 // mountRefusal is the refusal of a request with mounts on an agent that
 // cannot stage them, or nil.
-func (q *Queue) mountRefusal(req spec.Request) error {
+func (q *Service) mountRefusal(req spec.Request) error {
 	if len(req.Mounts) == 0 || q.stageRefusal == "" {
 		return nil
 	}
@@ -27,7 +27,7 @@ func (q *Queue) mountRefusal(req spec.Request) error {
 // Docker ever sees: runc re-resolves a source by name at start, and a
 // name under a user's root is the user's to swap. What an earlier try of
 // this start left staged goes first.
-func (q *Queue) stageMounts(j queue.Job, s *spec.Spec) error {
+func (q *Launcher) stageMounts(j queue.Job, s *spec.Spec) error {
 	mounts := s.HostConfig.Mounts
 	if len(mounts) == 0 {
 		return nil
@@ -39,9 +39,7 @@ func (q *Queue) stageMounts(j queue.Job, s *spec.Spec) error {
 	if err != nil {
 		return fmt.Errorf("user %s is no longer known to this host (host.passwd_file): %w", j.User, err)
 	}
-	q.mu.Lock()
-	roots := q.rules.MountRoots
-	q.mu.Unlock()
+	roots := q.settings.mountRoots()
 	if err := q.stage.Unstage(j.ID); err != nil {
 		return err
 	}
@@ -64,7 +62,7 @@ func (q *Queue) stageMounts(j queue.Job, s *spec.Spec) error {
 }
 
 // unstage detaches what job id has staged, if anything.
-func (q *Queue) unstage(id string) {
+func (q *Launcher) unstage(id string) {
 	if q.stage == nil {
 		return
 	}
@@ -76,7 +74,7 @@ func (q *Queue) unstage(id string) {
 // unstageEnded unstages every staged job that is not starting or
 // running (active): those that ended while the agent was down, or whose
 // unstage failed before.
-func (q *Queue) unstageEnded(active map[string]bool) {
+func (q *Launcher) unstageEnded(active map[string]bool) {
 	if q.stage == nil {
 		return
 	}

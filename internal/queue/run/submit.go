@@ -2,14 +2,10 @@ package run
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -71,12 +67,8 @@ const submittedText = "submitted; waiting for the scheduler's first look"
 // job's once the store has given it an id. A crash between the two
 // leaves a job whose env file is missing: it fails at start with a reason
 // that says so, and never runs without its environment.
-func (q *Queue) Submit(ctx context.Context, s Submission) (queue.Job, error) {
-	q.mu.Lock()
-	rules, defaultLimit := q.rules, q.defaultTimeLimit
-	rules.MaxGPUMemory = q.memoryLimit(rules.MaxGPUMemory)
-	exclusive := q.exclusiveGPUs()
-	q.mu.Unlock()
+func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
+	rules, defaultLimit, exclusive := q.settings.forSubmit()
 
 	req := s.Request
 	if s.User == "" {
@@ -93,7 +85,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 	if err != nil {
 		return queue.Job{}, err
 	}
-	if len(s.Notify) > 0 && q.onEvent == nil {
+	if len(s.Notify) > 0 && !q.notices {
 		return queue.Job{}, &BadRequest{Field: "notify",
 			Text: "this agent sends no job notices: it has no webhook (policy.webhook.url); submit without --notify"}
 	}
@@ -120,7 +112,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 	for i, kv := range req.Env {
 		keys[i], _, _ = strings.Cut(kv, "=")
 	}
-	tmp, err := q.writeEnvTemp(req.Env)
+	tmp, err := q.env.writeTemp(req.Env)
 	if err != nil {
 		return queue.Job{}, err
 	}
@@ -142,7 +134,7 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 		return queue.Job{}, err
 	}
 	if tmp != "" {
-		if err := os.Rename(tmp, q.envPath(stored.ID)); err != nil {
+		if err := os.Rename(tmp, q.env.path(stored.ID)); err != nil {
 			// The job stays; it fails at start, saying its env is missing.
 			q.log.Error("keep the job's environment", "job", stored.ID, "err", err)
 			_ = os.Remove(tmp)
@@ -150,9 +142,13 @@ func (q *Queue) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 	}
 	ev.Target = stored.ID
 	q.auditedLater(ctx, ev)
-	q.poke()
+	q.launch.poke()
 	return stored, nil
 }
+
+// highUser says whether user may ask for the high class by the queue's
+// own list (admins may whatever it says).
+func (q *Service) highUser(user string) bool { return slices.Contains(q.highUsers, user) }
 
 func notifyList(in []string) ([]string, error) {
 	var out []string
@@ -165,80 +161,4 @@ func notifyList(in []string) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// envPath is where job id's environment values are kept.
-func (q *Queue) envPath(id string) string { return filepath.Join(q.envDir, id+".env") }
-
-// writeEnvTemp writes env to a new temporary file in EnvDir, readable by
-// the agent only, and returns its path; "" when env is empty.
-func (q *Queue) writeEnvTemp(env []string) (string, error) {
-	if len(env) == 0 {
-		return "", nil
-	}
-	b, err := json.Marshal(env)
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp(q.envDir, ".submit-*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("keep the job's environment: %w", err)
-	}
-	name := f.Name()
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(name)
-		return "", fmt.Errorf("keep the job's environment: %w", err)
-	}
-	return name, nil
-}
-
-// errEnvMissing is why a job with environment keys cannot start without
-// its env file.
-var errEnvMissing = errors.New("its environment values are missing from the queue's env dir (the agent stopped while the job was submitted); submit it again")
-
-// readEnv returns job j's environment, checked against its keys.
-func (q *Queue) readEnv(j queue.Job) ([]string, error) {
-	if len(j.EnvKeys) == 0 {
-		return nil, nil
-	}
-	b, err := os.ReadFile(q.envPath(j.ID))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errEnvMissing
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read its environment: %w", err)
-	}
-	var env []string
-	if err := json.Unmarshal(b, &env); err != nil {
-		return nil, fmt.Errorf("read its environment %s: %w", q.envPath(j.ID), err)
-	}
-	if len(env) != len(j.EnvKeys) {
-		return nil, fmt.Errorf("its environment file %s has %d variables, the job %d", q.envPath(j.ID), len(env), len(j.EnvKeys))
-	}
-	return env, nil
-}
-
-// removeEnv drops an ended job's environment values.
-func (q *Queue) removeEnv(id string) {
-	if err := os.Remove(q.envPath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		q.log.Warn("remove an ended job's environment", "job", id, "err", err)
-	}
-}
-
-// cleanTemps removes temporary env files older than age: left by a crash
-// during a submit, their job (if it was stored) fails at start.
-func (q *Queue) cleanTemps(age time.Duration) {
-	ms, _ := filepath.Glob(filepath.Join(q.envDir, ".submit-*.tmp"))
-	for _, m := range ms {
-		if fi, err := os.Stat(m); err == nil && q.now().Sub(fi.ModTime()) > age {
-			_ = os.Remove(m)
-		}
-	}
 }

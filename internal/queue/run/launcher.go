@@ -1,0 +1,73 @@
+package run
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+	"github.com/gpumeter/gpumeter/internal/queue/stage"
+)
+
+// Launcher turns the scheduler's decisions into containers: Run's loop
+// makes a pass on every event, writes each start's intent to the store,
+// and starts, stops, ends and reconciles the jobs' containers through
+// the Engine. Its loop's own state is in loop; what others hand it (a
+// wake, a stop, an observation, a policy's stop) has its own lock.
+type Launcher struct {
+	writer
+	engine Engine
+	log    *slog.Logger
+
+	// fixed settings
+	passing          spec.GPUPassing
+	identity         func(string) (spec.Identity, error)
+	stopGrace        time.Duration
+	maxRequeue       int
+	maxStartAttempts int
+	logRetention     time.Duration
+	notify           []string
+	onEvent          func(event string, j queue.Job)
+	stage            *stage.Dir // nil: mounts are refused with stageRefusal
+	stageRefusal     string
+	standing         Standing
+
+	settings *settings
+	env      *envStore
+	// holds orders a hold and a start intent of the same job: start and
+	// the service's setHeld take it.
+	holds *sync.Mutex
+
+	wake    chan struct{}
+	stops   *stopRequests
+	memory  *memoryEnforcer
+	metrics *metrics
+	ranks   *ranking
+}
+
+var _ launch = (*Launcher)(nil)
+
+// poke wakes the loop without blocking.
+func (q *Launcher) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// askStop records a stop of job id for the loop to make (see
+// stopRequests.ask).
+func (q *Launcher) askStop(id string, s *stop) <-chan struct{} {
+	return q.stops.ask(id, s)
+}
+
+// runs reports whether the launcher runs containers.
+func (q *Launcher) runs() bool { return q.engine != nil }
+
+// logs copies container cid's output to w.
+func (q *Launcher) logs(ctx context.Context, cid string, follow bool, w io.Writer) error {
+	return q.engine.Logs(ctx, cid, follow, w)
+}
