@@ -43,29 +43,9 @@ func newNetEnv(t testing.TB) *netEnv {
 	e := &netEnv{cli: cli, node: "nettest-" + hex.EncodeToString(b), image: dockertest.ProbeImage(t, cli)}
 	e.jobs = newJobs(t, "", e.node)
 	// Registered before any container's removal, so run after it.
-	t.Cleanup(func() { removeNetwork(t, cli, spec.NetworkName(e.node)) })
+	t.Cleanup(func() { dockertest.RemoveNetwork(t, cli, spec.NetworkName(e.node)) })
 	e.rules = spec.Rules{Images: []string{"gpumeter-test-probe:*"}, PublishPorts: []spec.PortRange{{First: 1024, Last: 65535}}}
 	return e
-}
-
-// removeNetwork removes network name and every network of that name.
-func removeNetwork(t testing.TB, cli *client.Client, name string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("name", name)})
-	if err != nil {
-		t.Errorf("list networks %s: %v", name, err)
-		return
-	}
-	for _, n := range res.Items {
-		if n.Name != name {
-			continue
-		}
-		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("remove network %s: %v", name, err)
-		}
-	}
 }
 
 // job starts a job container of the probe for who, running cmd, on the
@@ -212,7 +192,7 @@ func TestIsolatedNetwork(t *testing.T) {
 	if _, err := e.cli.NetworkCreate(ctx, shared, client.NetworkCreateOptions{Driver: "bridge", Labels: map[string]string{dockertest.Label: "1"}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { removeNetwork(t, e.cli, shared) })
+	t.Cleanup(func() { dockertest.RemoveNetwork(t, e.cli, shared) })
 	e.rules.Network = shared
 	listener := e.job(t, netAlice, nil, "listen", "8080")
 	dockertest.WaitFor(t, 2*time.Minute, "alice's job on the shared network to listen", func() (bool, string) {
@@ -294,7 +274,7 @@ func TestEnsureIsolatedNetworkOwnership(t *testing.T) {
 	if err := e.jobs.RemoveIsolatedNetwork(ctx); err == nil {
 		t.Error("remove of a foreign network: no error, want a refusal")
 	}
-	removeNetwork(t, e.cli, name)
+	dockertest.RemoveNetwork(t, e.cli, name)
 
 	// One labelled as ours whose traffic between containers is on.
 	if _, err := e.cli.NetworkCreate(ctx, name, client.NetworkCreateOptions{Driver: "bridge",

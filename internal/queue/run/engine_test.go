@@ -189,6 +189,22 @@ func (e *engineEnv) waitState(t testing.TB, id string, state queue.State) queue.
 	return j
 }
 
+// waitEnded waits up to 2 minutes for job id to end, in whatever state,
+// and returns it as it ended.
+func (e *engineEnv) waitEnded(t testing.TB, id string) queue.Job {
+	t.Helper()
+	var j queue.Job
+	dockertest.WaitFor(t, 2*time.Minute, id+" ended", func() (bool, string) {
+		var err error
+		j, err = e.q.Job(context.Background(), id)
+		if err != nil {
+			return false, err.Error()
+		}
+		return j.State.Ended(), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
+	})
+	return j
+}
+
 // stopContainer stops a job's container behind the queue's back, as its
 // process ending would: the sleeper exits 3 on SIGTERM.
 func (e *engineEnv) stopContainer(t testing.TB, cid string) {

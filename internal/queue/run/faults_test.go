@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -92,21 +91,14 @@ func TestEngineOutageBurnsNoAttempt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if queue.State(j.State).Ended() {
+		if j.State.Ended() {
 			t.Errorf("job %s is %s (%s: %s) while the engine is away", id, j.State, j.Reason, j.ReasonText)
 		}
 	}
 	proxy.Start(t)
 
 	for _, id := range ids {
-		dockertest.WaitFor(t, 2*time.Minute, id+" ended", func() (bool, string) {
-			j, err := e.q.Job(context.Background(), id)
-			if err != nil {
-				return false, err.Error()
-			}
-			return queue.State(j.State).Ended(), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
-		})
-		j, _ := e.q.Job(context.Background(), id)
+		j := e.waitEnded(t, id)
 		if j.State != queue.Succeeded || j.Attempts != 0 || exitCode(j) != "0" {
 			t.Errorf("job %s: %s (%s: %s), exit %s, %d attempts; want succeeded, exit 0, no attempt", id, j.State, j.Reason, j.ReasonText, exitCode(j), j.Attempts)
 		}

@@ -298,14 +298,7 @@ func TestEngineRestartWithLiveRestore(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	d.start(t)
 	for _, id := range ids {
-		dockertest.WaitFor(t, 2*time.Minute, id+" ended", func() (bool, string) {
-			j, err := e.q.Job(context.Background(), id)
-			if err != nil {
-				return false, err.Error()
-			}
-			return queue.State(j.State).Ended(), fmt.Sprintf("%s %s: %s", j.State, j.Reason, j.ReasonText)
-		})
-		j, _ := e.q.Job(context.Background(), id)
+		j := e.waitEnded(t, id)
 		if j.State != queue.Succeeded || exitCode(j) != "0" || j.Attempts != 0 || j.Requeues != 0 {
 			t.Errorf("job %s across a live-restore restart: %s (%s: %s) exit %s, %d attempts, %d requeues; want succeeded, exit 0, none",
 				id, j.State, j.Reason, j.ReasonText, exitCode(j), j.Attempts, j.Requeues)

@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
 	mcontainer "github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
@@ -374,7 +373,7 @@ func jobContainers(t *testing.T, cli *client.Client, node, id string) []mcontain
 // node's isolated network, which an agent killed before it could remove
 // it leaves behind.
 func removeJobContainers(t *testing.T, cli *client.Client, node string) {
-	defer removeJobsNetwork(t, cli, node)
+	defer dockertest.RemoveNetwork(t, cli, spec.NetworkName(node))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
@@ -405,26 +404,6 @@ func detachBelow(t *testing.T, dir string) {
 	for _, p := range points {
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && err != unix.EINVAL {
 			t.Errorf("detach %s: %v", p, err)
-		}
-	}
-}
-
-// removeJobsNetwork removes node's isolated jobs network if it is there.
-func removeJobsNetwork(t *testing.T, cli *client.Client, node string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	name := spec.NetworkName(node)
-	res, err := cli.NetworkList(ctx, client.NetworkListOptions{Filters: make(client.Filters).Add("label", spec.NodeLabel+"="+node)})
-	if err != nil {
-		t.Errorf("list the networks of %s: %v", node, err)
-		return
-	}
-	for _, n := range res.Items {
-		if n.Name != name {
-			continue
-		}
-		if _, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("remove network %s: %v", name, err)
 		}
 	}
 }
