@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,9 +91,7 @@ func TestMountsReachDockerStaged(t *testing.T) {
 
 	e.stopContainer(t, j.ContainerID)
 	e.waitState(t, j.ID, queue.Failed)
-	if _, err := os.Lstat(filepath.Join(st.stage, j.ID)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the ended job's staging directory: %v, want it gone", err)
-	}
+	waitUnstaged(t, st.stage, j.ID, "the ended job's")
 
 	// A cancel and a time limit unstage too.
 	for _, end := range []struct {
@@ -118,9 +117,7 @@ func TestMountsReachDockerStaged(t *testing.T) {
 		}
 		end.end(j.ID)
 		e.waitState(t, j.ID, end.state)
-		if _, err := os.Lstat(filepath.Join(st.stage, j.ID)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("the %s job's staging directory: %v, want it gone", end.state, err)
-		}
+		waitUnstaged(t, st.stage, j.ID, "the "+string(end.state)+" job's")
 	}
 
 	// A stage left by a job that ended while the agent was down.
@@ -173,9 +170,7 @@ func TestStartRefusesASwappedSource(t *testing.T) {
 	if n := len(e.jobContainers(t, j.ID)); n != 0 {
 		t.Errorf("the refused job has %d containers", n)
 	}
-	if _, err := os.Lstat(filepath.Join(st.stage, j.ID)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused job's staging directory: %v, want none", err)
-	}
+	waitUnstaged(t, st.stage, j.ID, "the refused job's")
 }
 
 // TestSubmitRefusesMountsWithoutStaging: an agent that cannot stage
@@ -204,4 +199,16 @@ func TestSubmitRefusesMountsWithoutStaging(t *testing.T) {
 			e.submit(t, "alice", request())
 		})
 	}
+}
+
+// waitUnstaged waits for job id's staging directory under stageDir to go.
+// The launcher unstages after it has written the job's end, which a
+// reader of the job's state can see first, so the test waits, with a
+// timeout only against a stage that is never removed.
+func waitUnstaged(t *testing.T, stageDir, id, whose string) {
+	t.Helper()
+	dockertest.WaitFor(t, time.Minute, whose+" staging directory to go", func() (bool, string) {
+		_, err := os.Lstat(filepath.Join(stageDir, id))
+		return errors.Is(err, os.ErrNotExist), fmt.Sprint(err)
+	})
 }
