@@ -60,8 +60,8 @@ var floors = map[string]int{
 var only = map[string][]string{
 	"internal/units":  {},
 	"internal/yamlx":  {},
-	"internal/config": {"internal/units", "internal/yamlx"},
-	"internal/cost":   {"internal/config", "internal/units", "internal/yamlx"},
+	"internal/config": {"internal/queue", "internal/units", "internal/yamlx"},
+	"internal/cost":   {"internal/config", "internal/queue", "internal/units", "internal/yamlx"},
 	"internal/meter":  {"internal/container", "internal/gpu", "internal/units"},
 	// The ledger stores the audit log's events and the queue's jobs, of
 	// their own packages' types.

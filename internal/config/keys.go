@@ -3,6 +3,7 @@ package config
 import (
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -103,7 +104,7 @@ func Keys() []Key {
 		durationKey("queue.max_time_limit", "longest time limit a job may ask for", func(c *Config) *time.Duration { return &c.Queue.MaxTimeLimit }),
 		durationKey("queue.min_time_limit", "shortest time limit a job may ask for", func(c *Config) *time.Duration { return &c.Queue.MinTimeLimit }),
 		durationKey("queue.default_time_limit", "time limit of a job that names none (0: --time-limit is required)", func(c *Config) *time.Duration { return &c.Queue.DefaultTimeLimit }),
-		enumKey("queue.placement", "how jobs are placed on free GPUs; target aims each GPU at queue.target_utilization", func(c *Config) *string { return &c.Queue.Placement }, "binpack", "spread", "target"),
+		enumKey("queue.placement", "how jobs are placed on free GPUs; target aims each GPU at queue.target_utilization", func(c *Config) *string { return &c.Queue.Placement }, queue.PlacementNames()...),
 		intMapKey("queue.max_gpus_per_user", "most GPUs the jobs of one user hold at once, by user name, default for everyone else", "user=gpus", func(c *Config) *map[string]int { return &c.Queue.MaxGPUsPerUser }).exampleIs("alice=8"),
 		thresholdKey("queue.outside_memory_threshold", "fraction of a GPU's memory (0..1) processes outside the queue may use before the GPU is not free", func(c *Config) *float64 { return &c.Queue.OutsideMemoryThreshold }),
 		enumKey("queue.gpu_passing", "how a job is given its GPUs: auto picks device_requests with the NVIDIA runtime, else cdi with NVIDIA CDI devices", func(c *Config) *string { return (*string)(&c.Queue.GPUPassing) }, gpuPassings...),

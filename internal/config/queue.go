@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
 
@@ -239,7 +240,7 @@ func DefaultQueue() Queue {
 		MinTimeLimit:           time.Minute,
 		MaxPids:                4096,
 		MaxOpenFiles:           65536,
-		Placement:              "binpack",
+		Placement:              string(queue.Binpack),
 		MaxGPUsPerUser:         map[string]int{DefaultUserCap: 4},
 		OutsideMemoryThreshold: 0.05,
 		GPUPassing:             PassingAuto,
@@ -379,8 +380,8 @@ func (q Queue) Validate() error {
 	if q.MaxTimeLimit > 0 && q.DefaultTimeLimit > q.MaxTimeLimit {
 		bad("default_time_limit: %s is longer than queue.max_time_limit %s", units.FormatDuration(q.DefaultTimeLimit), units.FormatDuration(q.MaxTimeLimit))
 	}
-	if !slices.Contains([]string{"binpack", "spread", "target"}, q.Placement) {
-		bad("placement: %q is not one of binpack, spread, target", q.Placement)
+	if names := queue.PlacementNames(); !slices.Contains(names, q.Placement) {
+		bad("placement: %q is not one of %s", q.Placement, strings.Join(names, ", "))
 	}
 	if _, err := ParseGPUPassing(string(q.GPUPassing)); err != nil {
 		bad("gpu_passing: %v", err)

@@ -32,6 +32,10 @@ const (
 	Spread Placement = "spread"
 )
 
+// PlacementNames are the placements' names, the default first: the one
+// list settings check queue.placement against.
+func PlacementNames() []string { return []string{string(Binpack), string(Spread), string(Target)} }
+
 // ParsePlacement returns the placement named s ("" is Binpack), or an
 // error naming the placements.
 func ParsePlacement(s string) (Placement, error) {
