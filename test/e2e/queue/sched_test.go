@@ -41,8 +41,15 @@ func TestQueueSixOnFour(t *testing.T) {
 		}
 		held[j.GPUs[0]] = id
 	}
+	// The pass after the last submission writes the waiting jobs'
+	// reasons; on a busy machine it may come after the fourth start is
+	// seen, so each waits for its reason (or fails on any other state).
 	for _, id := range ids[4:] {
-		j := a.job(t, id)
+		var j apitype.Job
+		dockertest.WaitFor(t, 30*time.Second, id+" waiting for resources", func() (bool, string) {
+			j = a.job(t, id)
+			return j.State != "queued" || j.Reason != "resources" || !strings.Contains(j.ReasonText, "submitted;"), j.State + " " + j.Reason + ": " + j.ReasonText
+		})
 		if j.State != "queued" || j.Reason != "resources" || !strings.Contains(j.ReasonText, "free GPU") {
 			t.Errorf("%s: %s %s %q, want queued for resources, with a sentence naming free GPUs", id, j.State, j.Reason, j.ReasonText)
 		}
