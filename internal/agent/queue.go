@@ -275,6 +275,10 @@ func (a *Agent) queueStats() (exporter.QueueStats, bool) {
 	}
 	// The queue counts +Inf too; the exporter takes it from WaitCount.
 	st.WaitCounts = s.WaitCounts[:min(len(s.WaitCounts), len(s.WaitBounds))]
+	for _, h := range s.StartSteps {
+		st.StartSteps = append(st.StartSteps, exporter.StepHistogram{Step: h.Step, Bounds: h.Bounds,
+			Counts: h.Counts[:min(len(h.Counts), len(h.Bounds))], Sum: h.Sum, Count: h.Count})
+	}
 	return st, true
 }
 

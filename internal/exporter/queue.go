@@ -24,11 +24,25 @@ type QueueStats struct {
 	WaitCounts []uint64
 	WaitSum    float64
 	WaitCount  uint64
+	// StartSteps are a histogram per step of a job's start (from the
+	// death of the container that freed its GPUs to the engine's answer
+	// to start), each as the wait histogram is.
+	StartSteps []StepHistogram
+}
+
+// StepHistogram is one start step's histogram: Counts as WaitCounts.
+type StepHistogram struct {
+	Step   string
+	Bounds []float64
+	Counts []uint64
+	Sum    float64
+	Count  uint64
 }
 
 var (
 	famQueueJobs = family{"gpumeter_queue_jobs", "Jobs of the GPU queue in each state (queued, starting, running and the ended ones).", "gauge"}
 	famQueueWait = family{"gpumeter_queue_wait_seconds", "How long jobs of the GPU queue waited from submission to start.", "histogram"}
+	famQueueStep = family{"gpumeter_queue_start_step_seconds", "How long each step of a queue job's start took, from the death of the container that freed its GPUs to the engine's answer to start.", "histogram"}
 	famQueueGPUs = family{"gpumeter_queue_gpus", "GPUs by what the queue may do with them: held by a job, free to start one, or kept out by use outside the queue.", "gauge"}
 )
 
@@ -57,6 +71,21 @@ func RenderQueue(b []byte, node string, q QueueStats) []byte {
 	w.sample(bucket, w.labels(nil, "Hostname", node, "le", "+Inf"), float64(q.WaitCount))
 	w.sample(famQueueWait.name+"_sum", nodeLabel, q.WaitSum)
 	w.sample(famQueueWait.name+"_count", nodeLabel, float64(q.WaitCount))
+
+	if len(q.StartSteps) > 0 {
+		w.family(famQueueStep)
+		for _, h := range q.StartSteps {
+			bucket := famQueueStep.name + "_bucket"
+			for i := range min(len(h.Bounds), len(h.Counts)) {
+				le := strconv.FormatFloat(h.Bounds[i], 'g', -1, 64)
+				w.sample(bucket, w.labels(nil, "Hostname", node, "step", h.Step, "le", le), float64(h.Counts[i]))
+			}
+			w.sample(bucket, w.labels(nil, "Hostname", node, "step", h.Step, "le", "+Inf"), float64(h.Count))
+			stepLabel := w.labels(nil, "Hostname", node, "step", h.Step)
+			w.sample(famQueueStep.name+"_sum", stepLabel, h.Sum)
+			w.sample(famQueueStep.name+"_count", stepLabel, float64(h.Count))
+		}
+	}
 
 	w.family(famQueueGPUs)
 	for _, g := range []struct {

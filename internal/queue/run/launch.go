@@ -31,6 +31,7 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 	if j.ID == "" {
 		return time.Time{}
 	}
+	tr := l.trace.start()
 	q.holds.Lock()
 	if cur, err := q.store.Job(ctx, j.ID); err != nil || cur.Held {
 		// Held (or gone) since the pass read it: it keeps its place.
@@ -50,6 +51,7 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 		}
 		return time.Time{}
 	}
+	tr.mark(q.now())
 	s, err := q.buildSpec(intent, gpus)
 	if err != nil {
 		q.failStart(ctx, l, intent, queue.Starting, err)
@@ -93,6 +95,7 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 		q.requeueStart(ctx, l, intent, err)
 		return time.Time{}
 	}
+	tr.mark(q.now())
 	jc, err := q.engine.Inspect(octx, cid)
 	if err == nil {
 		if verr := spec.Verify(jc.Mounts, s.HostConfig.Mounts); verr != nil {
@@ -102,7 +105,9 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 		}
 	}
 	if err == nil {
+		tr.mark(q.now())
 		err = q.engine.Start(octx, cid)
+		tr.mark(q.now())
 	}
 	if errors.Is(err, container.ErrUnavailable) {
 		// The engine may have started it before it went away: the job
@@ -122,6 +127,7 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 	if !q.markRunning(ctx, intent, cid, startedAt) {
 		l.reconciled = false // it runs; the reconciliation adopts it
 	}
+	q.observeStart(j.ID, tr)
 	if intent.TimeLimit <= 0 {
 		return time.Time{}
 	}

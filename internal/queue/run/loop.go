@@ -57,6 +57,8 @@ type loop struct {
 	// container id; killVerdict marks those found the job's own.
 	killChecks  map[string]killCheck
 	killVerdict map[string]bool
+	// trace times the pass under way, for the start trace.
+	trace passTrace
 }
 
 // Run reconciles the store with the engine's job containers, then runs
@@ -122,6 +124,7 @@ func (q *Launcher) Run(ctx context.Context) error {
 				// that the engine may have killed job containers meanwhile.
 				l.reconciled, l.lostEngine = false, true
 			default:
+				l.trace.dieSeen(q.now())
 				q.died(ctx, l, id)
 			}
 		}
@@ -165,6 +168,8 @@ func (q *Launcher) countEnded(ctx context.Context) {
 // pass makes one scheduling pass and returns when the next timer is due
 // (zero: none).
 func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
+	l.trace.passBegan(q.now())
+	defer l.trace.passEnded()
 	jobs, err := q.store.ActiveJobs(ctx, live...)
 	if err != nil {
 		if ctx.Err() == nil {

@@ -37,6 +37,9 @@ type Snapshot struct {
 	WaitCounts []uint64
 	WaitSum    float64
 	WaitCount  uint64
+	// StartSteps are the histograms of each step of a job's start, from
+	// the death that freed its GPUs to the engine's answer to start.
+	StartSteps []StepHistogram
 }
 
 // waitBounds are the histogram's upper bounds in seconds: a second to a
@@ -69,6 +72,8 @@ type metrics struct {
 	snap        Snapshot
 	wait        waitHistogram
 	endedCounts map[queue.State]int
+	steps       stepHistograms
+	stepSums    []float64
 }
 
 func newMetrics() *metrics {
@@ -92,6 +97,7 @@ func (m *metrics) snapshot() Snapshot {
 		s.WaitCounts[i] = c
 	}
 	s.WaitSum, s.WaitCount = m.wait.sum, m.wait.n
+	s.StartSteps = m.startStepHistograms()
 	return s
 }
 
