@@ -104,8 +104,8 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 			return time.Time{}
 		}
 	}
+	tr.mark(q.now())
 	if err == nil {
-		tr.mark(q.now())
 		err = q.engine.Start(octx, cid)
 		tr.mark(q.now())
 	}

@@ -10,7 +10,11 @@ import (
 // startSteps name the steps of a job's start, in order, as the trace and
 // its log line name them: from the death of the container whose GPUs the
 // job takes (when a death woke the pass) to the engine's answer to start.
-var startSteps = []string{"die_to_pass", "pass_to_intent", "intent_to_create", "create_to_check", "check_to_start", "start_call"}
+// pass_to_intent holds the pass's scheduling, and the starts made before
+// this one in the same pass; intent_to_create the spec, the staged
+// mounts and Docker's create; create_to_check the inspect of the mounts;
+// start_call Docker's start.
+var startSteps = []string{"die_to_pass", "pass_to_intent", "intent_to_create", "create_to_check", "start_call"}
 
 // passTrace is what the loop knows of the pass under way: when the death
 // that woke it was seen (zero: none did) and when it began.
