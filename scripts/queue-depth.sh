@@ -47,9 +47,17 @@ cleanup() {
   ids=$(docker ps -aq --filter "label=gpumeter.node=$node")
   [ -n "$ids" ] && docker rm -f $ids >/dev/null
   if [ ${#slurm_pids[@]} -gt 0 ]; then
+    # Every job ended first, so that slurmd has no step left to wait for;
+    # a daemon not gone 10 s after SIGTERM is killed.
     SLURM_CONF=$T/slurm/slurm.conf scancel --quiet --full --user=root 2>/dev/null
-    for p in "${slurm_pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${slurm_pids[@]}"; do while kill -0 "$p" 2>/dev/null; do sleep 0.2; done; done
+    for _ in $(seq 75); do [ -z "$(SLURM_CONF=$T/slurm/slurm.conf squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
+    # slurmd, slurmctld, then munged: the reverse of their start.
+    for ((i = ${#slurm_pids[@]} - 1; i >= 0; i--)); do
+      p=${slurm_pids[i]}
+      kill "$p" 2>/dev/null
+      for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.2; done
+      kill -9 "$p" 2>/dev/null
+    done
   fi
   rm -rf "$T"
 }

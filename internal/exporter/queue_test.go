@@ -168,3 +168,20 @@ func TestJobIDLabel(t *testing.T) {
 		t.Errorf("an unresolved container's series do not have job_id=\"\":\n%s", out)
 	}
 }
+
+func TestRenderQueueStartSteps(t *testing.T) {
+	q := queueStats()
+	q.StartSteps = []StepHistogram{{Step: "start_call", Bounds: []float64{0.1, 1}, Counts: []uint64{1, 3}, Sum: 1.5, Count: 4}}
+	got := string(RenderQueue(nil, "lab-1", q))
+	for _, want := range []string{
+		"# TYPE gpumeter_queue_start_step_seconds histogram\n",
+		`gpumeter_queue_start_step_seconds_bucket{Hostname="lab-1",step="start_call",le="0.1"} 1` + "\n",
+		`gpumeter_queue_start_step_seconds_bucket{Hostname="lab-1",step="start_call",le="+Inf"} 4` + "\n",
+		`gpumeter_queue_start_step_seconds_sum{Hostname="lab-1",step="start_call"} 1.5` + "\n",
+		`gpumeter_queue_start_step_seconds_count{Hostname="lab-1",step="start_call"} 4` + "\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in:\n%s", want, got)
+		}
+	}
+}
