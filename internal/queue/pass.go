@@ -1,9 +1,6 @@
 package queue
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // heldText is the sentence of every held job.
 const heldText = "held: it keeps its place in the queue and starts once released"
@@ -125,7 +122,7 @@ func newPass(in Input) *pass {
 
 // wait records that the job at position k of the order waits.
 func (p *pass) wait(j rankedJob, k int, reason Reason, text string) {
-	p.plan.Waits = append(p.plan.Waits, Wait{JobID: j.ID, Reason: reason, Text: text, Position: k + 1, Priority: j.priority})
+	p.plan.Waits = append(p.plan.Waits, Wait{JobID: j.ID, Reason: reason, Position: k + 1, Priority: j.priority, figures: waitFigures{text: text}})
 }
 
 // refuse returns why a job may not start whatever the GPUs, or "".
@@ -281,51 +278,30 @@ func (p *pass) started(j rankedJob, s Start, rel release) {
 	}
 }
 
-// estimate gives every pending job its estimated start and appends what
-// is ahead of it to its sentence. The sentences are written one after
-// another into one string and each Wait's Text is a part of it: one
-// allocation for 10,000 sentences rather than 10,000.
+// estimate gives every pending job its estimated start and keeps what
+// its sentence says of it: how many jobs are ahead of it and whose time
+// limit frees what it needs. No sentence is written here: Wait.Text
+// writes one when someone asks.
 func (p *pass) estimate() {
-	pools := []struct {
+	now := p.in.Now.Unix()
+	for _, pp := range []struct {
 		pl   *pool
-		ests []estimate
-		what string
-	}{{pl: &p.wholePool, what: "GPUs"}, {pl: &p.memPool, what: "GPU memory"}}
-	size := 0
-	for k := range pools {
-		pl := pools[k].pl
-		if len(pl.pending) == 0 {
+		kind int8
+	}{{&p.wholePool, poolWhole}, {&p.memPool, poolMemory}} {
+		pending := pp.pl.pending
+		if len(pending) == 0 {
 			continue
 		}
-		if pl == &p.wholePool {
-			pools[k].ests = estimateWhole(p.gs, p.rels, pl.pending, p.in.Now)
+		var ests []estimate
+		if pp.kind == poolWhole {
+			ests = estimateWhole(p.gs, p.rels, pending, p.in.Now)
 		} else {
-			pools[k].ests = estimateMemory(p.gs, p.rels, pl.pending, p.in.Now, p.frac)
+			ests = estimateMemory(p.gs, p.rels, pending, p.in.Now, p.frac)
 		}
-		for _, pj := range pl.pending {
-			size += len(p.plan.Waits[pj.wait].Text) + 100 // an estimate is at most 92 bytes with an 8-byte id
-		}
-	}
-	if size == 0 {
-		return
-	}
-	clock := &clockText{now: p.in.Now}
-	var b strings.Builder
-	b.Grow(size)
-	for _, pp := range pools {
-		for k := range pp.pl.pending {
-			pj := &pp.pl.pending[k]
-			w := &p.plan.Waits[pj.wait]
-			w.EstimatedStart = pp.ests[k].time()
-			estimateText(&b, w.Text, pj.ahead, pp.ests[k], pp.what, clock)
-			pj.end = b.Len()
-		}
-	}
-	all, start := b.String(), 0
-	for _, pp := range pools {
-		for _, pj := range pp.pl.pending {
-			p.plan.Waits[pj.wait].Text = all[start:pj.end]
-			start = pj.end
+		for k := range pending {
+			w := &p.plan.Waits[pending[k].wait]
+			w.EstimatedStart = ests[k].time()
+			w.figures.pool, w.figures.ahead, w.figures.by, w.figures.now = pp.kind, int32(pending[k].ahead), ests[k].by, now
 		}
 	}
 }

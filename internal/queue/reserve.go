@@ -189,7 +189,6 @@ type pending struct {
 	wait  int // its position in Plan.Waits
 	job   *QueuedJob
 	ahead int // how many of the pool's pending jobs are ahead of it
-	end   int // where its sentence ends in the pass's sentences
 }
 
 // event is a release in the estimate's simulation; at is in Unix
@@ -269,12 +268,12 @@ type estimate struct {
 	by string
 }
 
-// time returns the estimate as a time, zero when unknown.
+// time returns the estimate rounded up to the minute, zero when unknown.
 func (e estimate) time() time.Time {
 	if e.at == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, e.at).UTC()
+	return time.Unix(0, ceilMinute(e.at)).UTC()
 }
 
 // estimateWhole simulates the whole-GPU pool: the releases in time order,
@@ -376,69 +375,101 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	return out
 }
 
-// estimateText writes to b a pending job's sentence, text, and what is
-// ahead of it and when it can start: "3 jobs ahead of you; next GPUs free
-// by j-000117's time limit at 14:20 UTC".
-func estimateText(b *strings.Builder, text string, ahead int, e estimate, what string, clock *clockText) {
-	b.WriteString(text)
-	b.WriteString("; ")
-	switch ahead {
+// waitFigures are what a Wait's sentence is built from.
+type waitFigures struct {
+	// text is the sentence of the job's reason; "" says the reason's
+	// meaning.
+	text string
+	// pool is the pool the job waits in for an estimate (poolWhole,
+	// poolMemory), 0 when it gets none: then text is the whole sentence.
+	pool int8
+	// ahead is how many of the pool's waiting jobs are ahead of it.
+	ahead int32
+	// by is the job whose time limit frees what it needs, "" when what is
+	// free now would let it start.
+	by string
+	// now is the pass's time in Unix seconds: a time on another day says
+	// its date.
+	now int64
+}
+
+// The pools a Wait's estimate is from.
+const (
+	poolWhole int8 = 1 + iota
+	poolMemory
+)
+
+// Text says why the job waits to a person, with the figures that matter:
+// for a job that waits for GPUs, what is ahead of it and when it can
+// start: "…; 3 jobs ahead of you; next GPUs free by j-000117's time limit
+// at 14:20 UTC". A Wait made without figures says its reason's meaning.
+func (w Wait) Text() string {
+	f := &w.figures
+	text := f.text
+	if text == "" {
+		text = w.Reason.Meaning()
+	}
+	if f.pool == 0 {
+		return text
+	}
+	b := make([]byte, 0, len(text)+100)
+	b = append(b, text...)
+	switch f.ahead {
 	case 0:
-		b.WriteString("no job ahead of you")
+		b = append(b, "; no job ahead of you"...)
 	case 1:
-		b.WriteString("1 job ahead of you")
+		b = append(b, "; 1 job ahead of you"...)
 	default:
-		var num [20]byte
-		b.Write(strconv.AppendInt(num[:0], int64(ahead), 10))
-		b.WriteString(" jobs ahead of you")
+		b = append(b, "; "...)
+		b = strconv.AppendInt(b, int64(f.ahead), 10)
+		b = append(b, " jobs ahead of you"...)
 	}
 	switch {
-	case e.at == 0:
-		b.WriteString("; no start estimate: what it waits for has no time limit")
-	case e.by == "":
-		b.WriteString("; it can start by ")
-		clock.write(b, e.at)
+	case w.EstimatedStart.IsZero():
+		b = append(b, "; no start estimate: what it waits for has no time limit"...)
+	case f.by == "":
+		b = append(b, "; it can start by "...)
+		b = appendClock(b, w.EstimatedStart, f.now)
 	default:
-		b.WriteString("; next ")
-		b.WriteString(what)
-		b.WriteString(" free by ")
-		b.WriteString(e.by)
-		b.WriteString("'s time limit at ")
-		clock.write(b, e.at)
+		what := "GPUs"
+		if f.pool == poolMemory {
+			what = "GPU memory"
+		}
+		b = append(b, "; next "...)
+		b = append(b, what...)
+		b = append(b, " free by "...)
+		b = append(b, f.by...)
+		b = append(b, "'s time limit at "...)
+		b = appendClock(b, w.EstimatedStart, f.now)
 	}
+	return string(b)
 }
 
-// clockText writes times as "14:20 UTC", rounded up to the minute, with
-// the date ("2 Dec 14:20 UTC") when the day is not now's. It keeps the
-// last time it wrote: estimates come in time order, many the same.
-type clockText struct {
-	now     time.Time
-	lastAt  int64
-	last    [24]byte
-	lastLen int
+// ceilMinute rounds t (Unix nanoseconds) up to the minute: an upper bound
+// stays one when rounded.
+func ceilMinute(at int64) int64 {
+	const m = int64(time.Minute)
+	if r := at % m; r > 0 {
+		return at - r + m
+	} else if r < 0 {
+		return at - r
+	}
+	return at
 }
 
-func (c *clockText) write(b *strings.Builder, at int64) {
-	if c.lastLen > 0 && at == c.lastAt {
-		b.Write(c.last[:c.lastLen])
-		return
-	}
-	t := time.Unix(0, at).UTC()
-	if r := t.Truncate(time.Minute); r.Before(t) {
-		t = r.Add(time.Minute) // an upper bound stays one when rounded
-	}
-	now := c.now.UTC()
+// appendClock appends t as "14:20 UTC", with the date ("2 Dec 14:20 UTC")
+// when the day is not that of now (Unix seconds); seconds are dropped (an
+// estimate is already rounded up to the minute).
+func appendClock(b []byte, t time.Time, now int64) []byte {
+	t = t.UTC()
 	y, m, d := t.Date()
-	out := c.last[:0]
-	if ny, nm, nd := now.Date(); y != ny || m != nm || d != nd {
-		out = strconv.AppendInt(out, int64(d), 10)
-		out = append(out, ' ')
-		out = append(out, m.String()[:3]...)
-		out = append(out, ' ')
+	if ny, nm, nd := time.Unix(now, 0).UTC().Date(); y != ny || m != nm || d != nd {
+		b = strconv.AppendInt(b, int64(d), 10)
+		b = append(b, ' ')
+		b = append(b, m.String()[:3]...)
+		b = append(b, ' ')
 	}
 	h, mi, _ := t.Clock()
-	out = append(out, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10))
-	out = append(out, " UTC"...)
-	c.lastAt, c.lastLen = at, len(out)
-	b.Write(out)
+	b = append(b, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10))
+	return append(b, " UTC"...)
 }
