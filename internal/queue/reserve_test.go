@@ -6,14 +6,17 @@ import (
 )
 
 func TestAppendClock(t *testing.T) {
-	now := time.Date(2026, 12, 1, 23, 0, 0, 0, time.UTC).Unix()
-	for at, want := range map[time.Time]string{
-		time.Date(2026, 12, 1, 14, 20, 0, 0, time.UTC):                "14:20 UTC",
-		time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC):                  "2 Dec 00:00 UTC",
-		time.Date(2027, 1, 12, 7, 0, 0, 0, time.FixedZone("x", 3600)): "12 Jan 06:00 UTC",
+	for _, tt := range []struct {
+		at   time.Time
+		date bool
+		want string
+	}{
+		{time.Date(2026, 12, 1, 14, 20, 0, 0, time.UTC), false, "14:20 UTC"},
+		{time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC), true, "2 Dec 00:00 UTC"},
+		{time.Date(2027, 1, 12, 7, 0, 0, 0, time.FixedZone("x", 3600)), true, "12 Jan 06:00 UTC"},
 	} {
-		if got := string(appendClock(nil, at, now)); got != want {
-			t.Errorf("%v: %q, want %q", at, got, want)
+		if got := string(appendClock(nil, tt.at, tt.date)); got != tt.want {
+			t.Errorf("%v: %q, want %q", tt.at, got, tt.want)
 		}
 	}
 }
