@@ -240,7 +240,8 @@ func fairBenchInput() Input {
 }
 
 // BenchmarkScheduleFair10k is one pass over fairBenchInput; the target is
-// at most 20 ms.
+// a median of at most 5 ms over -count 10. No sentence is built: a pass
+// keeps figures, and Wait.Text writes a sentence when someone asks.
 func BenchmarkScheduleFair10k(b *testing.B) {
 	in := fairBenchInput()
 	b.ReportAllocs()

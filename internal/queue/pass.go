@@ -170,13 +170,13 @@ func (p *pass) refuse(j rankedJob) (Reason, string) {
 }
 
 // holder is what a pass knows of a user or a team: its name, the whole
-// GPUs its jobs hold, its cap, for a user the fair-share factor and for a
-// team whether it is over budget.
+// GPUs its jobs hold, its cap, for a user the fair-share factor and the
+// expected share of a GPU, and for a team whether it is over budget.
 type holder struct {
-	name               string
-	have, limit        int
-	fairShare          float64
-	capped, overBudget bool
+	name                string
+	have, limit         int
+	fairShare, expected float64
+	capped, overBudget  bool
 }
 
 // jobHolders are a queued job's user and team, looked up once a pass.
@@ -190,9 +190,12 @@ func (p *pass) user(name string) *holder {
 	}
 	h, ok := p.users[name]
 	if !ok {
-		h = &holder{name: name, limit: p.in.Config.userLimit(name), capped: true, fairShare: 1}
+		h = &holder{name: name, limit: p.in.Config.userLimit(name), capped: true, fairShare: 1, expected: 1}
 		if fs, ok := p.in.FairShare[name]; ok {
 			h.fairShare = fs
+		}
+		if e, ok := p.in.Expected[name]; ok {
+			h.expected = e
 		}
 		p.users[name] = h
 	}
@@ -226,7 +229,7 @@ func (p *pass) capText(k capKey) string {
 
 // whole places a job of whole GPUs, or has it wait.
 func (p *pass) whole(j rankedJob, k int) {
-	pl := newPlacer(p.in, j.User)
+	pl := newPlacer(&p.in.Config, j.user.expected)
 	pw := &p.wholePool
 	blocked := pw.head && !pw.res.allows(p.in.Now, j.TimeLimit)
 	if blocked {
@@ -262,7 +265,7 @@ func (p *pass) whole(j rankedJob, k int) {
 
 // memory places a memory job on a shared GPU, or has it wait.
 func (p *pass) memory(j rankedJob, k int) {
-	pl := newPlacer(p.in, j.User)
+	pl := newPlacer(&p.in.Config, j.user.expected)
 	pm := &p.memPool
 	blocked := pm.head && !pm.res.allows(p.in.Now, j.TimeLimit)
 	if blocked {
