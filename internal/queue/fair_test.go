@@ -354,3 +354,15 @@ func TestWaitWithoutFigures(t *testing.T) {
 		t.Errorf("text = %q, want the reason's meaning", w.Text())
 	}
 }
+
+// BenchmarkWaitText is the sentence of one waiting job of
+// fairBenchInput's pass, built when asked for.
+func BenchmarkWaitText(b *testing.B) {
+	p := Schedule(fairBenchInput())
+	b.ReportAllocs()
+	k := 0
+	for b.Loop() {
+		_ = p.Waits[k%len(p.Waits)].Text()
+		k++
+	}
+}
