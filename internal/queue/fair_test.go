@@ -240,7 +240,8 @@ func fairBenchInput() Input {
 }
 
 // BenchmarkScheduleFair10k is one pass over fairBenchInput; the target is
-// at most 20 ms.
+// a median of at most 5 ms over -count 10. No sentence is built: a pass
+// keeps figures, and Wait.Text writes a sentence when someone asks.
 func BenchmarkScheduleFair10k(b *testing.B) {
 	in := fairBenchInput()
 	b.ReportAllocs()
@@ -270,5 +271,98 @@ func TestFairBenchInput(t *testing.T) {
 	}
 	if mem != 64 || len(p.Starts) < 3 || reasons[ReasonBudget] == 0 || reasons[ReasonTeamGPULimit] == 0 || reasons[ReasonResources] == 0 || estimated < 5000 {
 		t.Errorf("%d memory jobs, %d starts, reasons %v, %d estimates", mem, len(p.Starts), reasons, estimated)
+	}
+}
+
+// TestEstimateAndSentenceSayTheSameMinute: the estimate is rounded up to
+// the minute, and the sentence says that minute, not the one before.
+func TestEstimateAndSentenceSayTheSameMinute(t *testing.T) {
+	now := time.Date(2026, 12, 1, 20, 50, 9, 0, time.UTC)
+	in := Input{
+		GPUs:    hostGPUs(1),
+		Running: []RunningJob{running("j-a", "zed", now.Add(-2*time.Minute), 10*time.Minute, "GPU-0")}, // ends 20:58:09
+		Queued:  []QueuedJob{limited(1, "ann", 1, time.Hour), limited(2, "bob", 1, 30*time.Second)},
+		Now:     now,
+	}
+	p := Schedule(in)
+	if len(p.Waits) != 2 {
+		t.Fatalf("waits = %+v, want both", p.Waits)
+	}
+	head, next := p.Waits[0], p.Waits[1]
+	if want := time.Date(2026, 12, 1, 20, 59, 0, 0, time.UTC); !head.EstimatedStart.Equal(want) {
+		t.Errorf("estimated start %v, want %v (20:58:09 rounded up)", head.EstimatedStart, want)
+	}
+	if want := "waiting for 1 free GPU; none is free; j-a (zed) reaches its time limit in 8 min; no job ahead of you; next GPUs free by j-a's time limit at 20:59 UTC"; head.Text() != want {
+		t.Errorf("text = %q, want %q", head.Text(), want)
+	}
+	if want := time.Date(2026, 12, 1, 21, 59, 0, 0, time.UTC); !next.EstimatedStart.Equal(want) || !strings.HasSuffix(next.Text(), "at 21:59 UTC") {
+		t.Errorf("second: %v %q, want %v", next.EstimatedStart, next.Text(), want)
+	}
+
+	// An estimate on the next day says its date.
+	in.Running[0].TimeLimit = 4 * time.Hour
+	if text := Schedule(in).Waits[0].Text(); !strings.HasSuffix(text, "at 2 Dec 00:49 UTC") {
+		t.Errorf("text = %q, want the estimate with its date", text)
+	}
+}
+
+// TestShortLimitInSeconds: a limit under a minute away reads in seconds.
+func TestShortLimitInSeconds(t *testing.T) {
+	in := Input{
+		GPUs:    hostGPUs(1),
+		Running: []RunningJob{running("j-a", "zed", t0, 10*time.Second, "GPU-0")},
+		Queued:  []QueuedJob{limited(1, "ann", 1, time.Hour)},
+		Now:     t0,
+	}
+	text := Schedule(in).Waits[0].Text()
+	if want := "j-a (zed) reaches its time limit in 10 s;"; !strings.Contains(text, want) {
+		t.Errorf("text = %q, want it to say %q", text, want)
+	}
+}
+
+// TestHeldJobHasNoEstimate: a held job, ahead of others or on a free
+// GPU, gets no estimate and its sentence says nothing of a start.
+func TestHeldJobHasNoEstimate(t *testing.T) {
+	held := limited(1, "ann", 1, time.Hour)
+	held.Held = true
+	in := Input{
+		GPUs:    hostGPUs(1),
+		Running: []RunningJob{running("j-a", "zed", t0, time.Hour, "GPU-0")},
+		Queued:  []QueuedJob{held, limited(2, "bob", 1, time.Hour)},
+		Now:     t0,
+	}
+	for _, running := range [][]RunningJob{in.Running, nil} {
+		in.Running = running
+		p := Schedule(in)
+		var w Wait
+		for _, x := range p.Waits {
+			if x.JobID == held.ID {
+				w = x
+			}
+		}
+		if w.Reason != ReasonHeld || !w.EstimatedStart.IsZero() || w.Text() != heldText || strings.Contains(w.Text(), "start by") || strings.Contains(w.Text(), "time limit at") {
+			t.Errorf("held job (%d running): %+v %q, want held without an estimate", len(running), w, w.Text())
+		}
+	}
+}
+
+// TestWaitWithoutFigures: a Wait made outside a pass says its reason's
+// meaning.
+func TestWaitWithoutFigures(t *testing.T) {
+	w := Wait{JobID: "j-1", Reason: ReasonEngineUnavailable}
+	if w.Text() != ReasonEngineUnavailable.Meaning() || w.Text() == "" {
+		t.Errorf("text = %q, want the reason's meaning", w.Text())
+	}
+}
+
+// BenchmarkWaitText is the sentence of one waiting job of
+// fairBenchInput's pass, built when asked for.
+func BenchmarkWaitText(b *testing.B) {
+	p := Schedule(fairBenchInput())
+	b.ReportAllocs()
+	k := 0
+	for b.Loop() {
+		_ = p.Waits[k%len(p.Waits)].Text()
+		k++
 	}
 }

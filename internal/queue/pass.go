@@ -2,7 +2,7 @@ package queue
 
 import (
 	"fmt"
-	"strings"
+	"time"
 )
 
 // heldText is the sentence of every held job.
@@ -61,9 +61,10 @@ const heldText = "held: it keeps its place in the queue and starts once released
 //     by index (see scoreGPU), and target scores the set by its mean.
 func Schedule(in Input) Plan {
 	p := newPass(in)
-	for k, j := range p.order {
+	for k, key := range p.order {
+		j := rankedJob{&in.Queued[key.i], key.priority, p.holders[key.i]}
 		p.plan.Order[k] = Ranked{JobID: j.ID, Priority: j.priority, Position: k + 1}
-		if reason, text := p.refuse(j.QueuedJob); reason != "" {
+		if reason, text := p.refuse(j); reason != "" {
 			p.wait(j, k, reason, text)
 			continue
 		}
@@ -89,19 +90,21 @@ type pool struct {
 type pass struct {
 	in                 Input
 	gs                 []gpuState
-	order              []rankedJob
+	order              []orderKey
 	plan               Plan
 	frac               float64
 	exclusive          int
 	users              map[string]*holder
 	teams              map[string]*holder
-	rels               []release // the running jobs' and this pass's starts'
+	holders            []jobHolders // by index in Input.Queued
+	lastUser, lastTeam *holder      // the holders made or found last
+	rels               []release    // the running jobs' and this pass's starts'
 	wholePool, memPool pool
 	capTexts           map[capKey]string
 }
 
 func newPass(in Input) *pass {
-	p := &pass{in: in, gs: filterGPUs(in), order: queueOrder(in), frac: in.Config.memFraction(), capTexts: map[capKey]string{}}
+	p := &pass{in: in, gs: filterGPUs(in), frac: in.Config.memFraction(), capTexts: map[capKey]string{}}
 	pos := make(map[string]int, len(p.gs))
 	for i := range p.gs {
 		pos[p.gs[i].gpu.UUID] = i
@@ -118,6 +121,12 @@ func newPass(in Input) *pass {
 	for t, n := range teams {
 		p.team(t).have = n
 	}
+	p.holders = make([]jobHolders, len(in.Queued))
+	for i := range in.Queued {
+		j := &in.Queued[i]
+		p.holders[i] = jobHolders{p.user(j.User), p.team(j.Team)}
+	}
+	p.order = queueOrder(in, func(i int) float64 { return p.holders[i].user.fairShare })
 	n := len(p.order)
 	p.plan = Plan{Order: make([]Ranked, n), Starts: make([]Start, 0, min(n, len(p.gs))), Waits: make([]Wait, 0, n)}
 	return p
@@ -125,11 +134,11 @@ func newPass(in Input) *pass {
 
 // wait records that the job at position k of the order waits.
 func (p *pass) wait(j rankedJob, k int, reason Reason, text string) {
-	p.plan.Waits = append(p.plan.Waits, Wait{JobID: j.ID, Reason: reason, Text: text, Position: k + 1, Priority: j.priority})
+	p.plan.Waits = append(p.plan.Waits, Wait{JobID: j.ID, Reason: reason, Position: k + 1, Priority: j.priority, figures: waitFigures{text: text}})
 }
 
 // refuse returns why a job may not start whatever the GPUs, or "".
-func (p *pass) refuse(j *QueuedJob) (Reason, string) {
+func (p *pass) refuse(j rankedJob) (Reason, string) {
 	switch {
 	case j.Held:
 		return ReasonHeld, heldText
@@ -147,7 +156,7 @@ func (p *pass) refuse(j *QueuedJob) (Reason, string) {
 			return ReasonTooBig, text
 		}
 	}
-	u, t := p.user(j.User), p.team(j.Team)
+	u, t := j.user, j.team
 	if t.overBudget {
 		return ReasonBudget, p.capText(capKey{budget: true, who: j.Team})
 	}
@@ -160,31 +169,52 @@ func (p *pass) refuse(j *QueuedJob) (Reason, string) {
 	return "", ""
 }
 
-// holder is what a pass knows of a user or a team: the whole GPUs its
-// jobs hold, its cap, and for a team whether it is over budget.
+// holder is what a pass knows of a user or a team: its name, the whole
+// GPUs its jobs hold, its cap, for a user the fair-share factor and the
+// expected share of a GPU, and for a team whether it is over budget.
 type holder struct {
-	have, limit        int
-	capped, overBudget bool
+	name                string
+	have, limit         int
+	fairShare, expected float64
+	capped, overBudget  bool
 }
 
-// user returns the pass's holder for user, made on first use.
+// jobHolders are a queued job's user and team, looked up once a pass.
+type jobHolders struct{ user, team *holder }
+
+// user returns the pass's holder for user, made on first use. The one
+// found last is tried first: a user's jobs often come one after another.
 func (p *pass) user(name string) *holder {
+	if h := p.lastUser; h != nil && h.name == name {
+		return h
+	}
 	h, ok := p.users[name]
 	if !ok {
-		h = &holder{limit: p.in.Config.userLimit(name), capped: true}
+		h = &holder{name: name, limit: p.in.Config.userLimit(name), capped: true, fairShare: 1, expected: 1}
+		if fs, ok := p.in.FairShare[name]; ok {
+			h.fairShare = fs
+		}
+		if e, ok := p.in.Expected[name]; ok {
+			h.expected = e
+		}
 		p.users[name] = h
 	}
+	p.lastUser = h
 	return h
 }
 
-// team returns the pass's holder for team, made on first use.
+// team returns the pass's holder for team, made on first use; as user.
 func (p *pass) team(name string) *holder {
+	if h := p.lastTeam; h != nil && h.name == name {
+		return h
+	}
 	h, ok := p.teams[name]
 	if !ok {
-		h = &holder{overBudget: p.in.OverBudget[name]}
+		h = &holder{name: name, overBudget: p.in.OverBudget[name]}
 		h.limit, h.capped = p.in.Config.teamLimit(name)
 		p.teams[name] = h
 	}
+	p.lastTeam = h
 	return h
 }
 
@@ -199,7 +229,7 @@ func (p *pass) capText(k capKey) string {
 
 // whole places a job of whole GPUs, or has it wait.
 func (p *pass) whole(j rankedJob, k int) {
-	pl := newPlacer(p.in, j.User)
+	pl := newPlacer(&p.in.Config, j.user.expected)
 	pw := &p.wholePool
 	blocked := pw.head && !pw.res.allows(p.in.Now, j.TimeLimit)
 	if blocked {
@@ -229,13 +259,13 @@ func (p *pass) whole(j rankedJob, k int) {
 	s := bind(p.gs, picks, j.ID)
 	s.Placement = rec
 	p.started(j, s, release{gpus: picks})
-	p.user(j.User).have += j.GPUs
-	p.team(j.Team).have += j.GPUs
+	j.user.have += j.GPUs
+	j.team.have += j.GPUs
 }
 
 // memory places a memory job on a shared GPU, or has it wait.
 func (p *pass) memory(j rankedJob, k int) {
-	pl := newPlacer(p.in, j.User)
+	pl := newPlacer(&p.in.Config, j.user.expected)
 	pm := &p.memPool
 	blocked := pm.head && !pm.res.allows(p.in.Now, j.TimeLimit)
 	if blocked {
@@ -264,12 +294,14 @@ func (p *pass) memory(j rankedJob, k int) {
 	p.started(j, Start{JobID: j.ID, GPUs: []string{g.gpu.UUID}, Placement: rec}, release{gpus: []int{best}, mem: j.GPUMemory})
 }
 
-// pend notes a job that waits in pool pl for an estimate.
+// pend notes a job that waits in pool pl for an estimate. The whole-GPU
+// pool's list is made for every job left, the memory pool's grows: memory
+// jobs are few.
 func (p *pass) pend(pl *pool, j rankedJob, k int) {
-	if pl.pending == nil {
+	if pl.pending == nil && pl == &p.wholePool {
 		pl.pending = make([]pending, 0, len(p.order)-k)
 	}
-	pl.pending = append(pl.pending, pending{wait: len(p.plan.Waits), job: j.QueuedJob, ahead: len(pl.pending)})
+	pl.pending = append(pl.pending, pending{wait: len(p.plan.Waits), job: j.QueuedJob})
 }
 
 // started records a start and, when the job has a time limit, its release.
@@ -281,51 +313,37 @@ func (p *pass) started(j rankedJob, s Start, rel release) {
 	}
 }
 
-// estimate gives every pending job its estimated start and appends what
-// is ahead of it to its sentence. The sentences are written one after
-// another into one string and each Wait's Text is a part of it: one
-// allocation for 10,000 sentences rather than 10,000.
+// estimate gives every pending job its estimated start and keeps what
+// its sentence says of it: how many jobs are ahead of it, whose time
+// limit frees what it needs and whether that is on another day. No
+// sentence is written here: Wait.Text writes one when someone asks.
 func (p *pass) estimate() {
-	pools := []struct {
+	now := p.in.Now.UTC()
+	dayStart := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	start, end := dayStart.UnixNano(), dayStart.AddDate(0, 0, 1).UnixNano()
+	for _, pp := range []struct {
 		pl   *pool
-		ests []estimate
-		what string
-	}{{pl: &p.wholePool, what: "GPUs"}, {pl: &p.memPool, what: "GPU memory"}}
-	size := 0
-	for k := range pools {
-		pl := pools[k].pl
-		if len(pl.pending) == 0 {
+		kind int8
+	}{{&p.wholePool, poolWhole}, {&p.memPool, poolMemory}} {
+		pending := pp.pl.pending
+		if len(pending) == 0 {
 			continue
 		}
-		if pl == &p.wholePool {
-			pools[k].ests = estimateWhole(p.gs, p.rels, pl.pending, p.in.Now)
+		for k := range pending {
+			f := &p.plan.Waits[pending[k].wait].figures
+			f.pool, f.ahead = pp.kind, int32(k)
+		}
+		if pp.kind == poolWhole {
+			estimateWhole(p.gs, p.rels, pending, p.in.Now, p.plan.Waits)
 		} else {
-			pools[k].ests = estimateMemory(p.gs, p.rels, pl.pending, p.in.Now, p.frac)
+			estimateMemory(p.gs, p.rels, pending, p.in.Now, p.frac, p.plan.Waits)
 		}
-		for _, pj := range pl.pending {
-			size += len(p.plan.Waits[pj.wait].Text) + 100 // an estimate is at most 92 bytes with an 8-byte id
-		}
-	}
-	if size == 0 {
-		return
-	}
-	clock := &clockText{now: p.in.Now}
-	var b strings.Builder
-	b.Grow(size)
-	for _, pp := range pools {
-		for k := range pp.pl.pending {
-			pj := &pp.pl.pending[k]
-			w := &p.plan.Waits[pj.wait]
-			w.EstimatedStart = pp.ests[k].time()
-			estimateText(&b, w.Text, pj.ahead, pp.ests[k], pp.what, clock)
-			pj.end = b.Len()
-		}
-	}
-	all, start := b.String(), 0
-	for _, pp := range pools {
-		for _, pj := range pp.pl.pending {
-			p.plan.Waits[pj.wait].Text = all[start:pj.end]
-			start = pj.end
+		for k := range pending {
+			w := &p.plan.Waits[pending[k].wait]
+			if at := w.EstimatedStart; !at.IsZero() {
+				ns := at.UnixNano()
+				w.figures.otherDay = ns < start || ns >= end
+			}
 		}
 	}
 }

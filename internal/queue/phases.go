@@ -265,8 +265,12 @@ func firstToEnd(running []RunningJob) *RunningJob {
 	return first
 }
 
-// durationText says d in whole minutes, rounded up: "38 min", "2 h 5 min".
+// durationText says d rounded up, in seconds under a minute and in whole
+// minutes above: "10 s", "38 min", "2 h 5 min".
 func durationText(d time.Duration) string {
+	if s := (d + time.Second - 1) / time.Second; s < 60 {
+		return fmt.Sprintf("%d s", s)
+	}
 	m := int((d + time.Minute - 1) / time.Minute)
 	if m < 60 {
 		return fmt.Sprintf("%d min", m)

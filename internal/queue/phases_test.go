@@ -123,9 +123,13 @@ func TestWaitTextPastLimit(t *testing.T) {
 
 func TestTexts(t *testing.T) {
 	for d, want := range map[time.Duration]string{
-		time.Second:      "1 min",
-		38 * time.Minute: "38 min",
-		60 * time.Minute: "1 h",
+		time.Millisecond:                          "1 s",
+		10 * time.Second:                          "10 s",
+		59*time.Second + time.Nanosecond:          "1 min", // 60 s, a minute
+		time.Minute:                               "1 min",
+		time.Minute + time.Second:                 "2 min",
+		38 * time.Minute:                          "38 min",
+		60 * time.Minute:                          "1 h",
 		2*time.Hour + 4*time.Minute + time.Second: "2 h 5 min",
 	} {
 		if got := durationText(d); got != want {

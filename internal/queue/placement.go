@@ -50,19 +50,16 @@ type placer struct {
 	target, expected float64
 }
 
-// newPlacer returns the placer for a job of user in the pass over in.
-func newPlacer(in Input, user string) placer {
-	pl := placer{policy: in.Config.Placement}
+// newPlacer returns the placer for a job whose user's expected share of
+// a GPU (Input.Expected) is expected, under c.
+func newPlacer(c *Config, expected float64) placer {
+	pl := placer{policy: c.Placement}
 	if pl.policy == Target {
-		pl.target = in.Config.TargetUtilization
+		pl.target = c.TargetUtilization
 		if pl.target <= 0 {
 			pl.target = DefaultTargetUtilization
 		}
-		e, ok := in.Expected[user]
-		if !ok {
-			e = 1
-		}
-		pl.expected = max(0, e)
+		pl.expected = max(0, expected)
 	}
 	return pl
 }

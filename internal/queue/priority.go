@@ -117,41 +117,118 @@ func priority(w Weights, ageMax time.Duration, in Input, j *QueuedJob) float64 {
 	if !ok {
 		fs = 1
 	}
-	age := float64(in.Now.Sub(j.SubmittedAt)) / float64(ageMax)
+	return priorityOf(w, ageMax, in.Now, fs, j)
+}
+
+// priorityOf is the priority of j, whose user's fair-share factor is fs.
+func priorityOf(w Weights, ageMax time.Duration, now time.Time, fs float64, j *QueuedJob) float64 {
+	age := float64(now.Sub(j.SubmittedAt)) / float64(ageMax)
 	age = min(1, max(0, age))
 	return w.FairShare*fs + w.Age*age + w.Class*j.Class.Value()
 }
 
-// rankedJob is a queued job with its priority.
+// rankedJob is a queued job with its priority, its user and its team.
 type rankedJob struct {
 	*QueuedJob
 	priority float64
-	at       int64 // SubmittedAt in Unix nanoseconds, for the sort
+	jobHolders
 }
 
-// queueOrder returns the queued jobs by priority, highest first, then
-// first submitted, then by id, leaving in untouched.
-func queueOrder(in Input) []rankedJob {
+// queueOrder returns the keys of the queued jobs (see orderKey) by
+// priority, highest first, then first submitted, then by id, leaving in
+// untouched; fairShare(i) is the fair-share factor of in.Queued[i]'s
+// user. The first two are
+// one 128-bit key, sorted by radix (see sortKeys): at 10,000 jobs a
+// comparison sort's unpredictable branches cost several times as much.
+func queueOrder(in Input, fairShare func(i int) float64) []orderKey {
 	w, ageMax := in.Config.weights(), in.Config.ageMax()
-	order := make([]rankedJob, len(in.Queued))
+	n := len(in.Queued)
+	buf := make([]orderKey, 2*n)
+	keys := buf[:n]
 	for i := range in.Queued {
 		j := &in.Queued[i]
-		order[i] = rankedJob{j, priority(w, ageMax, in, j), j.SubmittedAt.UnixNano()}
+		keys[i] = orderKey{priority: priorityOf(w, ageMax, in.Now, fairShare(i), j), at: j.SubmittedAt.UnixNano(), i: i}
 	}
-	slices.SortFunc(order, func(a, b rankedJob) int {
-		if a.priority != b.priority {
-			if a.priority > b.priority {
-				return -1
-			}
-			return 1
+	keys = sortKeys(keys, buf[n:])
+	for lo := 0; lo < n; {
+		hi := lo + 1
+		for hi < n && keys[hi].priority == keys[lo].priority && keys[hi].at == keys[lo].at {
+			hi++
 		}
-		if a.at != b.at {
-			if a.at < b.at {
-				return -1
-			}
-			return 1
+		if hi-lo > 1 {
+			slices.SortFunc(keys[lo:hi], func(a, b orderKey) int { return strings.Compare(in.Queued[a.i].ID, in.Queued[b.i].ID) })
 		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return order
+		lo = hi
+	}
+	return keys
+}
+
+// orderKey is what the queue's order sorts by: a job's priority, its
+// SubmittedAt in Unix nanoseconds and its index in Input.Queued.
+type orderKey struct {
+	priority float64
+	at       int64
+	i        int
+}
+
+// word returns byte b (0 lowest) of the key as one 128-bit unsigned
+// number whose order is the queue's: the priority, descending, above
+// SubmittedAt, ascending.
+func (k *orderKey) word(b int) byte {
+	if b < 8 {
+		return byte((uint64(k.at) ^ 1<<63) >> (8 * b))
+	}
+	return byte(descending(k.priority) >> (8 * (b - 8)))
+}
+
+// descending maps f to a number whose unsigned order is f's, reversed
+// (-0 as 0).
+func descending(f float64) uint64 {
+	if f == 0 {
+		f = 0
+	}
+	u := math.Float64bits(f)
+	if u&(1<<63) != 0 {
+		u = ^u
+	} else {
+		u |= 1 << 63
+	}
+	return ^u
+}
+
+// sortKeys sorts keys by the priority, descending, then by SubmittedAt,
+// stably: a least-significant-byte radix sort, one counting scan for all
+// sixteen bytes and a pass for each byte that is not the same in every
+// key. tmp is as long as keys; it returns whichever holds the result.
+func sortKeys(keys, tmp []orderKey) []orderKey {
+	if len(keys) < 2 {
+		return keys
+	}
+	var counts [16][256]uint32
+	for k := range keys {
+		key := &keys[k]
+		at, pr := uint64(key.at)^1<<63, descending(key.priority)
+		for b := range 8 {
+			counts[b][byte(at>>(8*b))]++
+			counts[8+b][byte(pr>>(8*b))]++
+		}
+	}
+	src, dst := keys, tmp
+	for b := range 16 {
+		c := &counts[b]
+		if int(c[src[0].word(b)]) == len(src) {
+			continue // every key has this byte
+		}
+		var sum uint32
+		for d := range c {
+			c[d], sum = sum, sum+c[d]
+		}
+		for k := range src {
+			d := src[k].word(b)
+			dst[c[d]] = src[k]
+			c[d]++
+		}
+		src, dst = dst, src
+	}
+	return src
 }

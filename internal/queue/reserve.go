@@ -186,21 +186,32 @@ func memReservation(gs []gpuState, rels []release, m uint64, frac float64) reser
 
 // pending is a job that waits in a pool and gets an estimate.
 type pending struct {
-	wait  int // its position in Plan.Waits
-	job   *QueuedJob
-	ahead int // how many of the pool's pending jobs are ahead of it
-	end   int // where its sentence ends in the pass's sentences
+	wait int // its position in Plan.Waits
+	job  *QueuedJob
 }
 
 // event is a release in the estimate's simulation; at is in Unix
 // nanoseconds, cheaper to order than a time.Time.
 type event struct {
 	at  int64
-	id  string
-	pos int    // memory: the GPU
-	n   int    // whole GPUs freed
 	mem uint64 // memory freed on pos
-	seq int
+	ref int32  // whose time limit: see eventID
+	pos int32  // memory: the GPU
+	n   int32  // whole GPUs freed
+	seq int32
+}
+
+// eventID returns the job an event's ref names: rels[ref], or past them
+// jobs[ref-len(rels)]; "" for -1. Events hold no string, so that the
+// heap's moves need no write barriers.
+func eventID(rels []release, jobs []pending, ref int32) string {
+	switch {
+	case ref < 0:
+		return ""
+	case int(ref) < len(rels):
+		return rels[ref].id
+	}
+	return jobs[int(ref)-len(rels)].job.ID
 }
 
 // events is a min-heap of events by time, then by seq (the order they
@@ -269,19 +280,18 @@ type estimate struct {
 	by string
 }
 
-// time returns the estimate as a time, zero when unknown.
-func (e estimate) time() time.Time {
-	if e.at == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, e.at).UTC()
+// record gives w the estimate, rounded up to the minute, and whose time
+// limit it is.
+func (e estimate) record(w *Wait) {
+	w.EstimatedStart, w.figures.by = time.Unix(0, ceilMinute(e.at)).UTC(), e.by
 }
 
 // estimateWhole simulates the whole-GPU pool: the releases in time order,
 // the pending jobs starting in priority order (never before the one ahead)
 // as soon as enough GPUs are free, each freeing them at its time limit.
-// Once one cannot be estimated, none behind it can.
-func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time) []estimate {
+// Once one cannot be estimated, none behind it can. It records each
+// estimate in the job's Wait.
+func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time, waits []Wait) {
 	freeN := 0
 	for i := range gs {
 		if gs[i].free() {
@@ -289,47 +299,45 @@ func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time)
 		}
 	}
 	h := make(events, 0, len(rels)+len(gs)) // each start pops a release: the heap stays small
-	seq := 0
-	for _, rel := range rels {
+	var seq int32
+	for k, rel := range rels {
 		if rel.mem > 0 {
 			continue
 		}
-		n := 0
+		var n int32
 		for _, p := range rel.gpus {
 			if gs[p].frees() {
 				n++
 			}
 		}
 		if n > 0 {
-			h = append(h, event{at: rel.at.UnixNano(), id: rel.id, n: n, seq: seq})
+			h = append(h, event{at: rel.at.UnixNano(), ref: int32(k), n: n, seq: seq})
 			seq++
 		}
 	}
 	h.init()
-	out := make([]estimate, len(jobs))
-	t, by := now.UnixNano(), ""
+	t, by := now.UnixNano(), int32(-1)
 	for k, pj := range jobs {
 		for freeN < pj.job.GPUs && len(h) > 0 {
 			e := h.pop()
-			freeN += e.n
-			t, by = max(t, e.at), e.id
+			freeN += int(e.n)
+			t, by = max(t, e.at), e.ref
 		}
 		if freeN < pj.job.GPUs {
 			break
 		}
-		out[k] = estimate{t, by}
+		estimate{t, eventID(rels, jobs, by)}.record(&waits[pj.wait])
 		freeN -= pj.job.GPUs
 		if pj.job.TimeLimit > 0 {
-			h.push(event{at: t + int64(pj.job.TimeLimit), id: pj.job.ID, n: pj.job.GPUs, seq: seq})
+			h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), n: int32(pj.job.GPUs), seq: seq})
 			seq++
 		}
 	}
-	return out
 }
 
 // estimateMemory is estimateWhole for the memory jobs on the shared GPUs:
 // a job starts on the fullest shared GPU it fits on.
-func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time, frac float64) []estimate {
+func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time, frac float64, waits []Wait) {
 	declared := make([]uint64, len(gs))
 	for i := range gs {
 		declared[i] = gs[i].memDeclared
@@ -337,13 +345,12 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	h := make(events, 0, len(rels)+len(gs)) // each start pops a release: the heap stays small
 	for k, rel := range rels {
 		if rel.mem > 0 {
-			h = append(h, event{at: rel.at.UnixNano(), id: rel.id, pos: rel.gpus[0], mem: rel.mem, seq: k})
+			h = append(h, event{at: rel.at.UnixNano(), ref: int32(k), pos: int32(rel.gpus[0]), mem: rel.mem, seq: int32(k)})
 		}
 	}
 	h.init()
-	seq := len(rels)
-	out := make([]estimate, len(jobs))
-	t, by := now.UnixNano(), ""
+	seq := int32(len(rels))
+	t, by := now.UnixNano(), int32(-1)
 	fit := func(m uint64) int {
 		best, bestFull := -1, uint64(0)
 		for i := range gs {
@@ -360,85 +367,116 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 		for p < 0 && len(h) > 0 {
 			e := h.pop()
 			declared[e.pos] -= min(declared[e.pos], e.mem)
-			t, by = max(t, e.at), e.id
+			t, by = max(t, e.at), e.ref
 			p = fit(m)
 		}
 		if p < 0 {
 			break
 		}
-		out[k] = estimate{t, by}
+		estimate{t, eventID(rels, jobs, by)}.record(&waits[pj.wait])
 		declared[p] += m
 		if pj.job.TimeLimit > 0 {
-			h.push(event{at: t + int64(pj.job.TimeLimit), id: pj.job.ID, pos: p, mem: m, seq: seq})
+			h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), pos: int32(p), mem: m, seq: seq})
 			seq++
 		}
 	}
-	return out
 }
 
-// estimateText writes to b a pending job's sentence, text, and what is
-// ahead of it and when it can start: "3 jobs ahead of you; next GPUs free
-// by j-000117's time limit at 14:20 UTC".
-func estimateText(b *strings.Builder, text string, ahead int, e estimate, what string, clock *clockText) {
-	b.WriteString(text)
-	b.WriteString("; ")
-	switch ahead {
+// waitFigures are what a Wait's sentence is built from.
+type waitFigures struct {
+	// text is the sentence of the job's reason; "" says the reason's
+	// meaning.
+	text string
+	// pool is the pool the job waits in for an estimate (poolWhole,
+	// poolMemory), 0 when it gets none: then text is the whole sentence.
+	pool int8
+	// ahead is how many of the pool's waiting jobs are ahead of it.
+	ahead int32
+	// by is the job whose time limit frees what it needs, "" when what is
+	// free now would let it start.
+	by string
+	// otherDay is set when the estimate is not on the pass's day: the
+	// sentence then says its date.
+	otherDay bool
+}
+
+// The pools a Wait's estimate is from.
+const (
+	poolWhole int8 = 1 + iota
+	poolMemory
+)
+
+// Text says why the job waits to a person, with the figures that matter:
+// for a job that waits for GPUs, what is ahead of it and when it can
+// start: "…; 3 jobs ahead of you; next GPUs free by j-000117's time limit
+// at 14:20 UTC". A Wait made without figures says its reason's meaning.
+func (w Wait) Text() string {
+	f := &w.figures
+	text := f.text
+	if text == "" {
+		text = w.Reason.Meaning()
+	}
+	if f.pool == 0 {
+		return text
+	}
+	b := make([]byte, 0, len(text)+100)
+	b = append(b, text...)
+	switch f.ahead {
 	case 0:
-		b.WriteString("no job ahead of you")
+		b = append(b, "; no job ahead of you"...)
 	case 1:
-		b.WriteString("1 job ahead of you")
+		b = append(b, "; 1 job ahead of you"...)
 	default:
-		var num [20]byte
-		b.Write(strconv.AppendInt(num[:0], int64(ahead), 10))
-		b.WriteString(" jobs ahead of you")
+		b = append(b, "; "...)
+		b = strconv.AppendInt(b, int64(f.ahead), 10)
+		b = append(b, " jobs ahead of you"...)
 	}
 	switch {
-	case e.at == 0:
-		b.WriteString("; no start estimate: what it waits for has no time limit")
-	case e.by == "":
-		b.WriteString("; it can start by ")
-		clock.write(b, e.at)
+	case w.EstimatedStart.IsZero():
+		b = append(b, "; no start estimate: what it waits for has no time limit"...)
+	case f.by == "":
+		b = append(b, "; it can start by "...)
+		b = appendClock(b, w.EstimatedStart, f.otherDay)
 	default:
-		b.WriteString("; next ")
-		b.WriteString(what)
-		b.WriteString(" free by ")
-		b.WriteString(e.by)
-		b.WriteString("'s time limit at ")
-		clock.write(b, e.at)
+		what := "GPUs"
+		if f.pool == poolMemory {
+			what = "GPU memory"
+		}
+		b = append(b, "; next "...)
+		b = append(b, what...)
+		b = append(b, " free by "...)
+		b = append(b, f.by...)
+		b = append(b, "'s time limit at "...)
+		b = appendClock(b, w.EstimatedStart, f.otherDay)
 	}
+	return string(b)
 }
 
-// clockText writes times as "14:20 UTC", rounded up to the minute, with
-// the date ("2 Dec 14:20 UTC") when the day is not now's. It keeps the
-// last time it wrote: estimates come in time order, many the same.
-type clockText struct {
-	now     time.Time
-	lastAt  int64
-	last    [24]byte
-	lastLen int
+// ceilMinute rounds t (Unix nanoseconds) up to the minute: an upper bound
+// stays one when rounded.
+func ceilMinute(at int64) int64 {
+	const m = int64(time.Minute)
+	if r := at % m; r > 0 {
+		return at - r + m
+	} else if r < 0 {
+		return at - r
+	}
+	return at
 }
 
-func (c *clockText) write(b *strings.Builder, at int64) {
-	if c.lastLen > 0 && at == c.lastAt {
-		b.Write(c.last[:c.lastLen])
-		return
-	}
-	t := time.Unix(0, at).UTC()
-	if r := t.Truncate(time.Minute); r.Before(t) {
-		t = r.Add(time.Minute) // an upper bound stays one when rounded
-	}
-	now := c.now.UTC()
-	y, m, d := t.Date()
-	out := c.last[:0]
-	if ny, nm, nd := now.Date(); y != ny || m != nm || d != nd {
-		out = strconv.AppendInt(out, int64(d), 10)
-		out = append(out, ' ')
-		out = append(out, m.String()[:3]...)
-		out = append(out, ' ')
+// appendClock appends t as "14:20 UTC", with the date ("2 Dec 14:20 UTC")
+// when withDate is set; seconds are dropped (an estimate is already
+// rounded up to the minute).
+func appendClock(b []byte, t time.Time, withDate bool) []byte {
+	t = t.UTC()
+	if withDate {
+		_, m, d := t.Date()
+		b = strconv.AppendInt(b, int64(d), 10)
+		b = append(b, ' ')
+		b = append(b, m.String()[:3]...)
+		b = append(b, ' ')
 	}
 	h, mi, _ := t.Clock()
-	out = append(out, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10))
-	out = append(out, " UTC"...)
-	c.lastAt, c.lastLen = at, len(out)
-	b.Write(out)
+	b = append(b, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+mi/10), byte('0'+mi%10))
+	return append(b, " UTC"...)
 }

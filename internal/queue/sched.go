@@ -216,21 +216,23 @@ type Start struct {
 	Placement *PlacementRecord
 }
 
-// Wait says why a queued job does not start in this pass.
+// Wait says why a queued job does not start in this pass. Its sentence
+// (Text) is built only when asked for, from the figures the pass kept.
 type Wait struct {
 	// JobID is the waiting job.
 	JobID string
 	// Reason is its reason code.
 	Reason Reason
-	// Text says the same to a person, with the figures that matter.
-	Text string
 	// EstimatedStart is when the job can start at the latest, with every
-	// time limit an upper bound; zero when unknown.
+	// time limit an upper bound, rounded up to the minute (the time its
+	// sentence says); zero when unknown, and always for a held job.
 	EstimatedStart time.Time
 	// Position is the job's place among the queued jobs, 1 first.
 	Position int
 	// Priority is the job's priority.
 	Priority float64
+	// figures are what Text builds the sentence from.
+	figures waitFigures
 }
 
 // Plan is the outcome of a pass: the jobs to start and, for every other

@@ -46,7 +46,7 @@ func starts(p Plan) []string {
 func waits(p Plan) []string {
 	var out []string
 	for _, w := range p.Waits {
-		out = append(out, fmt.Sprintf("%s %s: %s", w.JobID, w.Reason, w.Text))
+		out = append(out, fmt.Sprintf("%s %s: %s", w.JobID, w.Reason, w.Text()))
 	}
 	return out
 }

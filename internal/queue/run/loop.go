@@ -219,8 +219,7 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 	for _, s := range plan.Starts {
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.
-			plan.Waits = append(plan.Waits, queue.Wait{JobID: s.JobID, Reason: queue.ReasonEngineUnavailable,
-				Text: "the Docker engine does not answer; the job starts once it does"})
+			plan.Waits = append(plan.Waits, queue.Wait{JobID: s.JobID, Reason: queue.ReasonEngineUnavailable})
 			continue
 		}
 		if at, ok := l.retryAt[s.JobID]; ok && now.Before(at) {
@@ -322,11 +321,11 @@ func (q *Launcher) cancelQueued(ctx context.Context, j queue.Job, s *stop) {
 // last start failed keeps start_failed, with the error, until it starts.
 func (q *Launcher) writeWait(ctx context.Context, j queue.Job, w queue.Wait) {
 	if j.ID == "" || j.Reason == queue.ReasonStartFailed && w.Reason == queue.ReasonResources ||
-		j.Reason == w.Reason && j.ReasonText == w.Text {
+		j.Reason == w.Reason && j.ReasonText == w.Text() {
 		return
 	}
 	_, err := q.store.UpdateJob(ctx, j.ID, queue.Queued, func(j *queue.Job) {
-		j.Reason, j.ReasonText = w.Reason, w.Text
+		j.Reason, j.ReasonText = w.Reason, w.Text()
 	}, audit.Event{})
 	var se *ledger.JobStateError
 	if err != nil && !errors.As(err, &se) {
