@@ -2,7 +2,7 @@
 # The GPU queue beside Slurm on this machine, with the same sleep jobs on
 # 4 GPUs (gpumeter: sim GPUs, the sleeper image, the real Docker engine;
 # Slurm 22.05: one node with Gres=gpu:4 on placeholder device files), and
-# a table of both columns (scripts/queue-depth.md says what each row is):
+# a table of both columns (BENCHMARKS.md, "Queue at depth, beside Slurm", says what each row is):
 #   (a) JOBS x DUR s one-GPU jobs: makespan, first start to last end
 #   (b) release-to-start gap p50/p99 over those releases
 #   (c) DEPTH waiting 1 s jobs from 3 users behind 4 blockers; the
