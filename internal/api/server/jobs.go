@@ -367,7 +367,11 @@ func (s *server) jobJSON(j queue.Job) apitype.Job {
 	if pos > 0 && j.State == queue.Queued {
 		out.Position = &pos
 	}
-	out.EstimatedStart = utcOrNil(est)
+	// A held job starts only when released, and a started one has no
+	// estimate: the last pass's figure is for a queued job only.
+	if j.State == queue.Queued && !j.Held {
+		out.EstimatedStart = utcOrNil(est)
+	}
 	return out
 }
 

@@ -84,6 +84,14 @@ func TestJobRanks(t *testing.T) {
 	if plain.Priority != nil || plain.Position != nil || plain.EstimatedStart != nil {
 		t.Errorf("unranked job: priority %v position %v estimated %v, want null", plain.Priority, plain.Position, plain.EstimatedStart)
 	}
+	// A held job starts only when released: no estimate, though the
+	// table still has one.
+	var held apitype.Job
+	f.Post(t, servertest.AsAlice, "/api/v1/jobs/"+ranked.ID+"/hold").Decode(t, &held)
+	if !held.Held || held.EstimatedStart != nil {
+		t.Errorf("held job: held %v estimated %v, want held and no estimate", held.Held, held.EstimatedStart)
+	}
+	f.Post(t, servertest.AsAlice, "/api/v1/jobs/"+ranked.ID+"/release")
 	// An ended job has no position, though the table still ranks it.
 	var cancelled apitype.Job
 	f.Post(t, servertest.AsAlice, "/api/v1/jobs/"+ranked.ID+"/cancel").Decode(t, &cancelled)
