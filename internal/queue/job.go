@@ -71,6 +71,21 @@ type Request struct {
 	Labels  []string // K=V
 	// Notify lists the job events a notice is sent for: start, end.
 	Notify []string
+	// Array is the job's place in an array job; nil for a job of its own.
+	Array *ArrayTask
+	// After are the jobs this one waits for (--after).
+	After []Dependency
+	// Preemptible jobs may lose their GPUs to jobs that wait for them
+	// (--preemptible); they go back to the queue when they do.
+	Preemptible bool
+	// RequeueFailed puts the job back in the queue when it fails with a
+	// non-zero exit (--requeue), within queue.max_requeue.
+	RequeueFailed bool
+	// RequeueOf is the ended job gpumeter requeue made this one from, and
+	// Attempt its number among them (2 the first requeue); "" and 0 for
+	// a job submitted afresh.
+	RequeueOf string
+	Attempt   int
 }
 
 // ParseStates reads a list of states given repeated or comma-separated,

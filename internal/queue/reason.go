@@ -49,6 +49,15 @@ const (
 	// while it went away, with a signal's exit code and no stop of the
 	// queue's); the job went back to the queue, which counts no requeue.
 	ReasonEngineFailure Reason = "engine_failure"
+	// ReasonDependency: the job waits for jobs it depends on (--after)
+	// to end as it asked.
+	ReasonDependency Reason = "dependency"
+	// ReasonPreempted: the job was preemptible and gave its GPUs to a job
+	// that had waited for them; it is back in the queue, keeping its age.
+	ReasonPreempted Reason = "preempted"
+	// ReasonFailedRequeued: the job exited non-zero and, submitted with
+	// --requeue, went back to the queue (at most queue.max_requeue times).
+	ReasonFailedRequeued Reason = "failed_requeued"
 )
 
 // Reasons a job ended.
@@ -79,6 +88,10 @@ const (
 	// declared memory past queue.memory_overrun_grace and the meter
 	// stopped it (state failed).
 	ReasonMemoryOverrun Reason = "memory_overrun"
+	// ReasonDependencyNeverSatisfied: a job the job depends on ended in a
+	// way that can no longer meet its condition (state failed; the
+	// sentence names the job).
+	ReasonDependencyNeverSatisfied Reason = "dependency_never_satisfied"
 )
 
 // ReasonInfo describes one reason code.
@@ -106,6 +119,9 @@ var reasons = []ReasonInfo{
 	{ReasonLostRequeued, true, "the job's container vanished with no exit code and the job went back to the queue"},
 	{ReasonEngineUnavailable, true, "the Docker engine does not answer; the job starts once it does, and no start attempt is counted"},
 	{ReasonEngineFailure, true, "the job's container was killed when the Docker engine stopped; the job is back in the queue, with no requeue counted"},
+	{ReasonDependency, true, "the job waits for the jobs it depends on (--after) to end as it asked"},
+	{ReasonPreempted, true, "the job was preemptible and gave its GPUs to a job that had waited for them; it is back in the queue, keeping its place by age"},
+	{ReasonFailedRequeued, true, "the job exited non-zero and, submitted with --requeue, went back to the queue"},
 	{ReasonExitCode, false, "the container exited on its own; the exit code says how"},
 	{ReasonTimeLimit, false, "the job reached its time limit and was stopped"},
 	{ReasonCancelled, false, "its owner or an admin cancelled the job"},
@@ -114,6 +130,7 @@ var reasons = []ReasonInfo{
 	{ReasonRequeueLimit, false, "the job was lost more than queue.max_requeue times"},
 	{ReasonStartRefused, false, "the job cannot start as it is (environment values missing, request no longer allowed, mounts not as asked)"},
 	{ReasonMemoryOverrun, false, "the job's measured GPU memory exceeded its declared memory past the grace and it was stopped"},
+	{ReasonDependencyNeverSatisfied, false, "a job this one depends on ended in a way that can no longer meet its condition"},
 }
 
 // Reasons returns every reason code with its meaning, waiting reasons

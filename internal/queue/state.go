@@ -39,10 +39,15 @@ const (
 
 // transitions is the one table of allowed state changes: for each state,
 // the states it may go to. A state missing as a key has no way out.
+//
+// Queued goes to failed when a dependency can no longer be met; running
+// goes back to queued when the job is preempted, or exits non-zero with
+// --requeue, without passing through an ended state (which never
+// changes).
 var transitions = map[State][]State{
-	Queued:   {Starting, Cancelled},
+	Queued:   {Starting, Cancelled, Failed},
 	Starting: {Running, Queued, Failed, Cancelled, Lost},
-	Running:  {Succeeded, Failed, Timeout, Cancelled, Lost},
+	Running:  {Succeeded, Failed, Timeout, Cancelled, Lost, Queued},
 	Lost:     {Queued, Failed},
 }
 

@@ -11,6 +11,7 @@ func TestTransitionsEveryPair(t *testing.T) {
 	allowed := map[[2]State]bool{
 		{Queued, Starting}:    true,
 		{Queued, Cancelled}:   true,
+		{Queued, Failed}:      true,
 		{Starting, Running}:   true,
 		{Starting, Queued}:    true,
 		{Starting, Failed}:    true,
@@ -21,6 +22,7 @@ func TestTransitionsEveryPair(t *testing.T) {
 		{Running, Timeout}:    true,
 		{Running, Cancelled}:  true,
 		{Running, Lost}:       true,
+		{Running, Queued}:     true,
 		{Lost, Queued}:        true,
 		{Lost, Failed}:        true,
 	}
@@ -54,7 +56,7 @@ func TestTransitionErrors(t *testing.T) {
 		from, to State
 		want     string
 	}{
-		{Queued, Running, "job state queued cannot go to running (from queued: starting, cancelled)"},
+		{Queued, Running, "job state queued cannot go to running (from queued: starting, cancelled, failed)"},
 		{Succeeded, Queued, "job state succeeded cannot go to queued: succeeded is final"},
 		{"paused", Queued, `job state "paused" cannot go to "queued": "paused" is not a job state`},
 		{Queued, "done", `job state "queued" cannot go to "done": "done" is not a job state`},

@@ -45,6 +45,25 @@ type JobRequest struct {
 	// AsUser submits for another user; only root on the agent's socket
 	// may.
 	AsUser string `json:"as_user,omitempty"`
+	// Array makes an array job of tasks, as --array takes it: "0-99",
+	// "0-99%8" (at most 8 running at once), "1,3,5".
+	Array string `json:"array,omitempty"`
+	// After are the jobs this one waits for; an array's id stands for
+	// every task of the array.
+	After []Dependency `json:"after,omitempty"`
+	// Preemptible lets the job's GPUs go to jobs that wait for them; it
+	// is stopped and requeued when they do.
+	Preemptible bool `json:"preemptible,omitempty"`
+	// Requeue puts the job back in the queue when it exits non-zero,
+	// within queue.max_requeue.
+	Requeue bool `json:"requeue,omitempty"`
+}
+
+// Dependency is one job another waits for: type ok (it succeeded), any
+// (it ended) or fail (it ended other than succeeded).
+type Dependency struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
 }
 
 // NotifyEvents are the job events --notify may name.
@@ -161,6 +180,24 @@ type Job struct {
 	Position *int `json:"position"`
 	// Placement is why the job got its GPUs; null until it has some.
 	Placement *Placement `json:"placement"`
+	// ArrayID is the array job the job is a task of, "" for none;
+	// ArrayIndex its index (null for none), ArrayCount the array's tasks
+	// and ArrayMaxRunning how many may run at once (0: no cap).
+	ArrayID         string `json:"array_id"`
+	ArrayIndex      *int   `json:"array_index"`
+	ArrayCount      int    `json:"array_count"`
+	ArrayMaxRunning int    `json:"array_max_running"`
+	// After are the jobs this one waits for; [] when none.
+	After []Dependency `json:"after"`
+	// Attempt is the job's number among the jobs gpumeter requeue made
+	// of one submission (1 for the first), and RequeueOf the job it was
+	// made from ("" for the first).
+	Attempt   int    `json:"attempt"`
+	RequeueOf string `json:"requeue_of"`
+	// Requeues is how often the queue put this job back (lost, engine
+	// failure, preempted, --requeue).
+	Requeues    int  `json:"requeues"`
+	Preemptible bool `json:"preemptible"`
 }
 
 // Placement is the scheduler's choice of GPU for a job and the score of

@@ -385,12 +385,24 @@ func jobJSON(j queue.Job) apitype.Job {
 		TimeLimit:   units.FormatDuration(j.TimeLimit),
 		SubmittedAt: utcOrNil(j.SubmittedAt), StartedAt: utcOrNil(j.StartedAt), EndedAt: utcOrNil(j.EndedAt),
 		ContainerID: j.ContainerID, Held: j.Held, Class: spec.ClassNormal,
+		After: []apitype.Dependency{}, Attempt: 1, Requeues: j.Requeues,
 	}
 	if r := j.Request; r != nil {
 		out.GPUMemoryRequested = r.GPUMemory
 		if r.Class != "" {
 			out.Class = string(r.Class)
 		}
+		if a := r.Array; a != nil {
+			index := a.Index
+			out.ArrayID, out.ArrayIndex, out.ArrayCount, out.ArrayMaxRunning = a.ID, &index, a.Count, a.MaxRunning
+		}
+		for _, d := range r.After {
+			out.After = append(out.After, apitype.Dependency{Type: string(d.Type), ID: d.ID})
+		}
+		if r.Attempt > 0 {
+			out.Attempt = r.Attempt
+		}
+		out.RequeueOf, out.Preemptible = r.RequeueOf, r.Preemptible
 	}
 	if j.ExitCode != nil {
 		code := *j.ExitCode

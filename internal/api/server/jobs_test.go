@@ -116,8 +116,8 @@ func TestJobJSONContract(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"class", "command", "container_id", "ended_at", "env_keys", "estimated_start", "exit_code", "gpu_memory_requested", "gpus", "gpus_requested",
-		"held", "id", "image", "name", "placement", "position", "priority", "reason", "reason_text", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
+	want := []string{"after", "array_count", "array_id", "array_index", "array_max_running", "attempt", "class", "command", "container_id", "ended_at", "env_keys", "estimated_start", "exit_code", "gpu_memory_requested", "gpus", "gpus_requested",
+		"held", "id", "image", "name", "placement", "position", "preemptible", "priority", "reason", "reason_text", "requeue_of", "requeues", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("job fields (-want +got):\n%s", diff)
 	}
@@ -127,6 +127,8 @@ func TestJobJSONContract(t *testing.T) {
 		"env_keys": `["WANDB_MODE"]`, "time_limit": `"4h"`, "started_at": `null`, "ended_at": `null`,
 		"exit_code": `null`, "estimated_start": `null`, "held": `false`, "container_id": `""`,
 		"class": `"normal"`, "gpu_memory_requested": `0`, "priority": `null`, "position": `null`, "placement": `null`,
+		"array_id": `""`, "array_index": `null`, "array_count": `0`, "array_max_running": `0`, "after": `[]`,
+		"attempt": `1`, "requeue_of": `""`, "requeues": `0`, "preemptible": `false`,
 	} {
 		if got := string(raw[k]); got != v {
 			t.Errorf("%s: %s, want %s", k, got, v)

@@ -34,6 +34,26 @@ type requestRow struct {
 	Labels    []string `json:"labels,omitempty"` // K=V
 	Command   []string `json:"command"`
 	Notify    []string `json:"notify,omitempty"`
+	// What later versions added; absent from earlier rows, which read
+	// as a job of its own with no dependency.
+	Array         *arrayRow  `json:"array,omitempty"`
+	After         []afterRow `json:"after,omitempty"`
+	Preemptible   bool       `json:"preemptible,omitempty"`
+	RequeueFailed bool       `json:"requeue_failed,omitempty"`
+	RequeueOf     string     `json:"requeue_of,omitempty"`
+	Attempt       int        `json:"attempt,omitempty"`
+}
+
+type arrayRow struct {
+	ID         string `json:"id"`
+	Index      int    `json:"index"`
+	Count      int    `json:"count"`
+	MaxRunning int    `json:"max_running,omitempty"`
+}
+
+type afterRow struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
 }
 
 // requestColumn is job j's request as its column keeps it: "null" for a
@@ -48,8 +68,28 @@ func requestColumn(j queue.Job) (string, error) {
 		TimeLimit: units.FormatDuration(j.TimeLimit), Image: j.Image, Name: j.Name,
 		EnvKeys: j.EnvKeys, Mounts: r.Mounts, Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory,
 		ShmSize: r.ShmSize, Pids: r.Pids, Publish: r.Publish, Labels: r.Labels, Command: j.Command, Notify: r.Notify,
+		Array: arrayColumn(r.Array), After: afterColumn(r.After), Preemptible: r.Preemptible,
+		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt,
 	})
 	return string(b), err
+}
+
+func arrayColumn(a *queue.ArrayTask) *arrayRow {
+	if a == nil {
+		return nil
+	}
+	return &arrayRow{ID: a.ID, Index: a.Index, Count: a.Count, MaxRunning: a.MaxRunning}
+}
+
+func afterColumn(ds []queue.Dependency) []afterRow {
+	if len(ds) == 0 {
+		return nil
+	}
+	out := make([]afterRow, len(ds))
+	for i, d := range ds {
+		out[i] = afterRow{Type: string(d.Type), ID: d.ID}
+	}
+	return out
 }
 
 // requestOf reads a request column; nil for none, and for one that does
@@ -67,7 +107,27 @@ func requestOf(s string) *queue.Request {
 		GPUMemory: r.GPUMemory, Class: queue.Class(r.Class), Mounts: r.Mounts, Workdir: r.Workdir,
 		CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids,
 		Publish: r.Publish, Labels: r.Labels, Notify: r.Notify,
+		Array: arrayOf(r.Array), After: afterOf(r.After), Preemptible: r.Preemptible,
+		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt,
 	}
+}
+
+func arrayOf(a *arrayRow) *queue.ArrayTask {
+	if a == nil {
+		return nil
+	}
+	return &queue.ArrayTask{ID: a.ID, Index: a.Index, Count: a.Count, MaxRunning: a.MaxRunning}
+}
+
+func afterOf(rs []afterRow) []queue.Dependency {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]queue.Dependency, len(rs))
+	for i, r := range rs {
+		out[i] = queue.Dependency{Type: queue.DependencyType(r.Type), ID: r.ID}
+	}
+	return out
 }
 
 // placementRow is the placement column, in the shape the API shows.

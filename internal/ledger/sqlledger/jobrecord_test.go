@@ -70,3 +70,30 @@ func TestPlacementColumn(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestColumnWorkflow: the fields of arrays, dependencies,
+// preemption and requeue go in the request column's JSON and read back;
+// a row without them (requestGolden) reads as a job of its own.
+func TestRequestColumnWorkflow(t *testing.T) {
+	j := goldenJob()
+	j.Request.Array = &queue.ArrayTask{ID: "j-000010", Index: 3, Count: 8, MaxRunning: 2}
+	j.Request.After = []queue.Dependency{{Type: queue.AfterOK, ID: "j-000004"}, {Type: queue.AfterFail, ID: "j-000010"}}
+	j.Request.Preemptible, j.Request.RequeueFailed = true, true
+	j.Request.RequeueOf, j.Request.Attempt = "j-000002", 2
+	col, err := requestColumn(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := requestGolden[:len(requestGolden)-1] + `,"array":{"id":"j-000010","index":3,"count":8,"max_running":2},` +
+		`"after":[{"type":"ok","id":"j-000004"},{"type":"fail","id":"j-000010"}],"preemptible":true,"requeue_failed":true,` +
+		`"requeue_of":"j-000002","attempt":2}`
+	if col != want {
+		t.Errorf("requestColumn = %s\nwant %s", col, want)
+	}
+	if d := gocmp.Diff(j.Request, requestOf(col)); d != "" {
+		t.Errorf("requestOf(column) (-want +got):\n%s", d)
+	}
+	if r := requestOf(requestGolden); r.Array != nil || r.After != nil || r.Preemptible || r.RequeueOf != "" || r.Attempt != 0 {
+		t.Errorf("an earlier row reads as %+v, want no array, dependency, preemption or requeue", r)
+	}
+}
