@@ -19,7 +19,13 @@ type JobFilter struct {
 	States       []queue.State // empty: every state (see IncludeEnded)
 	IncludeEnded bool
 	Limit        int // 0: no limit
+	// ArrayID selects the tasks of one array job: the jobs whose IDs are
+	// ArrayID_<index> (j-000123_0, j-000123_1, ...). Empty: every job.
+	ArrayID string
 }
+
+// ArrayTaskID is the ID of task index of array job arrayID: j-000123_4.
+func ArrayTaskID(arrayID string, index int) string { return arrayID + "_" + strconv.Itoa(index) }
 
 // JobStore keeps the queue's jobs as queue.Job, the queue's own type; the
 // backends decode its request and placement where they read their rows.

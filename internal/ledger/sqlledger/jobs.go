@@ -108,6 +108,12 @@ func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, erro
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+qb.list(queue.StateNames(f.States))+")")
 	}
+	if f.ArrayID != "" {
+		// The tasks' IDs are the array's and "_<index>"; LIKE's own
+		// characters in the ID are taken literally.
+		esc := strings.NewReplacer(`\`, `\\`, "%", `\%`, "_", `\_`).Replace(f.ArrayID)
+		where = append(where, "id LIKE "+qb.arg(esc+`\_%`)+` ESCAPE '\'`)
+	}
 	if !f.IncludeEnded {
 		where = append(where, "state NOT IN ("+qb.list(queue.StateNames(queue.EndedStates()))+")")
 	}
