@@ -30,6 +30,12 @@ instead of whole GPUs. The meter holds the job to it: a job that uses more is
 warned and then stopped. --priority high is for admins and the users of
 queue.priority.high_users.
 
+--preemptible jobs queue behind the others and may use GPUs they wait for;
+they are stopped (SIGTERM, then a kill after queue.preempt_grace, given to the
+job in GPUMETER_PREEMPT_GRACE in seconds) and requeued when a job that is not
+preemptible has waited queue.preempt_after for their GPUs. Checkpoint on
+SIGTERM and resume from the checkpoint at start.
+
 Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -85,6 +91,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringArrayVar(&req.Labels, "label", nil, "KEY=VALUE label on the job's container, such as gpumeter.project=vision, with a key queue.labels allows (repeatable)")
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
+	f.BoolVar(&req.Preemptible, "preemptible", false, "let the job use GPUs others wait for: when one of them has waited queue.preempt_after, the job gets SIGTERM, queue.preempt_grace to checkpoint (GPUMETER_PREEMPT_GRACE, in seconds), a kill, and goes back to the queue keeping its place by age (whole GPUs only)")
 	return cmd
 }
 
@@ -93,6 +100,7 @@ var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
 	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
+	"preemptible": "--preemptible",
 }
 
 // flagError names the flag a request field error is about.

@@ -124,6 +124,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		Node:                node,
 		DefaultTimeLimit:    cfg.Queue.DefaultTimeLimit,
 		StopGrace:           cfg.Queue.StopGrace,
+		PreemptGrace:        cfg.Queue.PreemptGrace,
 		MaxRequeue:          cfg.Queue.MaxRequeue,
 		MaxStartAttempts:    cfg.Queue.MaxStartAttempts,
 		LogRetention:        cfg.Queue.LogRetention,

@@ -26,6 +26,7 @@ type Launcher struct {
 	passing          spec.GPUPassing
 	identity         func(string) (spec.Identity, error)
 	stopGrace        time.Duration
+	preemptGrace     time.Duration
 	maxRequeue       int
 	maxStartAttempts int
 	logRetention     time.Duration
