@@ -85,7 +85,13 @@ type victim struct {
 // pool start, and adds them to the plan; it reports whether it found
 // them. It is called once j is known not to fit now.
 func (p *pass) preempt(j rankedJob) bool {
-	if j.Preemptible || j.GPUMemory > 0 || p.in.Now.Sub(j.SubmittedAt) < p.in.Config.preemptAfter() {
+	if j.Preemptible || j.GPUMemory > 0 {
+		return false
+	}
+	if at := j.SubmittedAt.Add(p.in.Config.preemptAfter()); p.in.Now.Before(at) {
+		if slices.ContainsFunc(p.in.Running, func(r RunningJob) bool { return r.Preemptible }) {
+			p.plan.PreemptAt = at
+		}
 		return false
 	}
 	need := j.GPUs

@@ -206,3 +206,16 @@ func TestPreemptedJobWaitsAsPreempted(t *testing.T) {
 		t.Errorf("wait %s %q, want preempted with its sentence", w.Reason, w.Text())
 	}
 }
+
+func TestPreemptAtIsWhenTheHeadMayPreempt(t *testing.T) {
+	in := preemptInput(1, preemptible("j-000100", "", t0, "GPU-0", "GPU-1", "GPU-2", "GPU-3"))
+	in.Now = t0.Add(3 * time.Minute)
+	p := Schedule(in)
+	if want := t0.Add(time.Minute + DefaultPreemptAfter); !p.PreemptAt.Equal(want) || len(p.Preemptions) != 0 {
+		t.Errorf("PreemptAt %v, preemptions %q; want %v and none yet", p.PreemptAt, preempted(p), want)
+	}
+	in.Running[0].Preemptible = false
+	if p := Schedule(in); !p.PreemptAt.IsZero() {
+		t.Errorf("PreemptAt %v with no preemptible job running, want zero", p.PreemptAt)
+	}
+}

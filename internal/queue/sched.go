@@ -265,6 +265,10 @@ type Plan struct {
 	// Preemptions are the running jobs to stop and requeue so that a
 	// waiting job can start (see Preemption); nil when none.
 	Preemptions []Preemption
+	// PreemptAt is when the head job will have waited long enough to
+	// preempt the preemptible jobs that run now: a pass is due then. Zero
+	// when none is.
+	PreemptAt time.Time
 }
 
 // userLimit returns the cap on the GPUs user's jobs may hold.

@@ -217,7 +217,7 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 	preemptInput(&in, byID)
 	plan := queue.Schedule(in)
 	q.ranks.set(plan)
-	q.preempt(ctx, l, plan, byID)
+	next = minTime(next, q.preempt(ctx, l, plan, byID))
 	for _, s := range plan.Starts {
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.

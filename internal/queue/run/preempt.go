@@ -44,8 +44,9 @@ func preemptInput(in *queue.Input, byID map[string]queue.Job) {
 }
 
 // preempt acts on the plan's preemptions, and takes up again those whose
-// intent a former life of the agent wrote but did not finish.
-func (q *Launcher) preempt(ctx context.Context, l *loop, plan queue.Plan, byID map[string]queue.Job) {
+// intent a former life of the agent wrote but did not finish. It returns
+// when the next pass is due for a preemption (zero: none).
+func (q *Launcher) preempt(ctx context.Context, l *loop, plan queue.Plan, byID map[string]queue.Job) time.Time {
 	for _, j := range byID {
 		if j.State == queue.Running && j.Reason == queue.ReasonPreempted && q.stops.pending(j.ID) == nil {
 			q.askPreempt(ctx, l, j)
@@ -73,6 +74,7 @@ func (q *Launcher) preempt(ctx context.Context, l *loop, plan queue.Plan, byID m
 		q.log.Info("preempting a job", "job", j.ID, "for", p.For, "grace", q.preemptGrace)
 		q.askPreempt(ctx, l, out)
 	}
+	return plan.PreemptAt
 }
 
 // askPreempt asks the stop of preempted job j and sends it now when it
