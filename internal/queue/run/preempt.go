@@ -54,8 +54,8 @@ func (q *Launcher) preempt(ctx context.Context, l *loop, plan queue.Plan, byID m
 	}
 	for _, p := range plan.Preemptions {
 		j := byID[p.JobID]
-		if j.State != queue.Running || j.ContainerID == "" || q.stops.pending(j.ID) != nil {
-			continue
+		if j.State != queue.Running || j.ContainerID == "" || j.Reason == queue.ReasonPreempted || q.stops.pending(j.ID) != nil {
+			continue // under way, or taken up above
 		}
 		// The intent goes to the store before the signal: a crash after
 		// it finishes the preemption rather than ends the job.
