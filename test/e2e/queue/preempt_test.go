@@ -24,6 +24,12 @@ func TestPreemptRequeuesAndFinishes(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, preemptConfig("1s"))
 	a := h.start(t)
+	// The grace is the queue's to set.
+	bad := h.request(1, "5m", "exit-after", "1s", "0")
+	bad.Preemptible, bad.Env = true, []string{"GPUMETER_PREEMPT_GRACE=86400"}
+	if e := a.refused(t, h.bob, bad, apitype.CodeRefused, "env_not_allowed"); !strings.Contains(e.Message, "queue.preempt_grace") {
+		t.Errorf("the refusal of GPUMETER_PREEMPT_GRACE says %q, want it to name queue.preempt_grace", e.Message)
+	}
 	out, errOut, code := h.rootCLI(t, "submit", "--as", "bob", "--preemptible", "--gpus", "4", "--time-limit", "5m", "--image", h.image, "--", "exit-after", "15s", "0")
 	pid := strings.TrimSpace(out)
 	if code != 0 || !strings.HasPrefix(pid, "j-") {
