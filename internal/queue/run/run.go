@@ -238,7 +238,7 @@ func New(cfg Config) (*Queue, error) {
 	s := &Service{
 		writer: w, log: log, identity: cfg.Identity, highUsers: append([]string(nil), cfg.HighUsers...),
 		stageRefusal: stageRefusal, notices: cfg.OnEvent != nil,
-		settings: set, env: env, holds: holds, launch: l,
+		settings: set, env: env, holds: holds, launch: l, ranks: l.ranks,
 	}
 	return &Queue{Service: s, Launcher: l}, nil
 }
