@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -38,4 +40,23 @@ requeued: submit it again with its values.`,
 	cf.register(cmd)
 	cmd.ValidArgsFunction = completeJobs(&cf, false, true, func(j apitype.Job) bool { return ended(j) })
 	return cmd
+}
+
+// writeLineage adds to gpumeter job what the job waits for and where it
+// comes from: its dependencies, its requeues, the job it was requeued
+// from.
+func writeLineage(line func(k, v string), j apitype.Job) {
+	if len(j.After) > 0 {
+		deps := make([]string, len(j.After))
+		for i, d := range j.After {
+			deps[i] = d.Type + ":" + d.ID
+		}
+		line("after", strings.Join(deps, " "))
+	}
+	if j.RequeueOf != "" {
+		line("requeue of", fmt.Sprintf("%s (attempt %d)", j.RequeueOf, j.Attempt))
+	}
+	if j.Requeues > 0 {
+		line("requeues", strconv.Itoa(j.Requeues))
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestQueueDependencies(t *testing.T) {
 	a := h.start(t)
 
 	// ok on a job that succeeds, through the CLI as alice.
-	first := a.submit(t, h.alice, h.request(1, "5m", "exit-after", "8s", "0"))
+	first := a.submit(t, h.alice, h.request(1, "5m", "exit-after", "15s", "0"))
 	out, errOut, code := a.userCLI(t, h.alice, "submit", "--gpus", "1", "--time-limit", "5m", "--image", h.image,
 		"--after", "ok:"+first.ID, "--", "exit-after", "1s", "0")
 	okID := strings.TrimSpace(out)
@@ -45,6 +46,9 @@ func TestQueueDependencies(t *testing.T) {
 	}
 	if len(j.After) != 1 || j.After[0] != (apitype.Dependency{Type: "ok", ID: first.ID}) {
 		t.Errorf("%s: after %+v, want [ok %s]", okID, j.After, first.ID)
+	}
+	if out, errOut, code := a.userCLI(t, h.alice, "job", okID); code != 0 || !strings.Contains(out, "ok:"+first.ID) || !strings.Contains(out, "dependency") {
+		t.Errorf("gpumeter job %s: exit %d, want its reason and after ok:%s:\n%s%s", okID, code, first.ID, out, errOut)
 	}
 	done := a.await(t, okID, time.Minute, "succeeded", "failed")
 	f := a.await(t, first.ID, time.Minute, "succeeded")
@@ -165,6 +169,12 @@ func TestQueueRequeue(t *testing.T) {
 	}
 	if o := a.job(t, id); o.State != "failed" || o.Requeues != 2 || o.EndedAt == nil || !o.EndedAt.Equal(*j.EndedAt) {
 		t.Errorf("%s after its requeue: %s requeues %d ended %v, want as it ended", id, o.State, o.Requeues, o.EndedAt)
+	}
+	if out, errOut, code := a.userCLI(t, h.alice, "job", again); code != 0 || !regexp.MustCompile(`(?m)^requeue of:\s+`+id+` \(attempt 2\)$`).MatchString(out) {
+		t.Errorf("gpumeter job %s: exit %d, want a line naming %s and attempt 2:\n%s%s", again, code, id, out, errOut)
+	}
+	if out, _, _ := a.userCLI(t, h.alice, "job", id); !regexp.MustCompile(`(?m)^requeues:\s+2$`).MatchString(out) {
+		t.Errorf("gpumeter job %s: want its 2 requeues:\n%s", id, out)
 	}
 	// Live: refused with its state. Another user's: not found.
 	if status, e := a.post(t, again, "requeue", h.alice); status != http.StatusConflict || e.State == "" || !strings.Contains(e.Message, "requeue needs it") {
