@@ -1,8 +1,10 @@
 package queue
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -10,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
 // TestQueueDependencies: --after ok, any and fail through the command
@@ -246,4 +251,64 @@ func nextID(t *testing.T, id string) string {
 		t.Fatalf("job id %q: %v", id, err)
 	}
 	return fmt.Sprintf("j-%06d", n+1)
+}
+
+// TestQueueRequeueUntilItSucceeds: a --requeue job that exits non-zero
+// while what it needs is missing (a probe dialling a port of the host
+// that nobody listens on yet) goes back to the queue and runs again, and
+// once the port answers it succeeds: one job, its requeues counted, its
+// last run's exit code kept.
+func TestQueueRequeueUntilItSucceeds(t *testing.T) {
+	t.Parallel()
+	h := newHost(t, "  max_requeue: 100\n")
+	a := h.start(t)
+	probe := dockertest.ProbeImage(t, h.cli)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nw, err := h.cli.NetworkInspect(ctx, spec.NetworkName(h.node), client.NetworkInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gw string
+	for _, c := range nw.Network.IPAM.Config {
+		if c.Gateway.Is4() {
+			gw = c.Gateway.String()
+		}
+	}
+	if gw == "" {
+		t.Fatalf("network %s has no IPv4 gateway: %+v", spec.NetworkName(h.node), nw.Network.IPAM)
+	}
+	port := freePort(t)
+	addr := net.JoinHostPort(gw, strconv.Itoa(port))
+	req := apitype.JobRequest{GPUs: 1, TimeLimit: "5m", Image: probe, Command: []string{"dial", addr, "5s"}, Requeue: true}
+	j := a.submit(t, h.alice, req)
+	dockertest.WaitFor(t, time.Minute, j.ID+" requeued after a failed dial", func() (bool, string) {
+		got := a.job(t, j.ID)
+		if got.State == "succeeded" || got.State == "failed" {
+			t.Fatalf("%s ended %s %q before the port was opened", j.ID, got.State, got.ReasonText)
+		}
+		return got.Requeues >= 1, fmt.Sprintf("%s %s requeues %d: %s", got.State, got.Reason, got.Requeues, got.ReasonText)
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on the jobs network's gateway %s: %v", addr, err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, "hello job")
+			c.Close()
+		}
+	}()
+	got := a.await(t, j.ID, 2*time.Minute, "succeeded", "failed")
+	if got.State != "succeeded" || got.Reason != "exit_code" || got.ExitCode == nil || *got.ExitCode != 0 || got.Requeues < 1 {
+		t.Errorf("%s: %s %s %q exit %v requeues %d; want succeeded with exit code 0 after at least one requeue", j.ID, got.State, got.Reason, got.ReasonText, got.ExitCode, got.Requeues)
+	}
+	if n := h.auditCount(t, "jobs.requeue", j.ID); n != got.Requeues {
+		t.Errorf("audit events jobs.requeue for %s: %d, want one per requeue (%d)", j.ID, n, got.Requeues)
+	}
 }
