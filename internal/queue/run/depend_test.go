@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/client"
+
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
@@ -202,4 +204,28 @@ func TestRequeueCausesChecked(t *testing.T) {
 	if len(all) != 3 || len(none) != 0 {
 		t.Errorf("nil gives %v, empty %v; want every cause, then none", all, none)
 	}
+}
+
+// TestEngineStopFailsJobsWhenLeftOut: with engine_failure left out of
+// queue.requeue_on, a job the engine killed as it stopped ends failed
+// (requeue_limit) with the kill's exit code once the engine is back,
+// and does not run again.
+func TestEngineStopFailsJobsWhenLeftOut(t *testing.T) {
+	d := newPrivateDaemon(t, false)
+	e := newEngineEnvAt(t, 1, func(cli *client.Client) string {
+		d.loadImage(t, cli, dockertest.SleeperImage(t, cli))
+		return "unix://" + d.sock
+	}, func(c *Config) { c.Rules.Network = "none"; c.RequeueOn = []string{"lost"} })
+	r := e.sleeper()
+	r.Command = []string{"ignore-term"}
+	id := e.submit(t, "alice", r).ID
+	e.waitState(t, id, queue.Running)
+	d.stop(t)
+	d.start(t)
+	j := e.waitState(t, id, queue.Failed)
+	if j.Reason != queue.ReasonRequeueLimit || j.ExitCode == nil || !strings.Contains(j.ReasonText, "leaves out engine_failure") || j.Requeues != 0 {
+		t.Errorf("job %s: %s %q exit %s requeues %d; want requeue_limit with the kill's exit code, saying requeue_on leaves engine_failure out", id, j.Reason, j.ReasonText, exitCode(j), j.Requeues)
+	}
+	e.stop()
+	machineEngineStillWorks(t, d)
 }
