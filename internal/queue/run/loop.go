@@ -230,11 +230,18 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 			}
 		}
 	}
+	var depWaits []queue.Wait
+	var depRetry bool
+	in.Queued, depWaits, depRetry = q.dependencies(ctx, in.Queued, byID)
+	if depRetry {
+		next = minTime(next, now.Add(faultRetry))
+	}
 	if q.standing != nil && len(in.Queued) > 0 {
 		users, teams := owners(in.Queued)
 		in.FairShare, in.Expected, in.OverBudget = q.standing(ctx, users, teams)
 	}
 	plan := queue.Schedule(in)
+	plan.Waits = append(plan.Waits, depWaits...)
 	for _, s := range plan.Starts {
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.
