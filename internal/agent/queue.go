@@ -126,6 +126,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		StopGrace:           cfg.Queue.StopGrace,
 		PreemptGrace:        cfg.Queue.PreemptGrace,
 		MaxRequeue:          cfg.Queue.MaxRequeue,
+		RequeueOn:           append([]string{}, cfg.Queue.RequeueOn...), // empty: none, not nil's every cause
 		MaxStartAttempts:    cfg.Queue.MaxStartAttempts,
 		LogRetention:        cfg.Queue.LogRetention,
 		Notify:              cfg.Queue.Notify,

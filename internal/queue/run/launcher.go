@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/queue/stage"
@@ -28,6 +29,7 @@ type Launcher struct {
 	stopGrace        time.Duration
 	preemptGrace     time.Duration
 	maxRequeue       int
+	requeueOn        map[config.RequeueCause]bool
 	maxStartAttempts int
 	logRetention     time.Duration
 	notify           []string
@@ -47,6 +49,7 @@ type Launcher struct {
 	memory  *memoryEnforcer
 	metrics *metrics
 	ranks   *ranking
+	deps    *depCache
 }
 
 var _ launch = (*Launcher)(nil)
