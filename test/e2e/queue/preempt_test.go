@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
 // preemptConfig preempts after 2 s of waiting, with the grace given.
@@ -77,68 +79,111 @@ func TestPreemptRequeuesAndFinishes(t *testing.T) {
 	}
 }
 
-// TestPreemptKill9: the agent killed with SIGKILL while a preemption is
-// under way (its intent written, SIGTERM sent, the container ignoring it
-// through a long grace). The next life of the agent finishes it: the
-// preempted job goes back to the queue once, the waiting job runs, and
-// the preempted job starts again once, never in two containers at once.
+// TestPreemptKill9: the agent killed with SIGKILL in the middle of a
+// preemption: while the container ignores its SIGTERM through a long
+// grace, and between the intent's write and the signal (the binary has no
+// hook to die there, so the test writes what such a death leaves, with
+// the agent down: the running job marked preempted, its container
+// running untold). The next life of the agent finishes the preemption:
+// the job goes back to the queue once, the waiting job runs, and the
+// preempted job starts again once, never in two containers at once.
 func TestPreemptKill9(t *testing.T) {
 	t.Parallel()
-	h := newHost(t, preemptConfig("8s"))
-	a := h.start(t)
-	p := a.submit(t, h.bob, func() (r apitype.JobRequest) {
-		r = h.request(4, "5m", "ignore-term")
-		r.Preemptible = true
-		return r
-	}())
-	p = a.await(t, p.ID, 30*time.Second, "running")
-	w := a.submit(t, h.alice, h.request(1, "5m", "exit-after", "2s", "0"))
-	dockertest.WaitFor(t, 30*time.Second, "the preemption's intent", func() (bool, string) {
-		j := a.job(t, p.ID)
-		return j.State == "running" && j.Reason == "preempted", j.State + " " + j.Reason + ": " + j.ReasonText
-	})
-	if !dockertest.Inspect(t, h.cli, p.ContainerID).State.Running {
-		t.Fatalf("%s's container stopped within its grace; the test needs it stopping while the agent dies", p.ID)
-	}
-	a.Kill(t)
-
-	a = h.start(t)
-	dockertest.WaitFor(t, 90*time.Second, p.ID+" running again after "+w.ID+" ended", func() (bool, string) {
-		cs := jobContainers(t, h.cli, h.node, p.ID)
-		running := 0
-		for _, c := range cs {
-			if c.State == "running" {
-				running++
+	for _, c := range []struct {
+		name string
+		// crash kills the agent a at the moment named, preempted job p
+		// running and w (when the case submits it first) waiting.
+		crash     func(t *testing.T, h *host, a *agent, p string)
+		waitFirst bool
+	}{
+		{"during the grace", func(t *testing.T, h *host, a *agent, p string) {
+			dockertest.WaitFor(t, 30*time.Second, "the preemption's intent", func() (bool, string) {
+				j := a.job(t, p)
+				return j.State == "running" && j.Reason == "preempted", j.State + " " + j.Reason + ": " + j.ReasonText
+			})
+			a.Kill(t)
+		}, true},
+		{"before the signal", func(t *testing.T, h *host, a *agent, p string) {
+			a.Kill(t)
+			h.setPreempting(t, p)
+		}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHost(t, preemptConfig("8s"))
+			a := h.start(t)
+			req := h.request(4, "5m", "ignore-term")
+			req.Preemptible = true
+			p := a.submit(t, h.bob, req)
+			p = a.await(t, p.ID, 30*time.Second, "running")
+			var w apitype.Job
+			if c.waitFirst {
+				w = a.submit(t, h.alice, h.request(1, "5m", "exit-after", "2s", "0"))
 			}
-		}
-		if running > 1 {
-			t.Fatalf("%s runs in %d containers at once", p.ID, running)
-		}
-		j := a.job(t, p.ID)
-		return j.State == "running" && j.ContainerID != p.ContainerID, j.State + " " + j.Reason + ": " + j.ReasonText
-	})
-	if end := a.await(t, w.ID, 30*time.Second, "succeeded", "failed", "timeout", "cancelled"); end.State != "succeeded" {
-		t.Errorf("%s (waiting) ended %s: %s", w.ID, end.State, end.ReasonText)
+			c.crash(t, h, a, p.ID)
+			if !dockertest.Inspect(t, h.cli, p.ContainerID).State.Running {
+				t.Fatalf("%s's container stopped before the agent died; the test needs it running", p.ID)
+			}
+
+			a = h.start(t)
+			if !c.waitFirst {
+				w = a.submit(t, h.alice, h.request(1, "5m", "exit-after", "2s", "0"))
+			}
+			dockertest.WaitFor(t, 90*time.Second, p.ID+" running again after "+w.ID, func() (bool, string) {
+				running := 0
+				for _, c := range jobContainers(t, h.cli, h.node, p.ID) {
+					if c.State == "running" {
+						running++
+					}
+				}
+				if running > 1 {
+					t.Fatalf("%s runs in %d containers at once", p.ID, running)
+				}
+				j := a.job(t, p.ID)
+				return j.State == "running" && j.ContainerID != p.ContainerID, j.State + " " + j.Reason + ": " + j.ReasonText
+			})
+			if end := a.await(t, w.ID, 30*time.Second, "succeeded", "failed", "timeout", "cancelled"); end.State != "succeeded" {
+				t.Errorf("%s (waiting) ended %s: %s", w.ID, end.State, end.ReasonText)
+			}
+			if n := h.auditCount(t, "jobs.start", w.ID); n != 1 {
+				t.Errorf("jobs.start audit rows of %s: %d, want 1", w.ID, n)
+			}
+			wantPreempt := 1
+			if !c.waitFirst {
+				wantPreempt = 0 // the test wrote the intent
+			}
+			if n := h.auditCount(t, "jobs.preempt", p.ID); n != wantPreempt {
+				t.Errorf("jobs.preempt audit rows of %s: %d, want %d (the restart finishes the preemption, it makes none)", p.ID, n, wantPreempt)
+			}
+			if n := h.auditCount(t, "jobs.requeue", p.ID); n != 1 {
+				t.Errorf("jobs.requeue audit rows of %s: %d, want 1", p.ID, n)
+			}
+			if n := h.auditCount(t, "jobs.start", p.ID); n != 2 {
+				t.Errorf("jobs.start audit rows of %s: %d, want 2", p.ID, n)
+			}
+			if n := h.auditCount(t, "jobs.end", p.ID); n != 0 {
+				t.Errorf("jobs.end audit rows of %s: %d, want 0: a preempted job is not ended", p.ID, n)
+			}
+			if cs := jobContainers(t, h.cli, h.node, p.ID); len(cs) != 1 {
+				t.Errorf("containers named for %s: %d, want 1 (the second run's)", p.ID, len(cs))
+			}
+			if j := a.job(t, p.ID); j.Requeues != 0 {
+				t.Errorf("%s requeues %d, want 0", p.ID, j.Requeues)
+			}
+		})
 	}
-	if n := h.auditCount(t, "jobs.start", w.ID); n != 1 {
-		t.Errorf("jobs.start audit rows of %s: %d, want 1", w.ID, n)
+}
+
+// setPreempting marks running job id as its preemption's intent does,
+// before the signal. The agent must be down.
+func (h *host) setPreempting(t *testing.T, id string) {
+	t.Helper()
+	db := harness.OpenSQLite(t, filepath.Join(h.dataDir, "ledger.db"))
+	defer db.Close()
+	res, err := db.Exec(`UPDATE jobs SET reason = 'preempted', reason_text = 'being preempted' WHERE id = ? AND state = 'running'`, id)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if n := h.auditCount(t, "jobs.preempt", p.ID); n != 1 {
-		t.Errorf("jobs.preempt audit rows of %s: %d, want 1 (the restart finishes it, not another)", p.ID, n)
-	}
-	if n := h.auditCount(t, "jobs.requeue", p.ID); n != 1 {
-		t.Errorf("jobs.requeue audit rows of %s: %d, want 1", p.ID, n)
-	}
-	if n := h.auditCount(t, "jobs.start", p.ID); n != 2 {
-		t.Errorf("jobs.start audit rows of %s: %d, want 2", p.ID, n)
-	}
-	if n := h.auditCount(t, "jobs.end", p.ID); n != 0 {
-		t.Errorf("jobs.end audit rows of %s: %d, want 0: a preempted job is not ended", p.ID, n)
-	}
-	if cs := jobContainers(t, h.cli, h.node, p.ID); len(cs) != 1 {
-		t.Errorf("containers named for %s: %d, want 1 (the second run's)", p.ID, len(cs))
-	}
-	if j := a.job(t, p.ID); j.Requeues != 0 {
-		t.Errorf("%s requeues %d, want 0", p.ID, j.Requeues)
+	if n, _ := res.RowsAffected(); n != 1 {
+		t.Fatalf("mark %s preempted: %d rows", id, n)
 	}
 }
