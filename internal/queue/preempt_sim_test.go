@@ -9,13 +9,12 @@ import (
 // simJob is a job of the preemption model: its request and the work it
 // has left, which a preemption keeps (it checkpoints on SIGTERM).
 type simJob struct {
-	q         QueuedJob
-	work      time.Duration // left
-	gpus      []string
-	started   time.Time
-	stopAt    time.Time // a preemption's kill, zero when none
-	ended     time.Time
-	preempted int
+	q       QueuedJob
+	work    time.Duration // left
+	gpus    []string
+	started time.Time
+	stopAt  time.Time // a preemption's kill, zero when none
+	ended   time.Time
 }
 
 // simulate plays jobs on 4 GPUs through Schedule minute by minute, with
