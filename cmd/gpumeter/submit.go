@@ -40,6 +40,11 @@ waits its reason is dependency; once a job named can no longer meet the
 condition it ends failed with dependency_never_satisfied, naming that job.
 --requeue puts the job back in the queue when it exits non-zero (reason
 failed_requeued), at most queue.max_requeue times.
+--preemptible jobs queue behind the others and may use GPUs they wait for;
+they are stopped (SIGTERM, then a kill after queue.preempt_grace, given to the
+job in GPUMETER_PREEMPT_GRACE in seconds) and requeued when a job that is not
+preemptible has waited queue.preempt_after for their GPUs. Checkpoint on
+SIGTERM and resume from the checkpoint at start.
 
 Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -105,6 +110,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
 	f.StringArrayVar(&after, "after", nil, "TYPE:ID[,ID...]: start only after these jobs end: ok (succeeded), any (ended), fail (ended otherwise) (repeatable)")
 	f.BoolVar(&req.Requeue, "requeue", false, "put the job back in the queue when it exits non-zero, at most queue.max_requeue times")
+	f.BoolVar(&req.Preemptible, "preemptible", false, "let the job use GPUs others wait for: when one of them has waited queue.preempt_after, the job gets SIGTERM, queue.preempt_grace to checkpoint (GPUMETER_PREEMPT_GRACE, in seconds), a kill, and goes back to the queue keeping its place by age (whole GPUs only)")
 	return cmd
 }
 
@@ -114,6 +120,7 @@ var flagOf = map[string]string{
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
 	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
 	"after": "--after", "requeue": "--requeue",
+	"preemptible": "--preemptible",
 }
 
 // flagError names the flag a request field error is about.

@@ -124,6 +124,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		Node:                node,
 		DefaultTimeLimit:    cfg.Queue.DefaultTimeLimit,
 		StopGrace:           cfg.Queue.StopGrace,
+		PreemptGrace:        cfg.Queue.PreemptGrace,
 		MaxRequeue:          cfg.Queue.MaxRequeue,
 		RequeueOn:           append([]string{}, cfg.Queue.RequeueOn...), // empty: none, not nil's every cause
 		MaxStartAttempts:    cfg.Queue.MaxStartAttempts,

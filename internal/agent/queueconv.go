@@ -73,6 +73,7 @@ func queueRules(q config.Queue, node, userLabel, teamLabel string) (spec.Rules, 
 	sched.AgeMax = q.Priority.AgeMax
 	sched.SharedMemoryFraction = q.SharedMemoryFraction
 	sched.TargetUtilization = q.TargetUtilization
+	sched.PreemptAfter = q.PreemptAfter
 	// The shared GPUs may be named by index or as all: the queue
 	// resolves them against the GPUs it sees.
 	sched.SharedGPUs = q.SharedGPUs

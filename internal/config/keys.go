@@ -113,6 +113,8 @@ func Keys() []Key {
 		listKey("queue.requeue_on", "causes that put a running job back in the queue (lost, engine_failure, node_failure; node_failure is for the fleet, one host has none); a cause left out ends the job failed, reason requeue_limit. A job's own non-zero exit requeues it only with submit --requeue", func(c *Config) *[]string { return &c.Queue.RequeueOn }),
 		intKey("queue.max_start_attempts", "how many failed starts a job gets before it fails", func(c *Config) *int { return &c.Queue.MaxStartAttempts }),
 		durationKey("queue.log_retention", "how long an ended job's container and logs are kept before it is removed", func(c *Config) *time.Duration { return &c.Queue.LogRetention }),
+		durationKey("queue.preempt_after", "how long a job that is not --preemptible waits for GPUs that preemptible jobs hold before they are preempted for it (at least 1s)", func(c *Config) *time.Duration { return &c.Queue.PreemptAfter }),
+		durationKey("queue.preempt_grace", "how long a preempted job has between SIGTERM and a kill, to checkpoint (at least 1s; GPUMETER_PREEMPT_GRACE in its environment)", func(c *Config) *time.Duration { return &c.Queue.PreemptGrace }),
 		listKey("queue.notify", "job events (start, end) the policy webhook is sent for, for every job", func(c *Config) *[]string { return &c.Queue.Notify }),
 		enumKey("queue.fair_share.basis", "which GPU-hours count for fair share and budgets: held counts an idle GPU held as much as one used", func(c *Config) *string { return &c.Queue.FairShare.Basis }, BasisUsed, BasisAllocated, BasisHeld),
 		durationKey("queue.fair_share.half_life", "age at which past GPU-hours count half for fair share (more than 0)", func(c *Config) *time.Duration { return &c.Queue.FairShare.HalfLife }),

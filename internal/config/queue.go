@@ -101,6 +101,12 @@ type Queue struct {
 	// Notify lists the job events (start, end) the policy's webhook is
 	// sent for every job; a job's --notify adds its own.
 	Notify []string
+	// PreemptAfter is how long a job that is not preemptible waits for
+	// GPUs that preemptible jobs hold before they are preempted for it.
+	PreemptAfter time.Duration
+	// PreemptGrace is how long a preempted job has between SIGTERM and a
+	// kill.
+	PreemptGrace time.Duration
 
 	// FairShare is how the queue counts past use (queue.fair_share.*).
 	FairShare FairShare
@@ -252,6 +258,8 @@ func DefaultQueue() Queue {
 		RequeueOn:              []string{string(RequeueLost), string(RequeueEngineFailure), string(RequeueNodeFailure)},
 		MaxStartAttempts:       3,
 		LogRetention:           7 * 24 * time.Hour,
+		PreemptAfter:           10 * time.Minute,
+		PreemptGrace:           2 * time.Minute,
 		FairShare:              FairShare{Basis: BasisHeld, HalfLife: 7 * 24 * time.Hour, Refresh: time.Minute},
 		Priority:               Priority{Weights: PriorityWeights{FairShare: 1, Age: 0.1, Class: 0.5}, AgeMax: 7 * 24 * time.Hour},
 		SharedMemoryFraction:   0.9,
@@ -407,6 +415,14 @@ func (q Queue) Validate() error {
 	}{{"stop_grace", q.StopGrace}, {"log_retention", q.LogRetention}} {
 		if d.v < 0 {
 			bad("%s: %s is negative", d.name, units.FormatDuration(d.v))
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"preempt_after", q.PreemptAfter}, {"preempt_grace", q.PreemptGrace}} {
+		if d.v < time.Second {
+			bad("%s: %s is below 1s", d.name, units.FormatDuration(d.v))
 		}
 	}
 	if q.MaxRequeue < 0 {

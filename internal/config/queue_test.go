@@ -16,7 +16,8 @@ func TestQueueDefaults(t *testing.T) {
 		MaxTimeLimit: 7 * 24 * time.Hour, MinTimeLimit: time.Minute, MaxPids: 4096, MaxOpenFiles: 65536, Placement: "binpack",
 		MaxGPUsPerUser: map[string]int{"default": 4}, OutsideMemoryThreshold: 0.05,
 		GPUPassing: "auto", StopGrace: 30 * time.Second, MaxRequeue: 3, RequeueOn: []string{"lost", "engine_failure", "node_failure"}, MaxStartAttempts: 3,
-		LogRetention:         7 * 24 * time.Hour,
+		LogRetention: 7 * 24 * time.Hour,
+		PreemptAfter: 10 * time.Minute, PreemptGrace: 2 * time.Minute,
 		FairShare:            FairShare{Basis: "held", HalfLife: 7 * 24 * time.Hour, Refresh: time.Minute},
 		Priority:             Priority{Weights: PriorityWeights{FairShare: 1, Age: 0.1, Class: 0.5}, AgeMax: 7 * 24 * time.Hour},
 		SharedMemoryFraction: 0.9, MemoryOverrunGrace: 2 * time.Minute, MemoryOverrunAction: "stop",
@@ -33,7 +34,7 @@ func TestQueueDefaults(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"queue.max_memory": "64GiB", "queue.max_shm_size": "16GiB", "queue.max_time_limit": "7d",
-		"queue.default_time_limit": "0s", "queue.max_gpus_per_user": "default=4", "queue.log_retention": "7d",
+		"queue.default_time_limit": "0s", "queue.max_gpus_per_user": "default=4", "queue.log_retention": "7d", "queue.preempt_after": "10m", "queue.preempt_grace": "2m",
 		"queue.outside_memory_threshold": "0.05", "queue.network": "isolated", "queue.max_pids": "4096", "queue.max_open_files": "65536", "queue.images": "", "queue.labels": "", "host.group_file": "/etc/group",
 	} {
 		k, ok := lookup(name)
@@ -73,6 +74,7 @@ func TestQueueLab(t *testing.T) {
 		MaxGPUsPerUser:         map[string]int{"default": 2, "alice": 8, "bob": 0},
 		OutsideMemoryThreshold: 0.1, GPUPassing: "device_requests",
 		StopGrace: time.Minute, MaxRequeue: 2, RequeueOn: []string{"lost", "engine_failure", "node_failure"}, MaxStartAttempts: 5, LogRetention: 14 * 24 * time.Hour,
+		PreemptAfter: 10 * time.Minute, PreemptGrace: 2 * time.Minute,
 		Notify:    []string{"start", "end"},
 		FairShare: FairShare{Basis: "used", HalfLife: 14 * 24 * time.Hour, Refresh: 30 * time.Second},
 		Shares:    map[string]float64{"nlp": 2, "vision": 1, "alice": 0.5},
@@ -179,6 +181,8 @@ func TestQueueValidateInCode(t *testing.T) {
 		{"negative default limit", func(q *Queue) { q.DefaultTimeLimit = -time.Hour }, "queue.default_time_limit: -1h is negative; 0 makes --time-limit required"},
 		{"negative grace", func(q *Queue) { q.StopGrace = -time.Second }, "queue.stop_grace: -1s is negative"},
 		{"negative retention", func(q *Queue) { q.LogRetention = -time.Second }, "queue.log_retention: -1s is negative"},
+		{"preempt_after 0", func(q *Queue) { q.PreemptAfter = 0 }, "queue.preempt_after: 0s is below 1s"},
+		{"short preempt grace", func(q *Queue) { q.PreemptGrace = 500 * time.Millisecond }, "queue.preempt_grace: 500ms is below 1s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -84,6 +84,9 @@ type pool struct {
 	res         reservation
 	blockedText string
 	pending     []pending
+	// preempts is set when the head preempts: from then on preemptible
+	// jobs keep off its reservation too.
+	preempts bool
 }
 
 // pass is the state of one Schedule call.
@@ -134,6 +137,9 @@ func newPass(in Input) *pass {
 
 // wait records that the job at position k of the order waits.
 func (p *pass) wait(j rankedJob, k int, reason Reason, text string) {
+	if j.Preempted && reason == ReasonResources {
+		reason, text = ReasonPreempted, preemptedText(text, reason)
+	}
 	p.plan.Waits = append(p.plan.Waits, Wait{JobID: j.ID, Reason: reason, Position: k + 1, Priority: j.priority, figures: waitFigures{text: text}})
 }
 
@@ -231,7 +237,7 @@ func (p *pass) capText(k capKey) string {
 func (p *pass) whole(j rankedJob, k int) {
 	pl := newPlacer(&p.in.Config, j.user.expected)
 	pw := &p.wholePool
-	blocked := pw.head && !pw.res.allows(p.in.Now, j.TimeLimit)
+	blocked := pw.head && !pw.res.allows(p.in.Now, j.TimeLimit) && (!j.Preemptible || pw.preempts)
 	if blocked {
 		pw.res.block(p.gs, true)
 	}
@@ -251,6 +257,7 @@ func (p *pass) whole(j rankedJob, k int) {
 		}
 		reason, text := waitText(j.GPUs, p.gs, p.in.Running, p.in.Now, p.in.Config.threshold())
 		p.wait(j, k, reason, text)
+		pw.preempts = p.preempt(j)
 		pw.head = true
 		pw.res = wholeReservation(pl, p.gs, p.rels, j.GPUs)
 		pw.blockedText = fmt.Sprintf("waiting behind %s (%s), first in the queue, which waits for %s", j.ID, j.User, gpusText(j.GPUs))

@@ -160,7 +160,7 @@ func queueOrder(in Input, fairShare func(i int) float64) []orderKey {
 		}
 		lo = hi
 	}
-	return keys
+	return preemptibleLast(in, keys)
 }
 
 // orderKey is what the queue's order sorts by: a job's priority, its

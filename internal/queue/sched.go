@@ -70,6 +70,13 @@ type QueuedJob struct {
 	SubmittedAt time.Time
 	// Held jobs keep their place and do not start.
 	Held bool
+	// Preemptible jobs queue behind every job that is not, may start on
+	// GPUs the head job reserves until it may preempt, and never preempt
+	// (see Preemption).
+	Preemptible bool
+	// Preempted says the job's last run gave its GPUs up (its stored
+	// reason is preempted): while it waits for GPUs its reason stays so.
+	Preempted bool
 }
 
 // RunningJob is a job that holds GPUs: starting or running.
@@ -89,6 +96,13 @@ type RunningJob struct {
 	StartedAt time.Time
 	// TimeLimit is the job's time limit; 0 means none is known.
 	TimeLimit time.Duration
+	// Preemptible says the job's GPUs may go to a job that waits for
+	// them; Class is its priority class, which orders the choice.
+	Preemptible bool
+	Class       Class
+	// Preempting says the job's preemption is under way (asked in an
+	// earlier pass): its GPUs are coming free.
+	Preempting bool
 }
 
 // GPU is one GPU of the host.
@@ -174,6 +188,10 @@ type Config struct {
 	// TargetUtilization is the utilisation Target places towards; 0
 	// means DefaultTargetUtilization.
 	TargetUtilization float64
+	// PreemptAfter is how long a job that is not preemptible waits for
+	// GPUs that preemptible jobs hold before they are preempted for it;
+	// 0 means DefaultPreemptAfter.
+	PreemptAfter time.Duration
 }
 
 // Input is everything one scheduling pass looks at.
@@ -244,6 +262,13 @@ type Plan struct {
 	Starts []Start
 	// Waits are the jobs that still wait, with their reasons.
 	Waits []Wait
+	// Preemptions are the running jobs to stop and requeue so that a
+	// waiting job can start (see Preemption); nil when none.
+	Preemptions []Preemption
+	// PreemptAt is when the head job will have waited long enough to
+	// preempt the preemptible jobs that run now: a pass is due then. Zero
+	// when none is.
+	PreemptAt time.Time
 }
 
 // userLimit returns the cap on the GPUs user's jobs may hold.

@@ -194,8 +194,9 @@ type Job struct {
 	// made from ("" for the first).
 	Attempt   int    `json:"attempt"`
 	RequeueOf string `json:"requeue_of"`
-	// Requeues is how often the queue put this job back (lost, engine
-	// failure, preempted, --requeue).
+	// Requeues is how often the queue put this job back for a cause that
+	// counts towards queue.max_requeue (lost, --requeue); an engine
+	// failure or a preemption is not the job's fault and counts none.
 	Requeues    int  `json:"requeues"`
 	Preemptible bool `json:"preemptible"`
 }

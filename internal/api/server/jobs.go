@@ -139,6 +139,7 @@ func specRequest(b apitype.JobRequest) (spec.Request, error) {
 		Env: b.Env, Mounts: b.Mounts, Workdir: b.Workdir,
 		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize, Pids: b.Pids,
 		Publish: b.Publish, Labels: b.Labels, Command: b.Command,
+		Preemptible: b.Preemptible,
 	}, nil
 }
 

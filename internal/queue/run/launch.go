@@ -157,6 +157,9 @@ func (q *Launcher) buildSpec(j queue.Job, gpus []string) (*spec.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	if req.Preemptible {
+		s.SetPreemptGrace(q.preemptGrace)
+	}
 	s.ForNode(q.node)
 	return s, nil
 }
@@ -321,6 +324,11 @@ func (q *Launcher) finish(ctx context.Context, l *loop, j queue.Job, jc containe
 	ev := q.queueEvent("jobs.end", j.ID)
 	s, policy, byPolicy := q.stops.causes(j.ID, jc.ID)
 	switch {
+	case s != nil && s.preempt, s == nil && !byPolicy && j.Reason == queue.ReasonPreempted:
+		// Whatever its exit code: a job that checkpoints on SIGTERM
+		// and exits 0 has not finished.
+		q.requeuePreempted(ctx, l, j, jc.ID, fmt.Sprintf("exit code %d after SIGTERM", exit))
+		return
 	case s != nil:
 		state, reason, ev = s.state, s.reason, s.audit
 		text = fmt.Sprintf("%s (exit code %d)", s.text, exit)

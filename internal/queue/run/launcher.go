@@ -27,6 +27,7 @@ type Launcher struct {
 	passing          spec.GPUPassing
 	identity         func(string) (spec.Identity, error)
 	stopGrace        time.Duration
+	preemptGrace     time.Duration
 	maxRequeue       int
 	requeueOn        map[config.RequeueCause]bool
 	maxStartAttempts int

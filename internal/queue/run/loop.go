@@ -240,8 +240,10 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		users, teams := owners(in.Queued)
 		in.FairShare, in.Expected, in.OverBudget = q.standing(ctx, users, teams)
 	}
+	preemptInput(&in, byID)
 	plan := queue.Schedule(in)
 	plan.Waits = append(plan.Waits, depWaits...)
+	next = minTime(next, q.preempt(ctx, l, plan, byID))
 	for _, s := range plan.Starts {
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.
@@ -316,7 +318,11 @@ func (q *Launcher) sendStop(ctx context.Context, l *loop, cid string, s *stop) {
 	l.stops.Add(1)
 	go func() {
 		defer l.stops.Done()
-		if err := q.engine.Stop(ctx, cid, q.stopGrace); err != nil && ctx.Err() == nil {
+		grace := q.stopGrace
+		if s.grace > 0 {
+			grace = s.grace
+		}
+		if err := q.engine.Stop(ctx, cid, grace); err != nil && ctx.Err() == nil {
 			q.log.Warn("stop a job's container", "container", cid, "err", err)
 			if errors.Is(err, container.ErrUnavailable) {
 				// Sent again by a pass once the engine answers.

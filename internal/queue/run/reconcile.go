@@ -55,6 +55,8 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 			q.requeueUnavailable(ctx, l, j, errors.New("its container was not created"))
 		} else if j.State == queue.Starting {
 			q.backToQueue(ctx, j, "the agent stopped before the job's container was created; back in the queue")
+		} else if j.Reason == queue.ReasonPreempted {
+			q.requeuePreempted(ctx, l, j, "", "its container was gone after a restart of the agent")
 		} else {
 			q.markLost(ctx, j, queue.Running)
 		}

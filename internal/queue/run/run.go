@@ -81,7 +81,11 @@ type Config struct {
 	Node             string
 	DefaultTimeLimit time.Duration // 0: a request without one is refused
 	StopGrace        time.Duration
-	MaxRequeue       int
+	// PreemptGrace is how long a preempted job has between SIGTERM and
+	// a kill (0: StopGrace); its container has it in
+	// GPUMETER_PREEMPT_GRACE.
+	PreemptGrace time.Duration
+	MaxRequeue   int
 	// RequeueOn are the causes that put a running job back in the queue
 	// (config.RequeueCauses, as queue.requeue_on names them); nil is
 	// every cause, an empty list none.
@@ -217,7 +221,7 @@ func New(cfg Config) (*Queue, error) {
 	l := &Launcher{
 		writer: w, engine: cfg.Engine, log: log,
 		passing: cfg.Passing, identity: cfg.Identity,
-		stopGrace: cfg.StopGrace, maxRequeue: cfg.MaxRequeue, requeueOn: requeueOn, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
+		stopGrace: cfg.StopGrace, preemptGrace: cmp.Or(max(cfg.PreemptGrace, 0), cfg.StopGrace), maxRequeue: cfg.MaxRequeue, requeueOn: requeueOn, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
 		logRetention: cfg.LogRetention, notify: append([]string(nil), cfg.Notify...),
 		onEvent: cfg.OnEvent, stage: stageDir, stageRefusal: stageRefusal, standing: cfg.Standing,
 		settings: set, env: env, holds: holds,

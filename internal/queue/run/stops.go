@@ -2,6 +2,7 @@ package run
 
 import (
 	"sync"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -15,7 +16,12 @@ type stop struct {
 	text   string
 	audit  audit.Event
 	sent   bool // the container was told to stop
-	done   chan struct{}
+	// preempt makes the job go back to the queue once its container has
+	// exited (state is then queued); grace, when not 0, is the stop's
+	// grace in place of queue.stop_grace.
+	preempt bool
+	grace   time.Duration
+	done    chan struct{}
 }
 
 // stopRequests are the causes of the stops asked of the launcher: by job
@@ -34,11 +40,18 @@ func newStopRequests() *stopRequests {
 
 // ask records a stop of job id for the loop to make, and returns a
 // channel closed once the job has ended. A stop already asked for (a time
-// limit, an earlier cancel) keeps its cause.
+// limit, an earlier cancel) keeps its cause, but for a preemption, which
+// gives way to any other.
 func (r *stopRequests) ask(id string, s *stop) <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if cur, ok := r.byJob[id]; ok {
+		if cur.preempt && !s.preempt {
+			// A cancel or a time limit ends a job being preempted
+			// rather than requeue it; its container is told already.
+			s.done, s.sent, s.grace = cur.done, cur.sent, cur.grace
+			r.byJob[id] = s
+		}
 		return cur.done
 	}
 	s.done = make(chan struct{})

@@ -44,6 +44,7 @@ func requestOf(req spec.Request, notify []string) *queue.Request {
 		GPUMemory: req.GPUMemory, Class: queue.Class(req.Class), Mounts: req.Mounts, Workdir: req.Workdir,
 		CPUs: req.CPUs, Memory: req.Memory, ShmSize: req.ShmSize, Pids: req.Pids,
 		Publish: req.Publish, Labels: req.Labels, Notify: notify,
+		Preemptible: req.Preemptible,
 	}
 }
 
@@ -60,6 +61,7 @@ func specRequest(j queue.Job) (spec.Request, error) {
 		TimeLimit: j.TimeLimit, Image: j.Image, Name: j.Name, Mounts: r.Mounts,
 		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids,
 		Publish: r.Publish, Labels: r.Labels, Command: j.Command,
+		Preemptible: r.Preemptible,
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/moby/moby/api/types/container"
@@ -417,5 +418,17 @@ func TestNetworkName(t *testing.T) {
 		if got := NetworkName(tc.node); got != tc.want {
 			t.Errorf("NetworkName(%q) = %q, want %q", tc.node, got, tc.want)
 		}
+	}
+}
+
+func TestSetPreemptGrace(t *testing.T) {
+	s := &Spec{Config: &container.Config{Env: []string{"A=1", PreemptGraceEnv + "=7"}}}
+	s.SetPreemptGrace(2*time.Minute + 500*time.Millisecond)
+	if want := []string{"A=1", PreemptGraceEnv + "=120"}; !slices.Equal(s.Config.Env, want) {
+		t.Errorf("env %q, want %q", s.Config.Env, want)
+	}
+	s.SetPreemptGrace(time.Millisecond)
+	if want := []string{"A=1", PreemptGraceEnv + "=1"}; !slices.Equal(s.Config.Env, want) {
+		t.Errorf("env %q, want %q", s.Config.Env, want)
 	}
 }

@@ -43,6 +43,9 @@ type Request struct {
 	Publish   []string // PORT[:CPORT], PORT on the host
 	Labels    []string // K=V, keys matching Rules.Labels
 	Command   []string
+	// Preemptible lets the job's GPUs go to jobs that wait for them: it
+	// is stopped (PreemptGraceEnv says with how much grace) and requeued.
+	Preemptible bool
 }
 
 // PortRange is an inclusive range of host ports.
@@ -328,6 +331,9 @@ func check(req Request, rules Rules, who Identity) (*checked, error) {
 	if err := checkClass(req.Class, who); err != nil {
 		return nil, err
 	}
+	if err := checkPreemptible(req); err != nil {
+		return nil, err
+	}
 	switch {
 	case req.TimeLimit <= 0:
 		return nil, refuse(BadRequest, "time_limit", "a job needs a time limit above 0; give --time-limit such as 4h")
@@ -433,6 +439,9 @@ func checkEnv(env []string) ([]string, error) {
 		}
 		if !validEnvName(k) {
 			return nil, refuse(BadRequest, "env", "%q is not a variable name (letters, digits and _, not starting with a digit)", k)
+		}
+		if strings.EqualFold(k, PreemptGraceEnv) {
+			return nil, refuse(EnvNotAllowed, "env", "%s is set by the queue for a --preemptible job from queue.preempt_grace; drop --env %s", k, k)
 		}
 		if strings.HasPrefix(strings.ToUpper(k), "NVIDIA_") || slices.Contains(agentEnv, strings.ToUpper(k)) {
 			return nil, refuse(EnvNotAllowed, "env", "%s is set by the queue from the GPUs it gives the job (NVIDIA_* and CUDA_VISIBLE_DEVICES are not for requests); drop --env %s", k, k)

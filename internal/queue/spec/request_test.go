@@ -144,6 +144,10 @@ func TestCheckRefuses(t *testing.T) {
 		{"uid 0 with another image", func(r *Request, w *Identity, _ *Rules) { w.UID, r.Image = 0, "localhost/job:latest" }, ImageNotAllowed, "image", "run as root"},
 		{"NVIDIA_VISIBLE_DEVICES=all", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"NVIDIA_VISIBLE_DEVICES=all"} }, EnvNotAllowed, "env", "drop --env NVIDIA_VISIBLE_DEVICES"},
 		{"NVIDIA_DRIVER_CAPABILITIES", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"NVIDIA_DRIVER_CAPABILITIES=all"} }, EnvNotAllowed, "env", "NVIDIA_*"},
+		{"the preemption grace", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"gpumeter_preempt_grace=99999"} }, EnvNotAllowed, "env", "queue.preempt_grace"},
+		{"preemptible memory job", func(r *Request, _ *Identity, u *Rules) {
+			r.GPUs, r.GPUMemory, r.Preemptible, u.MaxGPUMemory = 0, 1<<30, true, 10<<30
+		}, BadRequest, "preemptible", "cannot be preemptible"},
 		{"any NVIDIA_ name", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"A=1", "NVIDIA_REQUIRE_CUDA=cuda>=1"} }, EnvNotAllowed, "env", "NVIDIA_REQUIRE_CUDA"},
 		{"lower-case nvidia_", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"nvidia_visible_devices=all"} }, EnvNotAllowed, "env", "set by the queue"},
 		{"CUDA_VISIBLE_DEVICES", func(r *Request, _ *Identity, _ *Rules) { r.Env = []string{"CUDA_VISIBLE_DEVICES=0,1,2,3"} }, EnvNotAllowed, "env", "CUDA_VISIBLE_DEVICES"},
