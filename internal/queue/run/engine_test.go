@@ -313,7 +313,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 		j, _ := e.q.Job(context.Background(), big.ID)
 		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), string(j.State) + " " + j.ReasonText
 	})
-	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
+	got, err := e.q.CancelWait(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
