@@ -75,7 +75,7 @@ func (f CancelFilter) check() error {
 		return &BadRequest{Field: "held", Text: "only queued jobs are held; with held, name state queued alone"}
 	}
 	if _, err := path.Match(f.Name, ""); err != nil {
-		return &BadRequest{Field: "name", Text: fmt.Sprintf("%q is not a pattern (%v); use * and ? and [a-z] as a shell does", f.Name, err)}
+		return &BadRequest{Field: "name", Text: fmt.Sprintf("%q is not a pattern (%v); give a shell pattern such as train-[0-9]", f.Name, err)}
 	}
 	return nil
 }
