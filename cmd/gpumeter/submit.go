@@ -9,12 +9,14 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 func newSubmit() *cobra.Command {
 	var (
-		cf  clientFlags
-		req apitype.JobRequest
+		cf    clientFlags
+		req   apitype.JobRequest
+		after []string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit --gpus N|--gpu-memory SIZE --time-limit DURATION --image IMAGE [flags] -- COMMAND [ARG...]",
@@ -29,6 +31,15 @@ where the agent sets queue.default_time_limit.
 instead of whole GPUs. The meter holds the job to it: a job that uses more is
 warned and then stopped. --priority high is for admins and the users of
 queue.priority.high_users.
+
+--after makes the job wait for others to end: ok:ID (each succeeded), any:ID
+(each ended, however), fail:ID (each ended other than succeeded); ids are
+comma-separated and the flag repeatable, an array's id stands for every one of
+its tasks, and you may name only your own jobs (admins anyone's). While it
+waits its reason is dependency; once a job named can no longer meet the
+condition it ends failed with dependency_never_satisfied, naming that job.
+--requeue puts the job back in the queue when it exits non-zero (reason
+failed_requeued), at most queue.max_requeue times.
 
 Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -53,6 +64,13 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 			}
 			if _, err := apitype.ParseJobRequest(req); err != nil {
 				return flagError(err)
+			}
+			deps, err := queue.ParseAfter(after)
+			if err != nil {
+				return fmt.Errorf("--after: %w", err)
+			}
+			for _, d := range deps {
+				req.After = append(req.After, apitype.Dependency{Type: string(d.Type), ID: d.ID})
 			}
 			c, err := cf.client(cmd)
 			if err != nil {
@@ -85,6 +103,8 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringArrayVar(&req.Labels, "label", nil, "KEY=VALUE label on the job's container, such as gpumeter.project=vision, with a key queue.labels allows (repeatable)")
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
+	f.StringArrayVar(&after, "after", nil, "TYPE:ID[,ID...]: start only after these jobs end: ok (succeeded), any (ended), fail (ended otherwise) (repeatable)")
+	f.BoolVar(&req.Requeue, "requeue", false, "put the job back in the queue when it exits non-zero, at most queue.max_requeue times")
 	return cmd
 }
 
@@ -93,6 +113,7 @@ var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
 	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
+	"after": "--after", "requeue": "--requeue",
 }
 
 // flagError names the flag a request field error is about.
