@@ -124,7 +124,7 @@ Y
   echo "queue-depth: the agent did not answer in 2 minutes; its log:" >&2; tail -30 "$T/gm/agent.log" >&2; exit 1
 }
 gm() { env -u GPUMETER_LOAD GPUMETER_URL=unix://$T/gm/data/api.sock GPUMETER_DATA_DIR=$T/gm/data "$T/gpumeter" "$@"; }
-gm_live() { gm jobs --all-users --state queued,starting,running --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d if isinstance(d,list) else d.get("jobs",[])))'; }
+gm_live() { gm jobs --limit 0 --all-users --state queued,starting,running --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d if isinstance(d,list) else d.get("jobs",[])))'; }
 gm_submit() { gm submit --as "$1" --gpus 1 --time-limit 2h --image gpumeter-depth-sleeper:1 -- "${@:2}"; }
 export -f gm gm_submit
 export T
@@ -138,7 +138,7 @@ gm_run() {
   t1=$(now)
   R[gm.cli]=$(rate "$JOBS" "$(elapsed "$t0" "$t1")")
   while [ "$(gm_live)" != 0 ]; do sleep 1; done
-  gm jobs --all --all-users --format json | $py gm-times "$T/gm/a.times" 0 0 >/dev/null
+  gm jobs --limit 0 --all --all-users --format json | $py gm-times "$T/gm/a.times" 0 0 >/dev/null
   read -r R[gm.makespan] R[gm.p50] R[gm.p99] R[gm.n] < <($py figures "$T/gm/a.times" 4)
   grep 'job start trace' "$T/gm/agent.log" >"$T/gm/trace.log" || true
 
@@ -154,13 +154,13 @@ gm_run() {
   gm cancel "${blockers[@]}" >/dev/null
   sleep "$WINDOW"
   t1=$(now)
-  gm jobs --all --all-users --format json | $py gm-times "$T/gm/c.times" "$t0" "$t1" >"$T/gm/c.n"
+  gm jobs --limit 0 --all --all-users --format json | $py gm-times "$T/gm/c.times" "$t0" "$t1" >"$T/gm/c.n"
   R[gm.starts60]=$(cat "$T/gm/c.n")
   window_gaps gm "$T/gm/c.times" "$t0"
 
   echo "gpumeter: (d) cancel what still waits" >&2
   local ids n
-  ids=$(gm jobs --all-users --state queued --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d if isinstance(d,list) else d.get("jobs",[]); print(" ".join(j["id"] for j in d))')
+  ids=$(gm jobs --limit 0 --all-users --state queued --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d if isinstance(d,list) else d.get("jobs",[]); print(" ".join(j["id"] for j in d))')
   n=$(wc -w <<<"$ids")
   t0=$(now)
   if gm cancel --help | grep -q -- '--all-users'; then
@@ -173,7 +173,7 @@ gm_run() {
     timeout 60 bash -c 'gm cancel "$@" >/dev/null 2>&1' _ $ids || true
     t1=$(now)
     local left
-    left=$(gm jobs --all-users --state queued --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d if isinstance(d,list) else d.get("jobs",[])))')
+    left=$(gm jobs --limit 0 --all-users --state queued --format json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d if isinstance(d,list) else d.get("jobs",[])))')
     R[gm.cancelhow]="cancel ID... (per id; no bulk cancel in this build)"
     R[gm.cancel]="$((n - left)) of $n in $(elapsed "$t0" "$t1") s"
   fi

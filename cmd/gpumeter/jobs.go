@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -24,13 +23,16 @@ func newJobs() *cobra.Command {
 		q      client.JobsQuery
 		states []string
 		format string
+		limit  int
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
 		Short: "List your GPU jobs: waiting (with why) and running",
 		Long: `List your jobs on the agent's GPU queue that wait or run, oldest first; -a adds
 the ended ones, as ps -a does. A waiting job's row says why it waits.
---all-users lists everyone's, for admins and viewers.`,
+--all-users lists everyone's, for admins and viewers. --limit (100 unless
+given; 0 for all) bounds the rows, and a last line says how many there are
+in all; --after ID lists the page after job ID.`,
 		Args: noArgs("jobs"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
@@ -41,18 +43,24 @@ the ended ones, as ps -a does. A waiting job's row says why it waits.
 				return fmt.Errorf("--state: %w", err)
 			}
 			q.States = queue.StateNames(st)
+			if q.Limit, err = jobsLimit(limit); err != nil {
+				return err
+			}
 			c, err := cf.client(cmd)
 			if err != nil {
 				return err
 			}
-			jobs, err := c.Jobs(cmd.Context(), q)
+			page, err := c.JobsPage(cmd.Context(), q)
 			if err != nil {
 				return c.explain(err)
 			}
 			if format == "json" {
-				return writeJSONOut(cmd.OutOrStdout(), apitype.JobsResponse{Jobs: jobs})
+				return writeJSONOut(cmd.OutOrStdout(), page)
 			}
-			return writeJobs(cmd.OutOrStdout(), jobs, time.Now())
+			if err := writeJobs(cmd.OutOrStdout(), page.Jobs, time.Now()); err != nil {
+				return err
+			}
+			return writePageLine(cmd.OutOrStdout(), page)
 		},
 	}
 	cf.register(cmd)
@@ -61,6 +69,8 @@ the ended ones, as ps -a does. A waiting job's row says why it waits.
 	f.BoolVar(&q.AllUsers, "all-users", false, "list everyone's jobs (admins and viewers)")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (queued, starting, running, succeeded, failed, timeout, cancelled, lost)")
 	f.StringVar(&format, "format", "table", "output format: table or json")
+	f.IntVar(&limit, "limit", defaultJobsLimit, "list at most this many jobs; 0 lists them all")
+	f.StringVar(&q.After, "after", "", "list the jobs after this job id (the page after the one that ended with it)")
 	completeValues(cmd, "state", jobStates()...)
 	completeValues(cmd, "format", "table", "json")
 	return cmd
@@ -97,46 +107,6 @@ func newJob() *cobra.Command {
 	cmd.Flags().StringVar(&format, "format", "text", "output: text or json")
 	completeValues(cmd, "format", "text", "json")
 	cmd.ValidArgsFunction = completeJobs(&cf, false, true, nil)
-	return cmd
-}
-
-func newCancel() *cobra.Command {
-	var cf clientFlags
-	cmd := &cobra.Command{
-		Use:   "cancel ID...",
-		Short: "Cancel GPU jobs: a waiting one leaves the queue, a running one is stopped",
-		Long: `Cancel each job named. A waiting job ends at once; a running one is stopped
-(SIGTERM, then SIGKILL after queue.stop_grace) and the answer comes once it
-has. Every job named is tried; the exit status is 1 if any could not be.`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return errors.New("cancel needs one or more job ids (`gpumeter jobs` lists them)")
-			}
-			return nil
-		},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client(cmd)
-			if err != nil {
-				return err
-			}
-			var failed []string
-			for _, id := range args {
-				j, err := c.Cancel(cmd.Context(), id)
-				if err != nil {
-					fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: cancel %s: %v\n", client.Clean(id), c.explain(err))
-					failed = append(failed, client.Clean(id))
-					continue
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", client.Clean(j.ID), client.Clean(j.State))
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("could not cancel %d of %d jobs: %s", len(failed), len(args), strings.Join(failed, ", "))
-			}
-			return nil
-		},
-	}
-	cf.register(cmd)
-	cmd.ValidArgsFunction = completeJobs(&cf, true, false, func(j apitype.Job) bool { return !ended(j) })
 	return cmd
 }
 

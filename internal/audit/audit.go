@@ -72,7 +72,8 @@ type Event struct {
 	// refusals or reads of one source, caller, action and reason summed
 	// over the window that begins at Time (see Log.Observe). An event
 	// without one stands for itself, so that the calls of a window are
-	// the events plus the counts.
+	// the events plus the counts. The one event of a bulk cancel (action
+	// job.cancel_bulk) is one call, and its Count the jobs it cancelled.
 	Count int64 `json:"count,omitempty"`
 }
 

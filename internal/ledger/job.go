@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -22,6 +23,16 @@ type JobFilter struct {
 	// ArrayID selects the tasks of one array job: the jobs whose IDs are
 	// ArrayID_<index> (j-000123_0, j-000123_1, ...). Empty: every job.
 	ArrayID string
+	// After keeps the jobs whose Seq is above it, for keyset paging: the
+	// Seq of the last job of the page before. 0: from the first.
+	After int64
+}
+
+// JobCancel is how CancelJobs ends the queued jobs it cancels.
+type JobCancel struct {
+	Reason     queue.Reason
+	ReasonText string
+	EndedAt    time.Time
 }
 
 // ArrayTaskID is the ID of task index of array job arrayID: j-000123_4.
@@ -43,6 +54,17 @@ type JobStore interface {
 	Job(ctx context.Context, id string) (queue.Job, error)
 	// Jobs returns the jobs f selects, by ID (oldest first).
 	Jobs(ctx context.Context, f JobFilter) ([]queue.Job, error)
+	// CountJobs returns how many jobs f selects, its Limit and After
+	// aside: the total a page of Jobs is one part of, in one query.
+	CountJobs(ctx context.Context, f JobFilter) (int, error)
+	// CancelJobs moves the jobs among ids that are still queued to
+	// cancelled as c says, and writes audit (when its Kind is set; its
+	// Count raised by the number of jobs cancelled) in the same
+	// transaction: one write for many jobs, as a bulk cancel needs. It
+	// returns the jobs it cancelled, oldest first; an id that is not
+	// queued (it started or ended meanwhile, or is unknown) is left as it
+	// is. The caller checks the transition, as for UpdateJob.
+	CancelJobs(ctx context.Context, ids []string, c JobCancel, audit audit.Event) ([]queue.Job, error)
 	// UpdateJob applies change to the job with id and writes it, with
 	// audit (when its Kind is set), in one transaction, but only while
 	// the job's state is still from; otherwise it returns a

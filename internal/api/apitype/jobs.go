@@ -220,7 +220,9 @@ type PlacementCandidate struct {
 	Chosen bool    `json:"chosen"`
 }
 
-// JobsResponse is the body of GET /api/v1/jobs.
+// JobsResponse is the body of GET /api/v1/jobs: a page of jobs, oldest
+// first, and which page it is.
 type JobsResponse struct {
 	Jobs []Job `json:"jobs"`
+	Page *Page `json:"page,omitempty"`
 }

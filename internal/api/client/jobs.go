@@ -6,14 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 )
 
-// cancelTimeout is how long a cancel may take: the agent answers once the
-// job's container has stopped, after queue.stop_grace and a kill.
+// cancelTimeout is how long a cancel with wait may take: the agent
+// answers once the job's container has stopped, after queue.stop_grace
+// and a kill.
 const cancelTimeout = 15*time.Minute + 10*time.Second
 
 // logsTimeout bounds the logs of a job read without following them.
@@ -28,6 +28,10 @@ type JobsQuery struct {
 	AllUsers bool
 	// States narrows the list to these states.
 	States []string
+	// Limit is the most jobs of one page (JobsPage); 0 lists them all.
+	// After is the id of the last job of the page before ("": the first).
+	Limit int
+	After string
 }
 
 // Submit queues a job and returns it as the agent stored it. The sizes
@@ -43,21 +47,8 @@ func (c *Client) Submit(ctx context.Context, req apitype.JobRequest) (apitype.Jo
 
 // Jobs lists the jobs q selects, oldest first.
 func (c *Client) Jobs(ctx context.Context, q JobsQuery) ([]apitype.Job, error) {
-	v := url.Values{}
-	if q.All {
-		v.Set("all", "1")
-	}
-	if q.AllUsers {
-		v.Set("all_users", "1")
-	}
-	if len(q.States) > 0 {
-		v.Set("state", strings.Join(q.States, ","))
-	}
-	var out apitype.JobsResponse
-	if err := c.getJSON(ctx, "/api/v1/jobs", v, liveTimeout, &out); err != nil {
-		return nil, err
-	}
-	return out.Jobs, nil
+	out, err := c.JobsPage(ctx, q)
+	return out.Jobs, err
 }
 
 // Job returns the job with id. Another user's job is answered as one that
@@ -68,10 +59,11 @@ func (c *Client) Job(ctx context.Context, id string) (apitype.Job, error) {
 	return out, err
 }
 
-// Cancel cancels job id and returns it once it has ended. An ended job
-// is a *StatusError with status 409 and the job's State.
+// Cancel cancels job id and returns it at once: a running one is still
+// running, being stopped (CancelWait waits for its end). An ended job is
+// a *StatusError with status 409 and the job's State.
 func (c *Client) Cancel(ctx context.Context, id string) (apitype.Job, error) {
-	return c.jobAction(ctx, id, "cancel", cancelTimeout)
+	return c.jobAction(ctx, id, "cancel", liveTimeout)
 }
 
 // Hold keeps a queued job from starting; it keeps its place.

@@ -30,7 +30,10 @@ type Jobs interface {
 	Submit(ctx context.Context, s run.Submission) (queue.Job, error)
 	Job(ctx context.Context, id string) (queue.Job, error)
 	Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error)
+	CountJobs(ctx context.Context, f ledger.JobFilter) (int, error)
 	Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
+	CancelWait(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
+	CancelMatching(ctx context.Context, f run.CancelFilter, ev audit.Event) (run.BulkCancel, error)
 	Hold(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
 	Release(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
 	// Requeue makes a new job from ended job id; admin says the caller
@@ -49,8 +52,8 @@ type Ranks interface {
 	Rank(id string) (priority float64, position int, estimated time.Time, ok bool)
 }
 
-// jobActionTimeout bounds a cancel, which returns once the job's
-// container has stopped: queue.stop_grace and then a kill.
+// jobActionTimeout bounds a cancel with wait=1, which returns once the
+// job's container has stopped: queue.stop_grace and then a kill.
 const jobActionTimeout = 15 * time.Minute
 
 // jobRoutes are the queue's endpoints.
@@ -59,6 +62,7 @@ func (s *server) jobRoutes() []route {
 		{method: "POST", pattern: "/api/v1/jobs", act: auth.ActJobSubmit, mutating: true, h: s.submitJob},
 		{method: "GET", pattern: "/api/v1/jobs", act: auth.ActJobRead, h: s.listJobs},
 		{method: "GET", pattern: "/api/v1/jobs/{id}", act: auth.ActJobRead, h: s.getJob},
+		{method: "POST", pattern: "/api/v1/jobs/cancel", act: auth.ActJobCancel, mutating: true, h: s.cancelJobs},
 		{method: "POST", pattern: "/api/v1/jobs/{id}/cancel", act: auth.ActJobCancel, mutating: true, h: s.jobAction("cancel")},
 		{method: "POST", pattern: "/api/v1/jobs/{id}/hold", act: auth.ActJobHold, mutating: true, h: s.jobAction("hold")},
 		{method: "POST", pattern: "/api/v1/jobs/{id}/release", act: auth.ActJobHold, mutating: true, h: s.jobAction("release")},
@@ -177,7 +181,11 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = apitype.OnlyParams(q, "all", "all_users", "state")
+		err = apitype.OnlyParams(q, "all", "all_users", "state", "limit", "after")
+	}
+	var page jobsPage
+	if err == nil {
+		page, err = parseJobsPage(q)
 	}
 	var all, allUsers bool
 	if err == nil {
@@ -191,7 +199,7 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 		states, err = parseJobStates(q["state"])
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, err.Error())
+		writeFieldError(w, err)
 		return
 	}
 	user, err := jobsUser(c, allUsers)
@@ -200,12 +208,12 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	f := ledger.JobFilter{User: user, States: states, IncludeEnded: all}
-	jobs, err := s.cfg.Jobs.Jobs(r.Context(), f)
+	jobs, pg, err := s.pageJobs(r.Context(), c, f, page)
 	if err != nil {
 		s.jobError(w, r, c, "", err)
 		return
 	}
-	out := apitype.JobsResponse{Jobs: make([]apitype.Job, 0, len(jobs))}
+	out := apitype.JobsResponse{Jobs: make([]apitype.Job, 0, len(jobs)), Page: &pg}
 	for _, j := range jobs {
 		out.Jobs = append(out.Jobs, s.jobJSON(j))
 	}
@@ -264,8 +272,9 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 			return
 		}
 		id := r.PathValue("id")
-		if r.URL.RawQuery != "" {
-			msg := r.URL.Path + " takes no parameters"
+		wait, err := actionWait(verb, r.URL.RawQuery)
+		if err != nil {
+			msg := r.URL.Path + ": " + err.Error()
 			s.observe(r, c, "job "+id, http.StatusBadRequest, msg)
 			writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, msg)
 			return
@@ -284,19 +293,21 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 		ev := s.event(r, c, job.ID, http.StatusOK, "")
 		ev.Owner = job.User
 		// What is asked is done even if the caller hangs up; a cancel
-		// waits for the container to stop, past the write timeout.
+		// with wait=1 waits for the container to stop, past the write
+		// timeout.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), jobActionTimeout)
 		defer cancel()
-		var err error
-		switch verb {
-		case "cancel":
+		switch {
+		case verb == "cancel" && wait:
 			if err := allowLong(w, r, jobActionTimeout); err != nil {
 				s.cfg.Logger.Warn("cancel job: the answer may be cut off at the server's write timeout", "job", job.ID, "err", err)
 			}
+			job, err = s.cfg.Jobs.CancelWait(ctx, job.ID, ev)
+		case verb == "cancel":
 			job, err = s.cfg.Jobs.Cancel(ctx, job.ID, ev)
-		case "hold":
+		case verb == "hold":
 			job, err = s.cfg.Jobs.Hold(ctx, job.ID, ev)
-		case "requeue":
+		case verb == "requeue":
 			job, err = s.cfg.Jobs.Requeue(ctx, job.ID, c.id.Role == config.RoleAdmin, ev)
 		default:
 			job, err = s.cfg.Jobs.Release(ctx, job.ID, ev)

@@ -145,9 +145,10 @@ func TestJobJSONContract(t *testing.T) {
 		t.Errorf("the job's JSON shows an environment value: %s", a.Body)
 	}
 	var list map[string]json.RawMessage
-	f.Get(t, servertest.AsAlice, "/api/v1/jobs").Decode(t, &list)
-	if _, ok := list["jobs"]; !ok || len(list) != 1 {
-		t.Errorf("the list is %v, want one field jobs", list)
+	la := f.Get(t, servertest.AsAlice, "/api/v1/jobs")
+	la.Decode(t, &list)
+	if _, ok := list["jobs"]; !ok || len(list) != 2 || string(list["page"]) != `{"total":1,"next_after":""}` {
+		t.Errorf("the list is %s, want the fields jobs and page", la.Body)
 	}
 }
 

@@ -44,6 +44,11 @@ func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, pgtest.DSN(b)))
 }
 
+// go test -run '^$' -bench BenchmarkCancelBulk5000 -benchtime 5x ./internal/ledger/postgres/
+func BenchmarkCancelBulk5000(b *testing.B) {
+	ledgertest.BenchCancelJobs(b, open(b, pgtest.DSN(b)), 5000)
+}
+
 // BenchmarkFairShare30Days: every user's and team's fair-share numbers
 // from the 30-day ledger at its end, as fairshare's own benchmark does on
 // SQLite: the ledger read, the sums and the report with every factor.

@@ -16,6 +16,11 @@ import (
 	"github.com/gpumeter/gpumeter/internal/report"
 )
 
+// go test -run '^$' -bench BenchmarkCancelBulk5000 -benchtime 5x ./internal/ledger/sqlite/
+func BenchmarkCancelBulk5000(b *testing.B) {
+	ledgertest.BenchCancelJobs(b, open(b, filepath.Join(b.TempDir(), "ledger.db")), 5000)
+}
+
 // go test -run '^$' -bench BenchmarkWriteMinute ./internal/ledger/sqlite/
 func BenchmarkWriteMinute(b *testing.B) {
 	ledgertest.BenchWriteMinute(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))

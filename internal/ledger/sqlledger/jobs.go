@@ -101,6 +101,27 @@ func (l Ledger) Job(ctx context.Context, id string) (queue.Job, error) {
 // Jobs returns the jobs f selects, oldest first.
 func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
 	var qb query
+	where := jobWhere(f, &qb)
+	if f.After > 0 {
+		where = append(where, "seq > "+qb.arg(f.After))
+	}
+	sql := "SELECT " + jobColumns + " FROM jobs"
+	if len(where) > 0 {
+		sql += " WHERE " + strings.Join(where, " AND ")
+	}
+	sql += " ORDER BY seq"
+	if f.Limit > 0 {
+		sql += " LIMIT " + qb.arg(int64(f.Limit))
+	}
+	return read(ctx, l, "jobs from", func(q Querier) ([]queue.Job, error) {
+		rows, err := scanJobs(ctx, q, sql, qb.args...)
+		return jobsOf(rows), err
+	})
+}
+
+// jobWhere is the conditions of f but its After and Limit, with their
+// arguments added to qb.
+func jobWhere(f ledger.JobFilter, qb *query) []string {
 	var where []string
 	if f.User != "" {
 		where = append(where, "user_name = "+qb.arg(f.User))
@@ -117,18 +138,7 @@ func (l Ledger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, erro
 	if !f.IncludeEnded {
 		where = append(where, "state NOT IN ("+qb.list(queue.StateNames(queue.EndedStates()))+")")
 	}
-	sql := "SELECT " + jobColumns + " FROM jobs"
-	if len(where) > 0 {
-		sql += " WHERE " + strings.Join(where, " AND ")
-	}
-	sql += " ORDER BY seq"
-	if f.Limit > 0 {
-		sql += " LIMIT " + qb.arg(int64(f.Limit))
-	}
-	return read(ctx, l, "jobs from", func(q Querier) ([]queue.Job, error) {
-		rows, err := scanJobs(ctx, q, sql, qb.args...)
-		return jobsOf(rows), err
-	})
+	return where
 }
 
 // ActiveJobs returns the jobs in states, oldest first.

@@ -45,23 +45,28 @@ func (q *Service) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, er
 }
 
 // Cancel cancels job id. A queued job ends at once; a starting or running
-// one is stopped (stop_grace, then killed) and Cancel returns once it has
-// ended, with its exit code kept, or when ctx ends. An ended job is a
-// *StateError. ev is written in the transaction that ends the job.
+// one is asked to stop (stop_grace, then killed) and Cancel returns at
+// once, the job still in its state and its ReasonText saying it is being
+// stopped: CancelWait waits for the end. An ended job is a *StateError.
+// ev is written in the transaction that ends the job.
 func (q *Service) Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error) {
+	j, _, err := q.cancel(ctx, id, ev)
+	return j, err
+}
+
+// cancel is Cancel, and returns for a job it asked to stop a channel
+// closed once the job has ended; nil for one it ended itself.
+func (q *Service) cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, <-chan struct{}, error) {
 	ev = q.fill(ev, "jobs.cancel", id)
-	text := "cancelled"
-	if ev.Caller != "" {
-		text = "cancelled by " + ev.Caller
-	}
+	text := cancelText(ev.Caller)
 	for {
 		j, err := q.store.Job(ctx, id)
 		if err != nil {
-			return queue.Job{}, err
+			return queue.Job{}, nil, err
 		}
 		st, err := toState(j)
 		if err != nil {
-			return queue.Job{}, err
+			return queue.Job{}, nil, err
 		}
 		switch {
 		case st == queue.Queued, (st == queue.Starting || st == queue.Running) && !q.launch.runs():
@@ -73,22 +78,18 @@ func (q *Service) Cancel(ctx context.Context, id string, ev audit.Event) (queue.
 				continue // it moved on meanwhile: look again
 			}
 			if err != nil {
-				return queue.Job{}, err
+				return queue.Job{}, nil, err
 			}
 			q.launch.jobEnded(out)
 			q.launch.poke()
-			return out, nil
+			return out, nil, nil
 		case st == queue.Starting || st == queue.Running:
 			done := q.launch.askStop(id, &stop{state: queue.Cancelled, reason: queue.ReasonCancelled, text: text, audit: ev})
 			q.launch.poke()
-			select {
-			case <-done:
-				return q.store.Job(context.WithoutCancel(ctx), id)
-			case <-ctx.Done():
-				return queue.Job{}, fmt.Errorf("cancel %s: the job is being stopped: %w", id, ctx.Err())
-			}
+			j.ReasonText = stoppingText(text)
+			return j, done, nil
 		default:
-			return queue.Job{}, &StateError{ID: id, State: st, Action: "cancel", Want: []queue.State{queue.Queued, queue.Starting, queue.Running}}
+			return queue.Job{}, nil, &StateError{ID: id, State: st, Action: "cancel", Want: []queue.State{queue.Queued, queue.Starting, queue.Running}}
 		}
 	}
 }

@@ -318,7 +318,7 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	if stored, err := e.store.Job(context.Background(), big.ID); err != nil || stored.ReasonText != submittedText || !stored.UpdatedAt.Equal(big.UpdatedAt) {
 		t.Errorf("stored waiting job: %q updated %v (submitted %v), %v; want %q, never rewritten by a pass", stored.ReasonText, stored.UpdatedAt, big.UpdatedAt, err, submittedText)
 	}
-	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
+	got, err := e.q.CancelWait(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}

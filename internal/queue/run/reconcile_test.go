@@ -95,7 +95,7 @@ func TestCancelWhileStarting(t *testing.T) {
 	}
 	done := make(chan queue.Job, 1)
 	go func() {
-		got, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api", Caller: "alice"})
+		got, err := e.q.CancelWait(context.Background(), j.ID, audit.Event{Kind: "api", Caller: "alice"})
 		if err != nil {
 			t.Error(err)
 		}
@@ -253,7 +253,7 @@ func TestJobGetsItsEnvAndLabels(t *testing.T) {
 	if l := ins.Config.Labels; l["gpumeter.job"] != j.ID || l["gpumeter.user"] != "alice" || l["gpumeter.team"] != "ml" || ins.Config.User != "4242:4242" {
 		t.Errorf("container labels %v user %q", l, ins.Config.User)
 	}
-	if _, err := e.q.Cancel(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
+	if _, err := e.q.CancelWait(context.Background(), j.ID, audit.Event{Kind: "api"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(e.q.Launcher.env.path(j.ID)); !errors.Is(err, os.ErrNotExist) {
