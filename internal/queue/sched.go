@@ -70,6 +70,10 @@ type QueuedJob struct {
 	SubmittedAt time.Time
 	// Held jobs keep their place and do not start.
 	Held bool
+	// Array is the array job the job is a task of ("" for none), and
+	// ArrayMax how many of its tasks may hold GPUs at once (0: no cap).
+	Array    string
+	ArrayMax int
 }
 
 // RunningJob is a job that holds GPUs: starting or running.
@@ -89,6 +93,8 @@ type RunningJob struct {
 	StartedAt time.Time
 	// TimeLimit is the job's time limit; 0 means none is known.
 	TimeLimit time.Duration
+	// Array is the array job the job is a task of; "" for none.
+	Array string
 }
 
 // GPU is one GPU of the host.
