@@ -59,6 +59,8 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"JobConcurrentSubmits", testJobConcurrentSubmits},
 		{"JobConcurrentStarts", testJobConcurrentStarts},
 		{"JobPlacement", testJobPlacement},
+		{"JobArray", testJobArray},
+		{"JobArrayAtomic", testJobArrayAtomic},
 		{"BudgetLifts", testBudgetLifts},
 		{"BudgetLiftAtomic", testBudgetLiftAtomic},
 		{"UsageByOwner", testUsageByOwner},
