@@ -28,6 +28,8 @@ type JobsQuery struct {
 	AllUsers bool
 	// States narrows the list to these states.
 	States []string
+	// Array lists the tasks of this array job, ended ones too.
+	Array string
 }
 
 // Submit queues a job and returns it as the agent stored it. The sizes
@@ -52,6 +54,9 @@ func (c *Client) Jobs(ctx context.Context, q JobsQuery) ([]apitype.Job, error) {
 	}
 	if len(q.States) > 0 {
 		v.Set("state", strings.Join(q.States, ","))
+	}
+	if q.Array != "" {
+		v.Set("array", q.Array)
 	}
 	var out apitype.JobsResponse
 	if err := c.getJSON(ctx, "/api/v1/jobs", v, liveTimeout, &out); err != nil {
