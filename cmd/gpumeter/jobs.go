@@ -24,13 +24,16 @@ func newJobs() *cobra.Command {
 		q      client.JobsQuery
 		states []string
 		format string
+		expand bool
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
 		Short: "List your GPU jobs: waiting (with why) and running",
 		Long: `List your jobs on the agent's GPU queue that wait or run, oldest first; -a adds
 the ended ones, as ps -a does. A waiting job's row says why it waits.
---all-users lists everyone's, for admins and viewers.`,
+--all-users lists everyone's, for admins and viewers. An array job's tasks
+are folded into one line with the count of its tasks in each state
+(j-000123 [0-99%8] 8 running, 80 queued, 12 succeeded) unless --expand.`,
 		Args: noArgs("jobs"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
@@ -52,7 +55,11 @@ the ended ones, as ps -a does. A waiting job's row says why it waits.
 			if format == "json" {
 				return writeJSONOut(cmd.OutOrStdout(), apitype.JobsResponse{Jobs: jobs})
 			}
-			return writeJobs(cmd.OutOrStdout(), jobs, time.Now())
+			fold, err := arraysOf(cmd.Context(), c, jobs, expand)
+			if err != nil {
+				return c.explain(err)
+			}
+			return writeJobs(cmd.OutOrStdout(), jobs, time.Now(), fold)
 		},
 	}
 	cf.register(cmd)
@@ -61,6 +68,7 @@ the ended ones, as ps -a does. A waiting job's row says why it waits.
 	f.BoolVar(&q.AllUsers, "all-users", false, "list everyone's jobs (admins and viewers)")
 	f.StringSliceVar(&states, "state", nil, "only jobs in these states (queued, starting, running, succeeded, failed, timeout, cancelled, lost)")
 	f.StringVar(&format, "format", "table", "output format: table or json")
+	f.BoolVar(&expand, "expand", false, "list an array job's tasks one a line instead of folding them into one")
 	completeValues(cmd, "state", jobStates()...)
 	completeValues(cmd, "format", "table", "json")
 	return cmd
@@ -74,6 +82,9 @@ func newJob() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "job ID",
 		Short: "Show one GPU job: its state, why it waits or ended, its GPUs",
+		Long: `Show one GPU job: its state, why it waits or ended, its GPUs. For an array
+job's id, show the array: how many of its tasks are in each state, and a row
+per task.`,
 		Args:  oneJob("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
@@ -83,12 +94,17 @@ func newJob() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			j, err := c.Job(cmd.Context(), args[0])
+			j, a, err := c.JobOrArray(cmd.Context(), args[0])
 			if err != nil {
 				return c.explain(err)
 			}
-			if format == "json" {
+			switch {
+			case format == "json" && a != nil:
+				return writeJSONOut(cmd.OutOrStdout(), a)
+			case format == "json":
 				return writeJSONOut(cmd.OutOrStdout(), j)
+			case a != nil:
+				return writeArray(cmd.OutOrStdout(), *a, time.Now())
 			}
 			return writeJob(cmd.OutOrStdout(), j)
 		},
@@ -107,7 +123,9 @@ func newCancel() *cobra.Command {
 		Short: "Cancel GPU jobs: a waiting one leaves the queue, a running one is stopped",
 		Long: `Cancel each job named. A waiting job ends at once; a running one is stopped
 (SIGTERM, then SIGKILL after queue.stop_grace) and the answer comes once it
-has. Every job named is tried; the exit status is 1 if any could not be.`,
+has. An array job's id cancels every task of it that has not ended; a
+task's id (j-000123_4) that task only. Every job named is tried; the exit
+status is 1 if any could not be.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return errors.New("cancel needs one or more job ids (`gpumeter jobs` lists them)")
@@ -122,6 +140,13 @@ has. Every job named is tried; the exit status is 1 if any could not be.`,
 			var failed []string
 			for _, id := range args {
 				j, err := c.Cancel(cmd.Context(), id)
+				if a, ok, aerr := orArray(err, func() (apitype.ArrayJob, error) { return c.CancelArray(cmd.Context(), id) }); ok {
+					if aerr == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", client.Clean(a.ID), arrayLine(a))
+						continue
+					}
+					err = aerr
+				}
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: cancel %s: %v\n", client.Clean(id), c.explain(err))
 					failed = append(failed, client.Clean(id))
@@ -150,6 +175,7 @@ func newHold(release bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " ID",
 		Short: short,
+		Long:  short + ". An array job's id acts on each of its tasks that can take it; a task's id (j-000123_4) on that task only.",
 		Args:  oneJob(verb),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client(cmd)
@@ -160,7 +186,18 @@ func newHold(release bool) *cobra.Command {
 			if release {
 				act = c.Release
 			}
+			actArray := c.HoldArray
+			if release {
+				actArray = c.ReleaseArray
+			}
 			j, err := act(cmd.Context(), args[0])
+			if a, ok, aerr := orArray(err, func() (apitype.ArrayJob, error) { return actArray(cmd.Context(), args[0]) }); ok {
+				if aerr != nil {
+					return c.explain(aerr)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s\n", done, client.Clean(a.ID), arrayLine(a))
+				return err
+			}
 			if err != nil {
 				return c.explain(err)
 			}
@@ -232,11 +269,19 @@ func writeJSONOut(w io.Writer, v any) error {
 }
 
 // writeJobs prints one row per job; a waiting job's row ends with why it
-// waits, an ended one's with why it ended.
-func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time) error {
+// waits, an ended one's with why it ended. The tasks of an array in fold
+// are one row, its state "array" and its reason the count of its tasks
+// in each state; nil folds none.
+func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time, fold map[string]apitype.ArrayJob) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\tPRI\tPOS\tAGE\tREASON")
-	for _, j := range jobs {
+	rows, arrays := foldJobs(jobs, fold)
+	for k, j := range rows {
+		if a, ok := arrays[k]; ok {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(a.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
+				"array", gpusWord(j), "-", "-", age(j.SubmittedAt, now), arrayLine(a))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
 			stateWord(j), gpusWord(j), priorityWord(j.Priority), positionWord(j.Position), age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 func newSubmit() *cobra.Command {
@@ -29,6 +30,14 @@ where the agent sets queue.default_time_limit.
 instead of whole GPUs. The meter holds the job to it: a job that uses more is
 warned and then stopped. --priority high is for admins and the users of
 queue.priority.high_users.
+
+--array makes an array job of tasks, one for each index given, and prints
+the array's id (j-000123); its tasks are j-000123_0, j-000123_1, ... Each is a
+job of its own, with the same request, and finds its index in
+GPUMETER_ARRAY_INDEX and the array's task count in GPUMETER_ARRAY_COUNT.
+--array takes a range (0-99), a list (1,3,5), a range with a step (0-99:4) or
+a list of these, and %N to run at most N tasks at once (0-99%8); at most
+10000 tasks.
 
 Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -54,8 +63,21 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 			if _, err := apitype.ParseJobRequest(req); err != nil {
 				return flagError(err)
 			}
+			if req.Array != "" {
+				if _, err := queue.ParseArray(req.Array); err != nil {
+					return fmt.Errorf("--array: %w", err)
+				}
+			}
 			c, err := cf.client(cmd)
 			if err != nil {
+				return err
+			}
+			if req.Array != "" {
+				a, err := c.SubmitArray(cmd.Context(), req)
+				if err != nil {
+					return c.explain(submitError(err))
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), client.Clean(a.ID))
 				return err
 			}
 			job, err := c.Submit(cmd.Context(), req)
@@ -85,6 +107,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringArrayVar(&req.Labels, "label", nil, "KEY=VALUE label on the job's container, such as gpumeter.project=vision, with a key queue.labels allows (repeatable)")
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
+	f.StringVar(&req.Array, "array", "", "make an array job of one task per index: 0-99, 1,3,5, 0-99:4, with %N to run at most N at once (0-99%8)")
 	return cmd
 }
 
@@ -92,7 +115,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
-	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
+	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "array": "--array", "command": "the command",
 }
 
 // flagError names the flag a request field error is about.
