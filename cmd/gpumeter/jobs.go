@@ -85,7 +85,7 @@ func newJob() *cobra.Command {
 		Long: `Show one GPU job: its state, why it waits or ended, its GPUs. For an array
 job's id, show the array: how many of its tasks are in each state, and a row
 per task.`,
-		Args:  oneJob("job"),
+		Args: oneJob("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--format: %q is not text or json", format)
