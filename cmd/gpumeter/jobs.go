@@ -372,6 +372,7 @@ func writeJob(w io.Writer, j apitype.Job) error {
 	line("command", quoteArgs(j.Command))
 	line("env", dash(strings.Join(j.EnvKeys, ", ")))
 	line("time limit", j.TimeLimit)
+	writeLineage(line, j)
 	for _, t := range []struct {
 		k string
 		v *time.Time

@@ -46,7 +46,7 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
-		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newLogs(), newWait(),
+		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newRequeue(), newLogs(), newWait(),
 		newFairShare(), newBudget(), newDoctor(), newTop())
 	// --version prints what `gpumeter version` does.
 	var v strings.Builder

@@ -14,8 +14,9 @@ import (
 
 func newSubmit() *cobra.Command {
 	var (
-		cf  clientFlags
-		req apitype.JobRequest
+		cf    clientFlags
+		req   apitype.JobRequest
+		after []string
 	)
 	cmd := &cobra.Command{
 		Use:   "submit --gpus N|--gpu-memory SIZE --time-limit DURATION --image IMAGE [flags] -- COMMAND [ARG...]",
@@ -38,6 +39,15 @@ GPUMETER_ARRAY_INDEX and the array's task count in GPUMETER_ARRAY_COUNT.
 --array takes a range (0-99), a list (1,3,5), a range with a step (0-99:4) or
 a list of these, and %N to run at most N tasks at once (0-99%8); at most
 10000 tasks.
+
+--after makes the job wait for others to end: ok:ID (each succeeded), any:ID
+(each ended, however), fail:ID (each ended other than succeeded); ids are
+comma-separated and the flag repeatable, an array's id stands for every one of
+its tasks, and you may name only your own jobs (admins anyone's). While it
+waits its reason is dependency; once a job named can no longer meet the
+condition it ends failed with dependency_never_satisfied, naming that job.
+--requeue puts the job back in the queue when it exits non-zero (reason
+failed_requeued), at most queue.max_requeue times.
 
 Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -67,6 +77,13 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 				if _, err := queue.ParseArray(req.Array); err != nil {
 					return fmt.Errorf("--array: %w", err)
 				}
+			}
+			deps, err := queue.ParseAfter(after)
+			if err != nil {
+				return fmt.Errorf("--after: %w", err)
+			}
+			for _, d := range deps {
+				req.After = append(req.After, apitype.Dependency{Type: string(d.Type), ID: d.ID})
 			}
 			c, err := cf.client(cmd)
 			if err != nil {
@@ -108,6 +125,8 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
 	f.StringVar(&req.Array, "array", "", "make an array job of one task per index: 0-99, 1,3,5, 0-99:4, with %N to run at most N at once (0-99%8)")
+	f.StringArrayVar(&after, "after", nil, "TYPE:ID[,ID...]: start only after these jobs end: ok (succeeded), any (ended), fail (ended otherwise) (repeatable)")
+	f.BoolVar(&req.Requeue, "requeue", false, "put the job back in the queue when it exits non-zero, at most queue.max_requeue times")
 	return cmd
 }
 
@@ -116,6 +135,7 @@ var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
 	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "array": "--array", "command": "the command",
+	"after": "--after", "requeue": "--requeue",
 }
 
 // flagError names the flag a request field error is about.

@@ -125,6 +125,7 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		DefaultTimeLimit:    cfg.Queue.DefaultTimeLimit,
 		StopGrace:           cfg.Queue.StopGrace,
 		MaxRequeue:          cfg.Queue.MaxRequeue,
+		RequeueOn:           append([]string{}, cfg.Queue.RequeueOn...), // empty: none, not nil's every cause
 		MaxStartAttempts:    cfg.Queue.MaxStartAttempts,
 		LogRetention:        cfg.Queue.LogRetention,
 		Notify:              cfg.Queue.Notify,

@@ -22,12 +22,15 @@ const (
 	ActAuditRead      Action = "audit.read"
 	// The GPU queue's actions. A user submits and acts on their own jobs;
 	// a viewer reads every job but not its logs, which can hold secrets;
-	// jobs.hold covers both hold and release.
+	// jobs.hold covers both hold and release; jobs.requeue makes a new
+	// job of an ended one.
 	ActJobSubmit Action = "jobs.submit"
 	ActJobRead   Action = "jobs.read"
 	ActJobCancel Action = "jobs.cancel"
 	ActJobHold   Action = "jobs.hold"
 	ActJobLogs   Action = "jobs.logs"
+	// ActJobRequeue is gpumeter requeue: an owner's or an admin's, as hold.
+	ActJobRequeue Action = "jobs.requeue"
 	// The fair share: every role reads it, a user their own rows only;
 	// only an admin lifts a team's budget.
 	ActFairShareRead Action = "fairshare.read"
@@ -52,12 +55,12 @@ const (
 // grants is the whole authorisation policy.
 var grants = map[config.Role]map[Action]permission{
 	config.RoleAdmin: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
-		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
+		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all, ActJobRequeue: all,
 		ActFairShareRead: all, ActBudgetLift: all},
 	config.RoleViewer: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
 		ActJobRead: all, ActFairShareRead: all},
 	config.RoleUser: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
-		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
+		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own, ActJobRequeue: own,
 		ActFairShareRead: own},
 }
 
@@ -102,7 +105,7 @@ func Visible(id Identity, act Action, owner string) bool {
 // ownThings names what a user owns for act, for a refusal.
 func ownThings(act Action) string {
 	switch act {
-	case ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs:
+	case ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActJobRequeue:
 		return "jobs"
 	case ActFairShareRead:
 		return "fair-share rows"

@@ -10,7 +10,7 @@ import (
 
 // actions are every Action of the API.
 var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead,
-	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActFairShareRead, ActBudgetLift,
+	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActJobRequeue, ActFairShareRead, ActBudgetLift,
 	ActSessionStart, ActSessionRead, ActSessionEnd}
 
 // TestAuthorizeMatrix spells out the whole policy, so that any change to
@@ -25,14 +25,14 @@ func TestAuthorizeMatrix(t *testing.T) {
 		config.RoleAdmin: {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
-			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all,
+			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all, ActJobRequeue: all,
 			ActFairShareRead: all, ActBudgetLift: all,
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		config.RoleUser: {
 			ActWhoami: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own,
 			ActWasteRead: own, ActContainerStop: own, ActAuditRead: no,
-			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own,
+			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own, ActJobRequeue: own,
 			// A user sees their own fair-share rows; only an admin lifts a budget.
 			ActFairShareRead: own, ActBudgetLift: no,
 			// Every role signs in to the page and out of it.
@@ -42,21 +42,21 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActWhoami: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all,
 			ActWasteRead: all, ActContainerStop: no, ActAuditRead: no,
 			// Logs can hold secrets: a viewer reads jobs, not their logs.
-			ActJobSubmit: no, ActJobRead: all, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
+			ActJobSubmit: no, ActJobRead: all, ActJobCancel: no, ActJobHold: no, ActJobLogs: no, ActJobRequeue: no,
 			ActFairShareRead: all, ActBudgetLift: no,
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		"": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
-			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
+			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no, ActJobRequeue: no,
 			ActFairShareRead: no, ActBudgetLift: no,
 			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},
 		"root": {
 			ActWhoami: no, ActGPUsRead: no, ActContainersRead: no, ActUsageRead: no,
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
-			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no,
+			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no, ActJobRequeue: no,
 			ActFairShareRead: no, ActBudgetLift: no,
 			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},

@@ -89,6 +89,9 @@ type Queue struct {
 	// MaxRequeue is how many times a lost job goes back to the queue
 	// before it fails.
 	MaxRequeue int
+	// RequeueOn are the causes (RequeueCauses) that put a running job
+	// back in the queue; a cause left out ends the job failed.
+	RequeueOn []string
 	// MaxStartAttempts is how many failed starts a job gets before it
 	// fails.
 	MaxStartAttempts int
@@ -246,6 +249,7 @@ func DefaultQueue() Queue {
 		GPUPassing:             PassingAuto,
 		StopGrace:              30 * time.Second,
 		MaxRequeue:             3,
+		RequeueOn:              []string{string(RequeueLost), string(RequeueEngineFailure), string(RequeueNodeFailure)},
 		MaxStartAttempts:       3,
 		LogRetention:           7 * 24 * time.Hour,
 		FairShare:              FairShare{Basis: BasisHeld, HalfLife: 7 * 24 * time.Hour, Refresh: time.Minute},
@@ -407,6 +411,13 @@ func (q Queue) Validate() error {
 	}
 	if q.MaxRequeue < 0 {
 		bad("max_requeue: %d is negative", q.MaxRequeue)
+	}
+	for i, c := range q.RequeueOn {
+		if _, err := ParseRequeueCause(c); err != nil {
+			bad("requeue_on: %v", err)
+		} else if slices.Contains(q.RequeueOn[:i], c) {
+			bad("requeue_on: %s is named twice", c)
+		}
 	}
 	if q.MaxStartAttempts < 1 {
 		bad("max_start_attempts: %d is below 1", q.MaxStartAttempts)

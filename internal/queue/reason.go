@@ -81,7 +81,8 @@ const (
 	// times and was given up (state failed).
 	ReasonStartAttempts Reason = "start_attempts"
 	// ReasonRequeueLimit: the job was lost more than queue.max_requeue
-	// times and was given up (state failed).
+	// times and was given up, or was lost or killed with the engine where
+	// queue.requeue_on leaves that cause out (state failed).
 	ReasonRequeueLimit Reason = "requeue_limit"
 	// ReasonStartRefused: the job cannot start as it is, and trying again
 	// cannot help: its environment values are missing, its request no
@@ -132,7 +133,7 @@ var reasons = []ReasonInfo{
 	{ReasonCancelled, false, "its owner or an admin cancelled the job"},
 	{ReasonStoppedByPolicy, false, "the waste policy stopped the job"},
 	{ReasonStartAttempts, false, "the job failed to start queue.max_start_attempts times"},
-	{ReasonRequeueLimit, false, "the job was lost more than queue.max_requeue times"},
+	{ReasonRequeueLimit, false, "the job was lost more than queue.max_requeue times, or lost or killed with the engine where queue.requeue_on leaves that cause out"},
 	{ReasonStartRefused, false, "the job cannot start as it is (environment values missing, request no longer allowed, mounts not as asked)"},
 	{ReasonMemoryOverrun, false, "the job's measured GPU memory exceeded its declared memory past the grace and it was stopped"},
 	{ReasonDependencyNeverSatisfied, false, "a job this one depends on ended in a way that can no longer meet its condition"},

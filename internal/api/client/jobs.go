@@ -84,6 +84,11 @@ func (c *Client) Hold(ctx context.Context, id string) (apitype.Job, error) {
 	return c.jobAction(ctx, id, "hold", liveTimeout)
 }
 
+// Requeue makes a new job from an ended one, and returns the new job.
+func (c *Client) Requeue(ctx context.Context, id string) (apitype.Job, error) {
+	return c.jobAction(ctx, id, "requeue", liveTimeout)
+}
+
 // Release lets a held job start again.
 func (c *Client) Release(ctx context.Context, id string) (apitype.Job, error) {
 	return c.jobAction(ctx, id, "release", liveTimeout)

@@ -33,6 +33,9 @@ type Jobs interface {
 	Cancel(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
 	Hold(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
 	Release(ctx context.Context, id string, ev audit.Event) (queue.Job, error)
+	// Requeue makes a new job from ended job id; admin says the caller
+	// is an admin (for the new job's class and dependencies).
+	Requeue(ctx context.Context, id string, admin bool, ev audit.Event) (queue.Job, error)
 	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
 	// Array returns an array job's tasks; CancelArray, HoldArray and
 	// ReleaseArray act on each that can take it (see arrays.go).
@@ -66,6 +69,7 @@ func (s *server) jobRoutes() []route {
 		{method: "POST", pattern: "/api/v1/jobs/{id}/hold", act: auth.ActJobHold, mutating: true, h: s.jobAction("hold")},
 		{method: "POST", pattern: "/api/v1/jobs/{id}/release", act: auth.ActJobHold, mutating: true, h: s.jobAction("release")},
 		{method: "GET", pattern: "/api/v1/jobs/{id}/logs", act: auth.ActJobLogs, h: s.jobLogs},
+		{method: "POST", pattern: "/api/v1/jobs/{id}/requeue", act: auth.ActJobRequeue, mutating: true, h: s.jobAction("requeue")},
 	}
 }
 
@@ -124,7 +128,8 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 	// An admin may ask for the high class; the runtime adds the users of
 	// queue.priority.high_users.
 	high := c.id.Role == config.RoleAdmin
-	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev, Array: array})
+	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev,
+		Admin: high, After: dependencies(body.After), RequeueFailed: body.Requeue, Array: array})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
 		return
@@ -151,6 +156,16 @@ func specRequest(b apitype.JobRequest) (spec.Request, error) {
 		CPUs: b.CPUs, Memory: v.Memory, ShmSize: v.ShmSize, Pids: b.Pids,
 		Publish: b.Publish, Labels: b.Labels, Command: b.Command,
 	}, nil
+}
+
+// dependencies are the wire's dependencies as the queue's, unchecked:
+// the queue checks their types and ids at submit.
+func dependencies(in []apitype.Dependency) []queue.Dependency {
+	var out []queue.Dependency
+	for _, d := range in {
+		out = append(out, queue.Dependency{Type: queue.DependencyType(d.Type), ID: d.ID})
+	}
+	return out
 }
 
 // writeErrorBody answers with an error that carries more than its code
@@ -304,6 +319,8 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 			job, err = s.cfg.Jobs.Cancel(ctx, job.ID, ev)
 		case "hold":
 			job, err = s.cfg.Jobs.Hold(ctx, job.ID, ev)
+		case "requeue":
+			job, err = s.cfg.Jobs.Requeue(ctx, job.ID, c.id.Role == config.RoleAdmin, ev)
 		default:
 			job, err = s.cfg.Jobs.Release(ctx, job.ID, ev)
 		}

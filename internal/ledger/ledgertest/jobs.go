@@ -390,3 +390,21 @@ func BenchSubmitJob(b *testing.B, s ledger.Ledger) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 }
+
+// BenchActiveJobs10k reads 10,000 queued jobs as a launcher's pass does,
+// every pass.
+func BenchActiveJobs10k(b *testing.B, s ledger.Ledger) {
+	ctx := context.Background()
+	j := newJob("alice")
+	for range 10000 {
+		if _, err := s.SubmitJob(ctx, j, submitAudit(j.User)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		js, err := s.ActiveJobs(ctx, queue.Queued, queue.Starting, queue.Running, queue.Lost)
+		if err != nil || len(js) != 10000 {
+			b.Fatalf("%d jobs, %v", len(js), err)
+		}
+	}
+}

@@ -200,3 +200,8 @@ func BenchmarkQuickCheck30Days(b *testing.B) {
 	}
 	b.ReportMetric(float64(fi.Size())/(1<<20), "MiB")
 }
+
+// go test -run '^$' -bench BenchmarkActiveJobs10k ./internal/ledger/sqlite/
+func BenchmarkActiveJobs10k(b *testing.B) {
+	ledgertest.BenchActiveJobs10k(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
+}

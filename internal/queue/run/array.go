@@ -60,19 +60,13 @@ func arrayPlace(a *queue.ArrayTask) *spec.ArrayPlace {
 	return &spec.ArrayPlace{Index: a.Index, Count: a.Count}
 }
 
-// arrayOf is the array job j is a task of and its running cap, for the
+// arrayCap is the array job j is a task of and its running cap, for the
 // scheduler; "" for a job of its own.
-func arrayOf(j queue.Job) (id string, maxRunning int) {
+func arrayCap(j queue.Job) (id string, maxRunning int) {
 	if j.Request == nil || j.Request.Array == nil {
 		return "", 0
 	}
 	return j.Request.Array.ID, j.Request.Array.MaxRunning
-}
-
-// arrayID is the array job j is a task of; "" for none.
-func arrayID(j queue.Job) string {
-	id, _ := arrayOf(j)
-	return id
 }
 
 // Array returns the tasks of array job id, ended ones too, in the order

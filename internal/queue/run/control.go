@@ -18,7 +18,11 @@ var ErrLogsRemoved = errors.New("the job's container and its logs were removed (
 
 // Job returns the job with id; an unknown id wraps ledger.ErrJobNotFound.
 func (q *Service) Job(ctx context.Context, id string) (queue.Job, error) {
-	return q.store.Job(ctx, id)
+	j, err := q.store.Job(ctx, id)
+	if err != nil {
+		return j, err
+	}
+	return q.ranks.waiting(j), nil
 }
 
 // Jobs returns the jobs f selects, oldest first. Without states, it
@@ -33,7 +37,11 @@ func (q *Service) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, er
 	if len(f.States) > 0 {
 		f.IncludeEnded = true // the states named are what is asked for
 	}
-	return q.store.Jobs(ctx, f)
+	js, err := q.store.Jobs(ctx, f)
+	for i := range js {
+		js[i] = q.ranks.waiting(js[i])
+	}
+	return js, err
 }
 
 // Cancel cancels job id. A queued job ends at once; a starting or running

@@ -313,6 +313,11 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 		j, _ := e.q.Job(context.Background(), big.ID)
 		return j.Reason == "resources" && strings.Contains(j.ReasonText, "waiting for 2 free GPUs; 1 is free"), string(j.State) + " " + j.ReasonText
 	})
+	// The sentence is the pass's, from memory: the store still holds the
+	// job as submitted, untouched by the passes since.
+	if stored, err := e.store.Job(context.Background(), big.ID); err != nil || stored.ReasonText != submittedText || !stored.UpdatedAt.Equal(big.UpdatedAt) {
+		t.Errorf("stored waiting job: %q updated %v (submitted %v), %v; want %q, never rewritten by a pass", stored.ReasonText, stored.UpdatedAt, big.UpdatedAt, err, submittedText)
+	}
 	got, err := e.q.Cancel(context.Background(), a.ID, audit.Event{Kind: "api", Caller: "alice"})
 	if err != nil {
 		t.Fatal(err)

@@ -61,6 +61,7 @@ func (q *Launcher) jobEnded(j queue.Job) {
 	q.env.remove(j.ID)
 	q.unstage(j.ID)
 	q.ranks.forget(j.ID)
+	q.deps.ended(j)
 	s := q.stops.end(j.ID, j.ContainerID)
 	if j.State.Valid() {
 		q.metrics.ended(j.State)

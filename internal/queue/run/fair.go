@@ -23,11 +23,14 @@ type reqInfo struct {
 	class  queue.Class
 }
 
-// rank is a queued job's place after the last pass.
+// rank is a queued job's place after the last pass, and why it waits:
+// the pass's queue.Wait, whose sentence is built only when read.
 type rank struct {
 	priority  float64
 	position  int
 	estimated time.Time
+	wait      queue.Wait
+	waits     bool // wait is the pass's
 }
 
 // info returns the scheduler's view of job j's request; a job whose
@@ -60,7 +63,7 @@ func (q *ranking) forget(id string) {
 // priority, its position (1 first) and its estimated start, as of the
 // last pass.
 func (q *Queue) Rank(id string) (priority float64, position int, estimated time.Time, ok bool) {
-	return q.ranks.rank(id)
+	return q.Launcher.ranks.rank(id)
 }
 
 // rank returns job id's place after the last pass.
@@ -92,12 +95,36 @@ func (q *ranking) set(p queue.Plan) {
 	}
 	for _, w := range p.Waits {
 		r := ranks[w.JobID]
-		r.estimated = w.EstimatedStart
+		r.estimated, r.wait, r.waits = w.EstimatedStart, w, true
 		ranks[w.JobID] = r
 	}
 	q.mu.Lock()
 	q.ranks = ranks
 	q.mu.Unlock()
+}
+
+// waiting fills queued job j's reason and sentence from the last pass,
+// which keeps them in memory rather than in the store: the store holds
+// the reason a restart needs (submitted, held, start_failed,
+// engine_unavailable), the pass what it found since. A job whose last
+// start failed keeps start_failed, with the error, while the pass finds
+// it waits only for GPUs.
+func (q *ranking) waiting(j queue.Job) queue.Job {
+	if j.State != queue.Queued {
+		return j
+	}
+	q.mu.Lock()
+	r, ok := q.ranks[j.ID]
+	q.mu.Unlock()
+	if !ok || !r.waits || j.Reason == queue.ReasonStartFailed && r.wait.Reason == queue.ReasonResources {
+		return j
+	}
+	if j.Held && r.wait.Reason != queue.ReasonHeld {
+		// Held since the pass: the store's reason is the newer.
+		return j
+	}
+	j.Reason, j.ReasonText = r.wait.Reason, r.wait.Text()
+	return j
 }
 
 // resolveShared turns queue.shared_gpus (UUIDs, indices or all) into the

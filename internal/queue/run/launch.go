@@ -329,8 +329,11 @@ func (q *Launcher) finish(ctx context.Context, l *loop, j queue.Job, jc containe
 		text = fmt.Sprintf("stopped by the waste policy (exit code %d)", exit)
 	case q.engineMayHaveKilled(ctx, l, j, jc):
 		return
+	case exit != 0 && q.requeueFailed(ctx, l, j, jc):
+		return
 	case exit != 0:
 		state = queue.Failed
+		text += q.notRequeuedText(j)
 		if jc.OOMKilled {
 			text += ", killed for memory (--memory)"
 		}
@@ -421,6 +424,10 @@ func (q *Launcher) engineAnswers(ctx context.Context) bool {
 // not the job's fault. Its old container goes first, since it holds the
 // name the next run's container takes.
 func (q *Launcher) requeueEngineFailure(ctx context.Context, l *loop, j queue.Job, jc container.JobContainer) {
+	if !q.requeueOn[config.RequeueEngineFailure] {
+		q.failEngineKilled(ctx, l, j, jc)
+		return
+	}
 	l.stale[j.ID] = jc.ID
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	if err := q.engine.Remove(rctx, jc.ID); err == nil {
@@ -460,6 +467,11 @@ func (q *Launcher) markLost(ctx context.Context, j queue.Job, from queue.State) 
 // resolveLost puts a lost job back in the queue, up to max_requeue
 // times, and fails it after.
 func (q *Launcher) resolveLost(ctx context.Context, j queue.Job) {
+	if !q.requeueOn[config.RequeueLost] {
+		q.fail(ctx, j, queue.Lost, queue.ReasonRequeueLimit,
+			"its container vanished with no exit code; not requeued, as queue.requeue_on leaves out lost", j.Attempts)
+		return
+	}
 	if j.Requeues >= q.maxRequeue {
 		q.fail(ctx, j, queue.Lost, queue.ReasonRequeueLimit,
 			fmt.Sprintf("its container vanished with no exit code, and it was requeued %d times already (queue.max_requeue)", j.Requeues), j.Attempts)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 	"github.com/gpumeter/gpumeter/internal/queue/stage"
@@ -27,6 +28,7 @@ type Launcher struct {
 	identity         func(string) (spec.Identity, error)
 	stopGrace        time.Duration
 	maxRequeue       int
+	requeueOn        map[config.RequeueCause]bool
 	maxStartAttempts int
 	logRetention     time.Duration
 	notify           []string
@@ -46,6 +48,7 @@ type Launcher struct {
 	memory  *memoryEnforcer
 	metrics *metrics
 	ranks   *ranking
+	deps    *depCache
 }
 
 var _ launch = (*Launcher)(nil)

@@ -116,19 +116,39 @@ func (q *Launcher) Run(ctx context.Context) error {
 		case id := <-l.stopped:
 			q.died(ctx, l, id)
 		case id, ok := <-evs:
-			switch {
-			case !ok:
-				evs = nil
-			case id == "":
-				// The stream was down: look at everything again, knowing
-				// that the engine may have killed job containers meanwhile.
-				l.reconciled, l.lostEngine = false, true
-			default:
-				l.trace.dieSeen(q.now())
+			evs = q.engineEvent(ctx, l, evs, id, ok)
+		}
+		// A burst (a hundred deaths, a stream of submissions) makes one
+		// pass: take whatever else is already waiting first.
+		for drained := false; !drained; {
+			select {
+			case <-q.wake:
+			case id := <-l.stopped:
 				q.died(ctx, l, id)
+			case id, ok := <-evs:
+				evs = q.engineEvent(ctx, l, evs, id, ok)
+			default:
+				drained = true
 			}
 		}
 	}
+}
+
+// engineEvent takes one event of the engine's stream and returns the
+// stream, nil once it closed.
+func (q *Launcher) engineEvent(ctx context.Context, l *loop, evs <-chan string, id string, ok bool) <-chan string {
+	switch {
+	case !ok:
+		return nil
+	case id == "":
+		// The stream was down: look at everything again, knowing that
+		// the engine may have killed job containers meanwhile.
+		l.reconciled, l.lostEngine = false, true
+	default:
+		l.trace.dieSeen(q.now())
+		q.died(ctx, l, id)
+	}
+	return evs
 }
 
 // engineLost notes that the engine did not answer a call: the loop
@@ -196,12 +216,12 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 				continue
 			}
 			ri := info(j)
-			array, arrayMax := arrayOf(j)
+			array, arrayMax := arrayCap(j)
 			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
 				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax})
 		case queue.Starting, queue.Running:
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
-				GPUMemory: info(j).memory, Array: arrayID(j)})
+				GPUMemory: info(j).memory, Array: arrayOf(j)})
 			if j.State == queue.Running {
 				next = minTime(next, q.enforce(ctx, l, j, now))
 				if mem := info(j).memory; mem > 0 {
@@ -211,12 +231,18 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 			}
 		}
 	}
+	var depWaits []queue.Wait
+	var depRetry bool
+	in.Queued, depWaits, depRetry = q.dependencies(ctx, in.Queued, byID)
+	if depRetry {
+		next = minTime(next, now.Add(faultRetry))
+	}
 	if q.standing != nil && len(in.Queued) > 0 {
 		users, teams := owners(in.Queued)
 		in.FairShare, in.Expected, in.OverBudget = q.standing(ctx, users, teams)
 	}
 	plan := queue.Schedule(in)
-	q.ranks.set(plan)
+	plan.Waits = append(plan.Waits, depWaits...)
 	for _, s := range plan.Starts {
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.
@@ -243,9 +269,9 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		}
 		next = minTime(next, at)
 	}
-	for _, w := range plan.Waits {
-		q.writeWait(ctx, byID[w.JobID], w)
-	}
+	// Why each job waits is kept in memory, never written per pass: the
+	// readers take it from the ranking (Service.Job and Jobs).
+	q.ranks.set(plan)
 	for cid, at := range l.retention {
 		if !now.Before(at) && !l.engineDown {
 			if err := q.engine.Remove(ctx, cid); err != nil {
@@ -257,7 +283,7 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		}
 		next = minTime(next, at)
 	}
-	q.updateSnapshot(ctx, obs, cfg)
+	q.updateSnapshot(ctx, obs, cfg, jobs)
 	return next
 }
 
@@ -318,36 +344,29 @@ func (q *Launcher) cancelQueued(ctx context.Context, j queue.Job, s *stop) {
 	q.jobEnded(out)
 }
 
-// writeWait writes a waiting job's reason when it changed. A job whose
-// last start failed keeps start_failed, with the error, until it starts.
-func (q *Launcher) writeWait(ctx context.Context, j queue.Job, w queue.Wait) {
-	if j.ID == "" || j.Reason == queue.ReasonStartFailed && w.Reason == queue.ReasonResources ||
-		j.Reason == w.Reason && j.ReasonText == w.Text() {
-		return
-	}
-	_, err := q.store.UpdateJob(ctx, j.ID, queue.Queued, func(j *queue.Job) {
-		j.Reason, j.ReasonText = w.Reason, w.Text()
-	}, audit.Event{})
-	var se *ledger.JobStateError
-	if err != nil && !errors.As(err, &se) {
-		q.log.Warn("write a waiting job's reason", "job", j.ID, "err", err)
-	}
-}
-
 // updateSnapshot recounts the jobs and GPUs for metrics.
-func (q *Launcher) updateSnapshot(ctx context.Context, obs Observation, cfg queue.Config) {
-	jobs, err := q.store.ActiveJobs(ctx, live...)
+//
+// Only the jobs that hold GPUs are read again, a few rows: the queued and
+// lost ones are counted from what the pass read (passed), less those it
+// started, so that a deep queue is read once a pass, not twice.
+func (q *Launcher) updateSnapshot(ctx context.Context, obs Observation, cfg queue.Config, passed []queue.Job) {
+	holding, err := q.store.ActiveJobs(ctx, queue.Starting, queue.Running)
 	if err != nil {
 		return
 	}
 	s := emptySnapshot()
 	held := map[string]bool{}
-	for _, j := range jobs {
+	placed := make(map[string]bool, len(holding))
+	for _, j := range holding {
 		s.Jobs[j.State]++
-		if j.State == queue.Starting || j.State == queue.Running {
-			for _, g := range j.GPUs {
-				held[g] = true
-			}
+		placed[j.ID] = true
+		for _, g := range j.GPUs {
+			held[g] = true
+		}
+	}
+	for _, j := range passed {
+		if (j.State == queue.Queued || j.State == queue.Lost) && !placed[j.ID] {
+			s.Jobs[j.State]++
 		}
 	}
 	outside := map[string]bool{}

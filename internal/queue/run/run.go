@@ -82,6 +82,10 @@ type Config struct {
 	DefaultTimeLimit time.Duration // 0: a request without one is refused
 	StopGrace        time.Duration
 	MaxRequeue       int
+	// RequeueOn are the causes that put a running job back in the queue
+	// (config.RequeueCauses, as queue.requeue_on names them); nil is
+	// every cause, an empty list none.
+	RequeueOn        []string
 	MaxStartAttempts int // 0: 1
 	// LogRetention is how long an ended job's container (and its logs)
 	// is kept before it is removed; 0 keeps it.
@@ -170,6 +174,10 @@ func New(cfg Config) (*Queue, error) {
 	case cfg.DefaultTimeLimit < 0, cfg.StopGrace < 0, cfg.LogRetention < 0, cfg.MaxRequeue < 0, cfg.MaxStartAttempts < 0:
 		return nil, errors.New("queue: default_time_limit, stop_grace, log_retention, max_requeue and max_start_attempts may not be negative")
 	}
+	requeueOn, err := requeueCauses(cfg.RequeueOn)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.MemoryOverrunGrace < 0 {
 		return nil, errors.New("queue.memory_overrun_grace may not be negative")
 	}
@@ -209,7 +217,7 @@ func New(cfg Config) (*Queue, error) {
 	l := &Launcher{
 		writer: w, engine: cfg.Engine, log: log,
 		passing: cfg.Passing, identity: cfg.Identity,
-		stopGrace: cfg.StopGrace, maxRequeue: cfg.MaxRequeue, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
+		stopGrace: cfg.StopGrace, maxRequeue: cfg.MaxRequeue, requeueOn: requeueOn, maxStartAttempts: max(cfg.MaxStartAttempts, 1),
 		logRetention: cfg.LogRetention, notify: append([]string(nil), cfg.Notify...),
 		onEvent: cfg.OnEvent, stage: stageDir, stageRefusal: stageRefusal, standing: cfg.Standing,
 		settings: set, env: env, holds: holds,
@@ -217,6 +225,7 @@ func New(cfg Config) (*Queue, error) {
 		stops:   newStopRequests(),
 		metrics: newMetrics(),
 		ranks:   newRanking(),
+		deps:    newDepCache(),
 	}
 	l.memory = &memoryEnforcer{
 		writer: w, onEvent: cfg.OnEvent, stops: l.stops, poke: l.poke,
@@ -229,7 +238,7 @@ func New(cfg Config) (*Queue, error) {
 	s := &Service{
 		writer: w, log: log, identity: cfg.Identity, highUsers: append([]string(nil), cfg.HighUsers...),
 		stageRefusal: stageRefusal, notices: cfg.OnEvent != nil,
-		settings: set, env: env, holds: holds, launch: l,
+		settings: set, env: env, holds: holds, launch: l, ranks: l.ranks,
 	}
 	return &Queue{Service: s, Launcher: l}, nil
 }

@@ -29,6 +29,9 @@ type Service struct {
 	// and the launcher's start take it.
 	holds  *sync.Mutex
 	launch launch
+	// ranks is the launcher's last pass, which says why each queued job
+	// waits.
+	ranks *ranking
 }
 
 // launch is what the service asks of the launcher: all it knows of it

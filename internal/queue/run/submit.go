@@ -24,6 +24,14 @@ type Submission struct {
 	// (spec.Identity.High): the API sets it for admins, the runtime for
 	// queue.priority.high_users.
 	High bool
+	// Admin says the submitter is an admin, who may make a job wait for
+	// anyone's jobs; others name their own only.
+	Admin bool
+	// After are the jobs the job waits for (--after), checked by Submit.
+	After []queue.Dependency
+	// RequeueFailed puts the job back in the queue when it exits
+	// non-zero (--requeue).
+	RequeueFailed bool
 	// Audit is written in the job's own transaction, its Target set to
 	// the job's id (an array's: the array's id).
 	Audit audit.Event
@@ -72,6 +80,12 @@ const submittedText = "submitted; waiting for the scheduler's first look"
 // leaves a job whose env file is missing: it fails at start with a reason
 // that says so, and never runs without its environment.
 func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
+	return q.submit(ctx, s, nil)
+}
+
+// submit is Submit, with lineage set on the stored request when not
+// nil: what Requeue records of the job it was made from.
+func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.Request)) (queue.Job, error) {
 	rules, defaultLimit, exclusive := q.settings.forSubmit()
 
 	req := s.Request
@@ -105,6 +119,9 @@ func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 	if err := q.mountRefusal(req); err != nil {
 		return queue.Job{}, err
 	}
+	if err := q.checkAfter(ctx, s.After, s.User, s.Admin); err != nil {
+		return queue.Job{}, err
+	}
 	if exclusive >= 0 && req.GPUs > exclusive {
 		// Within queue.max_gpus, but more than this node has for whole
 		// GPU jobs: it could never start here.
@@ -121,13 +138,18 @@ func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 		return queue.Job{}, err
 	}
 	now := q.now().UTC()
+	request := requestOf(req, notify)
+	request.After, request.RequeueFailed = slices.Clone(s.After), s.RequeueFailed
+	if lineage != nil {
+		lineage(request)
+	}
 	// A memory job asks for no whole GPU: GPUsRequested stays 0, and its
 	// memory is in the request.
 	job := queue.Job{
 		Node: q.node, Name: req.Name, User: s.User, Team: s.Team,
 		State: queue.Queued, Reason: queue.ReasonResources, ReasonText: submittedText,
 		GPUsRequested: req.GPUs, Image: req.Image, Command: slices.Clone(req.Command), EnvKeys: keys,
-		Request: requestOf(req, notify), TimeLimit: req.TimeLimit, SubmittedAt: now,
+		Request: request, TimeLimit: req.TimeLimit, SubmittedAt: now,
 	}
 	ev := q.fill(s.Audit, "jobs.submit", "")
 	if s.Array != nil {
@@ -147,7 +169,9 @@ func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 			_ = os.Remove(tmp)
 		}
 	}
-	ev.Target = stored.ID
+	if ev.Target == "" {
+		ev.Target = stored.ID // a requeue's is the job it was made from
+	}
 	q.auditedLater(ctx, ev)
 	q.launch.poke()
 	return stored, nil
