@@ -125,15 +125,22 @@ func TestQueueArray(t *testing.T) {
 	req.Array, req.Env = "0-1", []string{"GPUMETER_ARRAY_INDEX=7"}
 	a.refused(t, h.alice, req, "refused", "env_not_allowed")
 
-	// A second array, of long tasks: shown, found, then cancelled whole.
+	for _, bad := range []string{"j-000001_2", "x", "j-1"} {
+		if status, body := a.call(t, http.MethodGet, "/api/v1/jobs?array="+bad, h.alice, nil); status != http.StatusBadRequest || !strings.Contains(string(body), "array") {
+			t.Errorf("GET /api/v1/jobs?array=%s: %d %s, want 400 naming array", bad, status, body)
+		}
+	}
+
+	// A second array, of long tasks, six on four GPUs: shown, found,
+	// held and released where it waits, then cancelled whole.
 	req = h.request(1, "5m", long...)
-	req.Array = "0-2"
+	req.Array = "0-5"
 	status, body := a.call(t, http.MethodPost, "/api/v1/jobs", h.alice, req)
 	var arr apitype.ArrayJob
-	if err := json.Unmarshal(body, &arr); status != http.StatusOK || err != nil || len(arr.Tasks) != 3 || arr.ArrayCount != 3 || arr.Array != "0-2" {
-		t.Fatalf("POST /api/v1/jobs with array 0-2: %d %s", status, body)
+	if err := json.Unmarshal(body, &arr); status != http.StatusOK || err != nil || len(arr.Tasks) != 6 || arr.ArrayCount != 6 || arr.Array != "0-5" {
+		t.Fatalf("POST /api/v1/jobs with array 0-5: %d %s", status, body)
 	}
-	for _, task := range arr.Tasks {
+	for _, task := range arr.Tasks[:4] {
 		a.await(t, task.ID, 30*time.Second, "running")
 	}
 	if status, body := a.call(t, http.MethodGet, "/api/v1/jobs/"+arr.ID, h.alice, nil); status != http.StatusNotFound || !strings.Contains(string(body), "/api/v1/arrays/"+arr.ID) {
@@ -143,13 +150,28 @@ func TestQueueArray(t *testing.T) {
 		t.Errorf("bob's GET /api/v1/arrays/%s of alice's array: %d, want 404", arr.ID, status)
 	}
 	status, body = a.call(t, http.MethodGet, "/api/v1/arrays/"+arr.ID, h.alice, nil)
-	if err := json.Unmarshal(body, &arr); status != http.StatusOK || err != nil || arr.States["running"] != 3 {
-		t.Errorf("GET /api/v1/arrays/%s: %d %s, want 3 running", arr.ID, status, body)
+	if err := json.Unmarshal(body, &arr); status != http.StatusOK || err != nil || arr.States["running"] != 4 || arr.States["queued"] != 2 {
+		t.Errorf("GET /api/v1/arrays/%s: %d %s, want 4 running, 2 queued", arr.ID, status, body)
+	}
+	out, errOut, code = a.userCLI(t, h.alice, "hold", arr.ID)
+	if code != 0 || !strings.Contains(out, "held "+arr.ID+" [0-5] 4 running, 2 queued") {
+		t.Errorf("gpumeter hold %s: exit %d: %s%s", arr.ID, code, out, errOut)
+	}
+	for _, task := range a.arrayTasks(t, arr.ID)[4:] {
+		if !task.Held || task.Reason != "held" {
+			t.Errorf("task %s after the array's hold: held %v, reason %s", task.ID, task.Held, task.Reason)
+		}
+	}
+	if out, errOut, code = a.userCLI(t, h.alice, "release", arr.ID); code != 0 || !strings.HasPrefix(out, "released "+arr.ID) {
+		t.Errorf("gpumeter release %s: exit %d: %s%s", arr.ID, code, out, errOut)
+	}
+	if status, _ := a.call(t, http.MethodPost, "/api/v1/arrays/"+arr.ID+"/release", h.alice, []byte(`{}`)); status != http.StatusConflict {
+		t.Errorf("a second release of %s: %d, want 409 (no task held)", arr.ID, status)
 	}
 	waited = make(chan int, 1)
 	go func() { waited <- h.waitCode(t, arr.ID) }()
 	out, errOut, code = a.userCLI(t, h.alice, "cancel", arr.ID)
-	if code != 0 || !strings.Contains(out, arr.ID+" [0-2] 3 cancelled") {
+	if code != 0 || !strings.Contains(out, arr.ID+" [0-5] 6 cancelled") {
 		t.Errorf("gpumeter cancel %s: exit %d: %s%s", arr.ID, code, out, errOut)
 	}
 	if code := <-waited; code != 125 {
