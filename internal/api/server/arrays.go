@@ -57,11 +57,13 @@ func (s *server) arrayJSON(tasks []queue.Job) apitype.ArrayJob {
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, s.jobJSON(t))
 		out.States[string(t.State)]++
-		if a := t.Request.Array; a != nil {
-			out.ID, out.ArrayCount, out.ArrayMaxRunning = a.ID, a.Count, a.MaxRunning
-			indices = append(indices, a.Index)
-		}
 		out.User = t.User
+		if t.Request == nil || t.Request.Array == nil {
+			continue // a damaged row, which jobJSON has logged
+		}
+		a := t.Request.Array
+		out.ID, out.ArrayCount, out.ArrayMaxRunning = a.ID, a.Count, a.MaxRunning
+		indices = append(indices, a.Index)
 	}
 	out.Array = queue.FormatArray(indices, out.ArrayMaxRunning)
 	return out
