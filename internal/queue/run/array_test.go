@@ -57,6 +57,11 @@ func TestSubmitArray(t *testing.T) {
 	if _, err := e.q.Service.env.read(tasks[1]); err != nil {
 		t.Errorf("task 4's env after task 0's end: %v", err)
 	}
+	// A task whose file is gone (a crash between the store and the
+	// links) does not build without its values.
+	if _, err := e.q.buildSpec(tasks[0], []string{"GPU-5f3c2a7e-0b1d-4c2e-9a8f-1e2d3c4b5a61"}); !errors.Is(err, errEnvMissing) {
+		t.Errorf("buildSpec of a task without its env file: %v, want %v", err, errEnvMissing)
+	}
 	if left, _ := os.ReadDir(e.cfg.EnvDir); len(left) != 2 {
 		t.Errorf("env dir holds %d files, want the two tasks' left (no temporary file)", len(left))
 	}
