@@ -47,7 +47,7 @@ func TestQueueArray(t *testing.T) {
 	waited := make(chan int, 1)
 	go func() { waited <- h.waitCode(t, id) }()
 
-	maxRunning, sawLimit := 0, false
+	maxRunning, sawLimit, over := 0, false, false
 	dockertest.WaitFor(t, 3*time.Minute, "array "+id+"'s tasks to end", func() (bool, string) {
 		tasks := a.arrayTasks(t, id)
 		running, ended := 0, 0
@@ -68,7 +68,8 @@ func TestQueueArray(t *testing.T) {
 			states = append(states, j.ID+" "+j.State)
 		}
 		maxRunning = max(maxRunning, running)
-		if running > 2 {
+		if running > 2 && !over {
+			over = true
 			t.Errorf("%d tasks of %s run at once, more than its %%2: %v", running, id, states)
 		}
 		return len(tasks) == 5 && ended == 5, strings.Join(states, ", ")
