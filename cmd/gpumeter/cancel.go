@@ -75,7 +75,9 @@ func newCancel() *cobra.Command {
 		Long: `Cancel each job named. A waiting job ends at once; a running one is asked to
 stop (SIGTERM, then SIGKILL after queue.stop_grace) and the answer comes at
 once, the job still running while it stops: --wait answers once it has
-ended. Every job named is tried; the exit status is 1 if any could not be.
+ended. An array job's id cancels every task of it that has not ended; a
+task's id (j-000123_4) that task only. Every job named is tried; the exit
+status is 1 if any could not be.
 
 Without ids, --state cancels every job of yours in those states (queued,
 starting, running) in one call: --held keeps to held jobs, --name to names
@@ -124,6 +126,17 @@ jobs (admins only). The filters need --state and take no ids.`,
 			var out []apitype.Job
 			for _, id := range args {
 				j, err := act(cmd.Context(), id)
+				if a, ok, aerr := orArray(err, func() (apitype.ArrayJob, error) { return c.CancelArray(cmd.Context(), id) }); ok {
+					// An array's id: every task of it that has not ended.
+					if aerr == nil {
+						if format == "text" {
+							fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", client.Clean(a.ID), arrayLine(a))
+						}
+						out = append(out, a.Tasks...)
+						continue
+					}
+					err = aerr
+				}
 				if err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "gpumeter: cancel %s: %v\n", client.Clean(id), c.explain(err))
 					failed = append(failed, client.Clean(id))

@@ -24,6 +24,7 @@ func newJobs() *cobra.Command {
 		states []string
 		format string
 		limit  int
+		expand bool
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
@@ -32,7 +33,9 @@ func newJobs() *cobra.Command {
 the ended ones, as ps -a does. A waiting job's row says why it waits.
 --all-users lists everyone's, for admins and viewers. --limit (100 unless
 given; 0 for all) bounds the rows, and a last line says how many there are
-in all; --after ID lists the page after job ID.`,
+in all; --after ID lists the page after job ID. An array job's tasks are
+folded into one line with the count of its tasks in each state
+(j-000123 [0-99%8] 8 running, 80 queued, 12 succeeded) unless --expand.`,
 		Args: noArgs("jobs"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
@@ -57,7 +60,11 @@ in all; --after ID lists the page after job ID.`,
 			if format == "json" {
 				return writeJSONOut(cmd.OutOrStdout(), page)
 			}
-			if err := writeJobs(cmd.OutOrStdout(), page.Jobs, time.Now()); err != nil {
+			fold, err := arraysOf(cmd.Context(), c, page.Jobs, expand)
+			if err != nil {
+				return c.explain(err)
+			}
+			if err := writeJobs(cmd.OutOrStdout(), page.Jobs, time.Now(), fold); err != nil {
 				return err
 			}
 			return writePageLine(cmd.OutOrStdout(), page)
@@ -71,6 +78,7 @@ in all; --after ID lists the page after job ID.`,
 	f.StringVar(&format, "format", "table", "output format: table or json")
 	f.IntVar(&limit, "limit", defaultJobsLimit, "list at most this many jobs; 0 lists them all")
 	f.StringVar(&q.After, "after", "", "list the jobs after this job id (the page after the one that ended with it)")
+	f.BoolVar(&expand, "expand", false, "list an array job's tasks one a line instead of folding them into one")
 	completeValues(cmd, "state", jobStates()...)
 	completeValues(cmd, "format", "table", "json")
 	return cmd
@@ -84,7 +92,10 @@ func newJob() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "job ID",
 		Short: "Show one GPU job: its state, why it waits or ended, its GPUs",
-		Args:  oneJob("job"),
+		Long: `Show one GPU job: its state, why it waits or ended, its GPUs. For an array
+job's id, show the array: how many of its tasks are in each state, and a row
+per task.`,
+		Args: oneJob("job"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "text" && format != "json" {
 				return fmt.Errorf("--format: %q is not text or json", format)
@@ -93,12 +104,17 @@ func newJob() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			j, err := c.Job(cmd.Context(), args[0])
+			j, a, err := c.JobOrArray(cmd.Context(), args[0])
 			if err != nil {
 				return c.explain(err)
 			}
-			if format == "json" {
+			switch {
+			case format == "json" && a != nil:
+				return writeJSONOut(cmd.OutOrStdout(), a)
+			case format == "json":
 				return writeJSONOut(cmd.OutOrStdout(), j)
+			case a != nil:
+				return writeArray(cmd.OutOrStdout(), *a, time.Now())
 			}
 			return writeJob(cmd.OutOrStdout(), j)
 		},
@@ -120,6 +136,7 @@ func newHold(release bool) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " ID",
 		Short: short,
+		Long:  short + ". An array job's id acts on each of its tasks that can take it; a task's id (j-000123_4) on that task only.",
 		Args:  oneJob(verb),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.client(cmd)
@@ -130,7 +147,18 @@ func newHold(release bool) *cobra.Command {
 			if release {
 				act = c.Release
 			}
+			actArray := c.HoldArray
+			if release {
+				actArray = c.ReleaseArray
+			}
 			j, err := act(cmd.Context(), args[0])
+			if a, ok, aerr := orArray(err, func() (apitype.ArrayJob, error) { return actArray(cmd.Context(), args[0]) }); ok {
+				if aerr != nil {
+					return c.explain(aerr)
+				}
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s %s %s\n", done, client.Clean(a.ID), arrayLine(a))
+				return err
+			}
 			if err != nil {
 				return c.explain(err)
 			}
@@ -202,11 +230,19 @@ func writeJSONOut(w io.Writer, v any) error {
 }
 
 // writeJobs prints one row per job; a waiting job's row ends with why it
-// waits, an ended one's with why it ended.
-func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time) error {
+// waits, an ended one's with why it ended. The tasks of an array in fold
+// are one row, its state "array" and its reason the count of its tasks
+// in each state; nil folds none.
+func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time, fold map[string]apitype.ArrayJob) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\tPRI\tPOS\tAGE\tREASON")
-	for _, j := range jobs {
+	rows, arrays := foldJobs(jobs, fold)
+	for k, j := range rows {
+		if a, ok := arrays[k]; ok {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(a.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
+				"array", gpusWord(j), "-", "-", age(j.SubmittedAt, now), arrayLine(a))
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
 			stateWord(j), gpusWord(j), priorityWord(j.Priority), positionWord(j.Position), age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
 	}

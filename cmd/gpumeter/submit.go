@@ -32,6 +32,14 @@ instead of whole GPUs. The meter holds the job to it: a job that uses more is
 warned and then stopped. --priority high is for admins and the users of
 queue.priority.high_users.
 
+--array makes an array job of tasks, one for each index given, and prints
+the array's id (j-000123); its tasks are j-000123_0, j-000123_1, ... Each is a
+job of its own, with the same request, and finds its index in
+GPUMETER_ARRAY_INDEX and the array's task count in GPUMETER_ARRAY_COUNT.
+--array takes a range (0-99), a list (1,3,5), a range with a step (0-99:4) or
+a list of these, and %N to run at most N tasks at once (0-99%8); at most
+10000 tasks.
+
 --after makes the job wait for others to end: ok:ID (each succeeded), any:ID
 (each ended, however), fail:ID (each ended other than succeeded); ids are
 comma-separated and the flag repeatable, an array's id stands for every one of
@@ -70,6 +78,11 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 			if _, err := apitype.ParseJobRequest(req); err != nil {
 				return flagError(err)
 			}
+			if req.Array != "" {
+				if _, err := queue.ParseArray(req.Array); err != nil {
+					return fmt.Errorf("--array: %w", err)
+				}
+			}
 			deps, err := queue.ParseAfter(after)
 			if err != nil {
 				return fmt.Errorf("--after: %w", err)
@@ -79,6 +92,14 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 			}
 			c, err := cf.client(cmd)
 			if err != nil {
+				return err
+			}
+			if req.Array != "" {
+				a, err := c.SubmitArray(cmd.Context(), req)
+				if err != nil {
+					return c.explain(submitError(err))
+				}
+				_, err = fmt.Fprintln(cmd.OutOrStdout(), client.Clean(a.ID))
 				return err
 			}
 			job, err := c.Submit(cmd.Context(), req)
@@ -108,6 +129,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringArrayVar(&req.Labels, "label", nil, "KEY=VALUE label on the job's container, such as gpumeter.project=vision, with a key queue.labels allows (repeatable)")
 	f.StringSliceVar(&req.Notify, "notify", nil, "job events the policy's webhook is sent for: start, end")
 	f.StringVar(&req.AsUser, "as", "", "submit for USER (root on the agent's socket only)")
+	f.StringVar(&req.Array, "array", "", "make an array job of one task per index: 0-99, 1,3,5, 0-99:4, with %N to run at most N at once (0-99%8)")
 	f.StringArrayVar(&after, "after", nil, "TYPE:ID[,ID...]: start only after these jobs end: ok (succeeded), any (ended), fail (ended otherwise) (repeatable)")
 	f.BoolVar(&req.Requeue, "requeue", false, "put the job back in the queue when it exits non-zero, at most queue.max_requeue times")
 	f.BoolVar(&req.Preemptible, "preemptible", false, "let the job use GPUs others wait for: when one of them has waited queue.preempt_after, the job gets SIGTERM, queue.preempt_grace to checkpoint (GPUMETER_PREEMPT_GRACE, in seconds), a kill, and goes back to the queue keeping its place by age (whole GPUs only)")
@@ -118,7 +140,7 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 var flagOf = map[string]string{
 	"gpus": "--gpus", "gpu_memory": "--gpu-memory", "priority": "--priority", "time_limit": "--time-limit", "image": "--image", "name": "--name", "env": "--env",
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
-	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "command": "the command",
+	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "array": "--array", "command": "the command",
 	"after": "--after", "requeue": "--requeue",
 	"preemptible": "--preemptible",
 }

@@ -31,11 +31,13 @@ func newWait() *cobra.Command {
 	var cf clientFlags
 	cmd := &cobra.Command{
 		Use:   "wait ID",
-		Short: "Wait for a GPU job to end and exit with its exit code",
+		Short: "Wait for a GPU job (or every task of an array job) to end and exit with its exit code",
 		Long: `Wait until the job has ended, say on stderr how, and exit with the job's
 exit code: 124 if it reached its time limit, 125 if it was cancelled, 126 if
 it failed without an exit code (lost, or it could not be started), and 2 if
-wait itself failed (no such job, the agent unreachable).`,
+wait itself failed (no such job, the agent unreachable). For an array job's
+id, wait until every task has ended: exit 0 when every task succeeded, and
+otherwise with the status the lowest-indexed task that did not would give.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := oneJob("wait")(cmd, args); err != nil {
 				return waitFailed(cmd, err)
@@ -46,11 +48,20 @@ wait itself failed (no such job, the agent unreachable).`,
 			}
 			ctx := cmd.Context()
 			for delay := waitPoll; ; delay = min(delay*5/4, waitPollMax) {
-				j, err := c.Job(ctx, args[0])
+				j, a, err := c.JobOrArray(ctx, args[0])
 				if err != nil {
 					return waitFailed(cmd, c.explain(err))
 				}
-				if ended(j) {
+				if a != nil && arrayEnded(*a) {
+					code, task := arrayWaitStatus(*a)
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s\n", client.Clean(a.ID), arrayLine(*a))
+					if task == nil {
+						return nil
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", client.Clean(task.ID), client.Clean(task.State), client.Clean(endWords(*task)))
+					return exitError(code)
+				}
+				if a == nil && ended(j) {
 					code := waitStatus(j)
 					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: %s\n", client.Clean(j.ID), client.Clean(j.State), client.Clean(endWords(j)))
 					if code == 0 {

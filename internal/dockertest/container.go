@@ -147,8 +147,10 @@ import (
 // The container's main process. With no argument it waits for SIGTERM
 // and exits 3. With ignore-term it ignores SIGTERM until it is killed.
 // With exit-after DURATION CODE [LINE...] it prints each LINE, waits
-// DURATION (SIGTERM still exits 3) and exits CODE. With print-every
-// DURATION TEXT it prints TEXT and a count every DURATION until SIGTERM.
+// DURATION (SIGTERM still exits 3) and exits CODE; $NAME in CODE and in
+// the lines is the variable's value (a queue's GPUMETER_ARRAY_INDEX,
+// say). With print-every DURATION TEXT it prints TEXT and a count every
+// DURATION until SIGTERM.
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM, syscall.SIGINT)
@@ -160,6 +162,9 @@ func main() {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
 	if len(os.Args) > 3 && os.Args[1] == "exit-after" {
+		for i := 3; i < len(os.Args); i++ {
+			os.Args[i] = os.ExpandEnv(os.Args[i])
+		}
 		d, err1 := time.ParseDuration(os.Args[2])
 		code, err2 := strconv.Atoi(os.Args[3])
 		if err1 != nil || err2 != nil {

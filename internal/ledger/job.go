@@ -85,6 +85,16 @@ type JobStore interface {
 	// the highest job number its node's containers carry, so that no ID
 	// is given twice.
 	RaiseJobSequence(ctx context.Context, floor int64) error
+	// SubmitArray adds an array job: one task for each of indices, each
+	// a copy of template with its Request's Array set (the array's id,
+	// the task's index, len(indices), maxRunning), and audit (its Target
+	// set to the array's id when empty) in one transaction. The array
+	// takes one number of the job sequence for its id (j-000123, never
+	// also a plain job's) and one more for each task's row, in the
+	// order of indices, so that tasks list in that order after it; the
+	// tasks' IDs are ArrayTaskID(id, index). It returns the tasks as
+	// stored.
+	SubmitArray(ctx context.Context, template queue.Job, indices []int, maxRunning int, audit audit.Event) ([]queue.Job, error)
 }
 
 // ErrJobNotFound is wrapped by errors for a job ID the ledger does not have.
@@ -102,9 +112,33 @@ func (e *JobStateError) Error() string {
 	return fmt.Sprintf("job %s is %s, not %s", e.ID, e.Actual, e.Want)
 }
 
-// JobSeq is the sequence number of job ID id (j-000123: 123); ok is
-// false for a string that is no job ID.
+// SplitArrayTaskID reads a task's ID, j-000123_4, as its array's ID and
+// its index; ok is false for an ID that is no array task's.
+func SplitArrayTaskID(id string) (arrayID string, index int, ok bool) {
+	i := strings.LastIndexByte(id, '_')
+	if i < 0 {
+		return "", 0, false
+	}
+	arrayID, n := id[:i], id[i+1:]
+	if _, isJob := plainJobSeq(arrayID); !isJob || n == "" || len(n) > 7 || strings.TrimLeft(n, "0123456789") != "" || len(n) > 1 && n[0] == '0' {
+		return "", 0, false
+	}
+	index, err := strconv.Atoi(n)
+	return arrayID, index, err == nil
+}
+
+// JobSeq is the sequence number of job ID id (j-000123: 123), and of an
+// array task's ID its array's (j-000123_4: 123), the number no later ID
+// may take; ok is false for a string that is no job ID.
 func JobSeq(id string) (seq int64, ok bool) {
+	if arrayID, _, isTask := SplitArrayTaskID(id); isTask {
+		id = arrayID
+	}
+	return plainJobSeq(id)
+}
+
+// plainJobSeq is JobSeq of an ID that is no task's.
+func plainJobSeq(id string) (seq int64, ok bool) {
 	n, found := strings.CutPrefix(id, "j-")
 	if !found || len(n) < 6 {
 		return 0, false

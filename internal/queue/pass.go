@@ -21,8 +21,10 @@ const heldText = "held: it keeps its place in the queue and starts once released
 //     team in OverBudget waits (budget); a job whose start would take its
 //     user or team past the cap waits (user_gpu_limit, team_gpu_limit);
 //     a job that asks for more than the host can ever give waits
-//     (too_big). None of them holds up anyone. Caps count whole GPUs: a
-//     memory job counts 0, so only a cap of 0 keeps it out.
+//     (too_big); a task of an array that already runs as many tasks as
+//     its cap allows waits (array_limit). None of them holds up anyone.
+//     Caps count whole GPUs: a memory job counts 0, so only a cap of 0
+//     keeps it out.
 //   - Two pools: whole GPUs (every GPU not in SharedGPUs) and memory on
 //     the shared GPUs. A job draws from one pool only, so it can never
 //     delay the other pool's jobs.
@@ -104,6 +106,7 @@ type pass struct {
 	rels               []release    // the running jobs' and this pass's starts'
 	wholePool, memPool pool
 	capTexts           map[capKey]string
+	arrays             map[string]*arrayState // by array id; see array.go
 }
 
 func newPass(in Input) *pass {
@@ -116,6 +119,7 @@ func newPass(in Input) *pass {
 		}
 	}
 	p.rels = releases(in, pos)
+	p.arrays = runningArrays(in.Running)
 	p.users, p.teams = map[string]*holder{}, map[string]*holder{}
 	users, teams := userGPUs(in.Running)
 	for u, n := range users {
@@ -172,7 +176,7 @@ func (p *pass) refuse(j rankedJob) (Reason, string) {
 	if t.capped && (t.limit <= 0 || t.have+j.GPUs > t.limit) {
 		return ReasonTeamGPULimit, p.capText(capKey{team: true, who: j.Team, have: t.have, ask: j.GPUs, limit: t.limit})
 	}
-	return "", ""
+	return p.arrayRefuse(j)
 }
 
 // holder is what a pass knows of a user or a team: its name, the whole
@@ -314,6 +318,7 @@ func (p *pass) pend(pl *pool, j rankedJob, k int) {
 // started records a start and, when the job has a time limit, its release.
 func (p *pass) started(j rankedJob, s Start, rel release) {
 	p.plan.Starts = append(p.plan.Starts, s)
+	p.arrayStarted(j)
 	if j.TimeLimit > 0 {
 		rel.at, rel.id = p.in.Now.Add(j.TimeLimit), j.ID
 		p.rels = append(p.rels, rel)

@@ -58,6 +58,10 @@ const (
 	// ReasonFailedRequeued: the job exited non-zero and, submitted with
 	// --requeue, went back to the queue (at most queue.max_requeue times).
 	ReasonFailedRequeued Reason = "failed_requeued"
+	// ReasonArrayLimit: the job is a task of an array job that already
+	// runs as many tasks as its cap allows (--array 0-99%8); it does not
+	// hold up the jobs behind it.
+	ReasonArrayLimit Reason = "array_limit"
 )
 
 // Reasons a job ended.
@@ -123,6 +127,7 @@ var reasons = []ReasonInfo{
 	{ReasonDependency, true, "the job waits for the jobs it depends on (--after) to end as it asked"},
 	{ReasonPreempted, true, "the job was preemptible and gave its GPUs to a job that had waited for them; it is back in the queue, keeping its place by age"},
 	{ReasonFailedRequeued, true, "the job exited non-zero and, submitted with --requeue, went back to the queue"},
+	{ReasonArrayLimit, true, "the job is a task of an array job that runs as many tasks as its limit (--array ...%N) allows; it does not hold up the jobs behind it"},
 	{ReasonExitCode, false, "the container exited on its own; the exit code says how"},
 	{ReasonTimeLimit, false, "the job reached its time limit and was stopped"},
 	{ReasonCancelled, false, "its owner or an admin cancelled the job"},

@@ -77,6 +77,10 @@ type QueuedJob struct {
 	// Preempted says the job's last run gave its GPUs up (its stored
 	// reason is preempted): while it waits for GPUs its reason stays so.
 	Preempted bool
+	// Array is the array job the job is a task of ("" for none), and
+	// ArrayMax how many of its tasks may hold GPUs at once (0: no cap).
+	Array    string
+	ArrayMax int
 }
 
 // RunningJob is a job that holds GPUs: starting or running.
@@ -103,6 +107,8 @@ type RunningJob struct {
 	// Preempting says the job's preemption is under way (asked in an
 	// earlier pass): its GPUs are coming free.
 	Preempting bool
+	// Array is the array job the job is a task of; "" for none.
+	Array string
 }
 
 // GPU is one GPU of the host.

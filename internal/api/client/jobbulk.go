@@ -24,6 +24,9 @@ func (c *Client) JobsPage(ctx context.Context, q JobsQuery) (apitype.JobsRespons
 	if len(q.States) > 0 {
 		v.Set("state", strings.Join(q.States, ","))
 	}
+	if q.Array != "" {
+		v.Set("array", q.Array)
+	}
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))
 	}

@@ -32,6 +32,8 @@ type JobsQuery struct {
 	// After is the id of the last job of the page before ("": the first).
 	Limit int
 	After string
+	// Array lists the tasks of this array job, ended ones too.
+	Array string
 }
 
 // Submit queues a job and returns it as the agent stored it. The sizes

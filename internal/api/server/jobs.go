@@ -40,6 +40,12 @@ type Jobs interface {
 	// is an admin (for the new job's class and dependencies).
 	Requeue(ctx context.Context, id string, admin bool, ev audit.Event) (queue.Job, error)
 	Logs(ctx context.Context, id string, follow bool, w io.Writer) error
+	// Array returns an array job's tasks; CancelArray, HoldArray and
+	// ReleaseArray act on each that can take it (see arrays.go).
+	Array(ctx context.Context, id string) ([]queue.Job, error)
+	CancelArray(ctx context.Context, id string, ev audit.Event) ([]queue.Job, error)
+	HoldArray(ctx context.Context, id string, ev audit.Event) ([]queue.Job, error)
+	ReleaseArray(ctx context.Context, id string, ev audit.Event) ([]queue.Job, error)
 }
 
 var _ Jobs = (*run.Queue)(nil)
@@ -104,6 +110,12 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 		writeFieldError(w, err)
 		return
 	}
+	array, err := arraySpec(body)
+	if err != nil {
+		s.observe(r, c, "", http.StatusBadRequest, err.Error())
+		writeFieldError(w, err)
+		return
+	}
 	user := c.id.User
 	if body.AsUser != "" {
 		// The kernel vouches for root on the socket; a token's holder
@@ -121,12 +133,16 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 	// queue.priority.high_users.
 	high := c.id.Role == config.RoleAdmin
 	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev,
-		Admin: high, After: dependencies(body.After), RequeueFailed: body.Requeue})
+		Admin: high, After: dependencies(body.After), RequeueFailed: body.Requeue, Array: array})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
 		return
 	}
 	c.observed = true
+	if array != nil {
+		s.writeSubmittedArray(w, r, c, job)
+		return
+	}
 	writeJSON(w, s.jobJSON(job))
 }
 
@@ -181,11 +197,15 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	q, err := apitype.ParseQuery(r.URL.RawQuery)
 	if err == nil {
-		err = apitype.OnlyParams(q, "all", "all_users", "state", "limit", "after")
+		err = apitype.OnlyParams(q, "all", "all_users", "state", "limit", "after", "array")
 	}
 	var page jobsPage
 	if err == nil {
 		page, err = parseJobsPage(q)
+	}
+	var arrayID string
+	if err == nil {
+		arrayID, err = arrayParam(q.Get("array"))
 	}
 	var all, allUsers bool
 	if err == nil {
@@ -207,7 +227,8 @@ func (s *server) listJobs(w http.ResponseWriter, r *http.Request, c *call) {
 		s.forbid(w, r, c, "jobs all_users=1", err)
 		return
 	}
-	f := ledger.JobFilter{User: user, States: states, IncludeEnded: all}
+	// An array's tasks are listed whatever their state, unless asked.
+	f := ledger.JobFilter{User: user, States: states, IncludeEnded: all || arrayID != "", ArrayID: arrayID}
 	jobs, pg, err := s.pageJobs(r.Context(), c, f, page)
 	if err != nil {
 		s.jobError(w, r, c, "", err)
@@ -254,6 +275,9 @@ func (s *server) ownJob(w http.ResponseWriter, r *http.Request, c *call) (queue.
 	id := r.PathValue("id")
 	job, err := s.cfg.Jobs.Job(r.Context(), id)
 	if err != nil {
+		if s.arrayNotJob(w, r, c, id, err) {
+			return queue.Job{}, false
+		}
 		s.jobError(w, r, c, "job "+id, err)
 		return queue.Job{}, false
 	}

@@ -229,6 +229,7 @@ func New(cfg Config) http.Handler {
 		{method: "GET", pattern: "/api/v1/snapshot", act: auth.ActGPUsRead, h: s.snapshot},
 	}
 	routes = append(routes, s.jobRoutes()...)
+	routes = append(routes, s.arrayRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
 	routes = append(routes, s.historyRoutes()...)
 	routes = append(routes, s.sessionRoutes()...)

@@ -62,6 +62,8 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"JobCancelBulk", testJobCancelBulk},
 		{"JobCancelBulkMany", testJobCancelBulkMany},
 		{"JobPages", testJobPages},
+		{"JobArray", testJobArray},
+		{"JobArrayAtomic", testJobArrayAtomic},
 		{"BudgetLifts", testBudgetLifts},
 		{"BudgetLiftAtomic", testBudgetLiftAtomic},
 		{"UsageByOwner", testUsageByOwner},

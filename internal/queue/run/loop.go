@@ -216,11 +216,12 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 				continue
 			}
 			ri := info(j)
+			array, arrayMax := arrayCap(j)
 			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
-				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit})
+				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax})
 		case queue.Starting, queue.Running:
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
-				GPUMemory: info(j).memory})
+				GPUMemory: info(j).memory, Array: arrayOf(j)})
 			if j.State == queue.Running {
 				next = minTime(next, q.enforce(ctx, l, j, now))
 				if mem := info(j).memory; mem > 0 {

@@ -33,8 +33,11 @@ type Submission struct {
 	// non-zero (--requeue).
 	RequeueFailed bool
 	// Audit is written in the job's own transaction, its Target set to
-	// the job's id.
+	// the job's id (an array's: the array's id).
 	Audit audit.Event
+	// Array, when set, makes the submission an array job of its tasks
+	// (see submitArray).
+	Array *queue.ArraySpec
 }
 
 // requestOf is what the job store keeps of req beyond the job's own
@@ -60,7 +63,7 @@ func specRequest(j queue.Job) (spec.Request, error) {
 		GPUs: j.GPUsRequested, GPUMemory: r.GPUMemory, Class: string(r.Class),
 		TimeLimit: j.TimeLimit, Image: j.Image, Name: j.Name, Mounts: r.Mounts,
 		Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids,
-		Publish: r.Publish, Labels: r.Labels, Command: j.Command,
+		Publish: r.Publish, Labels: r.Labels, Command: j.Command, Array: arrayPlace(r.Array),
 		Preemptible: r.Preemptible,
 	}, nil
 }
@@ -68,7 +71,8 @@ func specRequest(j queue.Job) (spec.Request, error) {
 // submittedText is the sentence of a job no pass has looked at yet.
 const submittedText = "submitted; waiting for the scheduler's first look"
 
-// Submit checks s against the queue's rules and adds it as a queued job.
+// Submit checks s against the queue's rules and adds it as a queued job;
+// with s.Array, as an array job's queued tasks, and returns the first.
 // A request that breaks a rule is a *spec.Refusal, one the queue cannot
 // take as it is a *BadRequest. The environment values go to EnvDir, never
 // to the ledger.
@@ -150,6 +154,9 @@ func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.
 		Request: request, TimeLimit: req.TimeLimit, SubmittedAt: now,
 	}
 	ev := q.fill(s.Audit, "jobs.submit", "")
+	if s.Array != nil {
+		return q.submitArray(ctx, job, *s.Array, ev, tmp)
+	}
 	stored, err := q.store.SubmitJob(ctx, job, ev)
 	if err != nil {
 		if tmp != "" {

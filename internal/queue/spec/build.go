@@ -128,6 +128,7 @@ func Build(req Request, rules Rules, who Identity, jobID string, gpus []string, 
 		"NVIDIA_VISIBLE_DEVICES="+visibleDevices(gpus),
 		"CUDA_DEVICE_ORDER=PCI_BUS_ID",
 	)
+	env = append(env, arrayEnv(req.Array)...)
 	cfg := &container.Config{
 		Image:      req.Image,
 		Cmd:        slices.Clone(req.Command),

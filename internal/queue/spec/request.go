@@ -46,6 +46,10 @@ type Request struct {
 	// Preemptible lets the job's GPUs go to jobs that wait for them: it
 	// is stopped (PreemptGraceEnv says with how much grace) and requeued.
 	Preemptible bool
+	// Array is the job's place in an array job, which the queue sets in
+	// its environment (GPUMETER_ARRAY_INDEX, GPUMETER_ARRAY_COUNT); nil
+	// for a job of its own.
+	Array *ArrayPlace
 }
 
 // PortRange is an inclusive range of host ports.
@@ -445,6 +449,9 @@ func checkEnv(env []string) ([]string, error) {
 		}
 		if strings.HasPrefix(strings.ToUpper(k), "NVIDIA_") || slices.Contains(agentEnv, strings.ToUpper(k)) {
 			return nil, refuse(EnvNotAllowed, "env", "%s is set by the queue from the GPUs it gives the job (NVIDIA_* and CUDA_VISIBLE_DEVICES are not for requests); drop --env %s", k, k)
+		}
+		if queueSet(k) {
+			return nil, refuse(EnvNotAllowed, "env", "%s is set by the queue for an array job's tasks; drop --env %s", k, k)
 		}
 		if strings.ContainsRune(v, 0) {
 			return nil, refuse(BadRequest, "env", "the value of %s holds a NUL byte", k)
