@@ -17,8 +17,8 @@ func newRequeue() *cobra.Command {
 		Use:   "requeue ID",
 		Short: "Submit an ended GPU job again, as a new job with the same request",
 		Long: `Make a new job from an ended one (yours, or anyone's for an admin) and print
-its id. The new job asks for what the ended one asked for, with the same
-environment values, and shows requeue_of (the job it was made from) and
+its id. The new job asks for what the ended one asked for, and shows
+requeue_of (the job it was made from) and
 attempt (2 for the first requeue, then 3, ...); the ended job stays as it
 ended. A job that is still waiting or running is refused. A job's environment
 values are removed when it ends, so one submitted with --env cannot be
