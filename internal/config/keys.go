@@ -112,7 +112,7 @@ func Keys() []Key {
 		intKey("queue.max_requeue", "how many times a job that was lost, or exited non-zero with submit --requeue, goes back to the queue before it fails", func(c *Config) *int { return &c.Queue.MaxRequeue }),
 		listKey("queue.requeue_on", "causes that put a running job back in the queue (lost, engine_failure, node_failure; node_failure is for the fleet, one host has none); a cause left out ends the job failed, reason requeue_limit. A job's own non-zero exit requeues it only with submit --requeue", func(c *Config) *[]string { return &c.Queue.RequeueOn }),
 		intKey("queue.max_start_attempts", "how many failed starts a job gets before it fails", func(c *Config) *int { return &c.Queue.MaxStartAttempts }),
-		durationKey("queue.log_retention", "how long an ended job's container and logs are kept before it is removed", func(c *Config) *time.Duration { return &c.Queue.LogRetention }),
+		durationKey("queue.log_retention", "how long an ended job's container and logs, and its environment values for requeue, are kept before they are removed", func(c *Config) *time.Duration { return &c.Queue.LogRetention }),
 		durationKey("queue.preempt_after", "how long a job that is not --preemptible waits for GPUs that preemptible jobs hold before they are preempted for it (at least 1s)", func(c *Config) *time.Duration { return &c.Queue.PreemptAfter }),
 		durationKey("queue.preempt_grace", "how long a preempted job has between SIGTERM and a kill, to checkpoint (at least 1s; GPUMETER_PREEMPT_GRACE in its environment)", func(c *Config) *time.Duration { return &c.Queue.PreemptGrace }),
 		listKey("queue.notify", "job events (start, end) the policy webhook is sent for, for every job", func(c *Config) *[]string { return &c.Queue.Notify }),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -14,14 +15,24 @@ import (
 
 // envStore keeps the jobs' environment values, which the ledger never
 // holds, in Config.EnvDir: one 0600 file a job, in a 0700 directory. The
-// service writes a job's at submit, the launcher reads it at start and
-// removes it at the job's end. Its state is the directory: each file is
-// written once and renamed in place, so it needs no lock.
+// service writes a job's at submit, the launcher reads it at start, and
+// at the job's end it is kept as ID.env.ended for keep (queue.log_retention,
+// as long as the job's container, whose config holds the same values),
+// so that gpumeter requeue can make the job again; keep 0 removes it at
+// the end. Its state is the directory: each file is written once and
+// renamed in place; mu guards only when the next sweep is due.
 type envStore struct {
-	dir string
-	log *slog.Logger
-	now func() time.Time
+	dir  string
+	log  *slog.Logger
+	now  func() time.Time
+	keep time.Duration
+
+	mu  sync.Mutex
+	due time.Time // the earliest an ended file expires; zero: sweep at once
 }
+
+// endedSuffix marks the values of an ended job, kept for requeue.
+const endedSuffix = ".ended"
 
 // path is where job id's environment values are kept.
 func (e *envStore) path(id string) string { return filepath.Join(e.dir, id+".env") }
@@ -65,6 +76,10 @@ func (e *envStore) read(j queue.Job) ([]string, error) {
 		return nil, nil
 	}
 	b, err := os.ReadFile(e.path(j.ID))
+	if errors.Is(err, os.ErrNotExist) && j.State.Ended() {
+		// An ended job's, kept for gpumeter requeue.
+		b, err = os.ReadFile(e.path(j.ID) + endedSuffix)
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, errEnvMissing
 	}
@@ -81,11 +96,64 @@ func (e *envStore) read(j queue.Job) ([]string, error) {
 	return env, nil
 }
 
-// remove drops an ended job's environment values.
+// remove puts an ended job's environment values aside for keep, or
+// drops them when keep is 0.
 func (e *envStore) remove(id string) {
-	if err := os.Remove(e.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		e.log.Warn("remove an ended job's environment", "job", id, "err", err)
+	if e.keep <= 0 {
+		if err := os.Remove(e.path(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			e.log.Warn("remove an ended job's environment", "job", id, "err", err)
+		}
+		return
 	}
+	ended := e.path(id) + endedSuffix
+	err := os.Rename(e.path(id), ended)
+	if errors.Is(err, os.ErrNotExist) {
+		return // it had none
+	}
+	if err == nil {
+		// Its age counts from the end, not from the submission.
+		now := e.now()
+		err = os.Chtimes(ended, now, now)
+		e.mu.Lock()
+		if e.due.IsZero() || now.Add(e.keep).Before(e.due) {
+			e.due = now.Add(e.keep)
+		}
+		e.mu.Unlock()
+	}
+	if err != nil {
+		e.log.Warn("keep an ended job's environment for requeue", "job", id, "err", err)
+		_ = os.Remove(e.path(id))
+	}
+}
+
+// sweep removes the ended jobs' values older than keep, once one is due,
+// and returns when the next is (zero: none kept).
+func (e *envStore) sweep() time.Time {
+	now := e.now()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.due.IsZero() && now.Before(e.due) {
+		return e.due
+	}
+	e.due = time.Time{}
+	ms, _ := filepath.Glob(filepath.Join(e.dir, "*.env"+endedSuffix))
+	for _, m := range ms {
+		fi, err := os.Stat(m)
+		if err != nil {
+			continue
+		}
+		expires := fi.ModTime().Add(e.keep)
+		if !now.Before(expires) {
+			if err := os.Remove(m); err != nil && !errors.Is(err, os.ErrNotExist) {
+				e.log.Warn("remove an ended job's environment", "file", m, "err", err)
+			}
+			continue
+		}
+		if e.due.IsZero() || expires.Before(e.due) {
+			e.due = expires
+		}
+	}
+	return e.due
 }
 
 // cleanTemps removes temporary env files older than age: left by a crash

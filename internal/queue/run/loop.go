@@ -285,6 +285,9 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		}
 		next = minTime(next, at)
 	}
+	// The ended jobs' environment values kept for requeue expire with
+	// their containers.
+	next = minTime(next, q.env.sweep())
 	q.updateSnapshot(ctx, obs, cfg, jobs)
 	return next
 }

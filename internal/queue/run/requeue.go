@@ -128,7 +128,7 @@ func (q *Service) Requeue(ctx context.Context, id string, admin bool, ev audit.E
 	}
 	if req.Env, err = q.env.read(j); err != nil {
 		if errors.Is(err, errEnvMissing) {
-			err = fmt.Errorf("%s's environment values (%s) were removed when it ended, and the queue keeps them nowhere else; submit it again with its --env values", id, strings.Join(j.EnvKeys, ", "))
+			err = fmt.Errorf("%s's environment values (%s) are gone: the queue keeps them queue.log_retention after a job ends, and this one's have expired (or the job was submitted while the agent stopped); submit it again with its --env values", id, strings.Join(j.EnvKeys, ", "))
 		}
 		return queue.Job{}, &BadRequest{Field: "id", Text: err.Error()}
 	}

@@ -216,7 +216,7 @@ func New(cfg Config) (*Queue, error) {
 	log = log.With("component", "queue")
 	w := writer{store: cfg.Store, node: cfg.Node, now: now, audited: cfg.Audited}
 	set := &settings{rules: cfg.Rules, sched: cfg.Sched, defaultTimeLimit: cfg.DefaultTimeLimit}
-	env := &envStore{dir: cfg.EnvDir, log: log, now: now}
+	env := &envStore{dir: cfg.EnvDir, log: log, now: now, keep: cfg.LogRetention}
 	holds := &sync.Mutex{}
 	l := &Launcher{
 		writer: w, engine: cfg.Engine, log: log,

@@ -125,8 +125,8 @@ func TestQueueDependencies(t *testing.T) {
 // back to the queue queue.max_requeue times (failed_requeued, counted in
 // requeues) and then ends failed with its exit code; gpumeter requeue
 // makes a new job of it with requeue_of and attempt 2, and refuses a
-// live job (409), another user (404) and a job whose environment values
-// went with its end.
+// live job (409) and another user (404); a job submitted with --env is
+// made again with its values, kept queue.log_retention after its end.
 func TestQueueRequeue(t *testing.T) {
 	t.Parallel()
 	h := newHost(t, "  max_requeue: 2\n")
@@ -199,14 +199,16 @@ func TestQueueRequeue(t *testing.T) {
 		t.Errorf("audit events jobs.requeue on %s: %d, want its two requeues and the admin's", again, n)
 	}
 
-	// A job with environment values: they go with its end, so it cannot
-	// be made again from them.
-	withEnv := h.request(1, "1m", "exit-after", "0s", "0")
+	// A job with environment values: they are kept queue.log_retention
+	// after its end, so the requeue runs with them.
+	withEnv := h.request(1, "1m", "exit-after", "0s", "0", "token=$TOKEN")
 	withEnv.Env = []string{"TOKEN=s3cret"}
 	e := a.submit(t, h.alice, withEnv)
 	a.await(t, e.ID, time.Minute, "succeeded")
-	if status, body := a.post(t, e.ID, "requeue", h.alice); status != http.StatusBadRequest || !strings.Contains(body.Message, "environment values (TOKEN)") {
-		t.Errorf("requeue of %s, which had --env: %d %+v, want 400 naming its environment", e.ID, status, body)
+	made := a.submitRequeue(t, e.ID, h.alice)
+	done := a.await(t, made.ID, time.Minute, "succeeded")
+	if logs := jobLogs(t, a, made.ID); !strings.Contains(logs, "token=s3cret") || strings.Join(done.EnvKeys, ",") != "TOKEN" || done.RequeueOf != e.ID {
+		t.Errorf("the requeued %s: logs %q, env_keys %v, requeue_of %q; want the value of TOKEN from %s", made.ID, logs, done.EnvKeys, done.RequeueOf, e.ID)
 	}
 }
 
