@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
 // TestEndedEnvKeptForRequeue: an ended job's environment values are set
@@ -67,6 +68,42 @@ func TestEndedEnvKeptForRequeue(t *testing.T) {
 	for _, p := range []string{f.q.Launcher.env.path(k.ID), f.q.Launcher.env.path(k.ID) + endedSuffix} {
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s without a log retention: %v, want it removed", p, err)
+		}
+	}
+}
+
+// TestRequeueOfAnArrayTask: a task made again keeps its index and its
+// array's cap, so it does the same work with the same values.
+func TestRequeueOfAnArrayTask(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.LogRetention = time.Hour })
+	ctx := context.Background()
+	req := request()
+	req.Env = []string{"SEED=7"}
+	a, err := queue.ParseArray("3-4%1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.q.Submit(ctx, Submission{Request: req, User: "alice", Team: "ml", Audit: audit.Event{Kind: "api", Caller: "alice"}, Array: &a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.q.Cancel(ctx, first.ID, audit.Event{Kind: "api", Caller: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := e.q.Requeue(ctx, first.ID, false, audit.Event{Kind: "api", Caller: "alice"})
+	if err != nil {
+		t.Fatalf("requeue of task %s: %v", first.ID, err)
+	}
+	if got := again.Request.Array; got == nil || *got != (queue.ArrayTask{ID: "j-000001", Index: 3, Count: 2, MaxRunning: 1}) {
+		t.Errorf("the requeued task's array place %+v, want index 3 of j-000001's 2, cap 1", got)
+	}
+	s, err := e.q.buildSpec(again, []string{"GPU-5f3c2a7e-0b1d-4c2e-9a8f-1e2d3c4b5a61"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range []string{"SEED=7", "GPUMETER_ARRAY_INDEX=3", "GPUMETER_ARRAY_COUNT=2"} {
+		if !slices.Contains(s.Config.Env, kv) {
+			t.Errorf("the requeued task's env %q lacks %s", s.Config.Env, kv)
 		}
 	}
 }

@@ -140,5 +140,11 @@ func (q *Service) Requeue(ctx context.Context, id string, admin bool, ev audit.E
 	}
 	return q.submit(ctx, s, func(n *queue.Request) {
 		n.RequeueOf, n.Attempt, n.Preemptible = j.ID, attempt, r.Preemptible
+		// A task made again keeps its place in its array: its index (the
+		// work it does) and the array's cap on tasks running at once. It
+		// is a job of its own id, so the array's listing does not count it.
+		if a := r.Array; a != nil {
+			n.Array = &queue.ArrayTask{ID: a.ID, Index: a.Index, Count: a.Count, MaxRunning: a.MaxRunning}
+		}
 	})
 }
