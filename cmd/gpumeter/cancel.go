@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -127,7 +129,11 @@ jobs (admins only). The filters need --state and take no ids.`,
 			for _, id := range args {
 				j, err := act(cmd.Context(), id)
 				if a, ok, aerr := orArray(err, func() (apitype.ArrayJob, error) { return c.CancelArray(cmd.Context(), id) }); ok {
-					// An array's id: every task of it that has not ended.
+					// An array's id: every task of it that has not ended;
+					// with --wait, the answer once each has.
+					if aerr == nil && wait {
+						a, aerr = awaitArray(cmd.Context(), c, a)
+					}
 					if aerr == nil {
 						if format == "text" {
 							fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", client.Clean(a.ID), arrayLine(a))
@@ -200,4 +206,21 @@ func cancelByFilter(cmd *cobra.Command, c *agentClient, req apitype.CancelJobsRe
 	}
 	_, err = fmt.Fprintln(cmd.OutOrStdout(), line)
 	return err
+}
+
+// awaitArray polls array a until every task of it has ended, as wait
+// does, and returns it then.
+func awaitArray(ctx context.Context, c *agentClient, a apitype.ArrayJob) (apitype.ArrayJob, error) {
+	for delay := waitPoll; !arrayEnded(a); delay = min(delay*5/4, waitPollMax) {
+		select {
+		case <-ctx.Done():
+			return a, ctx.Err()
+		case <-time.After(delay):
+		}
+		var err error
+		if a, err = c.Array(ctx, a.ID); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
 }

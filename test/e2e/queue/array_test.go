@@ -171,7 +171,7 @@ func TestQueueArray(t *testing.T) {
 	}
 	waited = make(chan int, 1)
 	go func() { waited <- h.waitCode(t, arr.ID) }()
-	out, errOut, code = a.userCLI(t, h.alice, "cancel", arr.ID)
+	out, errOut, code = a.userCLI(t, h.alice, "cancel", "--wait", arr.ID)
 	if code != 0 || !strings.Contains(out, arr.ID+" [0-5] 6 cancelled") {
 		t.Errorf("gpumeter cancel %s: exit %d: %s%s", arr.ID, code, out, errOut)
 	}
