@@ -104,11 +104,14 @@ type MetricsHandler struct {
 // it; without Run it renders one first.
 func (h *MetricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.live.Load() {
-		h.refresh()
+		h.refresh(true)
 	}
 	s := h.acquire()
-	if s == nil { // Run has not rendered yet
-		h.refresh()
+	if s == nil || s.tick != h.src.Latest() { // Run has not rendered it yet
+		if s != nil {
+			h.done(s)
+		}
+		h.refresh(false)
 		s = h.acquire()
 	}
 	defer h.done(s)
@@ -128,8 +131,7 @@ func (h *MetricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // renderBody writes the whole scrape into buf: the tick's series, the
 // queue's, the prices and then the registry's.
-func (h *MetricsHandler) renderBody(buf *bytes.Buffer) {
-	t := h.src.Latest()
+func (h *MetricsHandler) renderBody(buf *bytes.Buffer, t *sampler.Tick) {
 	buf.Write(Render(buf.AvailableBuffer(), t))
 	if t != nil && t.Tick != nil && h.queue != nil {
 		if q, ok := h.queue(); ok {

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gpumeter/gpumeter/internal/sampler"
 )
 
 // A scrape is a copy of a snapshot: the whole /metrics body rendered once,
@@ -26,9 +28,15 @@ import (
 // in under mu. So a scrape shows one render whole, and scrapes between
 // two ticks all show the same one. Two snapshots are enough unless a
 // scrape outlives a render; then a third is made and kept for reuse.
+//
+// A scrape that finds the snapshot older than the published tick (the
+// tick came, Run has not rendered it yet) renders it itself, so that a
+// scrape never lags the tick: the agent's first scrape after it is ready
+// has the first tick's series, as before.
 type snapshot struct {
 	plain, gz bytes.Buffer
-	refs      int // scrapes sending it; under MetricsHandler.mu
+	tick      *sampler.Tick // rendered from; nil before the first tick
+	refs      int           // scrapes sending it; under MetricsHandler.mu
 }
 
 // maxSpares bounds the snapshots kept for reuse, so that a burst of slow
@@ -50,8 +58,9 @@ func (h *MetricsHandler) Run(ctx context.Context) error {
 		defer timer.Stop()
 		stale = timer.C
 	}
+	force := false // a scrape may have rendered one already
 	for {
-		h.refresh()
+		h.refresh(force)
 		if timer != nil {
 			timer.Reset(h.maxAge)
 		}
@@ -59,7 +68,9 @@ func (h *MetricsHandler) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-h.wake:
+			force = false // a scrape may have rendered this tick already
 		case <-stale:
+			force = true
 		}
 	}
 }
@@ -74,12 +85,18 @@ func (h *MetricsHandler) Notify() {
 	}
 }
 
-// refresh renders a snapshot and makes it the current one. Renders are
+// refresh renders a snapshot and makes it the current one; unless force,
+// only when the current one is not of the latest tick. Renders are
 // serialised, so the writer and the spares need no other lock.
-func (h *MetricsHandler) refresh() {
+func (h *MetricsHandler) refresh(force bool) {
 	h.render.Lock()
 	defer h.render.Unlock()
+	t := h.src.Latest()
 	h.mu.Lock()
+	if !force && h.current != nil && h.current.tick == t {
+		h.mu.Unlock()
+		return
+	}
 	var s *snapshot
 	if n := len(h.spares); n > 0 {
 		s, h.spares = h.spares[n-1], h.spares[:n-1]
@@ -88,8 +105,9 @@ func (h *MetricsHandler) refresh() {
 	if s == nil {
 		s = new(snapshot)
 	}
+	s.tick = t
 	s.plain.Reset()
-	h.renderBody(&s.plain)
+	h.renderBody(&s.plain, t)
 	s.gz.Reset()
 	h.gzip.Reset(&s.gz)
 	_, _ = h.gzip.Write(s.plain.Bytes()) // into memory: cannot fail
