@@ -106,19 +106,34 @@ func (h *MetricsHandler) refresh(force bool) {
 		s = new(snapshot)
 	}
 	s.tick = t
-	s.plain.Reset()
+	// Size both buffers from the previous render: bytes.Buffer's own
+	// growth doubles, and a 660 KB scrape would hold 1.3 MB or more per
+	// buffer, kept live in every snapshot, which the GC's heap goal
+	// doubles again.
+	fit(&s.plain, h.lastPlain)
+	fit(&s.gz, h.lastGz)
 	h.renderBody(&s.plain, t)
-	s.gz.Reset()
 	h.gzip.Reset(&s.gz)
 	_, _ = h.gzip.Write(s.plain.Bytes()) // into memory: cannot fail
 	_ = h.gzip.Close()
 	h.gzip.Reset(nil)
+	h.lastPlain, h.lastGz = s.plain.Len(), s.gz.Len()
 
 	h.mu.Lock()
 	old := h.current
 	h.current = s
 	h.release(old)
 	h.mu.Unlock()
+}
+
+// fit empties b and gives it room for a little more than last bytes,
+// replacing its array when that is too small or much too large.
+func fit(b *bytes.Buffer, last int) {
+	want := last + last/8 + 4096
+	if c := b.Cap(); c < want || c > want+want/4 {
+		*b = *bytes.NewBuffer(make([]byte, 0, want))
+	}
+	b.Reset()
 }
 
 // acquire returns the current snapshot, held until release.
@@ -152,14 +167,16 @@ func (h *MetricsHandler) release(s *snapshot) {
 
 // state is the handler's snapshot machinery.
 type state struct {
-	live    atomic.Bool   // Run runs
-	wake    chan struct{} // Notify -> Run, one pending at most
-	maxAge  time.Duration // Run renders when no tick came for this long; 0: only on ticks
-	render  sync.Mutex    // one render at a time
-	gzip    *gzip.Writer  // the render's, under render
-	mu      sync.Mutex    // current, spares and refs
-	current *snapshot
-	spares  []*snapshot
+	live   atomic.Bool   // Run runs
+	wake   chan struct{} // Notify -> Run, one pending at most
+	maxAge time.Duration // Run renders when no tick came for this long; 0: only on ticks
+	render sync.Mutex    // one render at a time
+	gzip   *gzip.Writer  // the render's, under render
+	// lastPlain and lastGz are the previous render's sizes, under render.
+	lastPlain, lastGz int
+	mu                sync.Mutex // current, spares and refs
+	current           *snapshot
+	spares            []*snapshot
 }
 
 func newState(maxAge time.Duration) state {

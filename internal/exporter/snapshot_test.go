@@ -208,4 +208,8 @@ func BenchmarkRefresh(b *testing.B) {
 	for b.Loop() {
 		h.refresh(true)
 	}
+	snap := h.acquire()
+	defer h.done(snap)
+	b.ReportMetric(float64(snap.plain.Cap()+snap.gz.Cap()), "held-bytes/snapshot")
+	b.ReportMetric(float64(snap.plain.Len()+snap.gz.Len()), "used-bytes/snapshot")
 }
