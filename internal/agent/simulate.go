@@ -128,6 +128,9 @@ func play(ctx context.Context, s *sampler.Sampler, rec *record.Recorder, start, 
 					break
 				}
 				rec.Add(st.tick)
+				// The recorder is the only reader of a simulation's
+				// ticks and keeps nothing of them.
+				s.Recycle(st.tick)
 				if !st.at.Before(nextFlush) {
 					if err = rec.Flush(ctx); err != nil {
 						close(failed)
