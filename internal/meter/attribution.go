@@ -247,6 +247,9 @@ func (m *Meter) usageRows(now time.Time, out []Usage) []Usage {
 		})
 		m.orderDirty = false
 	}
+	if out == nil {
+		out = make([]Usage, 0, len(m.order)) // never nil, as before Recycle
+	}
 	out = slices.Grow(out[:0], len(m.order))
 	kept := m.order[:0]
 	for _, r := range m.order {
