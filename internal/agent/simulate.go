@@ -80,7 +80,7 @@ func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where 
 	s := sampler.New(sampler.WithSimulated(sampler.Config{
 		Node:  sc.Node,
 		Meter: meter.New(meter.Config{IdleWatts: sc.IdleWatts()}),
-	}, sim.NewSource(sc, false)))
+	}, sim.NewSource(sc, false, sim.WithReusedLists())))
 	wb := newWriteBehind(ctx, store)
 	rec := record.New(record.Config{Store: wb, Node: sc.Node, MaxRows: 1 << 30, Lease: lease})
 
@@ -128,6 +128,9 @@ func play(ctx context.Context, s *sampler.Sampler, rec *record.Recorder, start, 
 					break
 				}
 				rec.Add(st.tick)
+				// The recorder is the only reader of a simulation's
+				// ticks and keeps nothing of them.
+				s.Recycle(st.tick)
 				if !st.at.Before(nextFlush) {
 					if err = rec.Flush(ctx); err != nil {
 						close(failed)

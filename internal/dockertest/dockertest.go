@@ -91,7 +91,17 @@ func LockGPUs(t testing.TB) {
 	if runtime.GOOS != "linux" {
 		return
 	}
-	const wait = 3 * time.Minute
+	// Tests that take the lock queue behind one another, and a package's
+	// may together hold it for minutes on a busy machine: the wait ends
+	// only just before the test binary's own timeout (-timeout), so that
+	// a holder that hangs is named rather than a stack dumped, and a
+	// queue of live tests never fails one of them.
+	wait := 15 * time.Minute
+	if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			wait = max(time.Until(dl)-30*time.Second, time.Second)
+		}
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		ln, err := net.Listen("unix", gpuLock)
@@ -103,7 +113,7 @@ func LockGPUs(t testing.TB) {
 			t.Fatalf("take the GPU lock: %v", err)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("another test has held the GPU lock for over %v", wait)
+			t.Fatalf("another test has held the GPU lock for over %v, until just before this test binary's timeout", wait.Round(time.Second))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

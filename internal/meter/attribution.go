@@ -233,7 +233,7 @@ func (m *Meter) book(gs *gpuState, now time.Time, d *gpu.Device, idleW float64) 
 	return g
 }
 
-func (m *Meter) usageRows(now time.Time) []Usage {
+func (m *Meter) usageRows(now time.Time, out []Usage) []Usage {
 	if m.orderDirty {
 		// Rows come and go far less often than ticks, so the sort runs
 		// only when the set of rows changed.
@@ -247,7 +247,10 @@ func (m *Meter) usageRows(now time.Time) []Usage {
 		})
 		m.orderDirty = false
 	}
-	out := make([]Usage, 0, len(m.order))
+	if out == nil {
+		out = make([]Usage, 0, len(m.order)) // never nil, as before Recycle
+	}
+	out = slices.Grow(out[:0], len(m.order))
 	kept := m.order[:0]
 	for _, r := range m.order {
 		// A row booked now stays in this tick even when the interval it

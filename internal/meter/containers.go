@@ -47,8 +47,11 @@ type ctrState struct {
 // container restarted in a new cgroup) counts from zero. A running
 // container whose stats could not be read books nothing: its interval is
 // closed by the next good reading, as a GPU's is.
-func (m *Meter) containerRows(now time.Time, ctrs []container.Container) []Container {
-	out := make([]Container, 0, len(ctrs))
+func (m *Meter) containerRows(now time.Time, ctrs []container.Container, out []Container) []Container {
+	if out == nil {
+		out = make([]Container, 0, len(ctrs)) // never nil, as before Recycle
+	}
+	out = slices.Grow(out[:0], len(ctrs))
 	active := 0
 	for i := range ctrs {
 		c := &ctrs[i]

@@ -155,6 +155,9 @@ type Meter struct {
 	step       uint64 // counts Steps, to tell this step's row fields
 	lastRow    uint64 // the last row id given out
 	held       holdings
+	// spares are handed-back ticks' slices; a channel, as Recycle may
+	// run beside Step.
+	spares chan spare
 }
 
 // New returns a meter with empty totals.
@@ -167,6 +170,7 @@ func New(cfg Config) *Meter {
 		gpus:       map[string]*gpuState{},
 		rows:       map[rowKey]*row{},
 		containers: map[string]*ctrState{},
+		spares:     make(chan spare, spareTicks),
 	}
 }
 
@@ -221,8 +225,9 @@ func (m *Meter) Step(in Input) *Tick {
 		g.UnattributedUtil = max(0, cur.util-g.AttributedUtil)
 	}
 
-	t.Usage = m.usageRows(in.Time)
-	t.Containers = m.containerRows(in.Time, in.Containers)
+	sp := m.takeSpare()
+	t.Usage = m.usageRows(in.Time, sp.usage)
+	t.Containers = m.containerRows(in.Time, in.Containers, sp.containers)
 	return t
 }
 

@@ -87,6 +87,9 @@ type Sampler struct {
 	// container twice, in its order: a list with the same IDs needs
 	// no check, which spares hashing every ID on every tick.
 	unique []string
+	// spares are recycled ticks' Owners, reused by Step; a channel, as
+	// Recycle may run beside Step.
+	spares chan [][]container.Owner
 }
 
 // New returns a sampler; it reads nothing until Step or Run.
@@ -107,6 +110,7 @@ func New(cfg Config) *Sampler {
 		owners:    map[uint32]container.Owner{},
 		live:      map[uint32]bool{},
 		seen:      map[string]bool{},
+		spares:    make(chan [][]container.Owner, spareTicks),
 		health:    Health{GPUReadErrors: map[string]uint64{}},
 	}
 }
@@ -176,14 +180,15 @@ func (s *Sampler) Step(ctx context.Context, now time.Time) *Tick {
 
 	clear(s.owners)
 	unresolved := 0
-	owners := make([][]container.Owner, len(sample.Devices))
+	owners := s.spareOwners(len(sample.Devices))
 	for i := range sample.Devices {
 		d := &sample.Devices[i]
 		if d.Err != nil {
 			s.health.GPUReadErrors[meter.GPUKey(d.UUID, d.Index)]++
+			owners[i] = nil
 			continue
 		}
-		owners[i] = make([]container.Owner, len(d.Processes))
+		owners[i] = grow(owners[i], len(d.Processes))
 		for j, p := range d.Processes {
 			o, ok := s.owners[p.PID]
 			if !ok {

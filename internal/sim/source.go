@@ -43,6 +43,10 @@ type Source struct {
 	mu      sync.Mutex
 	origin  time.Time // loop mode: the instant offset 0 first mapped to
 	started bool
+
+	// reuse (WithReusedLists) makes Containers fill list again.
+	reuse bool
+	list  []container.Container
 }
 
 // timeline is one GPU over the scenario. Its device-wide state is cut into
@@ -457,7 +461,13 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 		return nil, err
 	}
 	in := s.at(now)
-	out := make([]container.Container, 0, len(s.containers))
+	var out []container.Container
+	if s.reuse {
+		out = s.list[:0]
+	}
+	if out == nil {
+		out = make([]container.Container, 0, len(s.containers))
+	}
 	for i := range s.containers {
 		c := &s.containers[i]
 		if c.real || in.off < c.start {
@@ -488,6 +498,9 @@ func (s *Source) Containers(ctx context.Context, now time.Time) ([]container.Con
 			ctr := &out[len(out)-1]
 			ctr.FinishedAt, ctr.MemoryBytes, ctr.PID = in.base.Add(c.end), 0, 0
 		}
+	}
+	if s.reuse {
+		s.list = out
 	}
 	return out, nil
 }

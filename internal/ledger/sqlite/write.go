@@ -98,9 +98,11 @@ const (
 	// what it sums, so it stays unknown; COALESCE(held_us, 0) would make
 	// it claim to cover all of its used time. Reads leave such a row's
 	// used time out of efficiency with it.
-	usageSQL = `INSERT INTO %s (start, gpu_id, owner_id, allocated_us, held_us, present_us, used_us,
+	// The usage statements name their table as %[1]s and their VALUES
+	// list as %[2]s, which multiRow fills for one row or for bulkRows.
+	usageSQL = `INSERT INTO %[1]s (start, gpu_id, owner_id, allocated_us, held_us, present_us, used_us,
 		memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+		VALUES %[2]s
 		ON CONFLICT (start, gpu_id, owner_id) DO UPDATE SET
 			allocated_us = allocated_us + excluded.allocated_us,
 			held_us = held_us + excluded.held_us,
@@ -110,11 +112,11 @@ const (
 			energy_mj = energy_mj + excluded.energy_mj,
 			peak_memory_bytes = max(peak_memory_bytes, excluded.peak_memory_bytes),
 			peak_util_cpct = max(peak_util_cpct, excluded.peak_util_cpct)`
-	gpuUsageSQL = `INSERT INTO %s (start, gpu_id, seconds_us, allocated_us, idle_us, used_us,
+	gpuUsageSQL = `INSERT INTO %[1]s (start, gpu_id, seconds_us, allocated_us, idle_us, used_us,
 		unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct,
 		samples, util_sum_cpct, util_max_cpct, mem_sum_bytes, mem_max_bytes,
 		power_sum_mw, power_max_mw, temp_sum_ccel, temp_max_ccel)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+		VALUES %[2]s
 		ON CONFLICT (start, gpu_id) DO UPDATE SET
 			seconds_us = seconds_us + excluded.seconds_us,
 			allocated_us = allocated_us + excluded.allocated_us,
@@ -133,7 +135,7 @@ const (
 			power_max_mw = max(power_max_mw, excluded.power_max_mw),
 			temp_sum_ccel = temp_sum_ccel + excluded.temp_sum_ccel,
 			temp_max_ccel = max(temp_max_ccel, excluded.temp_max_ccel)`
-	containerUsageSQL = `INSERT INTO %s (start, owner_id, cpu_us, ram_byte_s) VALUES ($1, $2, $3, $4)
+	containerUsageSQL = `INSERT INTO %[1]s (start, owner_id, cpu_us, ram_byte_s) VALUES %[2]s
 		ON CONFLICT (start, owner_id) DO UPDATE SET
 			cpu_us = cpu_us + excluded.cpu_us,
 			ram_byte_s = ram_byte_s + excluded.ram_byte_s`
@@ -144,7 +146,16 @@ type stmts struct {
 	gpuGet, gpuInsert, gpuDescribe   *sql.Stmt
 	ownerGet, ownerInsert, container *sql.Stmt
 	usage, gpu, ctr                  [2]*sql.Stmt // minute, hour
+	// The same for bulkRows rows a statement.
+	usageBulk, gpuBulk, ctrBulk [2]*sql.Stmt
 }
+
+// Columns of the usage statements.
+const (
+	usageCols    = 11
+	gpuUsageCols = 19
+	ctrUsageCols = 4
+)
 
 func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 	st := &stmts{}
@@ -164,9 +175,12 @@ func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 	p(&st.ownerInsert, ownerInsertSQL)
 	p(&st.container, containerSQL)
 	for i, grain := range []string{"minute", "hour"} {
-		p(&st.usage[i], fmt.Sprintf(usageSQL, "usage_"+grain))
-		p(&st.gpu[i], fmt.Sprintf(gpuUsageSQL, "gpu_"+grain))
-		p(&st.ctr[i], fmt.Sprintf(containerUsageSQL, "container_"+grain))
+		p(&st.usage[i], multiRow(usageSQL, "usage_"+grain, usageCols, 1))
+		p(&st.gpu[i], multiRow(gpuUsageSQL, "gpu_"+grain, gpuUsageCols, 1))
+		p(&st.ctr[i], multiRow(containerUsageSQL, "container_"+grain, ctrUsageCols, 1))
+		p(&st.usageBulk[i], multiRow(usageSQL, "usage_"+grain, usageCols, bulkRows))
+		p(&st.gpuBulk[i], multiRow(gpuUsageSQL, "gpu_"+grain, gpuUsageCols, bulkRows))
+		p(&st.ctrBulk[i], multiRow(containerUsageSQL, "container_"+grain, ctrUsageCols, bulkRows))
 	}
 	if err := errors.Join(errs...); err != nil {
 		st.close()
@@ -178,7 +192,8 @@ func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 func (st *stmts) all() []*sql.Stmt {
 	return []*sql.Stmt{st.nodeGet, st.nodeInsert, st.nodeSeen, st.gpuGet, st.gpuInsert, st.gpuDescribe,
 		st.ownerGet, st.ownerInsert, st.container,
-		st.usage[0], st.usage[1], st.gpu[0], st.gpu[1], st.ctr[0], st.ctr[1]}
+		st.usage[0], st.usage[1], st.gpu[0], st.gpu[1], st.ctr[0], st.ctr[1],
+		st.usageBulk[0], st.usageBulk[1], st.gpuBulk[0], st.gpuBulk[1], st.ctrBulk[0], st.ctrBulk[1]}
 }
 
 func (st *stmts) close() {
@@ -252,46 +267,37 @@ func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) 
 		}
 	}
 	for i, rows := range [][]sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]{r.UsageMinute, r.UsageHour} {
-		if len(rows) == 0 {
-			continue
-		}
-		st := w.stmt(ctx, w.st.usage[i])
-		for _, u := range rows {
+		err := execRows(ctx, w, w.st.usage[i], w.st.usageBulk[i], rows, func(a []any, u *sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]) []any {
 			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
 			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
 			v := &u.Val
-			if _, err := st.ExecContext(ctx, u.Key.Start, gid, oid, v.AllocatedUS, v.HeldUS, v.PresentUS, v.UsedUS,
-				v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil); err != nil {
-				return fmt.Errorf("usage: %w", err)
-			}
+			return append(a, u.Key.Start, gid, oid, v.AllocatedUS, v.HeldUS, v.PresentUS, v.UsedUS,
+				v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil)
+		})
+		if err != nil {
+			return fmt.Errorf("usage: %w", err)
 		}
 	}
 	for i, rows := range [][]sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]{r.GPUMinute, r.GPUHour} {
-		if len(rows) == 0 {
-			continue
-		}
-		st := w.stmt(ctx, w.st.gpu[i])
-		for _, g := range rows {
+		err := execRows(ctx, w, w.st.gpu[i], w.st.gpuBulk[i], rows, func(a []any, g *sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]) []any {
 			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: g.Key.Node, UUID: g.Key.GPU})
 			v := &g.Val
-			if _, err := st.ExecContext(ctx, g.Key.Start, gid, v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS,
+			return append(a, g.Key.Start, gid, v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS,
 				v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil,
 				v.Gauges.Samples, v.Gauges.UtilSum, v.Gauges.UtilMax, v.Gauges.MemSum, v.Gauges.MemMax,
-				v.Gauges.PowerSum, v.Gauges.PowerMax, v.Gauges.TempSum, v.Gauges.TempMax); err != nil {
-				return fmt.Errorf("gpu usage: %w", err)
-			}
+				v.Gauges.PowerSum, v.Gauges.PowerMax, v.Gauges.TempSum, v.Gauges.TempMax)
+		})
+		if err != nil {
+			return fmt.Errorf("gpu usage: %w", err)
 		}
 	}
 	for i, rows := range [][]sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]{r.ContainerMinute, r.ContainerHour} {
-		if len(rows) == 0 {
-			continue
-		}
-		st := w.stmt(ctx, w.st.ctr[i])
-		for _, c := range rows {
+		err := execRows(ctx, w, w.st.ctr[i], w.st.ctrBulk[i], rows, func(a []any, c *sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]) []any {
 			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: c.Key.Node, Kind: ledger.KindContainer, Name: c.Key.ID})
-			if _, err := st.ExecContext(ctx, c.Key.Start, oid, c.Val.CPUUS, c.Val.RAMByteS); err != nil {
-				return fmt.Errorf("container usage: %w", err)
-			}
+			return append(a, c.Key.Start, oid, c.Val.CPUUS, c.Val.RAMByteS)
+		})
+		if err != nil {
+			return fmt.Errorf("container usage: %w", err)
 		}
 	}
 	return nil
