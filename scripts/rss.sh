@@ -6,7 +6,14 @@
 # console is open as well: the overview every 10 s (as the page reloads
 # itself) and the GPUs page's 1h and 24h windows every 30 s, over the
 # agent's socket, which signs root in as an admin.
-#   [CONSOLE=1] scripts/rss.sh [DURATION]
+#
+# SCRAPE_EVERY sets the pause between scrapes (seconds, default 5; 0.1 is
+# ten a second) and SCRAPES stops after that many scrapes instead of after
+# DURATION; GZIP=1 asks for gzip as Prometheus does. At the end it prints
+# VmRSS and, from /proc/PID/smaps_rollup, the resident memory split into
+# anonymous and file-backed (the binary's mapped text and data) pages.
+# Default GOGC, no GOMEMLIMIT: both are unset for the agent.
+#   [CONSOLE=1] [SCRAPE_EVERY=0.1] [SCRAPES=300] [GZIP=1] scripts/rss.sh [DURATION]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-600}
@@ -14,7 +21,7 @@ port=${PORT:-19401}
 bin=$(mktemp -d)/gpumeter
 go build -o "$bin" ./cmd/gpumeter
 data=$(mktemp -d)
-"$bin" serve --sim testdata/bench-8gpu-64ctr.yaml --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn &
+env -u GOGC -u GOMEMLIMIT "$bin" serve --sim testdata/bench-8gpu-64ctr.yaml --listen "127.0.0.1:$port" --data-dir "$data" --log-level warn &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$(dirname "$bin")" "$data"' EXIT
 sleep 2
@@ -22,8 +29,14 @@ start=$(date +%s)
 max=0
 scrapes=0
 pages=0
-while [ $(( $(date +%s) - start )) -lt "$duration" ]; do
-  curl -sf -o /dev/null "http://127.0.0.1:$port/metrics" && scrapes=$((scrapes + 1))
+every=${SCRAPE_EVERY:-5}
+want=${SCRAPES:-0}
+compressed=()
+[ "${GZIP:-0}" = 1 ] && compressed=(--compressed)
+rollup() { awk -v k="$1" '$1 == k":" {print $2}' /proc/$pid/smaps_rollup; }
+echo "before scrapes: VmRSS $(awk '/^VmRSS/ {print $2}' /proc/$pid/status) KiB, Rss $(rollup Rss) KiB = anonymous $(rollup Anonymous) KiB + file $(( $(rollup Rss) - $(rollup Anonymous) )) KiB"
+while if [ "$want" -gt 0 ]; then [ "$scrapes" -lt "$want" ]; else [ $(( $(date +%s) - start )) -lt "$duration" ]; fi; do
+  curl -sf "${compressed[@]}" -o /dev/null "http://127.0.0.1:$port/metrics" && scrapes=$((scrapes + 1))
   if [ "${CONSOLE:-0}" = 1 ]; then
     elapsed=$(( $(date +%s) - start ))
     if [ $((elapsed % 10)) -lt 5 ]; then
@@ -36,8 +49,12 @@ while [ $(( $(date +%s) - start )) -lt "$duration" ]; do
   fi
   rss=$(awk '/^VmRSS/ {print $2}' /proc/$pid/status)
   [ "$rss" -gt "$max" ] && max=$rss
-  sleep 5
+  sleep "$every"
 done
 final=$(awk '/^VmRSS/ {print $2}' /proc/$pid/status)
+rss=$(rollup Rss)
+anon=$(rollup Anonymous)
+took=$(( $(date +%s) - start ))
 series=$(curl -sf "http://127.0.0.1:$port/metrics" | grep -vc '^#')
-echo "after ${duration}s: VmRSS ${final} KiB (max ${max} KiB), ${scrapes} scrapes, ${series} series per scrape, ${pages} console pages"
+echo "after ${took}s: VmRSS ${final} KiB (max ${max} KiB), ${scrapes} scrapes, ${series} series per scrape, ${pages} console pages"
+echo "smaps_rollup: Rss ${rss} KiB = anonymous ${anon} KiB + file $(( rss - anon )) KiB"

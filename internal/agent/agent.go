@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
@@ -18,6 +19,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/cost"
 	"github.com/gpumeter/gpumeter/internal/docker"
+	"github.com/gpumeter/gpumeter/internal/exporter"
 	"github.com/gpumeter/gpumeter/internal/gpuhistory"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/backend"
@@ -50,7 +52,10 @@ type Agent struct {
 	version string
 	node    string // the node this agent meters
 
-	sampler  *sampler.Sampler
+	sampler *sampler.Sampler
+	// metrics is the /metrics handler that Run renders on every tick
+	// (see exporter.MetricsHandler.Run); nil until Handler is built.
+	metrics  atomic.Pointer[exporter.MetricsHandler]
 	docker   *docker.Inventory
 	store    ledger.Ledger
 	lease    ledger.Lease // this agent's lease of its node in store
@@ -272,6 +277,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
 	}
+	// Last, so that the render sees what the tick did to the queue.
+	onTick = chain(onTick, a.renderMetrics)
 	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
@@ -285,6 +292,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		Logger:      logger,
 	})
 	return a, nil
+}
+
+// renderMetrics asks the /metrics handler to render the new tick.
+func (a *Agent) renderMetrics(*sampler.Tick) {
+	if m := a.metrics.Load(); m != nil {
+		m.Notify()
+	}
 }
 
 // chain calls first, then next, on every tick; first may be nil.

@@ -92,11 +92,14 @@ func (a *Agent) Handler() http.Handler {
 		ac.Ranks = a.queue
 	}
 	apiHandler := server.New(ac)
-	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra, Prices: (*cost.Model)(&a.cfg.Cost)}
+	// MaxAge: a stuck sampler does not freeze the process metrics.
+	ec := exporter.Config{Version: a.version, Log: a.log.With("part", "exporter"), Extra: extra, Prices: (*cost.Model)(&a.cfg.Cost), MaxAge: 2 * a.cfg.Interval}
 	if a.queue != nil {
 		ec.Queue = a.queueStats
 	}
-	mux.Handle("GET /metrics", a.sec.guardOpen(exporter.NewHandler(a.sampler, ec)))
+	metrics := exporter.NewHandler(a.sampler, ec)
+	a.metrics.Store(metrics)
+	mux.Handle("GET /metrics", a.sec.guardOpen(metrics))
 	mux.Handle("GET /healthz", a.sec.guardOpen(apiHandler))
 	mux.Handle("/", apiHandler)
 	return server.LimitHeaders(mux)

@@ -93,6 +93,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.log.With("part", "http").Handler(), slog.LevelDebug),
 	}
 	g, ctx := errgroup.WithContext(ctx)
+	if m := a.metrics.Load(); m != nil {
+		g.Go(func() error { return m.Run(ctx) })
+	}
 	if a.docker != nil {
 		g.Go(func() error {
 			if err := a.docker.Run(ctx); err != nil {

@@ -2,12 +2,11 @@ package exporter
 
 import (
 	"bytes"
-	"compress/gzip"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -50,12 +49,18 @@ type Config struct {
 	// Prices are the cost section, served as gpumeter_price_* series
 	// (see RenderPrices); nil serves none.
 	Prices *cost.Model
+	// MaxAge is how long Run waits for a tick before it renders the
+	// scrape anyway, so that the exporter's own metrics stay fresh while
+	// the sampler is stuck; 0 renders on ticks only.
+	MaxAge time.Duration
 }
 
 // NewHandler is Handler with the GPU queue's series: see Config. They
 // follow the tick's series, labelled with its node, and like them are
 // left out before the first tick.
-func NewHandler(src TickSource, cfg Config) http.Handler {
+//
+// Run makes every scrape a copy of the latest render; see snapshot.go.
+func NewHandler(src TickSource, cfg Config) *MetricsHandler {
 	log, version, extra := cfg.Log, cfg.Version, cfg.Extra
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -64,7 +69,8 @@ func NewHandler(src TickSource, cfg Config) http.Handler {
 		Name: "promhttp_metric_handler_errors_total",
 		Help: "Total number of internal errors encountered by the promhttp metric handler.",
 	}, []string{"cause"})
-	h := &handler{
+	h := &MetricsHandler{
+		state:      newState(cfg.MaxAge),
 		src:        src,
 		queue:      cfg.Queue,
 		prices:     cfg.Prices,
@@ -72,14 +78,6 @@ func NewHandler(src TickSource, cfg Config) http.Handler {
 		log:        log,
 		gatherErrs: errs.WithLabelValues("gathering"),
 		encodeErrs: errs.WithLabelValues("encoding"),
-		bufs:       sync.Pool{New: func() any { return new(bytes.Buffer) }},
-		// BestSpeed: the scrape is the same label sets over and over, so
-		// the fastest level already takes the load's 643 KB to 41 KB, in
-		// less than half the time of the default level, which gets 36 KB.
-		gzips: sync.Pool{New: func() any {
-			gz, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed)
-			return gz
-		}},
 	}
 	h.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), errs)
 	h.reg.MustRegister(extra...)
@@ -91,22 +89,49 @@ func NewHandler(src TickSource, cfg Config) http.Handler {
 	return h
 }
 
-type handler struct {
+// MetricsHandler serves /metrics; NewHandler makes one.
+type MetricsHandler struct {
+	state
 	src                    TickSource
 	queue                  func() (QueueStats, bool)
 	prices                 *cost.Model
 	reg                    *prometheus.Registry
 	log                    *slog.Logger
 	gatherErrs, encodeErrs prometheus.Counter
-	bufs                   sync.Pool // *bytes.Buffer, a whole scrape
-	gzips                  sync.Pool // *gzip.Writer
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	buf := h.bufs.Get().(*bytes.Buffer)
-	defer h.bufs.Put(buf)
-	buf.Reset()
-	t := h.src.Latest()
+// ServeHTTP sends the latest snapshot, gzipped when the scraper accepts
+// it; without Run it renders one first.
+func (h *MetricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.live.Load() {
+		h.refresh(true)
+	}
+	s := h.acquire()
+	if s == nil || s.tick != h.src.Latest() { // Run has not rendered it yet
+		if s != nil {
+			h.done(s)
+		}
+		h.refresh(false)
+		s = h.acquire()
+	}
+	defer h.done(s)
+	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	w.Header().Add("Vary", "Accept-Encoding")
+	body := s.plain.Bytes()
+	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
+		w.Header().Set("Content-Encoding", "gzip")
+		body = s.gz.Bytes()
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	if _, err := w.Write(body); err != nil {
+		h.encodeErrs.Inc()
+		h.log.Warn("send metrics", "err", err)
+	}
+}
+
+// renderBody writes the whole scrape into buf: the tick's series, the
+// queue's, the prices and then the registry's.
+func (h *MetricsHandler) renderBody(buf *bytes.Buffer, t *sampler.Tick) {
 	buf.Write(Render(buf.AvailableBuffer(), t))
 	if t != nil && t.Tick != nil && h.queue != nil {
 		if q, ok := h.queue(); ok {
@@ -135,26 +160,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	w.Header().Add("Vary", "Accept-Encoding")
-	var err error
-	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
-		w.Header().Set("Content-Encoding", "gzip")
-		gz := h.gzips.Get().(*gzip.Writer)
-		gz.Reset(w)
-		_, err = gz.Write(buf.Bytes())
-		if cerr := gz.Close(); err == nil {
-			err = cerr
-		}
-		gz.Reset(nil) // drop the response writer until the next scrape
-		h.gzips.Put(gz)
-	} else {
-		_, err = w.Write(buf.Bytes())
-	}
-	if err != nil {
-		h.encodeErrs.Inc()
-		h.log.Warn("send metrics", "err", err)
-	}
 }
 
 // acceptsGzip reports whether Accept-Encoding header values allow gzip
