@@ -119,8 +119,9 @@ func (q *ranking) waiting(j queue.Job) queue.Job {
 	if !ok || !r.waits || j.Reason == queue.ReasonStartFailed && r.wait.Reason == queue.ReasonResources {
 		return j
 	}
-	if j.Held && r.wait.Reason != queue.ReasonHeld {
-		// Held since the pass: the store's reason is the newer.
+	if j.Held != (r.wait.Reason == queue.ReasonHeld) {
+		// Held or released since the pass: the store's reason is the
+		// newer.
 		return j
 	}
 	j.Reason, j.ReasonText = r.wait.Reason, r.wait.Text()
