@@ -28,11 +28,16 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 		if err := w.write(ctx, b, rows); err != nil {
 			return err
 		}
+		due := s.compactor.Due(rows)
+		if err := sqlledger.CompactDue(ctx, writeQuerier{querier{tx}}, due); err != nil {
+			return err
+		}
 		if err := tx.Commit(); err != nil {
 			return err
 		}
 		// Ids become known only once the rows that hold them are committed.
 		s.ids.merge(w.added)
+		s.compactor.Done(due)
 		return nil
 	})
 }
