@@ -87,4 +87,11 @@ type GPUSeriesStore interface {
 	// Retain may have deleted: the series then starts where they do).
 	// Steps are aligned to the Unix epoch.
 	GPUSeries(ctx context.Context, node string, from, to time.Time, step time.Duration) ([]GPUHistory, error)
+
+	// GPUUsageSeries returns every GPU's rows within f's window, as they
+	// were written and added up per step: time.Minute for minute rows
+	// (which Retain may have deleted), time.Hour for hour rows; ordered
+	// by start, then node and GPU UUID. It is how the ledger's minute
+	// data is read whole, whatever its layout.
+	GPUUsageSeries(ctx context.Context, f Filter, step time.Duration) ([]GPUUsage, error)
 }

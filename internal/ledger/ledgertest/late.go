@@ -5,8 +5,11 @@
 package ledgertest
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
@@ -64,4 +67,33 @@ func testLateMinutes(t *testing.T, s ledger.Ledger) {
 	if len(points) == 0 {
 		t.Fatal("Series of hour 1: no points")
 	}
+
+	// The GPUs' minutes and hours, as written and added up.
+	for _, step := range []time.Duration{time.Minute, time.Hour} {
+		f := ledger.Filter{From: at(0, 30), To: at(4, 30)}
+		rows, err := s.GPUUsageSeries(context.Background(), f, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []ledger.GPUUsage
+		from, to := plan(f, step)
+		for at := from; at.Before(to); at = at.Add(step) {
+			for _, g := range bruteGPUs(all, at, at.Add(step)) {
+				want = append(want, ledger.GPUUsage{Node: nodeA, Start: at, GPU: g.GPU.UUID, GPUSums: g.GPUSums})
+			}
+		}
+		if diff := gocmp.Diff(want, rows, equateEmpty); diff != "" {
+			t.Errorf("GPUUsageSeries(%v) mismatch (-want +got):\n%s", step, diff)
+		}
+	}
+}
+
+// plan is the window a series of step reads for f: whole minutes, or
+// every hour it touches.
+func plan(f ledger.Filter, step time.Duration) (from, to time.Time) {
+	from, to = ledger.Minute(f.From), ledger.Minute(f.To)
+	if step == time.Hour {
+		from, to = from.Truncate(time.Hour), to.Add(time.Hour-time.Nanosecond).Truncate(time.Hour)
+	}
+	return from, to
 }

@@ -136,3 +136,43 @@ func gpuMinuteSeries(ctx context.Context, q Querier, node string, r Range, s int
 	}
 	return out, nil
 }
+
+// GPUUsageSeries answers ledger.GPUSeriesStore.GPUUsageSeries.
+func GPUUsageSeries(ctx context.Context, q Querier, f ledger.Filter, step time.Duration) ([]ledger.GPUUsage, error) {
+	p, err := PlanSeries(f, step)
+	if err != nil {
+		return nil, err
+	}
+	if p.Empty() {
+		return nil, nil
+	}
+	var rs []minuteRow
+	if len(p.Minutes) > 0 {
+		rs, err = readMinutes(ctx, q, gpuFamily, f.Node, p.Minutes[0])
+	} else {
+		rs, err = readHourRows(ctx, q, gpuFamily, f.Node, p.Hours)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("GPU usage series: %w", err)
+	}
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	gpus, err := readGPUs(ctx, q, f.Node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ledger.GPUUsage, len(rs))
+	for i := range rs {
+		g, ok := gpus[rs[i].key[0]]
+		if !ok {
+			return nil, fmt.Errorf("GPU usage series: no GPU with id %d", rs[i].key[0])
+		}
+		v := gpuValues(&rs[i])
+		out[i] = ledger.GPUUsage{Node: g.Node, Start: time.Unix(rs[i].start, 0).UTC(), GPU: g.UUID, GPUSums: v.Sums(), Gauges: v.Gauges.Gauges()}
+	}
+	slices.SortStableFunc(out, func(a, b ledger.GPUUsage) int {
+		return cmp.Or(a.Start.Compare(b.Start), cmp.Compare(a.Node, b.Node), cmp.Compare(a.GPU, b.GPU))
+	})
+	return out, nil
+}
