@@ -17,7 +17,7 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 	if id := b.ID; !id.IsZero() {
 		stmts = append(stmts, statement{"lease", renewSQL, []any{id.Node, id.Instance, int64(id.Seq)}, 1})
 	}
-	due := s.compactor.Due(rows)
+	due, _ := s.compactor.Due(rows) // compacted after the batch is written, late rows with the rest
 	compacted := false
 	err := s.retry(ctx, func() error {
 		compacted = false

@@ -24,12 +24,20 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 				return fmt.Errorf("lease: %w", err)
 			}
 		}
+		// Closed hours are compacted before the batch is written, so that
+		// on a one-node ledger they are the minute tables' only rows and
+		// go at once; rows the batch writes into closed hours (a late or
+		// a many-hour batch) are compacted after.
+		due, late := s.compactor.Due(rows)
+		tq := writeQuerier{querier{tx}}
+		if err := sqlledger.CompactDue(ctx, tq, due); err != nil {
+			return err
+		}
 		w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
 		if err := w.write(ctx, b, rows); err != nil {
 			return err
 		}
-		due := s.compactor.Due(rows)
-		if err := sqlledger.CompactDue(ctx, writeQuerier{querier{tx}}, due); err != nil {
+		if err := sqlledger.CompactDue(ctx, tq, late); err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {
