@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -51,7 +52,10 @@ type Store struct {
 	wdb   *sql.DB // one connection: writes queue on wsem
 	rdb   *sql.DB // query_only connections for reports
 	wsem  chan struct{}
-	stmts *stmts
+	// stmts are the batch writer's statements, prepared by the first
+	// batch: a process that only reads (a report) never parses them.
+	smu   sync.Mutex
+	stmts *stmts // guarded by smu
 	ids   ids // guarded by wsem
 	// compactor says when a batch's node has minutes to compact.
 	compactor sqlledger.Compactor
@@ -99,13 +103,8 @@ func open(ctx context.Context, path string) (*Store, error) {
 		s.wdb.Close()
 		return nil, err
 	}
-	if s.stmts, err = prepare(ctx, s.wdb); err != nil {
-		s.wdb.Close()
-		return nil, err
-	}
 	s.rdb, err = sql.Open("sqlite", dsn(abs, "_pragma=busy_timeout("+bt+")&_pragma=query_only(1)"))
 	if err != nil {
-		s.stmts.close()
 		s.wdb.Close()
 		return nil, err
 	}
@@ -228,9 +227,11 @@ func readSchema(ctx context.Context, tx *sql.Tx) (sqlledger.Schema, error) {
 // Close closes the ledger.
 func (s *Store) Close() error {
 	var errs []error
+	s.smu.Lock()
 	if s.stmts != nil {
 		s.stmts.close()
 	}
+	s.smu.Unlock()
 	if s.rdb != nil {
 		errs = append(errs, s.rdb.Close())
 	}

@@ -14,6 +14,10 @@ import (
 // writeRows writes a batch's rows in one transaction, fenced by its
 // node's lease when b.ID is set.
 func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.Rows) error {
+	st, err := s.statements(ctx)
+	if err != nil {
+		return err
+	}
 	return s.writeTx(ctx, func(tx *sql.Tx) error {
 		if !b.ID.IsZero() {
 			written, err := fence(ctx, tx, b.ID)
@@ -33,7 +37,7 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 		if err := sqlledger.CompactDue(ctx, tq, due); err != nil {
 			return err
 		}
-		w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
+		w := &writer{tx: tx, st: st, known: &s.ids, added: newIDs()}
 		if err := w.write(ctx, b, rows); err != nil {
 			return err
 		}
@@ -48,6 +52,21 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 		s.compactor.Done(due)
 		return nil
 	})
+}
+
+// statements returns the batch writer's statements, prepared on first
+// use.
+func (s *Store) statements(ctx context.Context) (*stmts, error) {
+	s.smu.Lock()
+	defer s.smu.Unlock()
+	if s.stmts == nil {
+		st, err := prepare(ctx, s.wdb)
+		if err != nil {
+			return nil, err
+		}
+		s.stmts = st
+	}
+	return s.stmts, nil
 }
 
 // insertAudit adds audit events, given as the arguments of
