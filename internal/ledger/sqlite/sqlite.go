@@ -48,15 +48,15 @@ const readConns = 4
 type Store struct {
 	sqlledger.Ledger // Write, Audit and the reads
 
-	path  string
-	wdb   *sql.DB // one connection: writes queue on wsem
-	rdb   *sql.DB // query_only connections for reports
-	wsem  chan struct{}
+	path string
+	wdb  *sql.DB // one connection: writes queue on wsem
+	rdb  *sql.DB // query_only connections for reports
+	wsem chan struct{}
 	// stmts are the batch writer's statements, prepared by the first
 	// batch: a process that only reads (a report) never parses them.
 	smu   sync.Mutex
 	stmts *stmts // guarded by smu
-	ids   ids // guarded by wsem
+	ids   ids    // guarded by wsem
 	// compactor says when a batch's node has minutes to compact.
 	compactor sqlledger.Compactor
 	wlock     *writerLock // held from Acquire to Release or Close; guarded by wsem
