@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
@@ -115,14 +116,64 @@ func DecodeLabels(s string) (map[string]string, error) {
 	if s == "" || s == "{}" {
 		return nil, nil
 	}
-	var l map[string]string
-	if err := json.Unmarshal([]byte(s), &l); err != nil {
-		return nil, err
+	l, ok := plainLabels(s)
+	if !ok {
+		if err := json.Unmarshal([]byte(s), &l); err != nil {
+			return nil, err
+		}
 	}
 	if len(l) == 0 {
 		return nil, nil
 	}
 	return l, nil
+}
+
+// plainLabels decodes what EncodeLabels writes for most labels, an object
+// of strings without escapes, without encoding/json, which cost a
+// month's report a tenth of its time. ok is false for anything else (an
+// escape, a control character, invalid UTF-8, a malformed object), which
+// json.Unmarshal then decodes, or refuses.
+func plainLabels(s string) (l map[string]string, ok bool) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return nil, false
+	}
+	str := func(i int) (string, int, bool) {
+		if i >= len(s) || s[i] != '"' {
+			return "", i, false
+		}
+		for j := i + 1; j < len(s); j++ {
+			switch c := s[j]; {
+			case c == '"':
+				v := s[i+1 : j]
+				return v, j + 1, utf8.ValidString(v)
+			case c == '\\' || c < 0x20:
+				return "", j, false
+			}
+		}
+		return "", len(s), false
+	}
+	l = map[string]string{}
+	i := 1
+	for i < len(s)-1 {
+		k, j, ok := str(i)
+		if !ok || j >= len(s) || s[j] != ':' {
+			return nil, false
+		}
+		v, j, ok := str(j + 1)
+		if !ok {
+			return nil, false
+		}
+		l[k] = v
+		switch {
+		case j == len(s)-1:
+			return l, true
+		case s[j] == ',' && j+1 < len(s)-1:
+			i = j + 1
+		default:
+			return nil, false
+		}
+	}
+	return nil, false
 }
 
 // byteSecondsUnit splits a byte-seconds column for summing: a container
