@@ -304,10 +304,19 @@ func (s *Store) retain(ctx context.Context, node string, now time.Time, minutes,
 				return err
 			}
 		}
-		if mOK {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
+		raise := func(key string, to int64) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
 				ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
-				sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10)); err != nil {
+				key, strconv.FormatInt(to, 10))
+			return err
+		}
+		if mOK {
+			if err := raise(sqlledger.MetaHorizon, mCut); err != nil {
+				return err
+			}
+		}
+		if hOK {
+			if err := raise(sqlledger.MetaDays, sqlledger.RetainDayHorizon(hCut)); err != nil {
 				return err
 			}
 		}

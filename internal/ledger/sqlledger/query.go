@@ -43,6 +43,34 @@ func Totals(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTota
 	return usage, gpus, nil
 }
 
+// Horizons reads the minute horizon recorded by Retain and the day
+// horizon recorded by the migration that added day rows: NoHorizon for
+// each that is not recorded (day rows then answer every day).
+func Horizons(ctx context.Context, q Querier) (minutes, days int64, err error) {
+	rows, err := q.Query(ctx, "SELECT key, value FROM "+MetaTable+" WHERE key IN ($1, $2)", MetaHorizon, MetaDays)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer rows.Close()
+	minutes, days = NoHorizon, NoHorizon
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return 0, 0, err
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s.%s: %w", MetaTable, k, err)
+		}
+		if k == MetaHorizon {
+			minutes = n
+		} else {
+			days = n
+		}
+	}
+	return minutes, days, rows.Err()
+}
+
 // Horizon reads the minute horizon recorded by Retain.
 func Horizon(ctx context.Context, q Querier) (int64, error) {
 	rows, err := q.Query(ctx, "SELECT value FROM "+MetaTable+" WHERE key = $1", MetaHorizon)
@@ -230,6 +258,37 @@ func (s *usageSums) addMinute(r *minuteRow) {
 	}
 }
 
+// The columns of the usage and GPU rollups that Usage and GPUs sum.
+const (
+	usageCols = "gpu_id, owner_id, allocated_us, held_us, present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct"
+	gpuCols   = "gpu_id, seconds_us, allocated_us, idle_us, used_us, unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct"
+)
+
+// rollups selects cols from family's day rows over p.Days and its hour
+// rows over p.HourParts, as one UNION ALL.
+func (q *query) rollups(family, cols string, p Plan) string {
+	var parts []string
+	add := func(table string, r Range) {
+		parts = append(parts, "SELECT "+cols+" FROM "+table+" WHERE start >= "+q.arg(r.From)+" AND start < "+q.arg(r.To))
+	}
+	if !p.Days.Empty() {
+		add(family+"_day", p.Days)
+	}
+	for _, r := range p.HourParts() {
+		add(family+"_hour", r)
+	}
+	return strings.Join(parts, " UNION ALL ")
+}
+
+// plan reads the horizons and plans f's window.
+func plan(ctx context.Context, q Querier, f ledger.Filter) (Plan, error) {
+	minutes, days, err := Horizons(ctx, q)
+	if err != nil {
+		return Plan{}, err
+	}
+	return PlanWindow(f, minutes, days), nil
+}
+
 // ctrSums adds up one container's CPU and RAM rows, RAM split as splitSum
 // splits it.
 type ctrSums struct{ cpuUS, rHi, rLo int64 }
@@ -246,15 +305,14 @@ func idList(ids []int64) string {
 	return b.String()
 }
 
-// Usage answers ledger.Store.Usage: the hour rows summed per (GPU, owner)
-// and per container in SQL, the minutes at the window's edges added in
-// Go, then the GPUs, owners and containers they name.
+// Usage answers ledger.Store.Usage: the day and hour rows summed per
+// (GPU, owner) and per container in SQL, the minutes at the window's
+// edges added in Go, then the GPUs, owners and containers they name.
 func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal, error) {
-	horizon, err := Horizon(ctx, q)
+	p, err := plan(ctx, q, f)
 	if err != nil {
 		return nil, err
 	}
-	p := PlanWindow(f, horizon)
 	if p.Empty() {
 		return nil, nil
 	}
@@ -271,7 +329,8 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 		CAST(SUM(allocated_us) AS BIGINT), ` + heldSums + `, CAST(SUM(present_us) AS BIGINT),
 		CAST(SUM(used_us) AS BIGINT), ` + splitSum("memory_byte_s") + `,
 		CAST(SUM(energy_mj) AS BIGINT), MAX(peak_memory_bytes), MAX(peak_util_cpct)
-	FROM usage_hour WHERE start >= ` + uq.arg(p.Hours.From) + ` AND start < ` + uq.arg(p.Hours.To) + where + `
+	FROM (` + uq.rollups("usage", usageCols, p) + `) AS u
+	WHERE true` + where + `
 	GROUP BY gpu_id, owner_id`
 		rows, err := q.Query(ctx, sql, uq.args...)
 		if err != nil {
@@ -300,7 +359,8 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 			where = " AND " + containerFamily.nodeByName(cq.arg(f.Node))
 		}
 		sql = `SELECT owner_id, CAST(SUM(cpu_us) AS BIGINT), ` + splitSum("ram_byte_s") + `
-	FROM container_hour WHERE start >= ` + cq.arg(p.Hours.From) + ` AND start < ` + cq.arg(p.Hours.To) + where + `
+	FROM (` + cq.rollups("container", "owner_id, cpu_us, ram_byte_s", p) + `) AS u
+	WHERE true` + where + `
 	GROUP BY owner_id`
 		rows, err = q.Query(ctx, sql, cq.args...)
 		if err != nil {
@@ -429,11 +489,10 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 
 // GPUs answers ledger.Store.GPUs as Usage answers Usage.
 func GPUs(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.GPUTotal, error) {
-	horizon, err := Horizon(ctx, q)
+	p, err := plan(ctx, q, f)
 	if err != nil {
 		return nil, err
 	}
-	p := PlanWindow(f, horizon)
 	if p.Empty() {
 		return nil, nil
 	}
@@ -449,7 +508,8 @@ func GPUs(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.GPUTotal, e
 		CAST(SUM(idle_us) AS BIGINT), CAST(SUM(used_us) AS BIGINT),
 		CAST(SUM(unattributed_us) AS BIGINT), CAST(SUM(energy_mj) AS BIGINT),
 		CAST(SUM(idle_energy_mj) AS BIGINT), MAX(peak_util_cpct)
-	FROM gpu_hour WHERE start >= ` + gq.arg(p.Hours.From) + ` AND start < ` + gq.arg(p.Hours.To) + where + `
+	FROM (` + gq.rollups("gpu", gpuCols, p) + `) AS u
+	WHERE true` + where + `
 	GROUP BY gpu_id`
 		rows, err := q.Query(ctx, sql, gq.args...)
 		if err != nil {
