@@ -210,7 +210,7 @@ func plainLabels(s string) (l map[string]string, ok bool) {
 // that and exact; bigSum joins them.
 const byteSecondsUnit = 1 << 20
 
-// unheld makes the ledger.Unheld of a group from heldSums' counts.
+// unheld makes the ledger.Unheld of a group from its counts of rows.
 func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
 	if unheldRows == 0 {
 		return ledger.Unheld{}
@@ -218,7 +218,7 @@ func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
 	return ledger.Unheld{Rows: int(unheldRows), All: heldRows == 0, UsedSeconds: float64(unheldUsedUS) / MicrosPerSecond}
 }
 
-// bigSum joins the two halves of splitSum, rounding once.
+// bigSum joins the two halves of a split sum, rounding once.
 func bigSum(hi, lo int64) float64 { return float64(hi)*byteSecondsUnit + float64(lo) }
 
 // usageSums adds up one (GPU, owner)'s usage rows in stored units: memory
