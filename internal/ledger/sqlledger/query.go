@@ -71,63 +71,12 @@ func Horizons(ctx context.Context, q Querier) (minutes, days int64, err error) {
 	return minutes, days, rows.Err()
 }
 
-// Horizon reads the minute horizon recorded by Retain.
-func Horizon(ctx context.Context, q Querier) (int64, error) {
-	rows, err := q.Query(ctx, "SELECT value FROM "+MetaTable+" WHERE key = $1", MetaHorizon)
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	h := int64(NoHorizon)
-	if rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return 0, err
-		}
-		if h, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return 0, fmt.Errorf("%s.%s: %w", MetaTable, MetaHorizon, err)
-		}
-	}
-	return h, rows.Err()
-}
-
 // query builds SQL text with numbered parameters.
 type query struct{ args []any }
 
 func (q *query) arg(v any) string {
 	q.args = append(q.args, v)
 	return "$" + strconv.Itoa(len(q.args))
-}
-
-// containerSQL reads the containers among owners; scanContainer reads a
-// row.
-const containerSQL = `SELECT c.owner_id, n.name, c.container_id, c.name, c.image, c.labels, c.user_name, c.team, c.project,
-	c.gpu_request, c.started_at, c.finished_at, c.exit_code, c.first_seen, c.last_seen
-FROM containers c JOIN nodes n ON n.id = c.node_id
-WHERE c.owner_id IN (%s)`
-
-func scanContainer(rows Cursor) (int64, *ledger.Container, error) {
-	var (
-		ownerID                        int64
-		c                              ledger.Container
-		labels                         string
-		started, finished, first, last *int64
-		exit                           *int64
-	)
-	if err := rows.Scan(&ownerID, &c.Node, &c.ID, &c.Name, &c.Image, &labels, &c.User, &c.Team, &c.Project,
-		&c.GPURequest, &started, &finished, &exit, &first, &last); err != nil {
-		return 0, nil, err
-	}
-	c.StartedAt, c.FinishedAt, c.FirstSeen, c.LastSeen = Time(started), Time(finished), Time(first), Time(last)
-	if exit != nil {
-		code := int(*exit)
-		c.ExitCode = &code
-	}
-	var err error
-	if c.Labels, err = DecodeLabels(labels); err != nil {
-		return 0, nil, fmt.Errorf("container %s labels: %w", c.ID, err)
-	}
-	return ownerID, &c, nil
 }
 
 // EncodeLabels is how the stores keep labels: a JSON object.
@@ -393,11 +342,7 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	list := idList(ids)
-	owners, err := readOwners(ctx, q, list, nil)
-	if err != nil {
-		return nil, err
-	}
-	containers, err := readContainers(ctx, q, list, nil)
+	owners, containers, err := readOwnersContainers(ctx, q, list)
 	if err != nil {
 		return nil, err
 	}
