@@ -55,5 +55,6 @@ func newRoot() *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}")
 	// Every command suggests the flag meant for one it does not know.
 	root.SetFlagErrorFunc(suggestFlag)
+	withBashShim(root)
 	return root
 }
