@@ -118,19 +118,20 @@ func writeScenario(w io.Writer, spec scenarioSpec) error {
 			fmt.Fprintf(&b, "    end: %dm\n", end)
 		}
 		fmt.Fprintf(&b, "    cpu: %.2f\n    ram: %dMiB\n    phases:\n", 0.25+rng.Float64()*7.75, 512*(1+rng.IntN(96)))
-		// Phase offsets: 0 and up to three more, in order, inside the run.
-		at := []int{0}
-		for range rng.IntN(4) {
-			if next := at[len(at)-1] + 1 + rng.IntN(max((end-start)/2, 1)); next < end-start {
-				at = append(at, next)
-			}
-		}
-		for _, a := range at {
+		// The load moves every 1 to 15 minutes around the container's own
+		// level (±20 points of utilisation, up to 2 GiB more memory), with
+		// a stalled stretch now and then: minute figures that change, as
+		// measured ones do, rather than a few long constant phases, which
+		// both the ledger's chunks and the TSDB's chunks would compress
+		// to almost nothing.
+		level := 5 + rng.IntN(96)
+		memory := 256 * (1 + rng.IntN(160)) // MiB
+		for at := 0; at < end-start; at += 1 + rng.IntN(15) {
 			util := 0
-			if r := rng.Float64(); r > 0.15 { // a stalled phase now and then
-				util = 5 + rng.IntN(96)
+			if rng.Float64() > 0.05 {
+				util = min(max(level+rng.IntN(41)-20, 0), 100)
 			}
-			fmt.Fprintf(&b, "      - at: %dm\n        util: %d\n        memory: %dMiB\n", a, util, 256*(1+rng.IntN(160)))
+			fmt.Fprintf(&b, "      - at: %dm\n        util: %d\n        memory: %dMiB\n", at, util, min(memory+256*rng.IntN(9), gpuMemoryMiB))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
