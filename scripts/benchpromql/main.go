@@ -92,7 +92,7 @@ func run1(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, d := range days {
 		r, err := bench(ctx, &s, d)
 		if err != nil {
-			return fmt.Errorf("%d days: %w", d, err)
+			return fmt.Errorf("%d-day history: %w", d, err)
 		}
 		results = append(results, r)
 	}
@@ -100,7 +100,7 @@ func run1(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var problems []string
 	for _, r := range results {
 		for _, p := range r.Problems {
-			problems = append(problems, fmt.Sprintf("%d days: %s", r.Days, p))
+			problems = append(problems, fmt.Sprintf("%d-day history: %s", r.Days, p))
 		}
 	}
 	if len(problems) > 0 {
@@ -143,7 +143,7 @@ func writeTables(w io.Writer, s *settings, results []*result) {
 	fmt.Fprintf(w, "\nSettings: scenario interval %s, seed 27, 8 GPUs; promtool `--max-block-duration=%s`; Prometheus `--storage.tsdb.retention.time=%s --storage.tsdb.max-block-duration=%s`; %d timed runs of each side, medians.\n",
 		s.Interval, s.BackfillBlock, s.Retention, s.MaxBlock, s.Runs)
 	for _, r := range results {
-		fmt.Fprintf(w, "\n%d days (%s .. %s):\n", r.Days, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
+		fmt.Fprintf(w, "\n%d-day history (%s .. %s):\n", r.Days, r.From.Format(time.RFC3339), r.To.Format(time.RFC3339))
 		fmt.Fprintf(w, "- simulate: %s wall, %s CPU\n", secs(r.Simulate.Wall), secs(r.Simulate.CPU))
 		fmt.Fprintf(w, "- ledger after VACUUM: %d bytes: %s\n", r.Ledger.Total, r.Ledger)
 		fmt.Fprintf(w, "- OpenMetrics: %d families, %d series, %d samples, %s, written in %s\n", r.Conv.Families, r.Conv.Series, r.Conv.Samples, bytesText(r.Conv.Bytes), secs(r.Convert))
@@ -154,6 +154,7 @@ func writeTables(w io.Writer, s *settings, results []*result) {
 			fmt.Fprintf(w, "- one block: nothing for Prometheus to compact\n")
 		}
 		fmt.Fprintf(w, "- TSDB: %d blocks, %d bytes (chunks %s, index %s)\n", r.TSDB.Blocks, r.TSDB.Total, bytesText(r.TSDB.Chunks), bytesText(r.TSDB.Index))
+		fmt.Fprintf(w, "- in process, opening and closing the ledger (sqlite.Open, Close), which report.Run leaves out: %s\n", ms(r.Open))
 		fmt.Fprintf(w, "- Prometheus idle: %.2f ms CPU a second, subtracted from each query's server CPU; query `%s`; Prometheus's evalTotalTime %s\n", r.ServerIdle*1e3, r.Query, ms(r.PromEval))
 	}
 }
