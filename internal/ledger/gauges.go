@@ -95,3 +95,21 @@ type GPUSeriesStore interface {
 	// data is read whole, whatever its layout.
 	GPUUsageSeries(ctx context.Context, f Filter, step time.Duration) ([]GPUUsage, error)
 }
+
+// MinuteCompacter compacts minute rows on demand. Writers compact a
+// node's closed hours as its batches of a new hour come; a run that ends
+// (a simulation) compacts its last hours itself.
+type MinuteCompacter interface {
+	// CompactMinutes moves node's minute rows of the hours before before
+	// (rounded up to a whole hour) into the ledger's minute chunks.
+	CompactMinutes(ctx context.Context, node string, before time.Time) error
+}
+
+// GPULister lists the GPUs a ledger knows.
+type GPULister interface {
+	// KnownGPUs returns every GPU any batch has named, on every node,
+	// whether or not the ledger still keeps usage of it: GPUs are never
+	// deleted. It reads no usage, so it costs the same for a month of
+	// history as for a minute.
+	KnownGPUs(ctx context.Context) ([]GPU, error)
+}

@@ -294,6 +294,8 @@ type Ledger interface {
 	audit.Store
 	BudgetStore
 	GPUSeriesStore
+	GPULister
+	MinuteCompacter
 	JobStore
 	LeaseTaker
 	OwnerUsageReader

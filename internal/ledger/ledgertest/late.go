@@ -44,6 +44,23 @@ func testLateMinutes(t *testing.T, s ledger.Ledger) {
 			checkGPUs(t, s, f, bruteGPUs(all, w[0], w[1]))
 		}
 	}
+	// The GPUs the ledger knows, without reading usage.
+	known, err := s.KnownGPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff([]ledger.GPU{gpuMetaA, gpuMetaB}, known); diff != "" {
+		t.Errorf("KnownGPUs mismatch (-want +got):\n%s", diff)
+	}
+	// Compacting every hour, the open one too, changes no answer.
+	if err := s.CompactMinutes(context.Background(), nodeA, at(5, 0)); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range [][2]time.Time{{at(0, 0), at(5, 0)}, {at(0, 17), at(4, 43)}, {at(4, 30), at(5, 0)}} {
+		f := ledger.Filter{From: w[0], To: w[1]}
+		checkUsage(t, s, f, bruteUsage(all, w[0], w[1]))
+		checkGPUs(t, s, f, bruteGPUs(all, w[0], w[1]))
+	}
 	// Minute by minute, the series holds each minute once, its rows added.
 	points := readSeries(t, s, ledger.Filter{From: at(1, 0), To: at(2, 0)}, time.Minute)
 	seen := map[[3]string]bool{}

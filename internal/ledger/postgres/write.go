@@ -17,7 +17,7 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 	if id := b.ID; !id.IsZero() {
 		stmts = append(stmts, statement{"lease", renewSQL, []any{id.Node, id.Instance, int64(id.Seq)}, 1})
 	}
-	due := s.compactor.Due(rows)
+	due, _ := s.compactor.Due(rows) // compacted after the batch is written, late rows with the rest
 	compacted := false
 	err := s.retry(ctx, func() error {
 		compacted = false
@@ -292,7 +292,7 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	for _, t := range []struct {
 		table string
 		rows  []sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]
-	}{{"usage_minute", r.UsageMinute}, {"usage_hour", r.UsageHour}} {
+	}{{"usage_minute", r.UsageMinute}, {"usage_hour", r.UsageHour}, {"usage_day", r.UsageDay}} {
 		if len(t.rows) == 0 {
 			continue
 		}
@@ -310,7 +310,7 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	for _, t := range []struct {
 		table string
 		rows  []sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]
-	}{{"gpu_minute", r.GPUMinute}, {"gpu_hour", r.GPUHour}} {
+	}{{"gpu_minute", r.GPUMinute}, {"gpu_hour", r.GPUHour}, {"gpu_day", r.GPUDay}} {
 		if len(t.rows) == 0 {
 			continue
 		}
@@ -337,7 +337,7 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	for _, t := range []struct {
 		table string
 		rows  []sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]
-	}{{"container_minute", r.ContainerMinute}, {"container_hour", r.ContainerHour}} {
+	}{{"container_minute", r.ContainerMinute}, {"container_hour", r.ContainerHour}, {"container_day", r.ContainerDay}} {
 		if len(t.rows) == 0 {
 			continue
 		}

@@ -455,13 +455,23 @@ func TestCompactClosedHours(t *testing.T) {
 	if err := s.Write(ctx, batch(10)); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := used(), want+float64(10%7)+0.5; got != want {
+	want += float64(10%7) + 0.5
+	if got := used(); got != want {
 		t.Errorf("after a late row, used seconds = %v, want %v", got, want)
 	}
 	if got := count("usage_minute"); got != 30 {
 		t.Errorf("after a late row, usage_minute holds %d rows, want 30", got)
 	}
-	if got := count("usage_chunk"); got != 2 {
-		t.Errorf("after a late row, usage_chunk holds %d rows, want 2", got)
+	if err := s.Write(ctx, batch(180)); err != nil { // 11:00
+		t.Fatal(err)
+	}
+	if got := used(); got != want {
+		t.Errorf("after the next hour's batch, used seconds = %v, want %v", got, want)
+	}
+	if got := count("usage_minute"); got != 1 {
+		t.Errorf("after the next hour's batch, usage_minute holds %d rows, want 1", got)
+	}
+	if got := count("usage_chunk"); got != 3 {
+		t.Errorf("after the next hour's batch, usage_chunk holds %d rows, want 3", got)
 	}
 }

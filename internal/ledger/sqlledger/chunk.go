@@ -217,15 +217,49 @@ func (f *family) decodeSeries(hour int64, data []byte) ([]*series, error) {
 		}
 		return nil, bad(fmt.Sprintf("version %d, want %d", data[0], chunkVersion))
 	}
-	r := flate.NewReader(bytes.NewReader(data[1:]))
-	raw, err := io.ReadAll(io.LimitReader(r, maxChunkRaw+1))
-	r.Close()
+	raw, err := inflate(data[1:])
 	if err != nil {
 		return nil, bad(err.Error())
 	}
-	if len(raw) > maxChunkRaw {
+	defer rawBuffers.Put(raw)
+	if len(raw.b) > maxChunkRaw {
 		return nil, bad("larger than a chunk can be")
 	}
+	return f.parseSeries(hour, raw.b, bad)
+}
+
+// inflate decompresses a chunk's body into a pooled buffer, with a pooled
+// reader: a fresh flate reader costs more than a small chunk's decoding.
+func inflate(body []byte) (*rawBuffer, error) {
+	src := bytes.NewReader(body)
+	var r io.ReadCloser
+	if v := flateReaders.Get(); v != nil {
+		r = v.(io.ReadCloser)
+		r.(flate.Resetter).Reset(src, nil) // never fails for flate's own reader
+	} else {
+		r = flate.NewReader(src)
+	}
+	raw := rawBuffers.Get().(*rawBuffer)
+	buf := bytes.NewBuffer(raw.b[:0])
+	_, err := buf.ReadFrom(io.LimitReader(r, maxChunkRaw+1))
+	raw.b = buf.Bytes()
+	if err != nil {
+		rawBuffers.Put(raw)
+		return nil, err
+	}
+	flateReaders.Put(r)
+	return raw, nil
+}
+
+type rawBuffer struct{ b []byte }
+
+var (
+	flateReaders sync.Pool
+	rawBuffers   = sync.Pool{New: func() any { return &rawBuffer{} }}
+)
+
+// parseSeries parses a chunk's inflated body; bad makes its errors.
+func (f *family) parseSeries(hour int64, raw []byte, bad func(string) error) ([]*series, error) {
 	p := 0
 	uv := func() (uint64, bool) {
 		v, n := binary.Uvarint(raw[p:])
@@ -307,9 +341,12 @@ const maxChunkRaw = 64 << 20
 func emitByMinute(dst []minuteRow, list []*series) []minuteRow {
 	next := make([]int, len(list))
 	var all uint64
+	n := 0
 	for _, s := range list {
 		all |= s.minutes
+		n += len(s.rows)
 	}
+	dst = slices.Grow(dst, n)
 	for all != 0 {
 		m := bits.TrailingZeros64(all)
 		all &^= 1 << m

@@ -138,3 +138,33 @@ func FuzzDecodeChunk(f *testing.F) {
 		}
 	})
 }
+
+// go test -run '^$' -bench Chunk ./internal/ledger/sqlledger/
+func BenchmarkChunk(b *testing.B) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const hour = 1_741_593_600
+	for _, f := range families {
+		rows := randomHour(f, r, hour)
+		data, err := f.encodeChunk(hour, rows)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(f.name+"/encode", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := f.encodeChunk(hour, rows); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(len(rows)), "rows")
+			b.ReportMetric(float64(len(data))/float64(len(rows)), "bytes/row")
+		})
+		b.Run(f.name+"/decode", func(b *testing.B) {
+			var out []minuteRow
+			for b.Loop() {
+				if out, err = f.decodeChunk(out[:0], hour, data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

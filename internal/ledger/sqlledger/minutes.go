@@ -145,31 +145,16 @@ func readChunks(ctx context.Context, q Querier, f *family, node string, r Range)
 		return nil, fmt.Errorf("%s chunks: %w", f.name, err)
 	}
 	defer rows.Close()
-	var (
-		out  []minuteRow
+	// Every chunk is decoded before any row is made, so that the rows,
+	// large as they are, are allocated once.
+	type hourSeries struct {
 		hour int64
 		list []*series // of the chunks of hour, every node's
-	)
-	flush := func() {
-		if len(list) == 0 {
-			return
-		}
-		slices.SortFunc(list, func(a, b *series) int {
-			return compareKey(&minuteRow{key: a.key}, &minuteRow{key: b.key})
-		})
-		n := len(out)
-		out = emitByMinute(out, list)
-		if hour < r.From || hour+3600 > r.To {
-			kept := out[:n]
-			for _, row := range out[n:] {
-				if row.start >= r.From && row.start < r.To {
-					kept = append(kept, row)
-				}
-			}
-			out = kept
-		}
-		list = list[:0]
 	}
+	var (
+		hours []hourSeries
+		total int
+	)
 	for rows.Next() {
 		var (
 			start int64
@@ -178,20 +163,39 @@ func readChunks(ctx context.Context, q Querier, f *family, node string, r Range)
 		if err := rows.Scan(&start, &data); err != nil {
 			return nil, fmt.Errorf("%s chunks: %w", f.name, err)
 		}
-		if start != hour {
-			flush()
-			hour = start
-		}
-		s, err := f.decodeSeries(start, data)
+		list, err := f.decodeSeries(start, data)
 		if err != nil {
 			return nil, err
 		}
-		list = append(list, s...)
+		if n := len(hours); n > 0 && hours[n-1].hour == start {
+			hours[n-1].list = append(hours[n-1].list, list...)
+		} else {
+			hours = append(hours, hourSeries{start, list})
+		}
+		for _, s := range list {
+			total += len(s.rows)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s chunks: %w", f.name, err)
 	}
-	flush()
+	out := make([]minuteRow, 0, total)
+	for _, h := range hours {
+		slices.SortFunc(h.list, func(a, b *series) int {
+			return compareKey(&minuteRow{key: a.key}, &minuteRow{key: b.key})
+		})
+		n := len(out)
+		out = emitByMinute(out, h.list)
+		if h.hour < r.From || h.hour+3600 > r.To {
+			kept := out[:n]
+			for _, row := range out[n:] {
+				if row.start >= r.From && row.start < r.To {
+					kept = append(kept, row)
+				}
+			}
+			out = kept
+		}
+	}
 	return out, nil
 }
 
@@ -286,6 +290,7 @@ func compactFamily(ctx context.Context, tx Tx, f *family, id, before int64) erro
 	if err := rows.Err(); err != nil {
 		return err
 	}
+	compacted := len(pending)
 	for len(pending) > 0 {
 		hour := floor(pending[0].start, 3600)
 		n := 1
@@ -296,6 +301,28 @@ func compactFamily(ctx context.Context, tx Tx, f *family, id, before int64) erro
 			return err
 		}
 		pending = pending[n:]
+	}
+	// When these were all the table's rows, as they are on a one-node
+	// ledger whose batches come in order, the table is emptied whole,
+	// which SQLite does without visiting each row.
+	rows, err = tx.Query(ctx, "SELECT count(*) FROM "+f.name+"_minute")
+	if err != nil {
+		return err
+	}
+	var total int64
+	if rows.Next() {
+		err = rows.Scan(&total)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	if total == int64(compacted) {
+		_, err = tx.Exec(ctx, "DELETE FROM "+f.name+"_minute")
+		return err
 	}
 	_, err = tx.Exec(ctx, "DELETE FROM "+f.name+"_minute"+where, id, before)
 	return err
@@ -347,8 +374,12 @@ type Compactor struct {
 }
 
 // Due returns the compactions that writing r calls for, node by node: the
-// hour before which to compact, the hour of the node's newest minute in r.
-func (c *Compactor) Due(r *Rows) map[string]int64 {
+// hour before which to compact, the hour of the node's newest minute in r
+// or the hour compacted up to already. late holds the nodes, of those,
+// whose rows in r reach into hours before that: a writer that compacts
+// before it writes (as SQLite's does, to empty the minute tables whole)
+// compacts those again after.
+func (c *Compactor) Due(r *Rows) (due, late map[string]int64) {
 	type reach struct{ lo, hi int64 }
 	nodes := map[string]reach{}
 	see := func(node string, start int64) {
@@ -369,7 +400,6 @@ func (c *Compactor) Due(r *Rows) map[string]int64 {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var due map[string]int64
 	for node, n := range nodes {
 		hour := floor(n.hi, 3600)
 		prev, ok := c.before[node]
@@ -379,9 +409,16 @@ func (c *Compactor) Due(r *Rows) map[string]int64 {
 		if due == nil {
 			due = map[string]int64{}
 		}
-		due[node] = max(hour, prev)
+		before := max(hour, prev)
+		due[node] = before
+		if n.lo < before {
+			if late == nil {
+				late = map[string]int64{}
+			}
+			late[node] = before
+		}
 	}
-	return due
+	return due, late
 }
 
 // Done records compactions of Due once their transaction has committed.
