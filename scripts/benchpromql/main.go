@@ -30,7 +30,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run1(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := runMain(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "benchpromql:", err)
@@ -38,7 +38,7 @@ func main() {
 	}
 }
 
-func run1(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s := settings{Log: stderr}
 	fs := flag.NewFlagSet("benchpromql", flag.ContinueOnError)
 	fs.SetOutput(stderr)
