@@ -1,7 +1,7 @@
 -- Version 11: day rows. Usage, GPU and container rows per UTC day, kept
 -- beside the hour rows (which stay as they are) and written by the same
 -- upserts: a report over a month reads some 3 rows where it read 10
--- (docs/design.md, "Rollups").
+-- (docs/design.md, "Rollups and minute chunks").
 
 CREATE TABLE usage_day (
 	start             INTEGER NOT NULL,
