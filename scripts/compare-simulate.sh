@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # compare-simulate.sh OLD NEW [SCENARIO]: simulate SCENARIO (default the
 # benchmark day) with two gpumeter binaries and compare, byte for byte,
-# every report (seven groupings, four formats), waste in three formats and
-# a dump of the six usage tables; prints each run's wall, CPU and peak RSS.
-# Needs sqlite3 for the dump. Exits 1 when anything differs.
+# every report (seven groupings, four formats), waste in three formats, a
+# dump of the three hour tables and every minute as the ledger reads it
+# (scripts/dumpminutes); prints each run's wall, CPU and peak RSS. Needs
+# sqlite3 for the hour tables. Exits 1 when anything differs.
 set -euo pipefail
 old=${1:?usage: compare-simulate.sh OLD NEW [SCENARIO]} new=${2:?usage: compare-simulate.sh OLD NEW [SCENARIO]}
-scenario=${3:-$(dirname "$0")/../testdata/bench-8gpu-64ctr.yaml}
+root=$(cd "$(dirname "$0")/.." && pwd)
+scenario=${3:-$root/testdata/bench-8gpu-64ctr.yaml}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 start=$(sed -n 's/^start: *//p' "$scenario")
@@ -29,8 +31,11 @@ for v in old new; do
     "$bin" waste --db "$d/b.db" --from "$from" --to "$to" --format $f > "$d/out/waste.$f"
   done
   if command -v sqlite3 >/dev/null; then
-    sqlite3 "$d/b.db" ".dump usage_minute usage_hour gpu_minute gpu_hour container_minute container_hour" > "$d/out/dump.sql"
+    sqlite3 "$d/b.db" ".dump usage_hour gpu_hour container_hour" > "$d/out/dump.sql"
   fi
+  # Minutes through the ledger's readers, whatever layout keeps them (a
+  # ledger of an older schema is migrated in a copy first).
+  (cd "$root" && go run ./scripts/dumpminutes "$d/b.db") > "$d/out/minutes.txt"
 done
 if diff -r "$out/old/out" "$out/new/out" > "$out/diff"; then
   echo "identical: $(ls "$out/new/out" | wc -l) files"

@@ -89,6 +89,11 @@ func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where 
 	if werr := wb.close(); err == nil {
 		err = werr
 	}
+	// The run is over, and with it every hour it played: its last ones
+	// are compacted as a writer compacts the hours its batches close.
+	if err == nil {
+		err = store.CompactMinutes(ctx, sc.Node, end)
+	}
 	if err != nil {
 		return Simulation{}, err
 	}

@@ -87,4 +87,20 @@ type GPUSeriesStore interface {
 	// Retain may have deleted: the series then starts where they do).
 	// Steps are aligned to the Unix epoch.
 	GPUSeries(ctx context.Context, node string, from, to time.Time, step time.Duration) ([]GPUHistory, error)
+
+	// GPUUsageSeries returns every GPU's rows within f's window, as they
+	// were written and added up per step: time.Minute for minute rows
+	// (which Retain may have deleted), time.Hour for hour rows; ordered
+	// by start, then node and GPU UUID. It is how the ledger's minute
+	// data is read whole, whatever its layout.
+	GPUUsageSeries(ctx context.Context, f Filter, step time.Duration) ([]GPUUsage, error)
+}
+
+// MinuteCompacter compacts minute rows on demand. Writers compact a
+// node's closed hours as its batches of a new hour come; a run that ends
+// (a simulation) compacts its last hours itself.
+type MinuteCompacter interface {
+	// CompactMinutes moves node's minute rows of the hours before before
+	// (rounded up to a whole hour) into the ledger's minute chunks.
+	CompactMinutes(ctx context.Context, node string, before time.Time) error
 }

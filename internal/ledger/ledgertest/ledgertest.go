@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"SumsPastInt64", testSumsPastInt64},
 		{"BatchAcrossBoundaries", testBatchAcrossBoundaries},
 		{"WindowEdges", testWindowEdges},
+		{"LateMinutes", testLateMinutes},
 		{"OpenWindow", testOpenWindow},
 		{"NodeFilter", testNodeFilter},
 		{"Containers", testContainers},

@@ -48,6 +48,8 @@ type Store struct {
 
 	pool  *pgxpool.Pool
 	where string // host:port/database, for messages
+	// compactor says when a batch's node has minutes to compact.
+	compactor sqlledger.Compactor
 }
 
 // Store implements every capability of the ledger.
@@ -127,7 +129,10 @@ func (s *Store) migrate(ctx context.Context) error {
 			_, err := tx.Exec(ctx, stmt, args...)
 			return err
 		}
-		return sqlledger.Apply(ctx, exec, pending, len(ms))
+		if err := sqlledger.Apply(ctx, exec, pending, len(ms)); err != nil {
+			return err
+		}
+		return sqlledger.Migrated(ctx, writeQuerier{querier{tx}}, pending)
 	})
 }
 

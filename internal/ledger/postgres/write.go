@@ -17,7 +17,10 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 	if id := b.ID; !id.IsZero() {
 		stmts = append(stmts, statement{"lease", renewSQL, []any{id.Node, id.Instance, int64(id.Seq)}, 1})
 	}
-	return s.retry(ctx, func() error {
+	due, _ := s.compactor.Due(rows) // compacted after the batch is written, late rows with the rest
+	compacted := false
+	err := s.retry(ctx, func() error {
+		compacted = false
 		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if !b.ID.IsZero() {
 				written, err := fence(ctx, tx, b.ID)
@@ -42,9 +45,20 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 					return fmt.Errorf("%s: wrote %d rows, want %d", st.what, tag.RowsAffected(), st.rows)
 				}
 			}
-			return res.Close()
+			if err := res.Close(); err != nil {
+				return err
+			}
+			if err := sqlledger.CompactDue(ctx, writeQuerier{querier{tx}}, due); err != nil {
+				return err
+			}
+			compacted = true
+			return nil
 		})
 	})
+	if err == nil && compacted {
+		s.compactor.Done(due)
+	}
+	return err
 }
 
 // insertAudit adds audit events, given as the arguments of

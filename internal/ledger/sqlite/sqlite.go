@@ -52,8 +52,10 @@ type Store struct {
 	rdb   *sql.DB // query_only connections for reports
 	wsem  chan struct{}
 	stmts *stmts
-	ids   ids         // guarded by wsem
-	wlock *writerLock // held from Acquire to Release or Close; guarded by wsem
+	ids   ids // guarded by wsem
+	// compactor says when a batch's node has minutes to compact.
+	compactor sqlledger.Compactor
+	wlock     *writerLock // held from Acquire to Release or Close; guarded by wsem
 }
 
 // Store implements every capability of the ledger.
@@ -158,6 +160,9 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if err := sqlledger.Apply(ctx, exec, pending, len(ms)); err != nil {
 		return err
+	}
+	if err := sqlledger.Migrated(ctx, writeQuerier{querier{tx}}, pending); err != nil {
+		return fmt.Errorf("migrate: %w", err)
 	}
 	return tx.Commit()
 }

@@ -392,3 +392,86 @@ func TestLeases(t *testing.T) {
 		return open(t, path), open(t, path)
 	}, true)
 }
+
+// TestCompactClosedHours checks where minutes live: a batch of a new hour
+// moves the node's closed hours from the minute tables into one chunk per
+// hour and family, the open hour stays in minute rows, and a row written
+// late into a compacted hour is merged into its chunk.
+func TestCompactClosedHours(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	s := open(t, path)
+	t0 := time.Date(2025, 3, 10, 8, 0, 0, 0, time.UTC)
+	gpu := ledger.GPU{Node: "n", UUID: "GPU-1", Index: 0, Model: "m", MemoryTotal: 1 << 30}
+	batch := func(m int) ledger.Batch {
+		start := t0.Add(time.Duration(m) * time.Minute)
+		return ledger.Batch{
+			GPUs:           []ledger.GPU{gpu},
+			Usage:          []ledger.Usage{{Node: "n", Start: start, OwnerKind: ledger.KindHost, OwnerID: "alice", GPU: "GPU-1", Sums: ledger.Sums{AllocatedSeconds: 60, UsedSeconds: float64(m%7) + 0.5}}},
+			GPUUsage:       []ledger.GPUUsage{{Node: "n", Start: start, GPU: "GPU-1", GPUSums: ledger.GPUSums{Seconds: 60, UsedSeconds: float64(m % 7)}}},
+			ContainerUsage: []ledger.ContainerUsage{{Node: "n", Start: start, ContainerID: "c1", CPUSeconds: 1.5, RAMByteSeconds: 4096}},
+		}
+	}
+	ctx := context.Background()
+	for m := range 150 { // 08:00 to 10:29
+		if err := s.Write(ctx, batch(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(table string) (n int64) {
+		t.Helper()
+		if err := rawDB(t, path).QueryRow("SELECT count(*) FROM " + table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, f := range []string{"usage", "gpu", "container"} {
+		if got := count(f + "_chunk"); got != 2 {
+			t.Errorf("%s_chunk: %d rows, want 2 (08:00 and 09:00)", f, got)
+		}
+		if got := count(f + "_minute"); got != 30 {
+			t.Errorf("%s_minute: %d rows, want 30 (10:00 to 10:29)", f, got)
+		}
+	}
+	used := func() float64 {
+		t.Helper()
+		got, err := s.Usage(ctx, ledger.Filter{From: t0.Add(5 * time.Minute), To: t0.Add(2*time.Hour + 10*time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sum float64
+		for _, u := range got {
+			sum += u.UsedSeconds
+		}
+		return sum
+	}
+	var want float64
+	for m := 5; m < 130; m++ {
+		want += float64(m%7) + 0.5
+	}
+	if got := used(); got != want {
+		t.Fatalf("used seconds 08:05–10:10 = %v, want %v", got, want)
+	}
+	// A late row for 08:10, a minute the chunk holds: merged at once.
+	if err := s.Write(ctx, batch(10)); err != nil {
+		t.Fatal(err)
+	}
+	want += float64(10%7) + 0.5
+	if got := used(); got != want {
+		t.Errorf("after a late row, used seconds = %v, want %v", got, want)
+	}
+	if got := count("usage_minute"); got != 30 {
+		t.Errorf("after a late row, usage_minute holds %d rows, want 30", got)
+	}
+	if err := s.Write(ctx, batch(180)); err != nil { // 11:00
+		t.Fatal(err)
+	}
+	if got := used(); got != want {
+		t.Errorf("after the next hour's batch, used seconds = %v, want %v", got, want)
+	}
+	if got := count("usage_minute"); got != 1 {
+		t.Errorf("after the next hour's batch, usage_minute holds %d rows, want 1", got)
+	}
+	if got := count("usage_chunk"); got != 3 {
+		t.Errorf("after the next hour's batch, usage_chunk holds %d rows, want 3", got)
+	}
+}

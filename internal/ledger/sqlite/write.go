@@ -24,8 +24,20 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 				return fmt.Errorf("lease: %w", err)
 			}
 		}
+		// Closed hours are compacted before the batch is written, so that
+		// on a one-node ledger they are the minute tables' only rows and
+		// go at once; rows the batch writes into closed hours (a late or
+		// a many-hour batch) are compacted after.
+		due, late := s.compactor.Due(rows)
+		tq := writeQuerier{querier{tx}}
+		if err := sqlledger.CompactDue(ctx, tq, due); err != nil {
+			return err
+		}
 		w := &writer{tx: tx, st: s.stmts, known: &s.ids, added: newIDs()}
 		if err := w.write(ctx, b, rows); err != nil {
+			return err
+		}
+		if err := sqlledger.CompactDue(ctx, tq, late); err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {
@@ -33,6 +45,7 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 		}
 		// Ids become known only once the rows that hold them are committed.
 		s.ids.merge(w.added)
+		s.compactor.Done(due)
 		return nil
 	})
 }

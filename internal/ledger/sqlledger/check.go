@@ -10,6 +10,9 @@ import (
 // LeaseVersion is the schema version that added node leases.
 const LeaseVersion = 4
 
+// ChunkVersion is the schema version that added minute chunks.
+const ChunkVersion = 10
+
 // Check fills in what both backends read alike: nodes, the reach of the
 // usage rows and, from LeaseVersion on, the leases. h.SchemaVersion must
 // be set.
@@ -33,23 +36,35 @@ func Check(ctx context.Context, q Querier, h *ledger.Health) error {
 		return err
 	}
 	for i, table := range []string{"usage_minute", "usage_hour"} {
-		rows, err := q.Query(ctx, "SELECT min(start), max(start) FROM "+table)
+		first, last, err := span(ctx, q, table)
 		if err != nil {
 			return err
 		}
-		var first, last *int64
-		if rows.Next() {
-			err = rows.Scan(&first, &last)
+		if i == 0 && h.SchemaVersion >= ChunkVersion {
+			// The minutes compacted into chunks: from the first chunk's
+			// hour to the last minute of the last chunk.
+			cFirst, cLast, err := span(ctx, q, "usage_chunk")
+			if err != nil {
+				return err
+			}
+			if cLast != nil {
+				rows, err := readChunks(ctx, q, usageFamily, "", Range{*cLast, *cLast + 3600})
+				if err != nil {
+					return err
+				}
+				if n := len(rows); n > 0 && (last == nil || rows[n-1].start > *last) {
+					last = &rows[n-1].start
+				}
+			}
+			if cFirst != nil && (first == nil || *cFirst < *first) {
+				first = cFirst
+			}
 		}
-		rows.Close()
-		if err != nil {
-			return err
-		}
-		span := [2]time.Time{fromUnix(first), fromUnix(last)}
+		s := [2]time.Time{fromUnix(first), fromUnix(last)}
 		if i == 0 {
-			h.MinuteRows = span
+			h.MinuteRows = s
 		} else {
-			h.HourRows = span
+			h.HourRows = s
 		}
 	}
 	if h.SchemaVersion < LeaseVersion {
@@ -77,4 +92,21 @@ func fromUnix(p *int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(*p, 0).UTC()
+}
+
+// span reads the first and last start of table's rows, nil when it has
+// none.
+func span(ctx context.Context, q Querier, table string) (first, last *int64, err error) {
+	rows, err := q.Query(ctx, "SELECT min(start), max(start) FROM "+table)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		err = rows.Scan(&first, &last)
+	}
+	if err == nil {
+		err = rows.Err()
+	}
+	return first, last, err
 }

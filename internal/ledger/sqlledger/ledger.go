@@ -107,6 +107,21 @@ func (l Ledger) ContainerSeries(ctx context.Context, f ledger.Filter, step time.
 	return read(ctx, l, "ledger", func(q Querier) ([]ledger.ContainerUsage, error) { return ContainerSeries(ctx, q, f, step) })
 }
 
+// GPUUsageSeries returns every GPU's rows per step within the filter's
+// window.
+func (l Ledger) GPUUsageSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.GPUUsage, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.GPUUsage, error) { return GPUUsageSeries(ctx, q, f, step) })
+}
+
+// CompactMinutes answers ledger.MinuteCompacter.CompactMinutes.
+func (l Ledger) CompactMinutes(ctx context.Context, node string, before time.Time) error {
+	b := floor(before.Unix()+3599, 3600)
+	if err := l.b.WriteTx(ctx, func(tx Tx) error { return Compact(ctx, tx, node, b) }); err != nil {
+		return fmt.Errorf("compact ledger %s: %w", l.b.Name, err)
+	}
+	return nil
+}
+
 // Totals reads Usage and GPUs in one snapshot.
 func (l Ledger) Totals(ctx context.Context, f ledger.Filter) ([]ledger.UsageTotal, []ledger.GPUTotal, error) {
 	var gpus []ledger.GPUTotal

@@ -70,26 +70,6 @@ func (q *query) arg(v any) string {
 	return "$" + strconv.Itoa(len(q.args))
 }
 
-// union selects cols from table_hour over p.Hours and from table_minute
-// over p.Minutes, each part filtered by where ("" for none).
-func (q *query) union(table, cols, where string, p Plan) string {
-	var parts []string
-	add := func(t string, r Range) {
-		s := fmt.Sprintf("SELECT %s FROM %s WHERE start >= %s AND start < %s", cols, t, q.arg(r.From), q.arg(r.To))
-		if where != "" {
-			s += " AND " + where
-		}
-		parts = append(parts, s)
-	}
-	if !p.Hours.Empty() {
-		add(table+"_hour", p.Hours)
-	}
-	for _, r := range p.Minutes {
-		add(table+"_minute", r)
-	}
-	return strings.Join(parts, "\n\tUNION ALL\n\t")
-}
-
 // containerSQL reads the containers among owners; scanContainer reads a
 // row.
 const containerSQL = `SELECT c.owner_id, n.name, c.container_id, c.name, c.image, c.labels, c.user_name, c.team, c.project,
@@ -176,9 +156,48 @@ func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
 // bigSum joins the two halves of splitSum, rounding once.
 func bigSum(hi, lo int64) float64 { return float64(hi)*byteSecondsUnit + float64(lo) }
 
-// Usage answers ledger.Store.Usage with three queries: usage sums per
-// (GPU, owner), CPU and RAM sums per container, and the metadata of the
-// containers either found.
+// usageSums adds up one (GPU, owner)'s usage rows in stored units, as the
+// SQL of the hour rows does: memory split as splitSum splits it, and the
+// rows with and without held_us counted as heldSums counts them.
+type usageSums struct {
+	v                                  UsageValues
+	mHi, mLo                           int64
+	unheldRows, heldRows, unheldUsedUS int64
+}
+
+func (s *usageSums) addMinute(r *minuteRow) {
+	v := UsageValues{AllocatedUS: r.v[0], HeldUS: r.v[1], PresentUS: r.v[2], UsedUS: r.v[3],
+		EnergyMJ: r.v[5], PeakMemory: r.v[6], PeakUtil: r.v[7]}
+	s.v = s.v.Add(v)
+	s.mHi += r.v[4] / byteSecondsUnit
+	s.mLo += r.v[4] % byteSecondsUnit
+	if r.null {
+		s.unheldRows++
+		s.unheldUsedUS += r.v[3]
+	} else {
+		s.heldRows++
+	}
+}
+
+// ctrSums adds up one container's CPU and RAM rows, RAM split as splitSum
+// splits it.
+type ctrSums struct{ cpuUS, rHi, rLo int64 }
+
+// idList is ids as an SQL list of integers.
+func idList(ids []int64) string {
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatInt(id, 10))
+	}
+	return b.String()
+}
+
+// Usage answers ledger.Store.Usage: the hour rows summed per (GPU, owner)
+// and per container in SQL, the minutes at the window's edges added in
+// Go, then the GPUs, owners and containers they name.
 func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal, error) {
 	horizon, err := Horizon(ctx, q)
 	if err != nil {
@@ -188,156 +207,168 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 	if p.Empty() {
 		return nil, nil
 	}
+	usage := map[[2]int64]*usageSums{}
+	ctrs := map[int64]*ctrSums{}
 
-	// Each query numbers its own parameters.
-	usageRows := func(qb *query) string {
+	if !p.Hours.Empty() {
+		var uq query
 		var where string
 		if f.Node != "" {
-			where = "gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = " + qb.arg(f.Node) + ")"
+			where = " AND " + usageFamily.nodeByName(uq.arg(f.Node))
 		}
-		return qb.union("usage", "gpu_id, owner_id, allocated_us, held_us, present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct", where, p)
-	}
-	ctrRows := func(qb *query) string {
-		var where string
+		sql := `SELECT gpu_id, owner_id,
+		CAST(SUM(allocated_us) AS BIGINT), ` + heldSums + `, CAST(SUM(present_us) AS BIGINT),
+		CAST(SUM(used_us) AS BIGINT), ` + splitSum("memory_byte_s") + `,
+		CAST(SUM(energy_mj) AS BIGINT), MAX(peak_memory_bytes), MAX(peak_util_cpct)
+	FROM usage_hour WHERE start >= ` + uq.arg(p.Hours.From) + ` AND start < ` + uq.arg(p.Hours.To) + where + `
+	GROUP BY gpu_id, owner_id`
+		rows, err := q.Query(ctx, sql, uq.args...)
+		if err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+		for rows.Next() {
+			var (
+				key [2]int64
+				s   usageSums
+			)
+			if err := rows.Scan(&key[0], &key[1], &s.v.AllocatedUS, &s.v.HeldUS, &s.unheldRows, &s.heldRows, &s.unheldUsedUS,
+				&s.v.PresentUS, &s.v.UsedUS, &s.mHi, &s.mLo, &s.v.EnergyMJ, &s.v.PeakMemory, &s.v.PeakUtil); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("usage: %w", err)
+			}
+			usage[key] = &s
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+
+		var cq query
+		where = ""
 		if f.Node != "" {
-			where = "owner_id IN (SELECT o.id FROM owners o JOIN nodes n ON n.id = o.node_id WHERE n.name = " + qb.arg(f.Node) + ")"
+			where = " AND " + containerFamily.nodeByName(cq.arg(f.Node))
 		}
-		return qb.union("container", "owner_id, cpu_us, ram_byte_s", where, p)
+		sql = `SELECT owner_id, CAST(SUM(cpu_us) AS BIGINT), ` + splitSum("ram_byte_s") + `
+	FROM container_hour WHERE start >= ` + cq.arg(p.Hours.From) + ` AND start < ` + cq.arg(p.Hours.To) + where + `
+	GROUP BY owner_id`
+		rows, err = q.Query(ctx, sql, cq.args...)
+		if err != nil {
+			return nil, fmt.Errorf("container usage: %w", err)
+		}
+		for rows.Next() {
+			var (
+				id int64
+				s  ctrSums
+			)
+			if err := rows.Scan(&id, &s.cpuUS, &s.rHi, &s.rLo); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("container usage: %w", err)
+			}
+			ctrs[id] = &s
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("container usage: %w", err)
+		}
+	}
+	for _, r := range p.Minutes {
+		ms, err := readMinutes(ctx, q, usageFamily, f.Node, r)
+		if err != nil {
+			return nil, fmt.Errorf("usage: %w", err)
+		}
+		for i := range ms {
+			s := usage[ms[i].key]
+			if s == nil {
+				s = &usageSums{}
+				usage[ms[i].key] = s
+			}
+			s.addMinute(&ms[i])
+		}
+		ms, err = readMinutes(ctx, q, containerFamily, f.Node, r)
+		if err != nil {
+			return nil, fmt.Errorf("container usage: %w", err)
+		}
+		for i := range ms {
+			s := ctrs[ms[i].key[0]]
+			if s == nil {
+				s = &ctrSums{}
+				ctrs[ms[i].key[0]] = s
+			}
+			s.cpuUS += ms[i].v[0]
+			s.rHi += ms[i].v[1] / byteSecondsUnit
+			s.rLo += ms[i].v[1] % byteSecondsUnit
+		}
+	}
+	if len(usage) == 0 && len(ctrs) == 0 {
+		return nil, nil
 	}
 
-	var uq query
-	usageSQL := `SELECT s.owner_id, n.name, o.kind, o.name, g.uuid, g.idx, g.model, g.memory_total,
-	s.allocated_us, s.held_us, s.unheld_rows, s.held_rows, s.unheld_used_us,
-	s.present_us, s.used_us, s.memory_byte_s_hi, s.memory_byte_s_lo, s.energy_mj, s.peak_memory_bytes, s.peak_util_cpct
-FROM (
-	SELECT gpu_id, owner_id,
-		CAST(SUM(allocated_us) AS BIGINT) AS allocated_us, ` + heldSums + `, CAST(SUM(present_us) AS BIGINT) AS present_us,
-		CAST(SUM(used_us) AS BIGINT) AS used_us, ` + splitSum("memory_byte_s") + `,
-		CAST(SUM(energy_mj) AS BIGINT) AS energy_mj,
-		MAX(peak_memory_bytes) AS peak_memory_bytes, MAX(peak_util_cpct) AS peak_util_cpct
-	FROM (
-	` + usageRows(&uq) + `
-	) AS u
-	GROUP BY gpu_id, owner_id
-) AS s
-JOIN gpus g ON g.id = s.gpu_id
-JOIN nodes n ON n.id = g.node_id
-JOIN owners o ON o.id = s.owner_id`
+	// What the sums name.
+	gpus, err := readGPUs(ctx, q, f.Node)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for k := range usage {
+		ids = append(ids, k[1])
+	}
+	for id := range ctrs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	list := idList(ids)
+	owners, err := readOwners(ctx, q, list, nil)
+	if err != nil {
+		return nil, err
+	}
+	containers, err := readContainers(ctx, q, list, nil)
+	if err != nil {
+		return nil, err
+	}
 
-	var out []ledger.UsageTotal
+	out := make([]ledger.UsageTotal, 0, len(usage)+len(ctrs))
 	type owned struct {
 		rows []int // indexes in out
 		cpu  int   // index in out of the row that carries CPU and RAM
 	}
-	owners := map[int64]*owned{}
-	rows, err := q.Query(ctx, usageSQL, uq.args...)
-	if err != nil {
-		return nil, fmt.Errorf("usage: %w", err)
-	}
-	for rows.Next() {
-		var (
-			ownerID int64
-			t       ledger.UsageTotal
-			idx     *int64
-			v       UsageValues
-			mHi     int64 // memory byte-seconds, split as splitSum does
-			mLo     int64
-
-			unheldRows, heldRows, unheldUsedUS int64
-		)
-		if err := rows.Scan(&ownerID, &t.Node, &t.OwnerKind, &t.OwnerID, &t.GPU.UUID, &idx, &t.GPU.Model, &t.GPU.MemoryTotal,
-			&v.AllocatedUS, &v.HeldUS, &unheldRows, &heldRows, &unheldUsedUS,
-			&v.PresentUS, &v.UsedUS, &mHi, &mLo, &v.EnergyMJ, &v.PeakMemory, &v.PeakUtil); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("usage: %w", err)
+	byOwner := map[int64]*owned{}
+	for key, s := range usage {
+		g, ok := gpus[key[0]]
+		if !ok {
+			return nil, fmt.Errorf("usage: no GPU with id %d", key[0])
 		}
-		t.GPU.Node = t.Node
-		t.GPU.Index = -1
-		if idx != nil {
-			t.GPU.Index = int(*idx)
+		o, ok := owners[key[1]]
+		if !ok {
+			return nil, fmt.Errorf("usage: no owner with id %d", key[1])
 		}
-		t.Sums = v.Sums()
-		t.MemoryByteSeconds = bigSum(mHi, mLo)
-		t.Unheld = unheld(unheldRows, heldRows, unheldUsedUS)
-		o := owners[ownerID]
-		if o == nil {
-			o = &owned{cpu: len(out)}
-			owners[ownerID] = o
-		} else if t.GPU.UUID < out[o.cpu].GPU.UUID {
-			o.cpu = len(out)
+		t := ledger.UsageTotal{Node: g.Node, OwnerKind: o.Kind, OwnerID: o.Name, GPU: g, Container: containers[key[1]]}
+		t.Sums = s.v.Sums()
+		t.MemoryByteSeconds = bigSum(s.mHi, s.mLo)
+		t.Unheld = unheld(s.unheldRows, s.heldRows, s.unheldUsedUS)
+		ow := byOwner[key[1]]
+		if ow == nil {
+			ow = &owned{cpu: len(out)}
+			byOwner[key[1]] = ow
+		} else if t.GPU.UUID < out[ow.cpu].GPU.UUID {
+			ow.cpu = len(out)
 		}
-		o.rows = append(o.rows, len(out))
+		ow.rows = append(ow.rows, len(out))
 		out = append(out, t)
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("usage: %w", err)
-	}
-
-	var cq query
-	ctrSQL := `SELECT s.owner_id, n.name, o.name, s.cpu_us, s.ram_byte_s_hi, s.ram_byte_s_lo
-FROM (
-	SELECT owner_id, CAST(SUM(cpu_us) AS BIGINT) AS cpu_us, ` + splitSum("ram_byte_s") + `
-	FROM (
-	` + ctrRows(&cq) + `
-	) AS u
-	GROUP BY owner_id
-) AS s
-JOIN owners o ON o.id = s.owner_id
-JOIN nodes n ON n.id = o.node_id`
-	rows, err = q.Query(ctx, ctrSQL, cq.args...)
-	if err != nil {
-		return nil, fmt.Errorf("container usage: %w", err)
-	}
-	for rows.Next() {
-		var (
-			ownerID  int64
-			node, id string
-			cpuUS    int64
-			rHi, rLo int64
-		)
-		if err := rows.Scan(&ownerID, &node, &id, &cpuUS, &rHi, &rLo); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("container usage: %w", err)
-		}
-		cpu, ram := float64(cpuUS)/MicrosPerSecond, bigSum(rHi, rLo)
-		if o := owners[ownerID]; o != nil {
-			out[o.cpu].CPUSeconds, out[o.cpu].RAMByteSeconds = cpu, ram
+	for id, s := range ctrs {
+		cpu, ram := float64(s.cpuUS)/MicrosPerSecond, bigSum(s.rHi, s.rLo)
+		if ow := byOwner[id]; ow != nil {
+			out[ow.cpu].CPUSeconds, out[ow.cpu].RAMByteSeconds = cpu, ram
 			continue
 		}
-		owners[ownerID] = &owned{rows: []int{len(out)}, cpu: len(out)}
-		out = append(out, ledger.UsageTotal{Node: node, OwnerKind: ledger.KindContainer, OwnerID: id, CPUSeconds: cpu, RAMByteSeconds: ram})
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("container usage: %w", err)
-	}
-
-	if len(owners) > 0 {
-		var mq query
-		in := "SELECT owner_id FROM (" + usageRows(&mq) + ") AS u UNION SELECT owner_id FROM (" + ctrRows(&mq) + ") AS c"
-		rows, err = q.Query(ctx, fmt.Sprintf(containerSQL, in), mq.args...)
-		if err != nil {
-			return nil, fmt.Errorf("containers: %w", err)
+		o, ok := owners[id]
+		if !ok {
+			return nil, fmt.Errorf("container usage: no owner with id %d", id)
 		}
-		for rows.Next() {
-			ownerID, c, err := scanContainer(rows)
-			if err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("containers: %w", err)
-			}
-			if o := owners[ownerID]; o != nil {
-				for _, i := range o.rows {
-					out[i].Container = c
-				}
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("containers: %w", err)
-		}
+		out = append(out, ledger.UsageTotal{Node: o.Node, OwnerKind: ledger.KindContainer, OwnerID: o.Name,
+			CPUSeconds: cpu, RAMByteSeconds: ram, Container: containers[id]})
 	}
-
 	slices.SortFunc(out, func(a, b ledger.UsageTotal) int {
 		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.OwnerKind, b.OwnerKind),
 			cmp.Compare(a.OwnerID, b.OwnerID), cmp.Compare(a.GPU.UUID, b.GPU.UUID))
@@ -345,7 +376,7 @@ JOIN nodes n ON n.id = o.node_id`
 	return out, nil
 }
 
-// GPUs answers ledger.Store.GPUs.
+// GPUs answers ledger.Store.GPUs as Usage answers Usage.
 func GPUs(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.GPUTotal, error) {
 	horizon, err := Horizon(ctx, q)
 	if err != nil {
@@ -355,55 +386,82 @@ func GPUs(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.GPUTotal, e
 	if p.Empty() {
 		return nil, nil
 	}
-	var gq query
-	var where string
-	if f.Node != "" {
-		n := gq.arg(f.Node)
-		where = "gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = " + n + ")"
-	}
-	gpuSQL := `SELECT n.name, g.uuid, g.idx, g.model, g.memory_total,
-	s.seconds_us, s.allocated_us, s.idle_us, s.used_us, s.unattributed_us, s.energy_mj, s.idle_energy_mj, s.peak_util_cpct
-FROM (
-	SELECT gpu_id,
-		CAST(SUM(seconds_us) AS BIGINT) AS seconds_us, CAST(SUM(allocated_us) AS BIGINT) AS allocated_us,
-		CAST(SUM(idle_us) AS BIGINT) AS idle_us, CAST(SUM(used_us) AS BIGINT) AS used_us,
-		CAST(SUM(unattributed_us) AS BIGINT) AS unattributed_us, CAST(SUM(energy_mj) AS BIGINT) AS energy_mj,
-		CAST(SUM(idle_energy_mj) AS BIGINT) AS idle_energy_mj, MAX(peak_util_cpct) AS peak_util_cpct
-	FROM (
-	` + gq.union("gpu", "gpu_id, seconds_us, allocated_us, idle_us, used_us, unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct", where, p) + `
-	) AS u
-	GROUP BY gpu_id
-) AS s
-JOIN gpus g ON g.id = s.gpu_id
-JOIN nodes n ON n.id = g.node_id`
-	rows, err := q.Query(ctx, gpuSQL, gq.args...)
-	if err != nil {
-		return nil, fmt.Errorf("gpu usage: %w", err)
-	}
-	defer rows.Close()
-	var out []ledger.GPUTotal
-	for rows.Next() {
-		var (
-			t   ledger.GPUTotal
-			idx *int64
-			v   GPUValues
-		)
-		if err := rows.Scan(&t.GPU.Node, &t.GPU.UUID, &idx, &t.GPU.Model, &t.GPU.MemoryTotal,
-			&v.SecondsUS, &v.AllocatedUS, &v.IdleUS, &v.UsedUS, &v.UnattributedUS, &v.EnergyMJ, &v.IdleEnergyMJ, &v.PeakUtil); err != nil {
+	sums := map[int64]*GPUValues{}
+	if !p.Hours.Empty() {
+		var gq query
+		var where string
+		if f.Node != "" {
+			where = " AND " + gpuFamily.nodeByName(gq.arg(f.Node))
+		}
+		sql := `SELECT gpu_id,
+		CAST(SUM(seconds_us) AS BIGINT), CAST(SUM(allocated_us) AS BIGINT),
+		CAST(SUM(idle_us) AS BIGINT), CAST(SUM(used_us) AS BIGINT),
+		CAST(SUM(unattributed_us) AS BIGINT), CAST(SUM(energy_mj) AS BIGINT),
+		CAST(SUM(idle_energy_mj) AS BIGINT), MAX(peak_util_cpct)
+	FROM gpu_hour WHERE start >= ` + gq.arg(p.Hours.From) + ` AND start < ` + gq.arg(p.Hours.To) + where + `
+	GROUP BY gpu_id`
+		rows, err := q.Query(ctx, sql, gq.args...)
+		if err != nil {
 			return nil, fmt.Errorf("gpu usage: %w", err)
 		}
-		t.GPU.Index = -1
-		if idx != nil {
-			t.GPU.Index = int(*idx)
+		for rows.Next() {
+			var (
+				id int64
+				v  GPUValues
+			)
+			if err := rows.Scan(&id, &v.SecondsUS, &v.AllocatedUS, &v.IdleUS, &v.UsedUS, &v.UnattributedUS,
+				&v.EnergyMJ, &v.IdleEnergyMJ, &v.PeakUtil); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("gpu usage: %w", err)
+			}
+			sums[id] = &v
 		}
-		t.GPUSums = v.Sums()
-		out = append(out, t)
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("gpu usage: %w", err)
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("gpu usage: %w", err)
+	for _, r := range p.Minutes {
+		ms, err := readMinutes(ctx, q, gpuFamily, f.Node, r)
+		if err != nil {
+			return nil, fmt.Errorf("gpu usage: %w", err)
+		}
+		for i := range ms {
+			v := sums[ms[i].key[0]]
+			if v == nil {
+				v = &GPUValues{}
+				sums[ms[i].key[0]] = v
+			}
+			*v = v.Add(gpuValues(&ms[i]))
+		}
+	}
+	if len(sums) == 0 {
+		return nil, nil
+	}
+	gpus, err := readGPUs(ctx, q, f.Node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ledger.GPUTotal, 0, len(sums))
+	for id, v := range sums {
+		g, ok := gpus[id]
+		if !ok {
+			return nil, fmt.Errorf("gpu usage: no GPU with id %d", id)
+		}
+		out = append(out, ledger.GPUTotal{GPU: g, GPUSums: v.Sums()})
 	}
 	slices.SortFunc(out, func(a, b ledger.GPUTotal) int {
 		return cmp.Or(cmp.Compare(a.GPU.Node, b.GPU.Node), cmp.Compare(a.GPU.Index, b.GPU.Index), cmp.Compare(a.GPU.UUID, b.GPU.UUID))
 	})
 	return out, nil
+}
+
+// gpuValues is a gpu family minute row as GPUValues.
+func gpuValues(r *minuteRow) GPUValues {
+	return GPUValues{
+		SecondsUS: r.v[0], AllocatedUS: r.v[1], IdleUS: r.v[2], UsedUS: r.v[3], UnattributedUS: r.v[4],
+		EnergyMJ: r.v[5], IdleEnergyMJ: r.v[6], PeakUtil: r.v[7],
+		Gauges: GaugeValues{Samples: r.v[8], UtilSum: r.v[9], UtilMax: r.v[10], MemSum: r.v[11], MemMax: r.v[12],
+			PowerSum: r.v[13], PowerMax: r.v[14], TempSum: r.v[15], TempMax: r.v[16]},
+	}
 }

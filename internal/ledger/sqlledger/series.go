@@ -3,7 +3,6 @@ package sqlledger
 import (
 	"context"
 	"fmt"
-	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -11,9 +10,10 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
-// Series answers ledger.Store.Series. The GPUs, owners and containers of
-// the window are read first, so that the points of one owner share their
-// strings and their Container; then the rows, by start.
+// Series answers ledger.Store.Series. The rows come first, by start
+// (hour rows, or the minutes of chunks and minute rows); then the GPUs,
+// owners and containers they name, so that the points of one owner share
+// their strings and their Container.
 func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
 	p, err := PlanSeries(f, step)
 	if err != nil {
@@ -22,21 +22,28 @@ func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration)
 	if p.Empty() {
 		return nil, nil
 	}
-	// Each query numbers its own parameters.
-	usageRows := func(qb *query, cols string) string {
-		var where string
-		if f.Node != "" {
-			where = "gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = " + qb.arg(f.Node) + ")"
+	var rs []minuteRow
+	if len(p.Minutes) > 0 {
+		if rs, err = readMinutes(ctx, q, usageFamily, f.Node, p.Minutes[0]); err != nil {
+			return nil, fmt.Errorf("usage series: %w", err)
 		}
-		return qb.union("usage", cols, where, p)
+	} else if rs, err = readHourRows(ctx, q, usageFamily, f.Node, p.Hours); err != nil {
+		return nil, fmt.Errorf("usage series: %w", err)
 	}
-	var oq query
-	owners, err := readOwners(ctx, q, "SELECT owner_id FROM ("+usageRows(&oq, "owner_id")+") AS u", oq.args)
-	if err != nil || len(owners) == 0 {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, 64)
+	for i := range rs {
+		ids = append(ids, rs[i].key[1])
+	}
+	slices.Sort(ids)
+	list := idList(slices.Compact(ids))
+	owners, err := readOwners(ctx, q, list, nil)
+	if err != nil {
 		return nil, err
 	}
-	var cq query
-	ctrs, err := readContainers(ctx, q, "SELECT owner_id FROM ("+usageRows(&cq, "owner_id")+") AS u", cq.args)
+	ctrs, err := readContainers(ctx, q, list, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -45,64 +52,65 @@ func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration)
 		return nil, err
 	}
 
-	// The rows come by start; the points of each start are put in order
-	// once they are made.
-	var uq query
-	// held_us is NULL in rows written before it existed: read as 0 and a
-	// flag, which spares scanning a pointer per row.
-	rows, err := q.Query(ctx, usageRows(&uq, "start, gpu_id, owner_id, allocated_us, COALESCE(held_us, 0), CASE WHEN held_us IS NULL THEN 1 ELSE 0 END, "+
-		"present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct")+" ORDER BY start", uq.args...)
-	if err != nil {
-		return nil, fmt.Errorf("usage series: %w", err)
-	}
-	defer rows.Close()
-	type row struct {
-		start, gpu, owner int64
-		unheld            int64 // 1 when held_us is NULL
-		v                 UsageValues
-	}
-	var rs chunks[row]
-	for rows.Next() {
-		r := rs.next()
-		if err := rows.Scan(&r.start, &r.gpu, &r.owner, &r.v.AllocatedUS, &r.v.HeldUS, &r.unheld, &r.v.PresentUS, &r.v.UsedUS, &r.v.MemoryByteS,
-			&r.v.EnergyMJ, &r.v.PeakMemory, &r.v.PeakUtil); err != nil {
-			return nil, fmt.Errorf("usage series: %w", err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("usage series: %w", err)
-	}
-
 	// Points hold pointers, which make growing a slice of them dear:
 	// they are made at their final number, then sorted start by start.
-	out := make([]ledger.UsagePoint, rs.len())
+	out := make([]ledger.UsagePoint, len(rs))
 	var (
 		group int // where the points of the current start begin
 		start int64
 	)
-	for i, r := range rs.all() {
-		g, ok := gpus[r.gpu]
+	for i := range rs {
+		r := &rs[i]
+		g, ok := gpus[r.key[0]]
 		if !ok {
-			return nil, fmt.Errorf("usage series: no GPU with id %d", r.gpu)
+			return nil, fmt.Errorf("usage series: no GPU with id %d", r.key[0])
 		}
-		o, ok := owners[r.owner]
+		o, ok := owners[r.key[1]]
 		if !ok {
-			return nil, fmt.Errorf("usage series: no owner with id %d", r.owner)
+			return nil, fmt.Errorf("usage series: no owner with id %d", r.key[1])
 		}
 		if i == 0 || r.start != start {
 			slices.SortFunc(out[group:i], compareUsagePoints)
 			group, start = i, r.start
 		}
+		v := UsageValues{AllocatedUS: r.v[0], HeldUS: r.v[1], PresentUS: r.v[2], UsedUS: r.v[3],
+			MemoryByteS: r.v[4], EnergyMJ: r.v[5], PeakMemory: r.v[6], PeakUtil: r.v[7]}
 		out[i] = ledger.UsagePoint{
 			Start: time.Unix(r.start, 0).UTC(), Node: g.Node, OwnerKind: o.Kind, OwnerID: o.Name,
-			GPU: g, Sums: r.v.Sums(), Container: ctrs[r.owner],
+			GPU: g, Sums: v.Sums(), Container: ctrs[r.key[1]],
 		}
-		if r.unheld != 0 {
+		if r.null {
 			out[i].Unheld = ledger.Unheld{Rows: 1, All: true, UsedSeconds: out[i].UsedSeconds}
 		}
 	}
 	slices.SortFunc(out[group:], compareUsagePoints)
 	return out, nil
+}
+
+// readHourRows reads f's hour rows in r, of node ("" for every node), by
+// start and then ids.
+func readHourRows(ctx context.Context, q Querier, f *family, node string, r Range) ([]minuteRow, error) {
+	var qb query
+	sql := "SELECT " + f.selectCols() + " FROM " + f.name + "_hour WHERE start >= " + qb.arg(r.From) + " AND start < " + qb.arg(r.To)
+	if node != "" {
+		sql += " AND " + f.nodeByName(qb.arg(node))
+	}
+	sql += " ORDER BY start, " + strings.Join(f.keys, ", ")
+	rows, err := q.Query(ctx, sql, qb.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []minuteRow
+	sc := f.scanner()
+	for rows.Next() {
+		row, err := sc.scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, rows.Err()
 }
 
 // compareUsagePoints orders the points of one start.
@@ -129,49 +137,37 @@ func ContainerSeries(ctx context.Context, q Querier, f ledger.Filter, step time.
 	if p.Empty() {
 		return nil, nil
 	}
-	ctrRows := func(qb *query, cols string) string {
-		var where string
-		if f.Node != "" {
-			where = "owner_id IN (SELECT o.id FROM owners o JOIN nodes n ON n.id = o.node_id WHERE n.name = " + qb.arg(f.Node) + ")"
+	var rs []minuteRow
+	if len(p.Minutes) > 0 {
+		if rs, err = readMinutes(ctx, q, containerFamily, f.Node, p.Minutes[0]); err != nil {
+			return nil, fmt.Errorf("container series: %w", err)
 		}
-		return qb.union("container", cols, where, p)
+	} else if rs, err = readHourRows(ctx, q, containerFamily, f.Node, p.Hours); err != nil {
+		return nil, fmt.Errorf("container series: %w", err)
 	}
-	var oq query
-	owners, err := readOwners(ctx, q, "SELECT owner_id FROM ("+ctrRows(&oq, "owner_id")+") AS u", oq.args)
-	if err != nil || len(owners) == 0 {
+	if len(rs) == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, 0, 64)
+	for i := range rs {
+		ids = append(ids, rs[i].key[0])
+	}
+	slices.Sort(ids)
+	owners, err := readOwners(ctx, q, idList(slices.Compact(ids)), nil)
+	if err != nil {
 		return nil, err
 	}
 
-	var cq query
-	rows, err := q.Query(ctx, ctrRows(&cq, "start, owner_id, cpu_us, ram_byte_s")+" ORDER BY start", cq.args...)
-	if err != nil {
-		return nil, fmt.Errorf("container series: %w", err)
-	}
-	defer rows.Close()
-	type row struct {
-		start, owner int64
-		v            ContainerValues
-	}
-	var rs chunks[row]
-	for rows.Next() {
-		r := rs.next()
-		if err := rows.Scan(&r.start, &r.owner, &r.v.CPUUS, &r.v.RAMByteS); err != nil {
-			return nil, fmt.Errorf("container series: %w", err)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("container series: %w", err)
-	}
-
-	out := make([]ledger.ContainerUsage, rs.len())
+	out := make([]ledger.ContainerUsage, len(rs))
 	var (
 		group int
 		start int64
 	)
-	for i, r := range rs.all() {
-		o, ok := owners[r.owner]
+	for i := range rs {
+		r := &rs[i]
+		o, ok := owners[r.key[0]]
 		if !ok {
-			return nil, fmt.Errorf("container series: no owner with id %d", r.owner)
+			return nil, fmt.Errorf("container series: no owner with id %d", r.key[0])
 		}
 		if i == 0 || r.start != start {
 			slices.SortFunc(out[group:i], compareContainerUsage)
@@ -179,7 +175,7 @@ func ContainerSeries(ctx context.Context, q Querier, f ledger.Filter, step time.
 		}
 		out[i] = ledger.ContainerUsage{
 			Node: o.Node, Start: time.Unix(r.start, 0).UTC(), ContainerID: o.Name,
-			CPUSeconds: float64(r.v.CPUUS) / MicrosPerSecond, RAMByteSeconds: float64(r.v.RAMByteS),
+			CPUSeconds: float64(r.v[0]) / MicrosPerSecond, RAMByteSeconds: float64(r.v[1]),
 		}
 	}
 	slices.SortFunc(out[group:], compareContainerUsage)
@@ -192,39 +188,6 @@ func compareContainerUsage(a, b ledger.ContainerUsage) int {
 		return c
 	}
 	return strings.Compare(a.ContainerID, b.ContainerID)
-}
-
-// chunks holds rows as they are read, in blocks that are never copied as
-// more arrive: a month of minute rows is tens of megabytes.
-type chunks[T any] struct {
-	blocks [][]T
-	n      int
-}
-
-// chunkRows is the number of rows in a block.
-const chunkRows = 4096
-
-// next adds a zero row and returns it to be filled.
-func (c *chunks[T]) next() *T {
-	if c.n%chunkRows == 0 {
-		c.blocks = append(c.blocks, make([]T, chunkRows))
-	}
-	r := &c.blocks[c.n/chunkRows][c.n%chunkRows]
-	c.n++
-	return r
-}
-
-func (c *chunks[T]) len() int { return c.n }
-
-// all yields the rows in the order they were added.
-func (c *chunks[T]) all() iter.Seq2[int, *T] {
-	return func(yield func(int, *T) bool) {
-		for i := range c.n {
-			if !yield(i, &c.blocks[i/chunkRows][i%chunkRows]) {
-				return
-			}
-		}
-	}
 }
 
 // readGPUs reads the GPUs of node ("" for all nodes) by id. The table holds

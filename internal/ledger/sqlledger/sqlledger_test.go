@@ -241,24 +241,3 @@ func TestPlanSeries(t *testing.T) {
 		}
 	}
 }
-
-func TestChunks(t *testing.T) {
-	var c chunks[int]
-	const n = 2*chunkRows + 3
-	for i := range n {
-		*c.next() = i
-	}
-	if c.len() != n {
-		t.Fatalf("len = %d, want %d", c.len(), n)
-	}
-	seen := 0
-	for i, v := range c.all() {
-		if i != seen || *v != i {
-			t.Fatalf("row %d: got index %d, value %d", seen, i, *v)
-		}
-		seen++
-	}
-	if seen != n {
-		t.Errorf("all yielded %d rows, want %d", seen, n)
-	}
-}

@@ -131,6 +131,9 @@ func RetainDeletes(node string, minuteCut int64, minuteOK bool, hourCut int64, h
 			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond, []any{cut}})
 		case table == "audit_events":
 			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond + " AND node = $2", []any{cut, node}})
+		case strings.HasSuffix(table, "_chunk"):
+			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond +
+				" AND node_id IN (SELECT id FROM nodes WHERE name = $2)", []any{cut, node}})
 		case strings.HasPrefix(table, "container_"):
 			out = append(out, Statement{"DELETE FROM " + table + " WHERE " + cond +
 				" AND owner_id IN (SELECT o.id FROM owners o JOIN nodes n ON n.id = o.node_id WHERE n.name = $2)", []any{cut, node}})
@@ -142,6 +145,7 @@ func RetainDeletes(node string, minuteCut int64, minuteOK bool, hourCut int64, h
 	for _, t := range []string{"usage", "gpu", "container"} {
 		if minuteOK {
 			del(t+"_minute", "start < $1", minuteCut)
+			del(t+"_chunk", "start < $1", minuteCut)
 		}
 		if hourOK {
 			del(t+"_hour", "start < $1", hourCut)

@@ -1,0 +1,456 @@
+package sqlledger
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// nodeByName is f's condition, on the minute table's keys, that keeps the
+// rows of the node named by the parameter arg.
+func (f *family) nodeByName(arg string) string {
+	if f == containerFamily {
+		return "owner_id IN (SELECT o.id FROM owners o JOIN nodes n ON n.id = o.node_id WHERE n.name = " + arg + ")"
+	}
+	return "gpu_id IN (SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = " + arg + ")"
+}
+
+// selectCols are the columns of f's minute table that scanRow reads, in
+// its order: start, the ids, the values (the nullable one as 0 and a
+// flag after the rest).
+func (f *family) selectCols() string {
+	cols := append([]string{"start"}, f.keys...)
+	for i, c := range f.cols {
+		if i == f.nullable {
+			c = "COALESCE(" + c + ", 0)"
+		}
+		cols = append(cols, c)
+	}
+	if f.nullable >= 0 {
+		c := f.cols[f.nullable]
+		cols = append(cols, "CASE WHEN "+c+" IS NULL THEN 1 ELSE 0 END")
+	}
+	return strings.Join(cols, ", ")
+}
+
+// scanner scans minute rows of f, reusing its destinations.
+type scanner struct {
+	f    *family
+	row  minuteRow
+	null int64
+	dest []any
+}
+
+func (f *family) scanner() *scanner {
+	s := &scanner{f: f}
+	s.dest = append(s.dest, &s.row.start)
+	for k := range f.keys {
+		s.dest = append(s.dest, &s.row.key[k])
+	}
+	for c := range f.cols {
+		s.dest = append(s.dest, &s.row.v[c])
+	}
+	if f.nullable >= 0 {
+		s.dest = append(s.dest, &s.null)
+	}
+	return s
+}
+
+func (s *scanner) scan(rows Cursor) (minuteRow, error) {
+	s.null = 0
+	if err := rows.Scan(s.dest...); err != nil {
+		return minuteRow{}, err
+	}
+	r := s.row
+	r.null = s.null != 0
+	return r, nil
+}
+
+// readMinutes reads f's minutes in r, of node ("" for every node): the
+// chunks' rows and the minute rows still waiting to be compacted, combined
+// as the upsert would have combined them, by start and then ids.
+func readMinutes(ctx context.Context, q Querier, f *family, node string, r Range) ([]minuteRow, error) {
+	if r.Empty() {
+		return nil, nil
+	}
+	out, err := readChunks(ctx, q, f, node, r)
+	if err != nil {
+		return nil, err
+	}
+	var qb query
+	sql := "SELECT " + f.selectCols() + " FROM " + f.name + "_minute WHERE start >= " + qb.arg(r.From) + " AND start < " + qb.arg(r.To)
+	if node != "" {
+		sql += " AND " + f.nodeByName(qb.arg(node))
+	}
+	sql += " ORDER BY start, " + strings.Join(f.keys, ", ")
+	rows, err := q.Query(ctx, sql, qb.args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s minutes: %w", f.name, err)
+	}
+	defer rows.Close()
+	chunked := len(out)
+	sc := f.scanner()
+	for rows.Next() {
+		row, err := sc.scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s minutes: %w", f.name, err)
+		}
+		out = append(out, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s minutes: %w", f.name, err)
+	}
+	if chunked == 0 || chunked == len(out) || out[chunked-1].start < out[chunked].start {
+		return out, nil
+	}
+	// Minute rows of hours already compacted: put them in their place and
+	// add those of a minute the chunk holds too.
+	return f.combine(out), nil
+}
+
+// combine sorts rows by start and ids and merges the rows of one (start,
+// ids), in place.
+func (f *family) combine(rows []minuteRow) []minuteRow {
+	slices.SortStableFunc(rows, func(a, b minuteRow) int { return compareKey(&a, &b) })
+	w := 0
+	for i := range rows {
+		if w > 0 && compareKey(&rows[w-1], &rows[i]) == 0 {
+			f.merge(&rows[w-1], &rows[i])
+			continue
+		}
+		rows[w] = rows[i]
+		w++
+	}
+	return rows[:w]
+}
+
+// readChunks reads the rows in r of f's chunks, of node ("" for every
+// node), by start and then ids.
+func readChunks(ctx context.Context, q Querier, f *family, node string, r Range) ([]minuteRow, error) {
+	var qb query
+	sql := "SELECT c.start, c.data FROM " + f.name + "_chunk c"
+	if node != "" {
+		sql += " JOIN nodes n ON n.id = c.node_id"
+	}
+	sql += " WHERE c.start >= " + qb.arg(floor(r.From, 3600)) + " AND c.start < " + qb.arg(r.To)
+	if node != "" {
+		sql += " AND n.name = " + qb.arg(node)
+	}
+	sql += " ORDER BY c.start"
+	rows, err := q.Query(ctx, sql, qb.args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s chunks: %w", f.name, err)
+	}
+	defer rows.Close()
+	var (
+		out  []minuteRow
+		hour int64
+		list []*series // of the chunks of hour, every node's
+	)
+	flush := func() {
+		if len(list) == 0 {
+			return
+		}
+		slices.SortFunc(list, func(a, b *series) int {
+			return compareKey(&minuteRow{key: a.key}, &minuteRow{key: b.key})
+		})
+		n := len(out)
+		out = emitByMinute(out, list)
+		if hour < r.From || hour+3600 > r.To {
+			kept := out[:n]
+			for _, row := range out[n:] {
+				if row.start >= r.From && row.start < r.To {
+					kept = append(kept, row)
+				}
+			}
+			out = kept
+		}
+		list = list[:0]
+	}
+	for rows.Next() {
+		var (
+			start int64
+			data  []byte
+		)
+		if err := rows.Scan(&start, &data); err != nil {
+			return nil, fmt.Errorf("%s chunks: %w", f.name, err)
+		}
+		if start != hour {
+			flush()
+			hour = start
+		}
+		s, err := f.decodeSeries(start, data)
+		if err != nil {
+			return nil, err
+		}
+		list = append(list, s...)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("%s chunks: %w", f.name, err)
+	}
+	flush()
+	return out, nil
+}
+
+// Compact moves node's minute rows of the hours before before (a whole
+// hour) into chunks, in the caller's transaction: each hour's rows are
+// merged into the hour's chunk, made if missing, and deleted. A node that
+// is not in the ledger has nothing to compact.
+func Compact(ctx context.Context, tx Tx, node string, before int64) error {
+	rows, err := tx.Query(ctx, "SELECT id FROM nodes WHERE name = $1", node)
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	var id int64
+	found := rows.Next()
+	if found {
+		err = rows.Scan(&id)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil || !found {
+		return err
+	}
+	for _, f := range families {
+		if err := compactFamily(ctx, tx, f, id, before); err != nil {
+			return fmt.Errorf("compact %s minutes of node %q: %w", f.name, node, err)
+		}
+	}
+	return nil
+}
+
+// CompactAll compacts, for every node, the hours before the newest hour
+// that holds any of its minute rows: what a ledger from before chunks
+// needs once, and what a writer leaves behind.
+func CompactAll(ctx context.Context, tx Tx) error {
+	var (
+		nodes []string
+		tops  []int64
+	)
+	rows, err := tx.Query(ctx, `SELECT n.name, MAX(m.start) FROM nodes n JOIN (
+		SELECT g.node_id, u.start FROM gpu_minute u JOIN gpus g ON g.id = u.gpu_id
+		UNION ALL SELECT g.node_id, u.start FROM usage_minute u JOIN gpus g ON g.id = u.gpu_id
+		UNION ALL SELECT o.node_id, u.start FROM container_minute u JOIN owners o ON o.id = u.owner_id
+	) AS m ON m.node_id = n.id GROUP BY n.name ORDER BY n.name`)
+	if err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	for rows.Next() {
+		var (
+			n   string
+			top int64
+		)
+		if err := rows.Scan(&n, &top); err != nil {
+			rows.Close()
+			return fmt.Errorf("compact: %w", err)
+		}
+		nodes, tops = append(nodes, n), append(tops, top)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("compact: %w", err)
+	}
+	for i, n := range nodes {
+		if err := Compact(ctx, tx, n, floor(tops[i], 3600)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compactFamily compacts f's minute rows of node id before before.
+// Rows whose start is not a whole minute (none that gpumeter writes)
+// stay as they are.
+func compactFamily(ctx context.Context, tx Tx, f *family, id, before int64) error {
+	where := " WHERE start < $2 AND start % 60 = 0 AND " + f.node
+	rows, err := tx.Query(ctx, "SELECT "+f.selectCols()+" FROM "+f.name+"_minute"+where+" ORDER BY start", id, before)
+	if err != nil {
+		return err
+	}
+	var pending []minuteRow
+	sc := f.scanner()
+	for rows.Next() {
+		row, err := sc.scan(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		pending = append(pending, row)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	compacted := len(pending)
+	for len(pending) > 0 {
+		hour := floor(pending[0].start, 3600)
+		n := 1
+		for n < len(pending) && pending[n].start < hour+3600 {
+			n++
+		}
+		if err := compactHour(ctx, tx, f, id, hour, pending[:n]); err != nil {
+			return err
+		}
+		pending = pending[n:]
+	}
+	// When these were all the table's rows, as they are on a one-node
+	// ledger whose batches come in order, the table is emptied whole,
+	// which SQLite does without visiting each row.
+	rows, err = tx.Query(ctx, "SELECT count(*) FROM "+f.name+"_minute")
+	if err != nil {
+		return err
+	}
+	var total int64
+	if rows.Next() {
+		err = rows.Scan(&total)
+	}
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return err
+	}
+	if total == int64(compacted) {
+		_, err = tx.Exec(ctx, "DELETE FROM "+f.name+"_minute")
+		return err
+	}
+	_, err = tx.Exec(ctx, "DELETE FROM "+f.name+"_minute"+where, id, before)
+	return err
+}
+
+// compactHour merges rows, minute rows of node id in the hour starting at
+// hour, into that hour's chunk.
+func compactHour(ctx context.Context, tx Tx, f *family, id, hour int64, rows []minuteRow) error {
+	cur, err := tx.Query(ctx, "SELECT data FROM "+f.name+"_chunk WHERE node_id = $1 AND start = $2", id, hour)
+	if err != nil {
+		return err
+	}
+	var data []byte
+	found := cur.Next()
+	if found {
+		err = cur.Scan(&data)
+	}
+	cur.Close()
+	if err == nil {
+		err = cur.Err()
+	}
+	if err != nil {
+		return err
+	}
+	all := rows
+	if found {
+		old, err := f.decodeChunk(nil, hour, data)
+		if err != nil {
+			return err
+		}
+		all = f.combine(append(old, rows...))
+	}
+	enc, err := f.encodeChunk(hour, all)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, "INSERT INTO "+f.name+"_chunk (node_id, start, data) VALUES ($1, $2, $3) "+
+		"ON CONFLICT (node_id, start) DO UPDATE SET data = excluded.data", id, hour, enc)
+	return err
+}
+
+// Compactor keeps, for one writer, the hour before which each node's
+// minutes are compacted, so that a batch pays for a compaction only when
+// its node's hour has moved on or it wrote minutes into hours compacted
+// already. Its methods are safe for concurrent use.
+type Compactor struct {
+	mu     sync.Mutex
+	before map[string]int64
+}
+
+// Due returns the compactions that writing r calls for, node by node: the
+// hour before which to compact, the hour of the node's newest minute in r
+// or the hour compacted up to already. late holds the nodes, of those,
+// whose rows in r reach into hours before that: a writer that compacts
+// before it writes (as SQLite's does, to empty the minute tables whole)
+// compacts those again after.
+func (c *Compactor) Due(r *Rows) (due, late map[string]int64) {
+	type reach struct{ lo, hi int64 }
+	nodes := map[string]reach{}
+	see := func(node string, start int64) {
+		n, ok := nodes[node]
+		if !ok {
+			n = reach{start, start}
+		}
+		nodes[node] = reach{min(n.lo, start), max(n.hi, start)}
+	}
+	for i := range r.UsageMinute {
+		see(r.UsageMinute[i].Key.Node, r.UsageMinute[i].Key.Start)
+	}
+	for i := range r.GPUMinute {
+		see(r.GPUMinute[i].Key.Node, r.GPUMinute[i].Key.Start)
+	}
+	for i := range r.ContainerMinute {
+		see(r.ContainerMinute[i].Key.Node, r.ContainerMinute[i].Key.Start)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for node, n := range nodes {
+		hour := floor(n.hi, 3600)
+		prev, ok := c.before[node]
+		if ok && hour <= prev && n.lo >= prev {
+			continue
+		}
+		if due == nil {
+			due = map[string]int64{}
+		}
+		before := max(hour, prev)
+		due[node] = before
+		if n.lo < before {
+			if late == nil {
+				late = map[string]int64{}
+			}
+			late[node] = before
+		}
+	}
+	return due, late
+}
+
+// Done records compactions of Due once their transaction has committed.
+func (c *Compactor) Done(due map[string]int64) {
+	if len(due) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.before == nil {
+		c.before = map[string]int64{}
+	}
+	for node, before := range due {
+		c.before[node] = max(c.before[node], before)
+	}
+}
+
+// CompactDue runs the compactions of Due in the caller's transaction.
+func CompactDue(ctx context.Context, tx Tx, due map[string]int64) error {
+	nodes := slices.Sorted(maps.Keys(due))
+	for _, node := range nodes {
+		if err := Compact(ctx, tx, node, due[node]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Migrated runs what a migration needs beyond its SQL, in the migrating
+// transaction: the minutes of a ledger from before ChunkVersion are
+// compacted.
+func Migrated(ctx context.Context, tx Tx, pending []Migration) error {
+	for _, m := range pending {
+		if m.Version == ChunkVersion {
+			return CompactAll(ctx, tx)
+		}
+	}
+	return nil
+}
