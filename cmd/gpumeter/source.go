@@ -151,7 +151,7 @@ func (lf *ledgerFlags) open(cmd *cobra.Command, cfg *config.Config) (*ledgerStor
 		}
 		return nil, err
 	}
-	gpus, err := store.GPUs(ctx, ledger.Filter{})
+	gpus, err := store.KnownGPUs(ctx)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("read the ledger's GPUs: %w", err)
@@ -159,11 +159,11 @@ func (lf *ledgerFlags) open(cmd *cobra.Command, cfg *config.Config) (*ledgerStor
 	ls := &ledgerStore{Ledger: store}
 	var nodes []string
 	for _, g := range gpus {
-		if !slices.Contains(nodes, g.GPU.Node) {
-			nodes = append(nodes, g.GPU.Node)
+		if !slices.Contains(nodes, g.Node) {
+			nodes = append(nodes, g.Node)
 		}
-		if g.GPU.Model != "" && !slices.Contains(ls.models, g.GPU.Model) {
-			ls.models = append(ls.models, g.GPU.Model)
+		if g.Model != "" && !slices.Contains(ls.models, g.Model) {
+			ls.models = append(ls.models, g.Model)
 		}
 	}
 	slices.Sort(nodes)

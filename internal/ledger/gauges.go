@@ -104,3 +104,12 @@ type MinuteCompacter interface {
 	// (rounded up to a whole hour) into the ledger's minute chunks.
 	CompactMinutes(ctx context.Context, node string, before time.Time) error
 }
+
+// GPULister lists the GPUs a ledger knows.
+type GPULister interface {
+	// KnownGPUs returns every GPU any batch has named, on every node,
+	// whether or not the ledger still keeps usage of it: GPUs are never
+	// deleted. It reads no usage, so it costs the same for a month of
+	// history as for a minute.
+	KnownGPUs(ctx context.Context) ([]GPU, error)
+}

@@ -294,6 +294,7 @@ type Ledger interface {
 	audit.Store
 	BudgetStore
 	GPUSeriesStore
+	GPULister
 	MinuteCompacter
 	JobStore
 	LeaseTaker

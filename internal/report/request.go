@@ -211,20 +211,20 @@ type Reader interface {
 	GPUs(ctx context.Context, f ledger.Filter) ([]ledger.GPUTotal, error)
 }
 
-// Models returns the GPU models the ledger holds usage of, on any node and
-// at any time it still keeps, sorted: what cost.Model.Check checks prices against. It reads
-// the ledger's whole history rather than a report's window, so that a
+// Models returns the GPU models the ledger knows, on any node and at any
+// time, sorted: what cost.Model.Check checks prices against. It takes
+// the ledger's whole inventory rather than a report's window, so that a
 // price for a model that merely sat out the window is not taken for a
 // misspelling.
-func Models(ctx context.Context, store Reader) ([]string, error) {
-	gpus, err := store.GPUs(ctx, ledger.Filter{})
+func Models(ctx context.Context, store ledger.GPULister) ([]string, error) {
+	gpus, err := store.KnownGPUs(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read GPU models: %w", err)
 	}
 	var models []string
 	for _, g := range gpus {
-		if g.GPU.Model != "" && !slices.Contains(models, g.GPU.Model) {
-			models = append(models, g.GPU.Model)
+		if g.Model != "" && !slices.Contains(models, g.Model) {
+			models = append(models, g.Model)
 		}
 	}
 	slices.Sort(models)

@@ -44,6 +44,14 @@ func testLateMinutes(t *testing.T, s ledger.Ledger) {
 			checkGPUs(t, s, f, bruteGPUs(all, w[0], w[1]))
 		}
 	}
+	// The GPUs the ledger knows, without reading usage.
+	known, err := s.KnownGPUs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff([]ledger.GPU{gpuMetaA, gpuMetaB}, known); diff != "" {
+		t.Errorf("KnownGPUs mismatch (-want +got):\n%s", diff)
+	}
 	// Compacting every hour, the open one too, changes no answer.
 	if err := s.CompactMinutes(context.Background(), nodeA, at(5, 0)); err != nil {
 		t.Fatal(err)

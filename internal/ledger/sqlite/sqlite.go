@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -47,12 +48,15 @@ const readConns = 4
 type Store struct {
 	sqlledger.Ledger // Write, Audit and the reads
 
-	path  string
-	wdb   *sql.DB // one connection: writes queue on wsem
-	rdb   *sql.DB // query_only connections for reports
-	wsem  chan struct{}
-	stmts *stmts
-	ids   ids // guarded by wsem
+	path string
+	wdb  *sql.DB // one connection: writes queue on wsem
+	rdb  *sql.DB // query_only connections for reports
+	wsem chan struct{}
+	// stmts are the batch writer's statements, prepared by the first
+	// batch: a process that only reads (a report) never parses them.
+	smu   sync.Mutex
+	stmts *stmts // guarded by smu
+	ids   ids    // guarded by wsem
 	// compactor says when a batch's node has minutes to compact.
 	compactor sqlledger.Compactor
 	wlock     *writerLock // held from Acquire to Release or Close; guarded by wsem
@@ -99,13 +103,8 @@ func open(ctx context.Context, path string) (*Store, error) {
 		s.wdb.Close()
 		return nil, err
 	}
-	if s.stmts, err = prepare(ctx, s.wdb); err != nil {
-		s.wdb.Close()
-		return nil, err
-	}
 	s.rdb, err = sql.Open("sqlite", dsn(abs, "_pragma=busy_timeout("+bt+")&_pragma=query_only(1)"))
 	if err != nil {
-		s.stmts.close()
 		s.wdb.Close()
 		return nil, err
 	}
@@ -228,9 +227,11 @@ func readSchema(ctx context.Context, tx *sql.Tx) (sqlledger.Schema, error) {
 // Close closes the ledger.
 func (s *Store) Close() error {
 	var errs []error
+	s.smu.Lock()
 	if s.stmts != nil {
 		s.stmts.close()
 	}
+	s.smu.Unlock()
 	if s.rdb != nil {
 		errs = append(errs, s.rdb.Close())
 	}
@@ -303,10 +304,19 @@ func (s *Store) retain(ctx context.Context, node string, now time.Time, minutes,
 				return err
 			}
 		}
-		if mOK {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
+		raise := func(key string, to int64) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
 				ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
-				sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10)); err != nil {
+				key, strconv.FormatInt(to, 10))
+			return err
+		}
+		if mOK {
+			if err := raise(sqlledger.MetaHorizon, mCut); err != nil {
+				return err
+			}
+		}
+		if hOK {
+			if err := raise(sqlledger.MetaDays, sqlledger.RetainDayHorizon(hCut)); err != nil {
 				return err
 			}
 		}

@@ -341,9 +341,12 @@ const maxChunkRaw = 64 << 20
 func emitByMinute(dst []minuteRow, list []*series) []minuteRow {
 	next := make([]int, len(list))
 	var all uint64
+	n := 0
 	for _, s := range list {
 		all |= s.minutes
+		n += len(s.rows)
 	}
+	dst = slices.Grow(dst, n)
 	for all != 0 {
 		m := bits.TrailingZeros64(all)
 		all &^= 1 << m

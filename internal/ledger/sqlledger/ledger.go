@@ -1,8 +1,11 @@
 package sqlledger
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
@@ -111,6 +114,22 @@ func (l Ledger) ContainerSeries(ctx context.Context, f ledger.Filter, step time.
 // window.
 func (l Ledger) GPUUsageSeries(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.GPUUsage, error) {
 	return read(ctx, l, "ledger", func(q Querier) ([]ledger.GPUUsage, error) { return GPUUsageSeries(ctx, q, f, step) })
+}
+
+// KnownGPUs answers ledger.GPULister.KnownGPUs, ordered by node, index
+// and UUID.
+func (l Ledger) KnownGPUs(ctx context.Context) ([]ledger.GPU, error) {
+	return read(ctx, l, "ledger", func(q Querier) ([]ledger.GPU, error) {
+		gpus, err := readGPUs(ctx, q, "")
+		if err != nil {
+			return nil, err
+		}
+		out := slices.Collect(maps.Values(gpus))
+		slices.SortFunc(out, func(a, b ledger.GPU) int {
+			return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Index, b.Index), cmp.Compare(a.UUID, b.UUID))
+		})
+		return out, nil
+	})
 }
 
 // CompactMinutes answers ledger.MinuteCompacter.CompactMinutes.

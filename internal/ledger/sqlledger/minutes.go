@@ -145,31 +145,16 @@ func readChunks(ctx context.Context, q Querier, f *family, node string, r Range)
 		return nil, fmt.Errorf("%s chunks: %w", f.name, err)
 	}
 	defer rows.Close()
-	var (
-		out  []minuteRow
+	// Every chunk is decoded before any row is made, so that the rows,
+	// large as they are, are allocated once.
+	type hourSeries struct {
 		hour int64
 		list []*series // of the chunks of hour, every node's
-	)
-	flush := func() {
-		if len(list) == 0 {
-			return
-		}
-		slices.SortFunc(list, func(a, b *series) int {
-			return compareKey(&minuteRow{key: a.key}, &minuteRow{key: b.key})
-		})
-		n := len(out)
-		out = emitByMinute(out, list)
-		if hour < r.From || hour+3600 > r.To {
-			kept := out[:n]
-			for _, row := range out[n:] {
-				if row.start >= r.From && row.start < r.To {
-					kept = append(kept, row)
-				}
-			}
-			out = kept
-		}
-		list = list[:0]
 	}
+	var (
+		hours []hourSeries
+		total int
+	)
 	for rows.Next() {
 		var (
 			start int64
@@ -178,20 +163,39 @@ func readChunks(ctx context.Context, q Querier, f *family, node string, r Range)
 		if err := rows.Scan(&start, &data); err != nil {
 			return nil, fmt.Errorf("%s chunks: %w", f.name, err)
 		}
-		if start != hour {
-			flush()
-			hour = start
-		}
-		s, err := f.decodeSeries(start, data)
+		list, err := f.decodeSeries(start, data)
 		if err != nil {
 			return nil, err
 		}
-		list = append(list, s...)
+		if n := len(hours); n > 0 && hours[n-1].hour == start {
+			hours[n-1].list = append(hours[n-1].list, list...)
+		} else {
+			hours = append(hours, hourSeries{start, list})
+		}
+		for _, s := range list {
+			total += len(s.rows)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("%s chunks: %w", f.name, err)
 	}
-	flush()
+	out := make([]minuteRow, 0, total)
+	for _, h := range hours {
+		slices.SortFunc(h.list, func(a, b *series) int {
+			return compareKey(&minuteRow{key: a.key}, &minuteRow{key: b.key})
+		})
+		n := len(out)
+		out = emitByMinute(out, h.list)
+		if h.hour < r.From || h.hour+3600 > r.To {
+			kept := out[:n]
+			for _, row := range out[n:] {
+				if row.start >= r.From && row.start < r.To {
+					kept = append(kept, row)
+				}
+			}
+			out = kept
+		}
+	}
 	return out, nil
 }
 
