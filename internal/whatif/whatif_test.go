@@ -31,7 +31,9 @@ func mode(t *testing.T, r *whatif.Result, m whatif.Mode) whatif.ModeResult {
 	return whatif.ModeResult{}
 }
 
-func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol*math.Max(1e-9, math.Abs(want)) }
+func near(got, want, tol float64) bool {
+	return math.Abs(got-want) <= tol*math.Max(1e-9, math.Abs(want))
+}
 
 // TestExclusiveHandComputed replays four one-GPU jobs on two GPUs,
 // whose figures are worked out by hand: a and b start at once, c waits
