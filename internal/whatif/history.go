@@ -69,6 +69,8 @@ type Holder struct {
 	MemoryMean float64
 	// Used and Held are its measured GPU-seconds in the window.
 	Used, Held float64
+	// UUIDs are the GPUs it held, sorted.
+	UUIDs []string
 }
 
 // Duration is the holder's measured run in seconds.
@@ -217,6 +219,10 @@ func Load(ctx context.Context, r Reader, from, to time.Time, node string) (*Hist
 		hd.Name, hd.Image, hd.User, hd.Team = c.Name, c.Image, c.User, c.Team
 		hd.GPUs = len(a.gpus)
 		hd.Asked = hd.GPUs
+		for u := range a.gpus {
+			hd.UUIDs = append(hd.UUIDs, u)
+		}
+		slices.Sort(hd.UUIDs)
 		start := c.StartedAt
 		if start.IsZero() || start.After(a.first.Add(time.Minute)) {
 			start = a.first
@@ -286,6 +292,12 @@ func Load(ctx context.Context, r Reader, from, to time.Time, node string) (*Hist
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
+	if n := sharers(h.Holders); n > 0 {
+		h.Notes = append(h.Notes, fmt.Sprintf("%d holders shared a GPU with another one at some time in the window: exclusive mode gives each its own GPUs, so it does not reproduce that sharing", n))
+	}
+	if len(h.Holders) == 0 {
+		h.Notes = append(h.Notes, "the window has no measured GPU holders: nothing to replay")
+	}
 	var missing int
 	for i := range jobs {
 		j := &jobs[i]
@@ -307,4 +319,29 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// sharers counts the holders that held a GPU at the same time as
+// another holder.
+func sharers(hs []*Holder) int {
+	byGPU := map[string][]*Holder{}
+	for _, h := range hs {
+		for _, u := range h.UUIDs {
+			byGPU[h.Node+"/"+u] = append(byGPU[h.Node+"/"+u], h)
+		}
+	}
+	shared := map[*Holder]bool{}
+	for _, l := range byGPU {
+		slices.SortFunc(l, func(a, b *Holder) int { return a.Start.Compare(b.Start) })
+		var last *Holder
+		for _, h := range l {
+			if last != nil && h.Start.Before(last.End) {
+				shared[h], shared[last] = true, true
+			}
+			if last == nil || h.End.After(last.End) {
+				last = h
+			}
+		}
+	}
+	return len(shared)
 }

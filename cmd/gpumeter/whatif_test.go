@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/sim"
+)
+
+// simulatedLedger simulates scenario into a fresh SQLite ledger and
+// returns its path.
+func simulatedLedger(t *testing.T, scenario string) string {
+	t.Helper()
+	sc, err := sim.Load(scenario)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "l.db")
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := simulate(ctx, io.Discard, sc, store, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func runRoot(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	t.Setenv("GPUMETER_DATA_DIR", t.TempDir())
+	t.Setenv("GPUMETER_CONFIG", "")
+	var out bytes.Buffer
+	root := newRoot()
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+// TestWhatifCommand replays a simulated ledger and reads the JSON
+// contract back: exclusive mode gives the measured figures; on one GPU
+// exclusive mode queues the four containers one after another, while
+// time-slicing runs two at a time and finishes in half the time.
+func TestWhatifCommand(t *testing.T) {
+	db := simulatedLedger(t, "testdata/whatif/light.yaml")
+	out, err := runRoot(t, "whatif", "--db", db, "--from", "2026-11-02T00:00:00Z", "--to", "2026-11-02T03:00:00Z", "--format", "json", "--switch-overhead", "0", "--fleet-gpus", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Window struct {
+			From         string `json:"from"`
+			ReplayedFrom string `json:"replayed_from"`
+		} `json:"window"`
+		Model    map[string]any `json:"model"`
+		Measured struct {
+			UtilMean float64 `json:"util_mean"`
+		} `json:"measured"`
+		Modes []map[string]any `json:"modes"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if got.Window.ReplayedFrom != "2026-11-02T00:00:00Z" || len(got.Modes) != 6 {
+		t.Fatalf("window %+v, %d modes; want replayed from the start, 3 modes on 2 GPUs and 3 on 1", got.Window, len(got.Modes))
+	}
+	for _, m := range got.Modes {
+		for _, k := range []string{"mode", "gpus", "util_mean", "gpu_hours_held", "wait_s", "makespan_s", "stretch", "jobs_slowed", "gpus_for_p95_wait", "cost"} {
+			if _, ok := m[k]; !ok {
+				t.Errorf("mode %v has no %q", m["mode"], k)
+			}
+		}
+	}
+	ex, ex1, ts1 := got.Modes[0], got.Modes[3], got.Modes[4]
+	// (0.4+0.3+0.2+0.1) GPU-hours used over 2 GPUs for 2 hours.
+	if u := ex["util_mean"].(float64); math.Abs(u-0.25) > 0.005 || math.Abs(got.Measured.UtilMean-0.25) > 0.005 {
+		t.Errorf("exclusive utilisation %v, measured %v; want 0.25", u, got.Measured.UtilMean)
+	}
+	if ex["makespan_s"].(float64) != 7200 || ex1["gpus"].(float64) != 1 || ex1["makespan_s"].(float64) != 4*3600 || ts1["makespan_s"].(float64) != 2*3600 {
+		t.Errorf("makespans: exclusive on 2 GPUs %v, on 1 %v (%v GPUs), timeslice on 1 %v; want 2 h, 4 h, 2 h", ex["makespan_s"], ex1["makespan_s"], ex1["gpus"], ts1["makespan_s"])
+	}
+	if u := ts1["util_mean"].(float64); math.Abs(u-0.5) > 0.005 {
+		t.Errorf("timeslice on 1 GPU: utilisation %v, want 0.5", u)
+	}
+
+	for _, tc := range []struct{ args, want string }{
+		{"--mode exclusive,bogus", `--mode: "bogus" is not a mode`},
+		{"--share 0", "--share: 0 is not between 1 and 64"},
+		{"--memory-fraction 1.5", "--memory-fraction: 1.5 is not in (0, 1]"},
+		{"--switch-overhead 1", "--switch-overhead: 1 is not in [0, 1)"},
+		{"--fleet-gpus two", `--fleet-gpus: "two" is not a GPU count`},
+		{"--fleet-gpus 0", "--fleet-gpus: \"0\": a fleet has at least one GPU"},
+		{"--format yaml", `--format: "yaml" is not one of table, csv, json`},
+		{"--since 0", "--since: must be more than 0"},
+		{"--target 2", "--target: 2 is not in (0, 1]"},
+	} {
+		_, err := runRoot(t, append([]string{"whatif", "--db", db}, strings.Fields(tc.args)...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("whatif %s: got %v, want an error with %q", tc.args, err, tc.want)
+		}
+	}
+}
