@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"math"
 	"path/filepath"
@@ -111,5 +112,51 @@ func TestWhatifCommand(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("whatif %s: got %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestAdviseCommand: the demo's ledger, whose GPU 1-2 job computes on
+// one of its two GPUs, and the exit status of a wrong window.
+func TestAdviseCommand(t *testing.T) {
+	db := simulatedLedger(t, "../../internal/sim/demo.yaml")
+	out, err := runRoot(t, "advise", "--db", db, "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T02:00:00Z", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Advice []struct {
+			User, Kind, Flag string
+			Evidence         map[string]any
+			SavedGPUHours    float64 `json:"saved_gpu_hours"`
+			SavedCost        struct {
+				Amount   *float64
+				Currency string
+			} `json:"saved_cost"`
+		} `json:"advice"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	found := false
+	for _, a := range got.Advice {
+		if a.Kind == "gpus" && a.Flag == "--gpus 1" {
+			found = true
+		}
+		if a.Evidence == nil || a.SavedCost.Amount == nil || a.SavedCost.Currency == "" {
+			t.Errorf("advice without evidence or saved_cost: %+v", a)
+		}
+	}
+	if !found {
+		t.Errorf("no --gpus 1 advice for the job that holds two GPUs and computes on one: %s", out)
+	}
+	for _, args := range [][]string{{"--since", "zzz"}, {"--from", "2026-01-02", "--to", "2026-01-01"}} {
+		_, err := runRoot(t, append([]string{"advise", "--db", db}, args...)...)
+		var ee exitError
+		if !errors.As(err, &ee) || ee != 2 {
+			t.Errorf("advise %v: got %v, want exit status 2", args, err)
+		}
+	}
+	if _, err := runRoot(t, "advise", "--db", db, "--user", "a", "--team", "b"); err == nil || !strings.Contains(err.Error(), "--user and --team") {
+		t.Errorf("advise --user --team: got %v", err)
 	}
 }

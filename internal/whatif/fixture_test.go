@@ -28,7 +28,8 @@ type history struct {
 
 // holder is one container, a queue job's when Job is set. Times are
 // minutes from the history's start; Util is the SM share on each of its
-// GPUs; Duty, when set, is how many minutes of every ten it computes.
+// GPUs; Duty, when set, is how many minutes of every Period (default
+// ten) it computes, from the start of each.
 type holder struct {
 	Name      string    `json:"name"`
 	User      string    `json:"user"`
@@ -42,6 +43,7 @@ type holder struct {
 	GPUs      []int     `json:"gpus"`
 	Util      []float64 `json:"util"`
 	Duty      int       `json:"duty"`
+	Period    int       `json:"period"`
 	MemGiB    float64   `json:"memory_gib"`
 	LimitMins int       `json:"limit"`
 	Repeat    int       `json:"repeat"`
@@ -119,8 +121,12 @@ func write(t testing.TB, h history) *sqlite.Store {
 			FirstSeen: at(x.Start), LastSeen: at(x.End)}
 		b.Containers = append(b.Containers, c)
 		mem := uint64(x.MemGiB * gib)
+		period := x.Period
+		if period == 0 {
+			period = 10
+		}
 		for m := x.Start; m < x.End; m++ {
-			busy := x.Duty == 0 || (m-x.Start)%10 < x.Duty
+			busy := x.Duty == 0 || (m-x.Start)%period < x.Duty
 			for i, g := range x.GPUs {
 				u := 0.0
 				if busy && i < len(x.Util) {

@@ -96,6 +96,9 @@ type History struct {
 	Used float64
 	// Notes say what the history leaves out, in sentences.
 	Notes []string
+	// Sharers counts the holders that held a GPU at the same time as
+	// another one: exclusive mode cannot reproduce their sharing.
+	Sharers int
 }
 
 // Makespan is from the replayed window's start to the measured end of
@@ -292,9 +295,7 @@ func Load(ctx context.Context, r Reader, from, to time.Time, node string) (*Hist
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
-	if n := sharers(h.Holders); n > 0 {
-		h.Notes = append(h.Notes, fmt.Sprintf("%d holders shared a GPU with another one at some time in the window: exclusive mode gives each its own GPUs, so it does not reproduce that sharing", n))
-	}
+	h.Sharers = sharers(h.Holders)
 	if len(h.Holders) == 0 {
 		h.Notes = append(h.Notes, "the window has no measured GPU holders: nothing to replay")
 	}

@@ -222,6 +222,9 @@ func Run(h *History, o Options) (*Result, error) {
 		nodes = append(nodes, n)
 	}
 	slices.Sort(nodes)
+	if h.Sharers > 0 {
+		res.Model.Notes = append(res.Model.Notes, fmt.Sprintf("%d holders shared a GPU with another one at some time in the window: exclusive mode gives each its own GPUs, so it does not reproduce that sharing", h.Sharers))
+	}
 	if len(nodes) > 1 {
 		res.Model.Notes = append(res.Model.Notes, "each node is replayed on its own GPUs (a job runs on one node)")
 	}
