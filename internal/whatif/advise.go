@@ -236,7 +236,7 @@ func Advise(h *History, o AdviseOptions) *AdviceReport {
 			want := time.Duration(math.Ceil(1.25*r/60)) * time.Minute
 			if noLimit > 0 || limit.Seconds() >= limitFactor*r {
 				ev := map[string]any{"runs": jobs, "run_p95_s": r, "time_limit_s": limit.Seconds(), "without_limit": noLimit,
-					"rule": "a limit is far above the runs when it is at least twice their p95; advised: 1.25 × p95, to the minute",
+					"rule":  "a limit is far above the runs when it is at least twice their p95; advised: 1.25 × p95, to the minute",
 					"saves": "waits, not GPU-hours: the scheduler backfills around a job by its limit"}
 				add(KindTimeLimit, "--time-limit "+units.FormatDuration(want), ev, 0)
 			}
