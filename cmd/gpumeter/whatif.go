@@ -115,7 +115,7 @@ part of the window (retention) it says so and replays the rest.`,
 	f.StringVar(&fleet, "fleet-gpus", "", "also replay on N GPUs per node, or +N / -N more or fewer than measured")
 	f.IntVar(&share, "share", 2, "timeslice: holders that may share one GPU (1-64)")
 	f.Float64Var(&memFraction, "memory-fraction", 0, "memory: fraction (0, 1] of a GPU's memory the packed holders may fill (default queue.shared_memory_fraction)")
-	f.Float64Var(&overhead, "switch-overhead", 0.05, "timeslice and memory: fraction [0, 1) of its time a holder loses while it shares a GPU with another that computes")
+	f.Float64Var(&overhead, "switch-overhead", whatif.DefaultSwitchOverhead, "timeslice and memory: fraction [0, 1) of its time a holder loses while it shares a GPU with another that computes")
 	f.Float64Var(&target, "target", 0.7, "the utilisation (0, 1] placement by target places towards (queue.target_utilization), where queue.placement is target")
 	f.BoolVar(&noSearch, "no-search", false, "skip the search for the GPUs that keep the measured p95 wait (one replay per count tried)")
 	f.StringVar(&format, "format", "table", "output: table, csv or json")
