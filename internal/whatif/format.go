@@ -102,15 +102,22 @@ func (r *Result) WriteTable(w io.Writer) error {
 		line(cells...)
 	}
 	m := r.Measured
+	waits := r.Model.QueueJobs > 0
+	wait := func(f float64) string {
+		if !waits {
+			return "-"
+		}
+		return dur(f)
+	}
 	row("GPU utilisation", pct(m.UtilMean), func(x ModeResult) string { return pct(x.UtilMean) })
 	row("GPU-hours held", fmt.Sprintf("%.1f", m.GPUHoursHeld), func(x ModeResult) string { return fmt.Sprintf("%.1f", x.GPUHoursHeld) })
-	row("wait p50", dur(m.Wait.P50), func(x ModeResult) string { return dur(x.Wait.P50) })
-	row("wait p95", dur(m.Wait.P95), func(x ModeResult) string { return dur(x.Wait.P95) })
-	row("wait max", dur(m.Wait.Max), func(x ModeResult) string { return dur(x.Wait.Max) })
+	row("queue wait p50", wait(m.Wait.P50), func(x ModeResult) string { return wait(x.Wait.P50) })
+	row("queue wait p95", wait(m.Wait.P95), func(x ModeResult) string { return wait(x.Wait.P95) })
+	row("queue wait max", wait(m.Wait.Max), func(x ModeResult) string { return wait(x.Wait.Max) })
 	row("makespan", dur(m.MakespanS), func(x ModeResult) string { return dur(x.MakespanS) })
 	row("stretch p50 / p95", "1.00 / 1.00", func(x ModeResult) string { return fmt.Sprintf("%.2f / %.2f", x.Stretch.P50, x.Stretch.P95) })
 	row("jobs slowed", "-", func(x ModeResult) string { return strconv.Itoa(x.JobsSlowed) })
-	row("GPUs for p95 wait", strconv.Itoa(m.GPUs), func(x ModeResult) string {
+	row("GPUs for p95 wait", "-", func(x ModeResult) string {
 		if x.GPUsForP95Wait == nil {
 			return "-"
 		}

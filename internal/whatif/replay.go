@@ -200,11 +200,15 @@ func replay(hs []*Holder, gpus []queue.GPU, models map[string]string, m Mode, p 
 	slices.SortStableFunc(jobs, func(a, b *job) int {
 		return cmpFloat(arrival(a), arrival(b))
 	})
+	// The scheduler's input is built afresh for every pass into slices
+	// kept between passes.
+	var qbuf []queue.QueuedJob
+	var rbuf []queue.RunningJob
 	schedule := func() bool {
 		if len(queued) == 0 {
 			return false
 		}
-		in := queue.Input{GPUs: vgpus, Config: cfg, Now: time.Unix(0, int64((t0+now)*1e9)).UTC()}
+		in := queue.Input{GPUs: vgpus, Config: cfg, Now: time.Unix(0, int64((t0+now)*1e9)).UTC(), Queued: qbuf[:0], Running: rbuf[:0]}
 		for _, j := range queued {
 			q := queue.QueuedJob{ID: j.id, User: j.user, Team: j.team, GPUs: j.h.GPUs, GPUMemory: j.memory,
 				TimeLimit: j.h.TimeLimit, SubmittedAt: j.h.Submit}
@@ -221,6 +225,7 @@ func replay(hs []*Holder, gpus []queue.GPU, models map[string]string, m Mode, p 
 			in.Running = append(in.Running, queue.RunningJob{ID: j.id, User: j.user, Team: j.team, GPUs: j.uuids,
 				GPUMemory: j.memory, StartedAt: time.Unix(0, int64((t0+j.start)*1e9)).UTC(), TimeLimit: j.h.TimeLimit})
 		}
+		qbuf, rbuf = in.Queued, in.Running
 		plan := queue.Schedule(in)
 		started := false
 		for _, s := range plan.Starts {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,4 +152,34 @@ func simulated(gpus, n, minutes int) history {
 			Submit: submit, Start: start, End: start + run, GPUs: []int{g}, Util: []float64{0.3 + float64(rnd(60))/100}, MemGiB: 20, LimitMins: 720})
 	}
 	return h
+}
+
+// TestRetentionGap: where retention has deleted the window's first
+// minutes, the replay says so and starts where the minutes do.
+func TestRetentionGap(t *testing.T) {
+	h := readHistory(t, "queue2.json")
+	store := write(t, h)
+	// Keep minutes of the last hour only (cut-offs are whole hours).
+	if err := store.Retain(context.Background(), "", h.Start.Add(2*time.Hour+30*time.Minute), 90*time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	hist, err := whatif.Load(context.Background(), store, h.Start, h.Start.Add(3*time.Hour), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := h.Start.Add(time.Hour); !hist.ReplayedFrom.Equal(want) {
+		t.Errorf("replayed from %v, want %v", hist.ReplayedFrom, want)
+	}
+	if len(hist.Notes) == 0 || !strings.Contains(hist.Notes[0], "retention") || !strings.Contains(hist.Notes[0], "1h0m0s of the window before it is not replayed") {
+		t.Errorf("notes: %q", hist.Notes)
+	}
+	res, err := whatif.Run(hist, whatif.Options{Modes: []whatif.Mode{whatif.Exclusive}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// c and d ran in the hour kept; the replay starts them at its start,
+	// as running then.
+	if res.Window.ReplayedFrom != hist.ReplayedFrom || res.Model.Holders != 2 || res.Model.Notes[0] != hist.Notes[0] {
+		t.Errorf("result: window %+v, %d holders, notes %q", res.Window, res.Model.Holders, res.Model.Notes)
+	}
 }
