@@ -82,7 +82,7 @@ var only = map[string][]string{
 	// server itself, the queue's runtime, a source or the agent.
 	"internal/web": {"internal/api/apitype", "internal/audit", "internal/auth", "internal/config", "internal/container",
 		"internal/cost", "internal/gpu", "internal/ledger", "internal/meter", "internal/queue", "internal/report",
-		"internal/sampler", "internal/units", "internal/waste", "internal/yamlx"},
+		"internal/sampler", "internal/units", "internal/waste", "internal/whatif", "internal/yamlx"},
 }
 
 // testOnly are packages for tests: no package but another of them (or a
