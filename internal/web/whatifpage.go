@@ -138,6 +138,7 @@ func (s *handler) whatifPage(r *http.Request, _ *Visitor, f Frame) (any, error) 
 	v.Measured = WhatIfRow{Mode: "measured", GPUs: m.GPUs, Util: m.UtilMean, WaitP95: m.Wait.P95, Makespan: m.MakespanS, Held: m.GPUHoursHeld, StretchP95: 1}
 	var series []Series
 	end := res.Window.To
+	step := time.Hour
 	for _, x := range res.Modes {
 		name := string(x.Mode)
 		if fleet.Set && x.GPUs != m.GPUs {
@@ -147,10 +148,11 @@ func (s *handler) whatifPage(r *http.Request, _ *Visitor, f Frame) (any, error) 
 			Held: x.GPUHoursHeld, StretchP95: x.Stretch.P95, Cost: x.Cost.Amount, Currency: x.Cost.Currency,
 			Slowed: x.JobsSlowed, OverTimeLimit: x.OverTimeLimit, NeverStart: x.Unplaced})
 		sr := Series{Name: name}
-		for i, u := range x.UtilHourly {
-			sr.Points = append(sr.Points, Point{T: res.Window.ReplayedFrom.Add(time.Duration(i) * time.Hour), V: 100 * u})
+		step = time.Duration(x.UtilStepS * float64(time.Second))
+		for i, u := range x.UtilSeries {
+			sr.Points = append(sr.Points, Point{T: res.Window.ReplayedFrom.Add(time.Duration(i) * step), V: 100 * u})
 		}
-		if e := res.Window.ReplayedFrom.Add(time.Duration(len(x.UtilHourly)) * time.Hour); e.After(end) {
+		if e := res.Window.ReplayedFrom.Add(time.Duration(len(x.UtilSeries)) * step); e.After(end) {
 			end = e
 		}
 		series = append(series, sr)
@@ -168,7 +170,7 @@ func (s *handler) whatifPage(r *http.Request, _ *Visitor, f Frame) (any, error) 
 	for _, x := range append([]*WhatIfRow{&v.Measured}, pointers(v.Modes)...) {
 		x.UtilBar, x.WaitBar, x.MakespanBar = bar(x.Util, maxU), bar(x.WaitP95, maxW), bar(x.Makespan, maxM)
 	}
-	v.Chart = LineChart("whatif-util", "GPU utilisation per hour, each mode replayed", res.Window.ReplayedFrom, end, time.Hour, f.Loc,
+	v.Chart = LineChart("whatif-util", "GPU utilisation over the replay, each mode", res.Window.ReplayedFrom, end, step, f.Loc,
 		Axis{Label: "utilisation (%)", Format: FormatPercent, Max: 100}, series)
 	return v, nil
 }

@@ -84,3 +84,51 @@ func TestWhatIfPage(t *testing.T) {
 		t.Errorf("ledger off: %d\n%.3000s", status, body)
 	}
 }
+
+// TestUsagePageAdvice: the usage page lists the window's advice, a
+// user's own only.
+func TestUsagePageAdvice(t *testing.T) {
+	store := adviceLedger(t)
+	f := servertest.NewFixture(t, func(c *server.Config) {
+		c.WhatIf = &whatif.Service{Ledger: store, Now: c.Now}
+	})
+	body := checkHTMLPage(t, pageAs(t, f, servertest.AsAdmin, true, "/usage?window=24h"), http.StatusOK)
+	if !strings.Contains(body, `id="advice"`) || !strings.Contains(body, "<code>--gpus 1</code>") || !strings.Contains(body, "<td>bob</td>") {
+		t.Errorf("admin's usage page lacks bob's --gpus 1 advice:\n%.6000s", body)
+	}
+	if body := checkHTMLPage(t, pageAs(t, f, servertest.AsAlice, true, "/usage?window=24h"), http.StatusOK); !strings.Contains(body, `id="no-advice"`) || strings.Contains(body, "<td>bob</td>") {
+		t.Errorf("alice's usage page shows advice that is not hers:\n%.6000s", body)
+	}
+	if body := checkHTMLPage(t, pageAs(t, f, servertest.AsBob, true, "/usage?window=24h"), http.StatusOK); !strings.Contains(body, "<code>--gpus 1</code>") {
+		t.Errorf("bob's usage page lacks his advice:\n%.6000s", body)
+	}
+}
+
+// adviceLedger is bob's container holding two GPUs for two hours and
+// computing on one.
+func adviceLedger(t *testing.T) *sqlite.Store {
+	t.Helper()
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	start := servertest.Start.Add(-3 * time.Hour)
+	gpus := []ledger.GPU{{Node: "n1", UUID: "GPU-0", Index: 0, Model: "m", MemoryTotal: 80 << 30}, {Node: "n1", UUID: "GPU-1", Index: 1, Model: "m", MemoryTotal: 80 << 30}}
+	id := fmt.Sprintf("%064x", 7)
+	b := ledger.Batch{Nodes: []ledger.Node{{Name: "n1", FirstSeen: start, LastSeen: start.Add(2 * time.Hour)}}, GPUs: gpus,
+		Containers: []ledger.Container{{Node: "n1", ID: id, Name: "bob-train", Image: "train:1", User: "bob",
+			StartedAt: start, FinishedAt: start.Add(2 * time.Hour), FirstSeen: start, LastSeen: start.Add(2 * time.Hour)}}}
+	for m := range 120 {
+		for i, g := range gpus {
+			b.Usage = append(b.Usage, ledger.Usage{Node: "n1", Start: start.Add(time.Duration(m) * time.Minute), OwnerKind: ledger.KindContainer,
+				OwnerID: id, GPU: g.UUID, Sums: ledger.Sums{AllocatedSeconds: 60, HeldSeconds: 60, PresentSeconds: 60, UsedSeconds: float64(54 * (1 - i)),
+					MemoryByteSeconds: 60 * float64(30<<30), PeakMemoryBytes: 30 << 30}})
+		}
+	}
+	if err := store.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	return store
+}

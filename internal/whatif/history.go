@@ -121,17 +121,24 @@ func Load(ctx context.Context, r Reader, from, to time.Time, node string) (*Hist
 	if err != nil {
 		return nil, fmt.Errorf("read the window's minutes: %w", err)
 	}
-	if len(pts) > 0 && pts[0].Start.Sub(from) >= time.Hour {
-		// Retention deletes minutes by whole hours: hours of hour rows
-		// before the first minute are the gap.
-		hours, err := r.Series(ctx, ledger.Filter{From: from, To: pts[0].Start, Node: node}, time.Hour)
-		if err != nil {
-			return nil, fmt.Errorf("read the window's hours: %w", err)
+	if len(pts) > 0 && pts[0].Start.After(from) {
+		// The replay starts where the ledger's minutes do. Retention
+		// deletes minutes by whole hours: hour rows before the first
+		// minute's hour say that minutes were there and are gone.
+		first := pts[0].Start
+		h.ReplayedFrom = first
+		if hourEnd := first.Truncate(time.Hour); hourEnd.After(from) {
+			hours, err := r.Series(ctx, ledger.Filter{From: from, To: hourEnd, Node: node}, time.Hour)
+			if err != nil {
+				return nil, fmt.Errorf("read the window's hours: %w", err)
+			}
+			if len(hours) > 0 {
+				h.Notes = append(h.Notes, fmt.Sprintf("the ledger keeps minutes from %s only (retention): %s of the window before it is not replayed",
+					first.Format(time.RFC3339), first.Sub(from).Round(time.Minute)))
+			}
 		}
-		if len(hours) > 0 {
-			h.ReplayedFrom = pts[0].Start.Truncate(time.Hour)
-			h.Notes = append(h.Notes, fmt.Sprintf("the ledger keeps minutes from %s only (retention): %s of the window before it is not replayed",
-				h.ReplayedFrom.Format(time.RFC3339), h.ReplayedFrom.Sub(from).Round(time.Minute)))
+		if len(h.Notes) == 0 && first.Sub(from) >= time.Hour {
+			h.Notes = append(h.Notes, fmt.Sprintf("the ledger has no use in the window before %s: the replay starts there", first.Format(time.RFC3339)))
 		}
 	}
 	gpus, err := r.KnownGPUs(ctx)

@@ -58,6 +58,8 @@ type Params struct {
 	SwitchOverhead float64
 	// Sched is the queue's settings the scheduler replays with.
 	Sched queue.Config
+	// Step is the utilisation series' step; 0: an hour.
+	Step time.Duration
 }
 
 // outcome is one node's replay in one mode at one GPU count.
@@ -68,7 +70,7 @@ type outcome struct {
 	waits    []float64          // queue jobs' waits, seconds
 	stretch  []float64          // run time in the replay over the measured one
 	end      time.Time          // when the last holder ended
-	hourly   []float64          // GPU-seconds used per hour from the start
+	series   []float64          // GPU-seconds used per step of Params.Step from the start
 	unplaced int                // holders that never started (too big, capped)
 	overLim  int                // holders that ran past their time limit
 }
@@ -314,21 +316,25 @@ func replay(hs []*Holder, gpus []queue.GPU, models map[string]string, m Mode, p 
 			step := math.Min(d, (math.Floor((j.h.Offset+j.progress)/60)+1)*60-j.h.Offset) - j.progress
 			dt = math.Min(dt, step/j.speed)
 		}
-		dt = math.Min(dt, (math.Floor(now/3600)+1)*3600-now)
+		step := p.Step.Seconds()
+		if step <= 0 {
+			step = 3600
+		}
+		dt = math.Min(dt, (math.Floor(now/step)+1)*step-now)
 		dt = math.Max(dt, 1e-6)
 		for i := range n {
 			if busyGPU[i] > 0 {
 				out.occupied[models[gpus[i].UUID]] += dt
 			}
 		}
-		hour := int(now / 3600)
-		for len(out.hourly) <= hour {
-			out.hourly = append(out.hourly, 0)
+		bucket := int(now / step)
+		for len(out.series) <= bucket {
+			out.series = append(out.series, 0)
 		}
 		for _, j := range running {
 			u := j.rate * j.speed * dt
 			out.used += u
-			out.hourly[hour] += u
+			out.series[bucket] += u
 		}
 		now += dt
 		ended := false

@@ -152,7 +152,7 @@ func parseQuery(q url.Values, known []string) (Query, error) {
 
 // Window resolves the query's window against now: since before to (now
 // by default), else from and to; 30 days when none is given. It is at
-// most max long (0: no bound).
+// most maxSpan long (0: no bound).
 func (q *Query) Window(now time.Time, maxSpan time.Duration) (from, to time.Time, err error) {
 	if q.Since > 0 && q.From != nil {
 		return from, to, &QueryError{"", "since and from exclude each other: give a window's length or its start"}
@@ -175,7 +175,9 @@ func (q *Query) Window(now time.Time, maxSpan time.Duration) (from, to time.Time
 	if maxSpan > 0 && to.Sub(from) > maxSpan {
 		return from, to, &QueryError{"", fmt.Sprintf("the window of %s is longer than the %s one replay may cover", units.FormatDuration(to.Sub(from).Round(time.Minute)), units.FormatDuration(maxSpan))}
 	}
-	return from.UTC().Truncate(time.Minute), to.UTC().Truncate(time.Minute), nil
+	// As a report's: the window's ends are rounded out to whole minutes,
+	// so that a window that ends now holds the minute under way.
+	return from.UTC().Truncate(time.Minute), to.UTC().Add(time.Minute - 1).Truncate(time.Minute), nil
 }
 
 // DefaultSwitchOverhead is --switch-overhead's default.

@@ -157,8 +157,12 @@ type ModeResult struct {
 	// replay does not stop them); Unplaced those that never started.
 	OverTimeLimit int `json:"over_time_limit"`
 	Unplaced      int `json:"unplaced"`
-	// UtilHourly is the utilisation in each hour of the replayed window.
-	UtilHourly []float64 `json:"util_hourly"`
+	// UtilStepS is the step of UtilSeries in seconds: a minute for
+	// histories of up to two hours, five for up to two days, else an
+	// hour; UtilSeries is the utilisation in each step from
+	// replayed_from.
+	UtilStepS  float64   `json:"util_step_s"`
+	UtilSeries []float64 `json:"util_series"`
 }
 
 // slowed is the stretch above which a holder counts as slowed.
@@ -190,6 +194,14 @@ func Run(h *History, o Options) (*Result, error) {
 		frac = queue.DefaultSharedMemoryFraction
 	}
 	o.Params.MemoryFraction = frac
+	switch span := h.Makespan(); {
+	case span <= 2*time.Hour:
+		o.Params.Step = time.Minute
+	case span <= 48*time.Hour:
+		o.Params.Step = 5 * time.Minute
+	default:
+		o.Params.Step = time.Hour
+	}
 	placement := string(o.Params.Sched.Placement)
 	if placement == "" {
 		placement = string(queue.Binpack)
@@ -242,7 +254,7 @@ func Run(h *History, o Options) (*Result, error) {
 				}
 				outs = append(outs, replay(byNode[n], gs, modelsFor(h.Models, gs, h.GPUs[n]), m, o.Params, h.ReplayedFrom))
 			}
-			mr := summarise(m, outs, h, prices)
+			mr := summarise(m, outs, h, prices, o.Params.Step)
 			if !o.NoSearch && len(realWaits) > 0 {
 				total := 0
 				for _, n := range nodes {
@@ -257,11 +269,11 @@ func Run(h *History, o Options) (*Result, error) {
 }
 
 // summarise adds up the nodes' outcomes of one mode.
-func summarise(m Mode, outs []outcome, h *History, prices cost.Model) ModeResult {
+func summarise(m Mode, outs []outcome, h *History, prices cost.Model, step time.Duration) ModeResult {
 	mr := ModeResult{Mode: m}
 	var used float64
 	var waits, stretch []float64
-	var hourly []float64
+	var series []float64
 	end := h.ReplayedFrom
 	for _, o := range outs {
 		mr.GPUs += o.gpus
@@ -275,11 +287,11 @@ func summarise(m Mode, outs []outcome, h *History, prices cost.Model) ModeResult
 		if o.end.After(end) {
 			end = o.end
 		}
-		for len(hourly) < len(o.hourly) {
-			hourly = append(hourly, 0)
+		for len(series) < len(o.series) {
+			series = append(series, 0)
 		}
-		for i, u := range o.hourly {
-			hourly[i] += u
+		for i, u := range o.series {
+			series[i] += u
 		}
 		mr.OverTimeLimit += o.overLim
 		mr.Unplaced += o.unplaced
@@ -297,10 +309,11 @@ func summarise(m Mode, outs []outcome, h *History, prices cost.Model) ModeResult
 			mr.JobsSlowed++
 		}
 	}
-	mr.UtilHourly = make([]float64, len(hourly))
-	for i, u := range hourly {
-		secs := math.Min(3600, span-float64(i)*3600)
-		mr.UtilHourly[i] = ratio(u, float64(mr.GPUs)*secs)
+	mr.UtilStepS = step.Seconds()
+	mr.UtilSeries = make([]float64, len(series))
+	for i, u := range series {
+		secs := math.Min(mr.UtilStepS, span-float64(i)*mr.UtilStepS)
+		mr.UtilSeries[i] = ratio(u, float64(mr.GPUs)*secs)
 	}
 	return mr
 }

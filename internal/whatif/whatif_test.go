@@ -51,7 +51,7 @@ func TestExclusiveHandComputed(t *testing.T) {
 		Wait: whatif.Spread{P50: 0, P95: 3600, Max: 3600}, MakespanS: 7200, Stretch: whatif.Stretch{P50: 1, P95: 1},
 		Cost: whatif.Money{Amount: 8, Currency: "EUR"}}
 	gpusFor := ex.GPUsForP95Wait
-	ex.UtilHourly, ex.GPUsForP95Wait = nil, nil
+	ex.UtilSeries, ex.UtilStepS, ex.GPUsForP95Wait = nil, 0, nil
 	if fmt.Sprintf("%+v", ex) != fmt.Sprintf("%+v", want) {
 		t.Errorf("exclusive:\n got %+v\nwant %+v", ex, want)
 	}

@@ -79,7 +79,10 @@ type WhatIfMode struct {
 	Cost           Money     `json:"cost"`
 	OverTimeLimit  int       `json:"over_time_limit"`
 	Unplaced       int       `json:"unplaced"`
-	UtilHourly     []float64 `json:"util_hourly"`
+	// UtilStepS is UtilSeries' step in seconds; UtilSeries the
+	// utilisation in each step from replayed_from.
+	UtilStepS  float64   `json:"util_step_s"`
+	UtilSeries []float64 `json:"util_series"`
 }
 
 // AdviceList is the body of GET /api/v1/advice, in the form `gpumeter

@@ -120,7 +120,7 @@ func WhatIfFromResult(r *whatif.Result) apitype.WhatIf {
 			return apitype.WhatIfMode{Mode: string(m.Mode), GPUs: m.GPUs, UtilMean: m.UtilMean, GPUHoursHeld: m.GPUHoursHeld,
 				Wait: apitype.WaitSpread(m.Wait), MakespanS: m.MakespanS, Stretch: apitype.Stretch(m.Stretch), JobsSlowed: m.JobsSlowed,
 				GPUsForP95Wait: m.GPUsForP95Wait, Cost: apitype.Money(m.Cost), OverTimeLimit: m.OverTimeLimit, Unplaced: m.Unplaced,
-				UtilHourly: m.UtilHourly}
+				UtilStepS: m.UtilStepS, UtilSeries: m.UtilSeries}
 		}),
 	}
 	return out
