@@ -75,10 +75,10 @@ type WhatIfMode struct {
 	JobsSlowed   int        `json:"jobs_slowed"`
 	// GPUsForP95Wait is null when there is no queue job to measure the
 	// wait by, or it was not searched (search=0).
-	GPUsForP95Wait *int      `json:"gpus_for_p95_wait"`
-	Cost           Money     `json:"cost"`
-	OverTimeLimit  int       `json:"over_time_limit"`
-	Unplaced       int       `json:"unplaced"`
+	GPUsForP95Wait *int  `json:"gpus_for_p95_wait"`
+	Cost           Money `json:"cost"`
+	OverTimeLimit  int   `json:"over_time_limit"`
+	Unplaced       int   `json:"unplaced"`
 	// UtilStepS is UtilSeries' step in seconds; UtilSeries the
 	// utilisation in each step from replayed_from.
 	UtilStepS  float64   `json:"util_step_s"`
