@@ -21,6 +21,7 @@ const PageWhatIf = "whatif"
 type WhatIfSource interface {
 	WhatIf(ctx context.Context, q whatif.Query) (*whatif.Result, error)
 	Advice(ctx context.Context, q whatif.Query) (*whatif.AdviceReport, error)
+	GPUUse(ctx context.Context, from, to time.Time) (map[string]whatif.GPUUse, error)
 }
 
 func (s *handler) whatifPages() []pageDef {

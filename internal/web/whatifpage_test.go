@@ -11,8 +11,10 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/server"
 	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
+	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/whatif"
 )
 
@@ -131,4 +133,51 @@ func adviceLedger(t *testing.T) *sqlite.Store {
 		t.Fatal(err)
 	}
 	return store
+}
+
+// TestJobRowGPUUse: a running job that holds two GPUs and computes on
+// one says so on its row.
+func TestJobRowGPUUse(t *testing.T) {
+	var f *servertest.JobsFixture
+	f = servertest.NewJobsFixtureServer(t, nil, func(c *server.Config) {
+		c.WhatIf = &whatif.Service{Ledger: lazyLedger{&f}, Now: c.Now}
+	})
+	j := f.Submit(t, servertest.AsAlice, strings.Replace(servertest.GoodJob, `"gpus":1`, `"gpus":2`, 1))
+	ctx := context.Background()
+	start := servertest.Start
+	id := fmt.Sprintf("%064x", 9)
+	if _, err := f.Store.UpdateJob(ctx, j.ID, queue.Queued, func(q *queue.Job) {
+		q.State, q.StartedAt, q.ContainerID, q.GPUs = queue.Running, start, id, []string{"GPU-0", "GPU-1"}
+	}, audit.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	gpus := []ledger.GPU{{Node: "n1", UUID: "GPU-0", Index: 0, Model: "m", MemoryTotal: 80 << 30}, {Node: "n1", UUID: "GPU-1", Index: 1, Model: "m", MemoryTotal: 80 << 30}}
+	b := ledger.Batch{Nodes: []ledger.Node{{Name: "n1", FirstSeen: start, LastSeen: start.Add(time.Hour)}}, GPUs: gpus,
+		Containers: []ledger.Container{{Node: "n1", ID: id, Name: "gpumeter-job-" + j.ID, Image: "gpumeter/sleeper:1", User: "alice",
+			StartedAt: start, FirstSeen: start, LastSeen: start.Add(time.Hour)}}}
+	for m := range 30 {
+		for i, g := range gpus {
+			b.Usage = append(b.Usage, ledger.Usage{Node: "n1", Start: start.Add(time.Duration(m) * time.Minute), OwnerKind: ledger.KindContainer,
+				OwnerID: id, GPU: g.UUID, Sums: ledger.Sums{AllocatedSeconds: 60, HeldSeconds: 60, PresentSeconds: 60, UsedSeconds: float64(50 * (1 - i))}})
+		}
+	}
+	if err := f.Store.Write(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	body := checkHTMLPage(t, pageAs(t, f.Fixture, servertest.AsAlice, true, "/jobs"), http.StatusOK)
+	if !strings.Contains(body, "this job used 1 of its 2 GPUs") {
+		t.Errorf("the job's row does not say it used 1 of its 2 GPUs:\n%.5000s", body)
+	}
+}
+
+// lazyLedger reads the jobs fixture's ledger, which exists only once the
+// fixture does.
+type lazyLedger struct{ f **servertest.JobsFixture }
+
+func (l lazyLedger) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
+	return (*l.f).Store.Series(ctx, f, step)
+}
+func (l lazyLedger) KnownGPUs(ctx context.Context) ([]ledger.GPU, error) { return (*l.f).Store.KnownGPUs(ctx) }
+func (l lazyLedger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
+	return (*l.f).Store.Jobs(ctx, f)
 }

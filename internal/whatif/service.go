@@ -253,3 +253,34 @@ func (s *Service) Advice(ctx context.Context, q Query) (*AdviceReport, error) {
 	return Advise(h, AdviseOptions{User: q.User, Team: q.Team, Prices: s.Prices, MemoryFraction: s.Sched.SharedMemoryFraction,
 		IdleWindow: s.IdleWindow, IdleGrace: s.IdleGrace}), nil
 }
+
+// GPUUse is how many of the GPUs a container held it computed on.
+type GPUUse struct {
+	// Used is the GPUs computing at p95 of its minutes (SM above 5 % of
+	// the time held), at least 1; Held the GPUs it held.
+	Used, Held int
+}
+
+// GPUUse reads the containers' use of their GPUs over [from, to) (at
+// most a week back from to), by container ID.
+func (s *Service) GPUUse(ctx context.Context, from, to time.Time) (map[string]GPUUse, error) {
+	if week := to.Add(-7 * 24 * time.Hour); from.Before(week) {
+		from = week
+	}
+	h, err := Load(ctx, s.Ledger, from.Truncate(time.Minute), to.Add(time.Minute-1).Truncate(time.Minute), "")
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]GPUUse, len(h.Holders))
+	for _, hd := range h.Holders {
+		if len(hd.Busy) == 0 {
+			continue
+		}
+		busy := make([]int, len(hd.Busy))
+		for i, b := range hd.Busy {
+			busy[i] = int(b)
+		}
+		out[hd.ID] = GPUUse{Used: max(1, rankInt(busy, 0.95)), Held: hd.GPUs}
+	}
+	return out, nil
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
@@ -17,6 +18,7 @@ import (
 type WhatIf interface {
 	WhatIf(ctx context.Context, q whatif.Query) (*whatif.Result, error)
 	Advice(ctx context.Context, q whatif.Query) (*whatif.AdviceReport, error)
+	GPUUse(ctx context.Context, from, to time.Time) (map[string]whatif.GPUUse, error)
 }
 
 func (s *server) whatifRoutes() []route {
