@@ -42,7 +42,7 @@ type JobRow struct {
 	Buttons []Button
 	// Use is how many of its GPUs the job computed on, where it held
 	// more than one and the ledger has its minutes; nil otherwise.
-	Use *GPUUseHint
+	Use         *GPUUseHint
 	containerID string
 }
 

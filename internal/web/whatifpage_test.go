@@ -177,7 +177,9 @@ type lazyLedger struct{ f **servertest.JobsFixture }
 func (l lazyLedger) Series(ctx context.Context, f ledger.Filter, step time.Duration) ([]ledger.UsagePoint, error) {
 	return (*l.f).Store.Series(ctx, f, step)
 }
-func (l lazyLedger) KnownGPUs(ctx context.Context) ([]ledger.GPU, error) { return (*l.f).Store.KnownGPUs(ctx) }
+func (l lazyLedger) KnownGPUs(ctx context.Context) ([]ledger.GPU, error) {
+	return (*l.f).Store.KnownGPUs(ctx)
+}
 func (l lazyLedger) Jobs(ctx context.Context, f ledger.JobFilter) ([]queue.Job, error) {
 	return (*l.f).Store.Jobs(ctx, f)
 }
