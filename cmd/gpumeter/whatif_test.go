@@ -160,3 +160,48 @@ func TestAdviseCommand(t *testing.T) {
 		t.Errorf("advise --user --team: got %v", err)
 	}
 }
+
+// TestWhatifReproducesSimulatedQueue simulates a scenario whose jobs
+// the queue's scheduler placed (testdata/whatif/queue.yaml) and replays
+// it: exclusive mode gives back the measured utilisation (over every
+// holder) and the queue jobs' waits within 2 %.
+func TestWhatifReproducesSimulatedQueue(t *testing.T) {
+	db := simulatedLedger(t, "testdata/whatif/queue.yaml")
+	out, err := runRoot(t, "whatif", "--db", db, "--from", "2026-11-02T00:00:00Z", "--to", "2026-11-04T00:00:00Z", "--format", "json", "--no-search", "--mode", "exclusive")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Model struct {
+			QueueJobs int      `json:"queue_jobs"`
+			Notes     []string `json:"notes"`
+		} `json:"model"`
+		Measured struct {
+			UtilMean float64                         `json:"util_mean"`
+			Wait     struct{ P50, P95, Max float64 } `json:"wait_s"`
+		} `json:"measured"`
+		Modes []struct {
+			UtilMean float64                         `json:"util_mean"`
+			Wait     struct{ P50, P95, Max float64 } `json:"wait_s"`
+		} `json:"modes"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	m, ex := got.Measured, got.Modes[0]
+	t.Logf("%d queue jobs; measured util %.4f waits %+v; exclusive util %.4f waits %+v; notes %q", got.Model.QueueJobs, m.UtilMean, m.Wait, ex.UtilMean, ex.Wait, got.Model.Notes)
+	if got.Model.QueueJobs < 40 || m.Wait.P95 == 0 {
+		t.Fatalf("the simulated queue is too light to test: %d jobs, waits %+v", got.Model.QueueJobs, m.Wait)
+	}
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"utilisation", ex.UtilMean, m.UtilMean}, {"wait p50", ex.Wait.P50, m.Wait.P50},
+		{"wait p95", ex.Wait.P95, m.Wait.P95}, {"wait max", ex.Wait.Max, m.Wait.Max},
+	} {
+		if d := math.Abs(c.got - c.want); d > 0.02*c.want {
+			t.Errorf("%s: replayed %v, measured %v: more than 2 %% apart", c.what, c.got, c.want)
+		}
+	}
+}
