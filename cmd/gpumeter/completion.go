@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -177,4 +178,56 @@ func jobStates() []string {
 		out = append(out, string(s))
 	}
 	return out
+}
+
+// bashShim stands in for the bash-completion package's
+// _get_comp_words_by_ref, which cobra's bash script calls: without the
+// package every Tab printed "_get_comp_words_by_ref: command not found".
+// It gives cur, prev, words and cword as bash splits the line (at
+// COMP_WORDBREAKS, so --flag=value is three words), which is all the
+// script needs to complete commands, flags and their values.
+const bashShim = `# Without the bash-completion package, a minimal _get_comp_words_by_ref.
+if ! declare -F _get_comp_words_by_ref >/dev/null 2>&1; then
+_get_comp_words_by_ref() {
+    while [[ $# -gt 0 && $1 == -* ]]; do
+        [[ $1 == -n ]] && shift
+        shift
+    done
+    local __cwords=("${COMP_WORDS[@]}")
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+        cur) cur=${COMP_WORDS[COMP_CWORD]} ;;
+        prev) prev=${COMP_WORDS[COMP_CWORD-1]} ;;
+        words) words=("${__cwords[@]}") ;;
+        cword) cword=$COMP_CWORD ;;
+        esac
+        shift
+    done
+}
+fi
+`
+
+// withBashShim makes `completion bash` print bashShim before cobra's
+// script, and says so in its help.
+func withBashShim(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		for _, sh := range c.Commands() {
+			if sh.Name() != "bash" {
+				continue
+			}
+			sh.Long = strings.Replace(sh.Long, "This script depends on the 'bash-completion' package.\nIf it is not installed already, you can install it via your OS's package manager.",
+				"The script works without the 'bash-completion' package (it brings a minimal\nstand-in for the one function it needs); with the package it uses the package's.", 1)
+			sh.RunE = func(cmd *cobra.Command, _ []string) error {
+				noDesc, _ := cmd.Flags().GetBool("no-descriptions") // absent: descriptions
+				if _, err := io.WriteString(cmd.OutOrStdout(), bashShim); err != nil {
+					return err
+				}
+				return cmd.Root().GenBashCompletionV2(cmd.OutOrStdout(), !noDesc)
+			}
+		}
+	}
 }

@@ -105,7 +105,8 @@ func doctorEnv(cfg *config.Config) doctor.Env {
 		Proc:     os.DirFS(cfg.ProcRoot),
 		ProcPath: cfg.ProcRoot,
 		Self: &doctor.Self{DataDir: cfg.DataDir, Listen: cfg.Listen,
-			QueueEnabled: cfg.Queue.Enabled, GPUPassing: string(cfg.Queue.GPUPassing), Simulated: cfg.Source == "sim" || cfg.Source == "demo"},
+			QueueEnabled: cfg.Queue.Enabled, GPUPassing: string(cfg.Queue.GPUPassing), Simulated: cfg.Source == "sim" || cfg.Source == "demo",
+			Root: os.Geteuid() == 0},
 	}
 	if cfg.LedgerEnabled {
 		env.Self.OpenLedger = func(ctx context.Context) error { return openLedgerReadOnly(ctx, cfg) }

@@ -110,8 +110,10 @@ func writeSection(w io.Writer, name string, fs *pflag.FlagSet) {
 	fmt.Fprintf(w, "\n%s:\n%s", name, fs.FlagUsages())
 }
 
-// suggestFlag adds the nearest setting's flag to an unknown flag error,
-// when the command has that flag.
+// suggestFlag adds the flag meant to an unknown flag error: the nearest
+// setting's flag, when the command has it (serve's --intervall is
+// --interval), else the command's own flag nearest in spelling. Every
+// command inherits it from the root.
 func suggestFlag(cmd *cobra.Command, err error) error {
 	name, ok := strings.CutPrefix(err.Error(), "unknown flag: --")
 	if !ok {
@@ -120,5 +122,38 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 	if k, ok := config.Nearest(name); ok && cmd.Flags().Lookup(k.Flag()) != nil {
 		return fmt.Errorf("%w; did you mean --%s?", err, k.Flag())
 	}
-	return err
+	best, bestD := "", 3 // at most two edits away
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Hidden {
+			return
+		}
+		if d := editDistance(name, f.Name); d < bestD || d == bestD && f.Name < best {
+			best, bestD = f.Name, d
+		}
+	})
+	if best != "" {
+		return fmt.Errorf("%w; did you mean --%s?", err, best)
+	}
+	return fmt.Errorf("%w; see %s --help", err, cmd.CommandPath())
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

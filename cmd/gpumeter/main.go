@@ -53,5 +53,8 @@ func newRoot() *cobra.Command {
 	_ = writeVersion(&v, readBuildInfo())
 	root.Version = v.String()
 	root.SetVersionTemplate("{{.Version}}")
+	// Every command suggests the flag meant for one it does not know.
+	root.SetFlagErrorFunc(suggestFlag)
+	withBashShim(root)
 	return root
 }

@@ -87,7 +87,6 @@ then flags, each overriding the one before.`,
 	annotate(f, "sim", "GPU source")
 	annotate(f, "demo", "GPU source")
 	cmd.SetUsageFunc(groupedUsage)
-	cmd.SetFlagErrorFunc(suggestFlag)
 	completeKeyFlags(cmd)
 	return cmd
 }

@@ -131,3 +131,22 @@ func TestTokenCreateErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestUnknownFlagSuggests: every command names the flag meant for one it
+// does not know.
+func TestUnknownFlagSuggests(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--intervall", "1s"}, "unknown flag: --intervall; did you mean --interval?"},
+		{[]string{"report", "--bye", "user"}, "unknown flag: --bye; did you mean --by?"},
+		{[]string{"jobs", "--al"}, "unknown flag: --al; did you mean --all?"},
+		{[]string{"report", "--zzzzzzzz"}, "unknown flag: --zzzzzzzz; see gpumeter report --help"},
+	} {
+		_, _, err := runCmd(t, tc.args...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v: error %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}

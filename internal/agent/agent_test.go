@@ -34,11 +34,20 @@ type stuckStore struct {
 }
 
 func (s *stuckStore) GPUs(ctx context.Context, _ ledger.Filter) ([]ledger.GPUTotal, error) {
+	return nil, s.stuck(ctx)
+}
+
+// KnownGPUs is the first read of a report (its price check).
+func (s *stuckStore) KnownGPUs(ctx context.Context) ([]ledger.GPU, error) {
+	return nil, s.stuck(ctx)
+}
+
+func (s *stuckStore) stuck(ctx context.Context) error {
 	s.reads.Add(1)
 	defer s.reads.Done()
 	s.once.Do(func() { close(s.reading) })
 	<-ctx.Done()
-	return nil, ctx.Err()
+	return ctx.Err()
 }
 
 func (s *stuckStore) Write(context.Context, ledger.Batch) error { return nil }

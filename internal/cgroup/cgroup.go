@@ -149,6 +149,9 @@ var scopePrefixes = map[string]string{
 	"nerdctl":        "containerd",
 	"crio":           "cri-o",
 	"libpod":         "podman",
+	// podman run --cgroups=split, as a systemd service runs it: the
+	// payload's cgroup under the service's.
+	"libpod-payload": "podman",
 }
 
 // idInPath finds the container ID in a cgroup path. The innermost

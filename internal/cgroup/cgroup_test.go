@@ -78,6 +78,10 @@ var parseTests = []struct {
 		"/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-" + testID + ".scope"}},
 	{"podman-v1-cgroupfs.txt", Ref{testID, "podman", "/libpod_parent/libpod-" + testID}},
 	{"podman-conmon-v2.txt", Ref{}},
+	// --cgroups=split under a systemd service: the payload is the
+	// container, the service's own processes are the host's.
+	{"podman-v2-split-service.txt", Ref{testID, "podman", "/system.slice/webapp.service/libpod-payload-" + testID}},
+	{"podman-v2-split-supervisor.txt", Ref{}},
 
 	// Kubernetes.
 	{"kubepods-v1-cgroupfs.txt", Ref{testID, "kubepods",

@@ -243,3 +243,14 @@ func BenchmarkThisHost(b *testing.B) {
 		Run(context.Background(), env)
 	}
 }
+
+// TestPIDNamespaceAsRoot: root whose read of /proc/1/ns/pid was refused is
+// not told to run as root.
+func TestPIDNamespaceAsRoot(t *testing.T) {
+	env := fixtureEnv("hook-off-path", h100s(), fakeDocker{info: nvidiaEngine})
+	env.Self.Root = true
+	r := byID(Run(context.Background(), env))["gpumeter.pid_namespace"]
+	if r.Status != Warn || strings.Contains(r.Fix, "as root") || !strings.Contains(r.Fix, "SYS_PTRACE") {
+		t.Errorf("pid_namespace as root = %s, fix %q; want WARN with a fix naming SYS_PTRACE, not asking for root", r.Status, r.Fix)
+	}
+}

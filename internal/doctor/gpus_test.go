@@ -120,3 +120,25 @@ func mustUUID(srv *server.Server, i int) string {
 	u, _ := srv.Devices[i].GetUUID()
 	return u
 }
+
+// TestRunTestFixes: a fix names the image once and a command that
+// reproduces the run exactly.
+func TestRunTestFixes(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		cmd  []string
+		want string
+	}{
+		{errors.New("create a container of my/img:1: No such image: my/img:1"), nil,
+			"pull it first (`docker pull my/img:1`), or name one that is here; any CUDA base image has nvidia-smi (nvidia/cuda:12.4.1-base-ubuntu22.04)"},
+		// No command is nvidia-smi -L.
+		{errors.New("my/img:1 exited 3: boom"), nil, "read the error above; `docker run --rm --gpus all my/img:1 nvidia-smi -L` reproduces it"},
+		{errors.New("my/img:1 exited 3: boom"), []string{"sh", "-c", "true"}, "read the error above; `docker run --rm --gpus all my/img:1 sh -c true` reproduces it"},
+	} {
+		env := fixtureEnv("healthy", h100s(), fakeDocker{info: nvidiaEngine})
+		env.RunTest = &RunTest{Runner: fakeRunner{err: tc.err}, Image: "my/img:1", Cmd: tc.cmd}
+		if r := byID(Run(context.Background(), env))["gpu.run_test"]; r.Fix != tc.want {
+			t.Errorf("fix %q, want %q", r.Fix, tc.want)
+		}
+	}
+}

@@ -87,9 +87,9 @@ func runTest(ctx context.Context, t *RunTest, lib []string) Result {
 		case strings.Contains(msg, "Failed to initialize NVML"):
 			res.Fix = "the container lost its GPUs: with the systemd cgroup driver create the /dev/char symlinks (`nvidia-ctk system create-dev-char-symlinks --create-all`), or set no-cgroups correctly; see driver.dev_char"
 		case strings.Contains(msg, "No such image") || strings.Contains(msg, "not found"):
-			res.Fix = "pull the image first (`docker pull " + image + "`), e.g. nvidia/cuda:12.4.1-base-ubuntu22.04"
+			res.Fix = "pull it first (`docker pull " + image + "`), or name one that is here; any CUDA base image has nvidia-smi (nvidia/cuda:12.4.1-base-ubuntu22.04)"
 		default:
-			res.Fix = "read the error above; `docker run --rm --gpus all " + image + " " + strings.Join(cmd, " ") + "` reproduces it"
+			res.Fix = "read the error above; `" + strings.Join(append([]string{"docker", "run", "--rm", "--gpus", "all", image}, cmd...), " ") + "` reproduces it"
 		}
 		return res
 	}

@@ -28,6 +28,9 @@ type Self struct {
 	// OpenLedger opens the ledger read-only and closes it; nil when
 	// there is none to open.
 	OpenLedger func(ctx context.Context) error
+	// Root says that doctor runs as root, so that a fix does not ask for
+	// what it already has.
+	Root bool
 }
 
 func selfChecks() []check {
@@ -65,7 +68,13 @@ func checkPIDNamespace(_ context.Context, s *state) Result {
 	}
 	first, _, _ := bytes.Cut(data, []byte("\n"))
 	if bytes.Contains(first, []byte("(1,")) {
-		return warn("run gpumeter doctor as root, so that it may read /proc/1/ns/pid", "PID 1 may be the host's (%s), but its ns/pid link could not be read, and newer kernels write 1 here in any namespace", strings.TrimSpace(string(first)))
+		fix := "run gpumeter doctor as root, so that it may read /proc/1/ns/pid"
+		if s.Self != nil && s.Self.Root {
+			// Root was refused all the same: the container lacks the right
+			// to trace PID 1.
+			fix = "run the agent's container with --pid=host and --cap-add SYS_PTRACE, so that root in it may read /proc/1/ns/pid"
+		}
+		return warn(fix, "PID 1 may be the host's (%s), but its ns/pid link could not be read, and newer kernels write 1 here in any namespace", strings.TrimSpace(string(first)))
 	}
 	return fail(fix, "PID 1 here is not the host's (%s): other users' processes, and their GPU use, cannot be attributed", strings.TrimSpace(string(first)))
 }

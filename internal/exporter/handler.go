@@ -106,21 +106,17 @@ func (h *MetricsHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !h.live.Load() {
 		h.refresh(true)
 	}
-	s := h.acquire()
+	s := h.current.Load()
 	if s == nil || s.tick != h.src.Latest() { // Run has not rendered it yet
-		if s != nil {
-			h.done(s)
-		}
 		h.refresh(false)
-		s = h.acquire()
+		s = h.current.Load()
 	}
-	defer h.done(s)
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	w.Header().Add("Vary", "Accept-Encoding")
-	body := s.plain.Bytes()
+	body := s.plain
 	if acceptsGzip(r.Header.Values("Accept-Encoding")) {
 		w.Header().Set("Content-Encoding", "gzip")
-		body = s.gz.Bytes()
+		body = s.gz
 	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if _, err := w.Write(body); err != nil {

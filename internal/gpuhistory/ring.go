@@ -21,8 +21,8 @@ const Span = time.Hour
 
 // Ring keeps each readable GPU's figures (SM utilisation, memory used,
 // power, temperature) of the last Span of ticks. Its memory is fixed per
-// GPU: a ring of Span/interval + 1 samples of 40 bytes, so at one tick a
-// second 3,601 samples, about 141 KiB a GPU and 1.1 MiB for 8 GPUs.
+// GPU: a ring of Span/interval + 1 samples of 32 bytes, so at one tick a
+// second 3,601 samples, about 113 KiB a GPU and 0.9 MiB for 8 GPUs.
 type Ring struct {
 	mu   sync.Mutex
 	size int
@@ -41,13 +41,13 @@ type gpuRing struct {
 // sample is one GPU's reading at one tick. A reading without every
 // figure (a GPU without a power sensor, say) still counts for the
 // placement window's utilisation; the history leaves it out rather than
-// show it at 0 W.
+// show it at 0 W. Utilisation is kept to float32's seven digits, as the
+// ledger's minute gauges keep it, so that a sample fits 32 bytes, not 40.
 type sample struct {
-	at           int64 // unix nanoseconds
-	memory       uint64
-	util         float64 // percent
-	power, tempC float32
-	complete     bool // every figure was read
+	at                 int64 // unix nanoseconds
+	memory             uint64
+	util, power, tempC float32 // percent, W, °C
+	complete           bool    // every figure was read
 }
 
 // New keeps Span of samples taken every interval.
@@ -85,7 +85,7 @@ func (h *Ring) Add(t *sampler.Tick) {
 		if complete {
 			r.index, r.model = d.Index, d.Model
 		}
-		r.samples[r.next] = sample{at: at, memory: d.MemoryUsed, util: d.Util,
+		r.samples[r.next] = sample{at: at, memory: d.MemoryUsed, util: float32(d.Util),
 			power: float32(d.PowerWatts), tempC: float32(d.TempC), complete: complete}
 		r.next++
 		if r.next == h.size {
@@ -146,7 +146,7 @@ func (h *Ring) Recent(from, to time.Time, step time.Duration) []ledger.GPUHistor
 					flush()
 					bucket = b
 				}
-				g.Observe(float64(float32(x.util)), float64(x.memory), float64(x.power), float64(x.tempC))
+				g.Observe(float64(x.util), float64(x.memory), float64(x.power), float64(x.tempC))
 			}
 		}
 		flush()
@@ -173,7 +173,7 @@ func (h *Ring) Means(now time.Time, window time.Duration) map[string]float64 {
 		for _, run := range r.inOrder() {
 			for i := range run {
 				if x := &run[i]; x.at >= lo && x.at <= hi {
-					sum += x.util
+					sum += float64(x.util)
 					count++
 				}
 			}

@@ -15,6 +15,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	// Browsers name their zone (Europe/Berlin); the binary carries the
@@ -38,15 +39,19 @@ const (
 	PageError    = "error"
 )
 
-// Console holds the parsed pages.
+// Console holds the pages, each parsed on its first view: an agent whose
+// console nobody opens does not keep the parsed templates (half a
+// megabyte, which the GC's heap goal doubles).
 type Console struct {
+	names  map[string]bool // the pages there are
+	mu     sync.Mutex      // pages
 	pages  map[string]*template.Template
 	static http.Handler
 }
 
-// New parses the embedded templates.
+// New checks that every embedded page parses; it keeps none of them.
 func New() (*Console, error) {
-	c := &Console{pages: map[string]*template.Template{}}
+	c := &Console{names: map[string]bool{}, pages: map[string]*template.Template{}}
 	entries, err := fs.ReadDir(files, "templates")
 	if err != nil {
 		return nil, err
@@ -56,11 +61,10 @@ func New() (*Console, error) {
 		if !ok || name == "layout" || name == "charts" {
 			continue
 		}
-		t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/charts.html", "templates/"+name+".html")
-		if err != nil {
-			return nil, fmt.Errorf("console page %s: %w", name, err)
+		if _, err := parsePage(name); err != nil {
+			return nil, err
 		}
-		c.pages[name] = t
+		c.names[name] = true
 	}
 	sub, err := fs.Sub(files, "static")
 	if err != nil {
@@ -70,19 +74,46 @@ func New() (*Console, error) {
 	return c, nil
 }
 
+// parsePage parses one page over the layout and the charts.
+func parsePage(name string) (*template.Template, error) {
+	t, err := template.New("layout.html").Funcs(funcs).ParseFS(files, "templates/layout.html", "templates/charts.html", "templates/"+name+".html")
+	if err != nil {
+		return nil, fmt.Errorf("console page %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// page returns a page's template, parsing it on its first use.
+func (c *Console) page(name string) (*template.Template, error) {
+	if !c.names[name] {
+		return nil, fmt.Errorf("no console page %q", name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t := c.pages[name]; t != nil {
+		return t, nil
+	}
+	t, err := parsePage(name) // New parsed it once already
+	if err != nil {
+		return nil, err
+	}
+	c.pages[name] = t
+	return t, nil
+}
+
 // Render writes page with v, which embeds a Frame. Nothing is written
 // when the template fails, so that the caller can still answer with an
 // error.
 func (c *Console) Render(w io.Writer, page string, v any) error {
-	t, ok := c.pages[page]
-	if !ok {
-		return fmt.Errorf("no console page %q", page)
+	t, err := c.page(page)
+	if err != nil {
+		return err
 	}
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "layout.html", v); err != nil {
 		return fmt.Errorf("render %s: %w", page, err)
 	}
-	_, err := w.Write(buf.Bytes())
+	_, err = w.Write(buf.Bytes())
 	return err
 }
 

@@ -28,6 +28,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"BatchAcrossBoundaries", testBatchAcrossBoundaries},
 		{"WindowEdges", testWindowEdges},
 		{"LateMinutes", testLateMinutes},
+		{"DayRows", testDayRows},
 		{"OpenWindow", testOpenWindow},
 		{"NodeFilter", testNodeFilter},
 		{"Containers", testContainers},

@@ -163,13 +163,21 @@ func (s *Store) Retain(ctx context.Context, node string, now time.Time, minutes,
 					return err
 				}
 			}
-			if !mOK {
-				return nil
+			raise := func(key string, to int64) error {
+				_, err := tx.Exec(ctx, `INSERT INTO `+sqlledger.MetaTable+` AS t (key, value) VALUES ($1, $2)
+					ON CONFLICT (key) DO UPDATE SET value = GREATEST(t.value::bigint, EXCLUDED.value::bigint)::text`,
+					key, strconv.FormatInt(to, 10))
+				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO `+sqlledger.MetaTable+` AS t (key, value) VALUES ($1, $2)
-				ON CONFLICT (key) DO UPDATE SET value = GREATEST(t.value::bigint, EXCLUDED.value::bigint)::text`,
-				sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10))
-			return err
+			if mOK {
+				if err := raise(sqlledger.MetaHorizon, mCut); err != nil {
+					return err
+				}
+			}
+			if hOK {
+				return raise(sqlledger.MetaDays, sqlledger.RetainDayHorizon(hCut))
+			}
+			return nil
 		})
 	})
 	if err != nil {

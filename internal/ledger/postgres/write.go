@@ -292,7 +292,7 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	for _, t := range []struct {
 		table string
 		rows  []sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]
-	}{{"usage_minute", r.UsageMinute}, {"usage_hour", r.UsageHour}} {
+	}{{"usage_minute", r.UsageMinute}, {"usage_hour", r.UsageHour}, {"usage_day", r.UsageDay}} {
 		if len(t.rows) == 0 {
 			continue
 		}
@@ -310,7 +310,7 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	for _, t := range []struct {
 		table string
 		rows  []sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]
-	}{{"gpu_minute", r.GPUMinute}, {"gpu_hour", r.GPUHour}} {
+	}{{"gpu_minute", r.GPUMinute}, {"gpu_hour", r.GPUHour}, {"gpu_day", r.GPUDay}} {
 		if len(t.rows) == 0 {
 			continue
 		}
@@ -337,7 +337,7 @@ func statements(b *ledger.Batch, r *sqlledger.Rows) []statement {
 	for _, t := range []struct {
 		table string
 		rows  []sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]
-	}{{"container_minute", r.ContainerMinute}, {"container_hour", r.ContainerHour}} {
+	}{{"container_minute", r.ContainerMinute}, {"container_hour", r.ContainerHour}, {"container_day", r.ContainerDay}} {
 		if len(t.rows) == 0 {
 			continue
 		}

@@ -50,12 +50,13 @@ func TestBulkWriteIsRowByRow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, table := range []string{"usage_minute", "usage_hour", "gpu_minute", "gpu_hour", "container_minute", "container_hour"} {
+	for _, table := range []string{"usage_minute", "usage_hour", "usage_day", "gpu_minute", "gpu_hour", "gpu_day", "container_minute", "container_hour", "container_day"} {
 		got, want := dump(t, bulk, table), dump(t, single, table)
 		if got != want {
 			t.Errorf("%s written in one batch:\n%s\nwritten a minute a batch:\n%s", table, got, want)
 		}
-		if n := strings.Count(got, "\n"); n < 2 {
+		// The 203 minutes fall in one day: one row per key there.
+		if n := strings.Count(got, "\n"); n < 2 && !strings.HasSuffix(table, "_day") || n < 1 {
 			t.Errorf("%s holds %d rows, want some", table, n)
 		}
 	}

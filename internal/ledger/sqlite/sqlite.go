@@ -99,10 +99,6 @@ func open(ctx context.Context, path string) (*Store, error) {
 	s.wdb.SetMaxIdleConns(1)
 	s.wdb.SetConnMaxIdleTime(0)
 	s.wdb.SetConnMaxLifetime(0)
-	if err := s.init(ctx); err != nil {
-		s.wdb.Close()
-		return nil, err
-	}
 	s.rdb, err = sql.Open("sqlite", dsn(abs, "_pragma=busy_timeout("+bt+")&_pragma=query_only(1)"))
 	if err != nil {
 		s.wdb.Close()
@@ -110,6 +106,11 @@ func open(ctx context.Context, path string) (*Store, error) {
 	}
 	s.rdb.SetMaxOpenConns(readConns)
 	s.rdb.SetMaxIdleConns(readConns)
+	if err := s.init(ctx); err != nil {
+		s.rdb.Close()
+		s.wdb.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -126,13 +127,19 @@ func (s *Store) init(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Look before switching the journal mode, which writes to the file.
-	if err := s.check(ctx, ms); err != nil {
+	// Look before switching the journal mode, which writes to the file,
+	// through a reader: a ledger that needs nothing (every open but the
+	// first of a new binary) is done without the write lock.
+	pending, wal, err := s.check(ctx, ms)
+	if err != nil {
 		var se *sqlite.Error
 		if errors.As(err, &se) && se.Code()&0xff == sqlite3.SQLITE_NOTADB {
 			return fmt.Errorf("%w: not an SQLite database (%v)", ledger.ErrNotLedger, err)
 		}
 		return err
+	}
+	if len(pending) == 0 && wal {
+		return nil
 	}
 	if err := s.setWAL(ctx); err != nil {
 		return fmt.Errorf("set WAL mode: %w", err)
@@ -146,8 +153,7 @@ func (s *Store) init(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	pending, err := sqlledger.Pending(ms, schema)
-	if err != nil {
+	if pending, err = sqlledger.Pending(ms, schema); err != nil {
 		return err
 	}
 	if len(pending) == 0 {
@@ -191,20 +197,27 @@ func (s *Store) setWAL(ctx context.Context) error {
 	return err
 }
 
-// check reads the schema without writing and fails if the file is not a
-// ledger this binary can use.
-func (s *Store) check(ctx context.Context, ms []sqlledger.Migration) error {
-	tx, err := s.wdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+// check reads the schema and the journal mode through a reader, and fails
+// if the file is not a ledger this binary can use; it returns the
+// migrations the file needs and whether it is in WAL mode already.
+func (s *Store) check(ctx context.Context, ms []sqlledger.Migration) (pending []sqlledger.Migration, wal bool, err error) {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	defer tx.Rollback()
 	schema, err := readSchema(ctx, tx)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	_, err = sqlledger.Pending(ms, schema)
-	return err
+	if pending, err = sqlledger.Pending(ms, schema); err != nil {
+		return nil, false, err
+	}
+	var mode string
+	if err := tx.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return nil, false, err
+	}
+	return pending, strings.EqualFold(mode, "wal"), nil
 }
 
 func migrations() ([]sqlledger.Migration, error) {
@@ -304,10 +317,19 @@ func (s *Store) retain(ctx context.Context, node string, now time.Time, minutes,
 				return err
 			}
 		}
-		if mOK {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
+		raise := func(key string, to int64) error {
+			_, err := tx.ExecContext(ctx, `INSERT INTO `+sqlledger.MetaTable+` (key, value) VALUES ($1, $2)
 				ON CONFLICT (key) DO UPDATE SET value = CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)`,
-				sqlledger.MetaHorizon, strconv.FormatInt(mCut, 10)); err != nil {
+				key, strconv.FormatInt(to, 10))
+			return err
+		}
+		if mOK {
+			if err := raise(sqlledger.MetaHorizon, mCut); err != nil {
+				return err
+			}
+		}
+		if hOK {
+			if err := raise(sqlledger.MetaDays, sqlledger.RetainDayHorizon(hCut)); err != nil {
 				return err
 			}
 		}

@@ -177,9 +177,9 @@ type stmts struct {
 	nodeGet, nodeInsert, nodeSeen    *sql.Stmt
 	gpuGet, gpuInsert, gpuDescribe   *sql.Stmt
 	ownerGet, ownerInsert, container *sql.Stmt
-	usage, gpu, ctr                  [2]*sql.Stmt // minute, hour
+	usage, gpu, ctr                  [3]*sql.Stmt // minute, hour, day
 	// The same for bulkRows rows a statement.
-	usageBulk, gpuBulk, ctrBulk [2]*sql.Stmt
+	usageBulk, gpuBulk, ctrBulk [3]*sql.Stmt
 }
 
 // Columns of the usage statements.
@@ -206,7 +206,7 @@ func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 	p(&st.ownerGet, ownerGetSQL)
 	p(&st.ownerInsert, ownerInsertSQL)
 	p(&st.container, containerSQL)
-	for i, grain := range []string{"minute", "hour"} {
+	for i, grain := range []string{"minute", "hour", "day"} {
 		p(&st.usage[i], multiRow(usageSQL, "usage_"+grain, usageCols, 1))
 		p(&st.gpu[i], multiRow(gpuUsageSQL, "gpu_"+grain, gpuUsageCols, 1))
 		p(&st.ctr[i], multiRow(containerUsageSQL, "container_"+grain, ctrUsageCols, 1))
@@ -224,8 +224,9 @@ func prepare(ctx context.Context, db *sql.DB) (*stmts, error) {
 func (st *stmts) all() []*sql.Stmt {
 	return []*sql.Stmt{st.nodeGet, st.nodeInsert, st.nodeSeen, st.gpuGet, st.gpuInsert, st.gpuDescribe,
 		st.ownerGet, st.ownerInsert, st.container,
-		st.usage[0], st.usage[1], st.gpu[0], st.gpu[1], st.ctr[0], st.ctr[1],
-		st.usageBulk[0], st.usageBulk[1], st.gpuBulk[0], st.gpuBulk[1], st.ctrBulk[0], st.ctrBulk[1]}
+		st.usage[0], st.usage[1], st.usage[2], st.gpu[0], st.gpu[1], st.gpu[2], st.ctr[0], st.ctr[1], st.ctr[2],
+		st.usageBulk[0], st.usageBulk[1], st.usageBulk[2], st.gpuBulk[0], st.gpuBulk[1], st.gpuBulk[2],
+		st.ctrBulk[0], st.ctrBulk[1], st.ctrBulk[2]}
 }
 
 func (st *stmts) close() {
@@ -298,7 +299,7 @@ func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) 
 			}
 		}
 	}
-	for i, rows := range [][]sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]{r.UsageMinute, r.UsageHour} {
+	for i, rows := range [][]sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]{r.UsageMinute, r.UsageHour, r.UsageDay} {
 		err := execRows(ctx, w, w.st.usage[i], w.st.usageBulk[i], rows, func(a []any, u *sqlledger.Row[sqlledger.UsageKey, sqlledger.UsageValues]) []any {
 			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
 			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
@@ -310,7 +311,7 @@ func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) 
 			return fmt.Errorf("usage: %w", err)
 		}
 	}
-	for i, rows := range [][]sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]{r.GPUMinute, r.GPUHour} {
+	for i, rows := range [][]sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]{r.GPUMinute, r.GPUHour, r.GPUDay} {
 		err := execRows(ctx, w, w.st.gpu[i], w.st.gpuBulk[i], rows, func(a []any, g *sqlledger.Row[sqlledger.GPUKey, sqlledger.GPUValues]) []any {
 			gid, _ := w.gpu(ctx, sqlledger.GPURef{Node: g.Key.Node, UUID: g.Key.GPU})
 			v := &g.Val
@@ -323,7 +324,7 @@ func (w *writer) write(ctx context.Context, b *ledger.Batch, r *sqlledger.Rows) 
 			return fmt.Errorf("gpu usage: %w", err)
 		}
 	}
-	for i, rows := range [][]sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]{r.ContainerMinute, r.ContainerHour} {
+	for i, rows := range [][]sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]{r.ContainerMinute, r.ContainerHour, r.ContainerDay} {
 		err := execRows(ctx, w, w.st.ctr[i], w.st.ctrBulk[i], rows, func(a []any, c *sqlledger.Row[sqlledger.ContainerKey, sqlledger.ContainerValues]) []any {
 			oid, _ := w.owner(ctx, sqlledger.OwnerRef{Node: c.Key.Node, Kind: ledger.KindContainer, Name: c.Key.ID})
 			return append(a, c.Key.Start, oid, c.Val.CPUUS, c.Val.RAMByteS)

@@ -15,10 +15,14 @@ import (
 // The gpumeter_meta table marks a database as a ledger and records its
 // schema version and minute horizon (see PlanWindow), one row per key.
 const (
-	MetaTable      = "gpumeter_meta"
-	MetaMagic      = "magic"
-	MetaVersion    = "schema_version"
-	MetaHorizon    = "minute_horizon"
+	MetaTable   = "gpumeter_meta"
+	MetaMagic   = "magic"
+	MetaVersion = "schema_version"
+	MetaHorizon = "minute_horizon"
+	// MetaDays is the first day that day rows answer for: the day after
+	// the last hour row written before held time was kept (whose NULL a
+	// day row could not carry row by row). Absent: every day.
+	MetaDays       = "day_horizon"
 	MagicValue     = "gpumeter ledger"
 	migrationsGlob = "*.sql"
 )

@@ -43,24 +43,32 @@ func Totals(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTota
 	return usage, gpus, nil
 }
 
-// Horizon reads the minute horizon recorded by Retain.
-func Horizon(ctx context.Context, q Querier) (int64, error) {
-	rows, err := q.Query(ctx, "SELECT value FROM "+MetaTable+" WHERE key = $1", MetaHorizon)
+// Horizons reads the minute horizon recorded by Retain and the day
+// horizon recorded by the migration that added day rows: NoHorizon for
+// each that is not recorded (day rows then answer every day).
+func Horizons(ctx context.Context, q Querier) (minutes, days int64, err error) {
+	rows, err := q.Query(ctx, "SELECT key, value FROM "+MetaTable+" WHERE key IN ($1, $2)", MetaHorizon, MetaDays)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer rows.Close()
-	h := int64(NoHorizon)
-	if rows.Next() {
-		var v string
-		if err := rows.Scan(&v); err != nil {
-			return 0, err
+	minutes, days = NoHorizon, NoHorizon
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return 0, 0, err
 		}
-		if h, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return 0, fmt.Errorf("%s.%s: %w", MetaTable, MetaHorizon, err)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s.%s: %w", MetaTable, k, err)
+		}
+		if k == MetaHorizon {
+			minutes = n
+		} else {
+			days = n
 		}
 	}
-	return h, rows.Err()
+	return minutes, days, rows.Err()
 }
 
 // query builds SQL text with numbered parameters.
@@ -69,37 +77,6 @@ type query struct{ args []any }
 func (q *query) arg(v any) string {
 	q.args = append(q.args, v)
 	return "$" + strconv.Itoa(len(q.args))
-}
-
-// containerSQL reads the containers among owners; scanContainer reads a
-// row.
-const containerSQL = `SELECT c.owner_id, n.name, c.container_id, c.name, c.image, c.labels, c.user_name, c.team, c.project,
-	c.gpu_request, c.started_at, c.finished_at, c.exit_code, c.first_seen, c.last_seen
-FROM containers c JOIN nodes n ON n.id = c.node_id
-WHERE c.owner_id IN (%s)`
-
-func scanContainer(rows Cursor) (int64, *ledger.Container, error) {
-	var (
-		ownerID                        int64
-		c                              ledger.Container
-		labels                         string
-		started, finished, first, last *int64
-		exit                           *int64
-	)
-	if err := rows.Scan(&ownerID, &c.Node, &c.ID, &c.Name, &c.Image, &labels, &c.User, &c.Team, &c.Project,
-		&c.GPURequest, &started, &finished, &exit, &first, &last); err != nil {
-		return 0, nil, err
-	}
-	c.StartedAt, c.FinishedAt, c.FirstSeen, c.LastSeen = Time(started), Time(finished), Time(first), Time(last)
-	if exit != nil {
-		code := int(*exit)
-		c.ExitCode = &code
-	}
-	var err error
-	if c.Labels, err = DecodeLabels(labels); err != nil {
-		return 0, nil, fmt.Errorf("container %s labels: %w", c.ID, err)
-	}
-	return ownerID, &c, nil
 }
 
 // EncodeLabels is how the stores keep labels: a JSON object.
@@ -178,25 +155,11 @@ func plainLabels(s string) (l map[string]string, ok bool) {
 
 // byteSecondsUnit splits a byte-seconds column for summing: a container
 // that holds 1 TiB of RAM for four months adds up to more byte-seconds
-// than an int64 holds, which SQLite's SUM refuses and PostgreSQL cannot
-// cast back to bigint. SUM(x / unit) and SUM(x % unit) stay far from that
-// and exact in both; bigSum joins them.
+// than an int64 holds. Sums of x / unit and of x % unit stay far from
+// that and exact; bigSum joins them.
 const byteSecondsUnit = 1 << 20
 
-// splitSum is the SQL that sums col over a group as col_hi and col_lo.
-func splitSum(col string) string {
-	return fmt.Sprintf("CAST(SUM(%[1]s / %[2]d) AS BIGINT) AS %[1]s_hi, CAST(SUM(%[1]s %% %[2]d) AS BIGINT) AS %[1]s_lo", col, byteSecondsUnit)
-}
-
-// heldSums sums held_us over a group as held_us (0 when no row has it),
-// with unheld_rows and held_rows, the rows without and with it, and
-// unheld_used_us, the used_us of the rows without it. held_us is NULL in
-// rows written before it existed, which SUM and COUNT(held_us) skip.
-const heldSums = `CAST(COALESCE(SUM(held_us), 0) AS BIGINT) AS held_us,
-		CAST(COUNT(*) - COUNT(held_us) AS BIGINT) AS unheld_rows, CAST(COUNT(held_us) AS BIGINT) AS held_rows,
-		CAST(COALESCE(SUM(CASE WHEN held_us IS NULL THEN used_us ELSE 0 END), 0) AS BIGINT) AS unheld_used_us`
-
-// unheld makes the ledger.Unheld of a group from heldSums' counts.
+// unheld makes the ledger.Unheld of a group from its counts of rows.
 func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
 	if unheldRows == 0 {
 		return ledger.Unheld{}
@@ -204,12 +167,12 @@ func unheld(unheldRows, heldRows, unheldUsedUS int64) ledger.Unheld {
 	return ledger.Unheld{Rows: int(unheldRows), All: heldRows == 0, UsedSeconds: float64(unheldUsedUS) / MicrosPerSecond}
 }
 
-// bigSum joins the two halves of splitSum, rounding once.
+// bigSum joins the two halves of a split sum, rounding once.
 func bigSum(hi, lo int64) float64 { return float64(hi)*byteSecondsUnit + float64(lo) }
 
-// usageSums adds up one (GPU, owner)'s usage rows in stored units, as the
-// SQL of the hour rows does: memory split as splitSum splits it, and the
-// rows with and without held_us counted as heldSums counts them.
+// usageSums adds up one (GPU, owner)'s usage rows in stored units: memory
+// split at byteSecondsUnit, and the rows with and without held_us counted
+// (held_us is NULL in rows written before it existed).
 type usageSums struct {
 	v                                  UsageValues
 	mHi, mLo                           int64
@@ -230,8 +193,64 @@ func (s *usageSums) addMinute(r *minuteRow) {
 	}
 }
 
-// ctrSums adds up one container's CPU and RAM rows, RAM split as splitSum
-// splits it.
+// The columns of the usage and GPU rollups that Usage and GPUs sum.
+const (
+	usageCols = "gpu_id, owner_id, allocated_us, held_us, present_us, used_us, memory_byte_s, energy_mj, peak_memory_bytes, peak_util_cpct"
+	gpuCols   = "gpu_id, seconds_us, allocated_us, idle_us, used_us, unattributed_us, energy_mj, idle_energy_mj, peak_util_cpct"
+)
+
+// rollups selects cols from family's day rows over p.Days and its hour
+// rows over p.HourParts, as one UNION ALL.
+func (q *query) rollups(family, cols string, p Plan) string {
+	var parts []string
+	add := func(table string, r Range) {
+		parts = append(parts, "SELECT "+cols+" FROM "+table+" WHERE start >= "+q.arg(r.From)+" AND start < "+q.arg(r.To))
+	}
+	if !p.Days.Empty() {
+		add(family+"_day", p.Days)
+	}
+	for _, r := range p.HourParts() {
+		add(family+"_hour", r)
+	}
+	return strings.Join(parts, " UNION ALL ")
+}
+
+// eachRollupRow calls fn with each of f's day rows over p.Days and hour
+// rows over p.HourParts, of node ("" for every node), in no order. The
+// row is reused.
+func eachRollupRow(ctx context.Context, q Querier, f *family, node string, p Plan, fn func(*minuteRow)) error {
+	var qb query
+	sql := "SELECT " + f.selectCols() + " FROM (" + qb.rollups(f.name, "start, "+strings.Join(f.keys, ", ")+", "+strings.Join(f.cols, ", "), p) + ") AS u"
+	if node != "" {
+		sql += " WHERE " + f.nodeByName(qb.arg(node))
+	}
+	rows, err := q.Query(ctx, sql, qb.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	sc := f.scanner()
+	for rows.Next() {
+		row, err := sc.scan(rows)
+		if err != nil {
+			return err
+		}
+		fn(&row)
+	}
+	return rows.Err()
+}
+
+// plan reads the horizons and plans f's window.
+func plan(ctx context.Context, q Querier, f ledger.Filter) (Plan, error) {
+	minutes, days, err := Horizons(ctx, q)
+	if err != nil {
+		return Plan{}, err
+	}
+	return PlanWindow(f, minutes, days), nil
+}
+
+// ctrSums adds up one container's CPU and RAM rows, RAM split at
+// byteSecondsUnit.
 type ctrSums struct{ cpuUS, rHi, rLo int64 }
 
 // idList is ids as an SQL list of integers.
@@ -246,79 +265,45 @@ func idList(ids []int64) string {
 	return b.String()
 }
 
-// Usage answers ledger.Store.Usage: the hour rows summed per (GPU, owner)
-// and per container in SQL, the minutes at the window's edges added in
-// Go, then the GPUs, owners and containers they name.
+// Usage answers ledger.Store.Usage: the day and hour rows summed per
+// (GPU, owner) and per container in SQL, the minutes at the window's
+// edges added in Go, then the GPUs, owners and containers they name.
 func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal, error) {
-	horizon, err := Horizon(ctx, q)
+	p, err := plan(ctx, q, f)
 	if err != nil {
 		return nil, err
 	}
-	p := PlanWindow(f, horizon)
 	if p.Empty() {
 		return nil, nil
 	}
 	usage := map[[2]int64]*usageSums{}
 	ctrs := map[int64]*ctrSums{}
 
+	addUsage := func(r *minuteRow) {
+		s := usage[r.key]
+		if s == nil {
+			s = &usageSums{}
+			usage[r.key] = s
+		}
+		s.addMinute(r)
+	}
+	addCtr := func(r *minuteRow) {
+		s := ctrs[r.key[0]]
+		if s == nil {
+			s = &ctrSums{}
+			ctrs[r.key[0]] = s
+		}
+		s.cpuUS += r.v[0]
+		s.rHi += r.v[1] / byteSecondsUnit
+		s.rLo += r.v[1] % byteSecondsUnit
+	}
 	if !p.Hours.Empty() {
-		var uq query
-		var where string
-		if f.Node != "" {
-			where = " AND " + usageFamily.nodeByName(uq.arg(f.Node))
-		}
-		sql := `SELECT gpu_id, owner_id,
-		CAST(SUM(allocated_us) AS BIGINT), ` + heldSums + `, CAST(SUM(present_us) AS BIGINT),
-		CAST(SUM(used_us) AS BIGINT), ` + splitSum("memory_byte_s") + `,
-		CAST(SUM(energy_mj) AS BIGINT), MAX(peak_memory_bytes), MAX(peak_util_cpct)
-	FROM usage_hour WHERE start >= ` + uq.arg(p.Hours.From) + ` AND start < ` + uq.arg(p.Hours.To) + where + `
-	GROUP BY gpu_id, owner_id`
-		rows, err := q.Query(ctx, sql, uq.args...)
-		if err != nil {
+		// Summed here rather than with GROUP BY: SQLite's sorter and its
+		// fourteen aggregates cost several times reading the rows.
+		if err := eachRollupRow(ctx, q, usageFamily, f.Node, p, addUsage); err != nil {
 			return nil, fmt.Errorf("usage: %w", err)
 		}
-		for rows.Next() {
-			var (
-				key [2]int64
-				s   usageSums
-			)
-			if err := rows.Scan(&key[0], &key[1], &s.v.AllocatedUS, &s.v.HeldUS, &s.unheldRows, &s.heldRows, &s.unheldUsedUS,
-				&s.v.PresentUS, &s.v.UsedUS, &s.mHi, &s.mLo, &s.v.EnergyMJ, &s.v.PeakMemory, &s.v.PeakUtil); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("usage: %w", err)
-			}
-			usage[key] = &s
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("usage: %w", err)
-		}
-
-		var cq query
-		where = ""
-		if f.Node != "" {
-			where = " AND " + containerFamily.nodeByName(cq.arg(f.Node))
-		}
-		sql = `SELECT owner_id, CAST(SUM(cpu_us) AS BIGINT), ` + splitSum("ram_byte_s") + `
-	FROM container_hour WHERE start >= ` + cq.arg(p.Hours.From) + ` AND start < ` + cq.arg(p.Hours.To) + where + `
-	GROUP BY owner_id`
-		rows, err = q.Query(ctx, sql, cq.args...)
-		if err != nil {
-			return nil, fmt.Errorf("container usage: %w", err)
-		}
-		for rows.Next() {
-			var (
-				id int64
-				s  ctrSums
-			)
-			if err := rows.Scan(&id, &s.cpuUS, &s.rHi, &s.rLo); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("container usage: %w", err)
-			}
-			ctrs[id] = &s
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := eachRollupRow(ctx, q, containerFamily, f.Node, p, addCtr); err != nil {
 			return nil, fmt.Errorf("container usage: %w", err)
 		}
 	}
@@ -328,26 +313,14 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 			return nil, fmt.Errorf("usage: %w", err)
 		}
 		for i := range ms {
-			s := usage[ms[i].key]
-			if s == nil {
-				s = &usageSums{}
-				usage[ms[i].key] = s
-			}
-			s.addMinute(&ms[i])
+			addUsage(&ms[i])
 		}
 		ms, err = readMinutes(ctx, q, containerFamily, f.Node, r)
 		if err != nil {
 			return nil, fmt.Errorf("container usage: %w", err)
 		}
 		for i := range ms {
-			s := ctrs[ms[i].key[0]]
-			if s == nil {
-				s = &ctrSums{}
-				ctrs[ms[i].key[0]] = s
-			}
-			s.cpuUS += ms[i].v[0]
-			s.rHi += ms[i].v[1] / byteSecondsUnit
-			s.rLo += ms[i].v[1] % byteSecondsUnit
+			addCtr(&ms[i])
 		}
 	}
 	if len(usage) == 0 && len(ctrs) == 0 {
@@ -369,11 +342,7 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
 	list := idList(ids)
-	owners, err := readOwners(ctx, q, list, nil)
-	if err != nil {
-		return nil, err
-	}
-	containers, err := readContainers(ctx, q, list, nil)
+	owners, containers, err := readOwnersContainers(ctx, q, list)
 	if err != nil {
 		return nil, err
 	}
@@ -429,11 +398,10 @@ func Usage(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.UsageTotal
 
 // GPUs answers ledger.Store.GPUs as Usage answers Usage.
 func GPUs(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.GPUTotal, error) {
-	horizon, err := Horizon(ctx, q)
+	p, err := plan(ctx, q, f)
 	if err != nil {
 		return nil, err
 	}
-	p := PlanWindow(f, horizon)
 	if p.Empty() {
 		return nil, nil
 	}
@@ -449,7 +417,8 @@ func GPUs(ctx context.Context, q Querier, f ledger.Filter) ([]ledger.GPUTotal, e
 		CAST(SUM(idle_us) AS BIGINT), CAST(SUM(used_us) AS BIGINT),
 		CAST(SUM(unattributed_us) AS BIGINT), CAST(SUM(energy_mj) AS BIGINT),
 		CAST(SUM(idle_energy_mj) AS BIGINT), MAX(peak_util_cpct)
-	FROM gpu_hour WHERE start >= ` + gq.arg(p.Hours.From) + ` AND start < ` + gq.arg(p.Hours.To) + where + `
+	FROM (` + gq.rollups("gpu", gpuCols, p) + `) AS u
+	WHERE true` + where + `
 	GROUP BY gpu_id`
 		rows, err := q.Query(ctx, sql, gq.args...)
 		if err != nil {

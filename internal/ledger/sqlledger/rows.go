@@ -245,9 +245,9 @@ type OwnerRef struct{ Node, Kind, Name string }
 // gives concurrent writers one lock order), plus the nodes, GPUs and
 // owners the batch refers to, sorted.
 type Rows struct {
-	UsageMinute, UsageHour         []Row[UsageKey, UsageValues]
-	GPUMinute, GPUHour             []Row[GPUKey, GPUValues]
-	ContainerMinute, ContainerHour []Row[ContainerKey, ContainerValues]
+	UsageMinute, UsageHour, UsageDay             []Row[UsageKey, UsageValues]
+	GPUMinute, GPUHour, GPUDay                   []Row[GPUKey, GPUValues]
+	ContainerMinute, ContainerHour, ContainerDay []Row[ContainerKey, ContainerValues]
 
 	Nodes  []string
 	GPUs   []GPURef
@@ -262,7 +262,7 @@ func Rollup(b *ledger.Batch) (Rows, error) {
 	}
 	var r Rows
 	var err error
-	r.UsageMinute, r.UsageHour, err = roll(len(b.Usage), func(i int) (UsageKey, UsageValues, error) {
+	r.UsageMinute, r.UsageHour, r.UsageDay, err = roll(len(b.Usage), func(i int) (UsageKey, UsageValues, error) {
 		u := &b.Usage[i]
 		k := UsageKey{Start: u.Start.Unix(), Node: u.Node, GPU: u.GPU, Kind: u.OwnerKind, Owner: u.OwnerID}
 		var c conv
@@ -284,7 +284,7 @@ func Rollup(b *ledger.Batch) (Rows, error) {
 	if err != nil {
 		return Rows{}, err
 	}
-	r.GPUMinute, r.GPUHour, err = roll(len(b.GPUUsage), func(i int) (GPUKey, GPUValues, error) {
+	r.GPUMinute, r.GPUHour, r.GPUDay, err = roll(len(b.GPUUsage), func(i int) (GPUKey, GPUValues, error) {
 		g := &b.GPUUsage[i]
 		k := GPUKey{Start: g.Start.Unix(), Node: g.Node, GPU: g.GPU}
 		var c conv
@@ -307,7 +307,7 @@ func Rollup(b *ledger.Batch) (Rows, error) {
 	if err != nil {
 		return Rows{}, err
 	}
-	r.ContainerMinute, r.ContainerHour, err = roll(len(b.ContainerUsage), func(i int) (ContainerKey, ContainerValues, error) {
+	r.ContainerMinute, r.ContainerHour, r.ContainerDay, err = roll(len(b.ContainerUsage), func(i int) (ContainerKey, ContainerValues, error) {
 		u := &b.ContainerUsage[i]
 		k := ContainerKey{Start: u.Start.Unix(), Node: u.Node, ID: u.ContainerID}
 		var c conv
@@ -361,32 +361,32 @@ func Rollup(b *ledger.Batch) (Rows, error) {
 	return r, nil
 }
 
-// roll adds n input rows into minute and hour rows.
-func roll[K Key[K], V Values[V]](n int, row func(int) (K, V, error)) (minute, hour []Row[K, V], err error) {
+// roll adds n input rows into minute, hour and day rows (days in UTC).
+func roll[K Key[K], V Values[V]](n int, row func(int) (K, V, error)) (minute, hour, day []Row[K, V], err error) {
 	if n == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	m := make(map[K]V, n)
 	h := make(map[K]V)
+	d := make(map[K]V)
+	add := func(to map[K]V, k K, v V) {
+		if old, ok := to[k]; ok {
+			to[k] = old.Add(v)
+		} else {
+			to[k] = v
+		}
+	}
 	for i := range n {
 		k, v, err := row(i)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		s := k.start()
-		mk, hk := k.at(floor(s, 60)), k.at(floor(s, 3600))
-		if old, ok := m[mk]; ok {
-			m[mk] = old.Add(v)
-		} else {
-			m[mk] = v
-		}
-		if old, ok := h[hk]; ok {
-			h[hk] = old.Add(v)
-		} else {
-			h[hk] = v
-		}
+		add(m, k.at(floor(s, 60)), v)
+		add(h, k.at(floor(s, 3600)), v)
+		add(d, k.at(floor(s, 86400)), v)
 	}
-	return sorted(m), sorted(h), nil
+	return sorted(m), sorted(h), sorted(d), nil
 }
 
 func sorted[K Key[K], V any](m map[K]V) []Row[K, V] {

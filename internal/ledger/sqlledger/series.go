@@ -39,11 +39,7 @@ func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration)
 	}
 	slices.Sort(ids)
 	list := idList(slices.Compact(ids))
-	owners, err := readOwners(ctx, q, list, nil)
-	if err != nil {
-		return nil, err
-	}
-	ctrs, err := readContainers(ctx, q, list, nil)
+	owners, ctrs, err := readOwnersContainers(ctx, q, list)
 	if err != nil {
 		return nil, err
 	}
@@ -250,24 +246,53 @@ func readOwners(ctx context.Context, q Querier, in string, args []any) (map[int6
 	return out, nil
 }
 
-// readContainers reads the containers among the owners whose ids the query
-// in selects, by owner id.
-func readContainers(ctx context.Context, q Querier, in string, args []any) (map[int64]*ledger.Container, error) {
-	rows, err := q.Query(ctx, fmt.Sprintf(containerSQL, in), args...)
+// readOwnersContainers reads the owners whose ids in lists (an SQL list of
+// integers) by id, and the containers among them by owner id, in one
+// query.
+func readOwnersContainers(ctx context.Context, q Querier, in string) (map[int64]OwnerRef, map[int64]*ledger.Container, error) {
+	rows, err := q.Query(ctx, `SELECT o.id, n.name, o.kind, o.name, CASE WHEN c.owner_id IS NULL THEN 0 ELSE 1 END,
+	COALESCE(c.container_id, ''), COALESCE(c.name, ''), COALESCE(c.image, ''), COALESCE(CAST(c.labels AS TEXT), ''),
+	COALESCE(c.user_name, ''), COALESCE(c.team, ''), COALESCE(c.project, ''), COALESCE(c.gpu_request, ''),
+	c.started_at, c.finished_at, c.exit_code, c.first_seen, c.last_seen
+FROM owners o JOIN nodes n ON n.id = o.node_id LEFT JOIN containers c ON c.owner_id = o.id
+WHERE o.id IN (`+in+`)`)
 	if err != nil {
-		return nil, fmt.Errorf("containers: %w", err)
+		return nil, nil, fmt.Errorf("owners: %w", err)
 	}
 	defer rows.Close()
-	out := map[int64]*ledger.Container{}
+	owners := map[int64]OwnerRef{}
+	ctrs := map[int64]*ledger.Container{}
 	for rows.Next() {
-		id, c, err := scanContainer(rows)
-		if err != nil {
-			return nil, fmt.Errorf("containers: %w", err)
+		var (
+			id                             int64
+			o                              OwnerRef
+			has                            int64
+			c                              ledger.Container
+			labels                         string
+			started, finished, first, last *int64
+			exit                           *int64
+		)
+		if err := rows.Scan(&id, &o.Node, &o.Kind, &o.Name, &has, &c.ID, &c.Name, &c.Image, &labels, &c.User, &c.Team, &c.Project,
+			&c.GPURequest, &started, &finished, &exit, &first, &last); err != nil {
+			return nil, nil, fmt.Errorf("owners: %w", err)
 		}
-		out[id] = c
+		owners[id] = o
+		if has == 0 {
+			continue
+		}
+		c.Node = o.Node
+		c.StartedAt, c.FinishedAt, c.FirstSeen, c.LastSeen = Time(started), Time(finished), Time(first), Time(last)
+		if exit != nil {
+			code := int(*exit)
+			c.ExitCode = &code
+		}
+		if c.Labels, err = DecodeLabels(labels); err != nil {
+			return nil, nil, fmt.Errorf("container %s labels: %w", c.ID, err)
+		}
+		ctrs[id] = &c
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("containers: %w", err)
+		return nil, nil, fmt.Errorf("owners: %w", err)
 	}
-	return out, nil
+	return owners, ctrs, nil
 }

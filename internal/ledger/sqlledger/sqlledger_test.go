@@ -57,7 +57,7 @@ func TestPlanWindow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := PlanWindow(tc.f, tc.horizon)
+			got := PlanWindow(tc.f, tc.horizon, NoDays)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("PlanWindow mismatch (-want +got):\n%s", diff)
 			}
@@ -239,5 +239,46 @@ func TestPlanSeries(t *testing.T) {
 		if _, err := PlanSeries(ledger.Filter{}, step); err == nil {
 			t.Errorf("PlanSeries(step %v) succeeded, want an error", step)
 		}
+	}
+}
+
+func TestPlanWindowDays(t *testing.T) {
+	// t0 is 08:00, so at(16, 0) is midnight.
+	day := func(d int) int64 { return unix(16+24*d, 0) }
+	tests := []struct {
+		name       string
+		f          ledger.Filter
+		days       int64
+		wantDays   Range
+		wantHours  []Range
+		wantMinute []Range
+	}{
+		{"DaysHoursMinutes", ledger.Filter{From: at(0, 17), To: at(16+48+3, 43)}, NoHorizon,
+			Range{day(0), day(2)}, []Range{{unix(1, 0), day(0)}, {day(2), unix(16+48+3, 0)}},
+			[]Range{{unix(0, 17), unix(1, 0)}, {unix(16+48+3, 0), unix(16+48+3, 43)}}},
+		{"WholeDays", ledger.Filter{From: at(16, 0), To: at(16+48, 0)}, NoHorizon,
+			Range{day(0), day(2)}, nil, nil},
+		{"NoWholeDay", ledger.Filter{From: at(0, 0), To: at(20, 0)}, NoHorizon,
+			Range{}, []Range{{unix(0, 0), unix(20, 0)}}, nil},
+		{"DayHorizon", ledger.Filter{From: at(16, 0), To: at(16+72, 0)}, day(1),
+			Range{day(1), day(3)}, []Range{{day(0), day(1)}}, nil},
+		{"HorizonInsideADay", ledger.Filter{From: at(16, 0), To: at(16+72, 0)}, day(1) + 3600,
+			Range{day(2), day(3)}, []Range{{day(0), day(2)}}, nil},
+		{"NoDays", ledger.Filter{From: at(16, 0), To: at(16+72, 0)}, NoDays,
+			Range{}, []Range{{day(0), day(3)}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PlanWindow(tc.f, NoHorizon, tc.days)
+			if p.Days != tc.wantDays {
+				t.Errorf("Days = %v, want %v", p.Days, tc.wantDays)
+			}
+			if diff := cmp.Diff(tc.wantHours, p.HourParts()); diff != "" {
+				t.Errorf("HourParts mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantMinute, p.Minutes); diff != "" {
+				t.Errorf("Minutes mismatch (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -24,24 +24,62 @@ type Range struct{ From, To int64 }
 // Empty reports whether r holds no second.
 func (r Range) Empty() bool { return r.From >= r.To }
 
-// Plan says which rows answer a window: hour rows over Hours, minute rows
-// over each of Minutes. Window is what they cover together, which is wider
-// than asked where hour rows stand in for deleted minute rows.
+// Plan says which rows answer a window: day rows over Days, hour rows
+// over the rest of Hours (HourParts), minute rows over each of Minutes.
+// Window is what they cover together, which is wider than asked where
+// hour rows stand in for deleted minute rows.
 type Plan struct {
 	Window  Range
-	Hours   Range
+	Hours   Range // every whole hour of the window, Days included
+	Days    Range // the whole days of Hours that day rows answer
 	Minutes []Range
 }
+
+// HourParts are the parts of Hours outside Days, which hour rows answer.
+func (p Plan) HourParts() []Range {
+	if p.Days.Empty() {
+		if p.Hours.Empty() {
+			return nil
+		}
+		return []Range{p.Hours}
+	}
+	var out []Range
+	if p.Hours.From < p.Days.From {
+		out = append(out, Range{p.Hours.From, p.Days.From})
+	}
+	if p.Days.To < p.Hours.To {
+		out = append(out, Range{p.Days.To, p.Hours.To})
+	}
+	return out
+}
+
+// NoDays is the day horizon under which PlanWindow plans no day rows.
+const NoDays = maxUnix
 
 // Empty reports whether the plan reads nothing.
 func (p Plan) Empty() bool { return p.Window.Empty() }
 
 // PlanWindow plans a query over f's window. horizon is where the minute
 // rows start: Retain has deleted those before it (NoHorizon when it never
-// ran). Whole hours inside the window come from hour rows, the partial
-// hours at its edges from minute rows; an edge hour before the horizon has
-// no minute rows left, so its hour row stands in whole.
-func PlanWindow(f ledger.Filter, horizon int64) Plan {
+// ran). days is where the day rows answer from (NoHorizon for all of
+// them, NoDays for none): whole days inside the window from then on come
+// from day rows, the other whole hours from hour rows, the partial hours
+// at its edges from minute rows; an edge hour before the horizon has no
+// minute rows left, so its hour row stands in whole.
+func PlanWindow(f ledger.Filter, horizon, days int64) Plan {
+	p := planHours(f, horizon)
+	if p.Hours.Empty() {
+		return p
+	}
+	dFrom, dTo := floor(max(p.Hours.From, days)+86399, 86400), floor(p.Hours.To, 86400)
+	if dFrom < dTo {
+		p.Days = Range{dFrom, dTo}
+	}
+	return p
+}
+
+// planHours is PlanWindow without day rows.
+func planHours(f ledger.Filter, horizon int64) Plan {
 	from, to := minuteWindow(f)
 	if from >= to {
 		return Plan{}
@@ -112,6 +150,10 @@ func RetainCutoffs(now time.Time, minutes, hours time.Duration) (minuteCut int64
 	return minuteCut, minuteOK, hourCut, hourOK
 }
 
+// RetainDayHorizon is the day horizon (MetaDays) once Retain has deleted
+// the hour rows before hourCut: the first whole day after it.
+func RetainDayHorizon(hourCut int64) int64 { return floor(hourCut+86399, 86400) }
+
 // Statement is one SQL statement with its arguments.
 type Statement struct {
 	SQL  string
@@ -149,6 +191,10 @@ func RetainDeletes(node string, minuteCut int64, minuteOK bool, hourCut int64, h
 		}
 		if hourOK {
 			del(t+"_hour", "start < $1", hourCut)
+			// Day rows go with the first hour row of their day, and the
+			// day horizon (RetainDayHorizon) leaves the day that straddles
+			// the cut to the hour rows it keeps.
+			del(t+"_day", "start < $1", RetainDayHorizon(hourCut))
 		}
 	}
 	if hourOK {

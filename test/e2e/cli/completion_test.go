@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/testenv"
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
@@ -76,5 +79,55 @@ func TestCompletionScriptLoads(t *testing.T) {
 	out, err := exec.CommandContext(ctx, bash, "--norc", "-c", `source <("$0" completion bash) && complete -p gpumeter`, bin).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "__start_gpumeter gpumeter") {
 		t.Errorf("bash could not load the script: %v\n%s", err, out)
+	}
+}
+
+// TestBashCompletesWithoutThePackage types Tab in a real bash in a tmux
+// pane, without the bash-completion package loaded (--norc): the script
+// brings its own _get_comp_words_by_ref, so a command and a flag
+// complete and nothing prints "command not found".
+func TestBashCompletesWithoutThePackage(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash here")
+	}
+	if _, err := exec.LookPath("tmux"); err != nil {
+		testenv.SkipUnlessCI(t, "tmux is not installed (apt-get install tmux): %v", err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(harness.Binary(t), filepath.Join(dir, "gpumeter")); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "tmux.sock")
+	tmux := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("tmux", append([]string{"-S", socket, "-f", "/dev/null"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tmux %v: %v: %s", args, err, out)
+		}
+		return string(out)
+	}
+	tmux("new-session", "-d", "-x", "160", "-y", "30", "env", "-i", "PATH="+dir+":/usr/bin:/bin", "HOME="+t.TempDir(),
+		"TERM=xterm-256color", "PS1=bash$ ", bash, "--norc", "--noprofile")
+	t.Cleanup(func() { _ = exec.Command("tmux", "-S", socket, "kill-server").Run() })
+	screen := func() string { return tmux("capture-pane", "-p", "-t", "0") }
+	await := func(what string, ok func(string) bool) string {
+		t.Helper()
+		var last string
+		harness.WaitFor(t, 20*time.Second, what, func() bool { last = screen(); return ok(last) })
+		return last
+	}
+	await("the prompt", func(s string) bool { return strings.Contains(s, "bash$") })
+	tmux("send-keys", "-t", "0", "source <(gpumeter completion bash) && echo loaded", "Enter")
+	await("the script loaded", func(s string) bool { return strings.Contains(s, "\nloaded") })
+	tmux("send-keys", "-t", "0", "gpumeter rep", "Tab")
+	// The pane's lines come without their trailing blanks: the space
+	// the completion adds shows once the next word is typed.
+	await("gpumeter rep completed to report", func(s string) bool { return strings.Contains(s, "bash$ gpumeter report") })
+	tmux("send-keys", "-t", "0", "-l", "--", "--for")
+	tmux("send-keys", "-t", "0", "Tab")
+	s := await("--for completed to --format", func(s string) bool { return strings.Contains(s, "bash$ gpumeter report --format") })
+	if strings.Contains(s, "command not found") {
+		t.Errorf("the terminal shows an error:\n%s", s)
 	}
 }

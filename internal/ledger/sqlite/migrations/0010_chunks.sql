@@ -2,7 +2,7 @@
 -- rows move into one chunk per (node, hour) and table family: the hour's
 -- series, their minutes and every column's values delta- and
 -- varint-encoded and deflated (sqlledger/chunk.go; docs/design.md,
--- "Minute chunks"). The minute tables keep the open hour and rows written
+-- "Rollups and minute chunks"). The minute tables keep the open hour and rows written
 -- late, which the next compaction merges. The minute rows of a ledger
 -- from before this version are compacted when it is opened.
 -- A rowid table: a chunk of a few kilobytes would leave most of its last
