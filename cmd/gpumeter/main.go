@@ -52,7 +52,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
+	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newWhatif(), newAdvise(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
 		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newRequeue(), newLogs(), newWait(),
 		newFairShare(), newBudget(), newDoctor(), newTop())
 	// --version prints what `gpumeter version` does.

@@ -40,4 +40,11 @@ type JobRow struct {
 	ExitCode *int
 	// Buttons are what the reader may do with the job now.
 	Buttons []Button
+	// Use is how many of its GPUs the job computed on, where it held
+	// more than one and the ledger has its minutes; nil otherwise.
+	Use         *GPUUseHint
+	containerID string
 }
+
+// GPUUseHint is a job's "used 1 of its 4 GPUs".
+type GPUUseHint struct{ Used, Held int }
