@@ -59,6 +59,10 @@ type Store struct {
 	ids   ids    // guarded by wsem
 	// compactor says when a batch's node has minutes to compact.
 	compactor sqlledger.Compactor
+	// sole is the last batch's rows when they are all that the minute
+	// tables hold (written into emptied tables, by the ledger's one
+	// writer); guarded by wsem.
+	sole *sqlledger.Rows
 	wlock     *writerLock // held from Acquire to Release or Close; guarded by wsem
 }
 
@@ -312,6 +316,7 @@ func (s *Store) retain(ctx context.Context, node string, now time.Time, minutes,
 		return nil
 	}
 	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		s.sole = nil
 		for _, d := range sqlledger.RetainDeletes(node, mCut, mOK, hCut, hOK) {
 			if _, err := tx.ExecContext(ctx, d.SQL, d.Args...); err != nil {
 				return err

@@ -495,3 +495,59 @@ func TestCompactClosedHours(t *testing.T) {
 		t.Errorf("after the next hour's batch, usage_chunk holds %d rows, want 3", got)
 	}
 }
+
+// TestCompactFromTheLastBatch: the ledger's one writer compacts an hour
+// from the batch it wrote into emptied minute tables, without reading the
+// rows back, and leaves the very chunks and minute rows that reading
+// them back leaves.
+func TestCompactFromTheLastBatch(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2025, 3, 10, 8, 0, 0, 0, time.UTC)
+	gpu := ledger.GPU{Node: "n", UUID: "GPU-1", Index: 0, Model: "m", MemoryTotal: 1 << 30}
+	// A batch an hour, as simulate flushes: the hour's minutes, two owners.
+	hour := func(h int) ledger.Batch {
+		b := ledger.Batch{GPUs: []ledger.GPU{gpu}}
+		for m := h * 60; m < h*60+60; m++ {
+			start := t0.Add(time.Duration(m) * time.Minute)
+			for i, owner := range []string{"c1", "c2"} {
+				b.Usage = append(b.Usage, ledger.Usage{Node: "n", Start: start, OwnerKind: ledger.KindContainer, OwnerID: owner, GPU: "GPU-1",
+					Sums: ledger.Sums{AllocatedSeconds: 30, HeldSeconds: 60, UsedSeconds: float64((m+i)%9) + 0.25, PeakUtil: float64(m % 100)}})
+			}
+			b.GPUUsage = append(b.GPUUsage, ledger.GPUUsage{Node: "n", Start: start, GPU: "GPU-1", GPUSums: ledger.GPUSums{Seconds: 60, UsedSeconds: float64(m % 7)}})
+			b.ContainerUsage = append(b.ContainerUsage, ledger.ContainerUsage{Node: "n", Start: start, ContainerID: "c1", CPUSeconds: 1.5, RAMByteSeconds: float64(m)})
+		}
+		return b
+	}
+	dir := t.TempDir()
+	leased, plain := filepath.Join(dir, "leased.db"), filepath.Join(dir, "plain.db")
+	a, b := open(t, leased), open(t, plain)
+	if _, err := a.Acquire(ctx, ledger.Lease{Node: "n", Instance: "i1", Host: "h", PID: 1}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for h := range 4 {
+		for _, s := range []*sqlite.Store{a, b} {
+			if err := s.Write(ctx, hour(h)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if h > 0 && !sqlite.HoldsSole(a) {
+			t.Fatalf("after hour %d the leased ledger does not hold its batch for the next compaction", h)
+		}
+		if sqlite.HoldsSole(b) {
+			t.Fatal("a ledger without the writer's lock holds its batch")
+		}
+	}
+	for _, s := range []*sqlite.Store{a, b} {
+		if err := s.CompactMinutes(ctx, "n", t0.Add(4*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, table := range []string{"usage_chunk", "gpu_chunk", "container_chunk", "usage_minute", "gpu_minute", "container_minute", "usage_day", "usage_hour"} {
+		if got, want := dump(t, leased, table), dump(t, plain, table); got != want {
+			t.Errorf("%s differs: from the last batch\n%s\nread back\n%s", table, got, want)
+		}
+	}
+	if n := strings.Count(dump(t, leased, "usage_chunk"), "\n"); n != 4 {
+		t.Errorf("usage_chunk holds %d rows, want 4", n)
+	}
+}

@@ -34,8 +34,17 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 		// a many-hour batch) are compacted after.
 		due, late := s.compactor.Due(rows)
 		tq := writeQuerier{querier{tx}}
-		if err := sqlledger.CompactDue(ctx, tq, due); err != nil {
+		if err := s.compact(ctx, tq, due); err != nil {
 			return err
+		}
+		// Whether the batch goes into empty minute tables: then its rows
+		// are all they hold, and the next compaction need not read them.
+		emptied := false
+		if len(due) > 0 && len(late) == 0 && s.wlock != nil {
+			var err error
+			if emptied, err = sqlledger.MinutesEmpty(ctx, tq); err != nil {
+				return err
+			}
 		}
 		w := &writer{tx: tx, st: st, known: &s.ids, added: newIDs()}
 		if err := w.write(ctx, b, rows); err != nil {
@@ -50,8 +59,30 @@ func (s *Store) writeRows(ctx context.Context, b *ledger.Batch, rows *sqlledger.
 		// Ids become known only once the rows that hold them are committed.
 		s.ids.merge(w.added)
 		s.compactor.Done(due)
+		s.sole = nil
+		if emptied {
+			s.sole = rows
+		}
 		return nil
 	})
+}
+
+// compact runs the compactions of due: from s.sole, the last batch's rows,
+// where they are all the minute tables hold (a simulation's hour after
+// hour, or the first batch of each of an agent's hours when it is the
+// hour's only one), else by reading the minute rows back.
+func (s *Store) compact(ctx context.Context, tq writeQuerier, due map[string]int64) error {
+	if len(due) == 1 && s.sole != nil && s.wlock != nil {
+		for node, before := range due {
+			ok, err := sqlledger.CompactRows(ctx, tq, node, before, s.sole,
+				func(g sqlledger.GPURef) (int64, bool) { id, ok := s.ids.gpus[g]; return id, ok },
+				func(o sqlledger.OwnerRef) (int64, bool) { id, ok := s.ids.owners[o]; return id, ok })
+			if err != nil || ok {
+				return err
+			}
+		}
+	}
+	return sqlledger.CompactDue(ctx, tq, due)
 }
 
 // statements returns the batch writer's statements, prepared on first
@@ -405,6 +436,7 @@ func (w *writer) getOrInsert(ctx context.Context, get, insert *sql.Stmt, args ..
 // when fn returns nil.
 func (s *Store) jobTx(ctx context.Context, fn func(sqlledger.Tx) error) error {
 	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		s.sole = nil // CompactMinutes comes this way
 		if err := fn(writeQuerier{querier{tx}}); err != nil {
 			return err
 		}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/gpumeter/gpumeter/internal/ledger"
 )
 
 // nodeByName is f's condition, on the minute table's keys, that keeps the
@@ -185,21 +187,12 @@ func readChunks(ctx context.Context, q Querier, f *family, node string, r Range)
 // merged into the hour's chunk, made if missing, and deleted. A node that
 // is not in the ledger has nothing to compact.
 func Compact(ctx context.Context, tx Tx, node string, before int64) error {
-	rows, err := tx.Query(ctx, "SELECT id FROM nodes WHERE name = $1", node)
+	id, found, err := nodeID(ctx, tx, node)
 	if err != nil {
 		return fmt.Errorf("compact: %w", err)
 	}
-	var id int64
-	found := rows.Next()
-	if found {
-		err = rows.Scan(&id)
-	}
-	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
-	if err != nil || !found {
-		return err
+	if !found {
+		return nil
 	}
 	for _, f := range families {
 		if err := compactFamily(ctx, tx, f, id, before); err != nil {
@@ -286,18 +279,7 @@ func compactFamily(ctx context.Context, tx Tx, f *family, id, before int64) erro
 	// When these were all the table's rows, as they are on a one-node
 	// ledger whose batches come in order, the table is emptied whole,
 	// which SQLite does without visiting each row.
-	rows, err = tx.Query(ctx, "SELECT count(*) FROM "+f.name+"_minute")
-	if err != nil {
-		return err
-	}
-	var total int64
-	if rows.Next() {
-		err = rows.Scan(&total)
-	}
-	rows.Close()
-	if err == nil {
-		err = rows.Err()
-	}
+	total, err := count(ctx, tx, f.name+"_minute")
 	if err != nil {
 		return err
 	}
@@ -438,4 +420,120 @@ func Migrated(ctx context.Context, tx Tx, pending []Migration) error {
 		}
 	}
 	return nil
+}
+
+// CompactRows compacts node's minutes before before from r, the rows of
+// the batch written last, instead of reading them back: the caller
+// vouches that r's minute rows are all the minute tables hold (it wrote
+// them into tables it had emptied, and nothing has written minutes
+// since). gpuID and ownerID give the ids r's names were stored under.
+// The tables' row counts are checked against r all the same; ok is false,
+// with nothing done, when they differ, when r holds another node's rows
+// or rows from before, or when a name has no id: the caller then
+// compacts as usual.
+func CompactRows(ctx context.Context, tx Tx, node string, before int64, r *Rows,
+	gpuID func(GPURef) (int64, bool), ownerID func(OwnerRef) (int64, bool)) (ok bool, err error) {
+	var sets [3][]minuteRow
+	for _, u := range r.UsageMinute {
+		g, okG := gpuID(GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
+		o, okO := ownerID(OwnerRef{Node: u.Key.Node, Kind: u.Key.Kind, Name: u.Key.Owner})
+		if !okG || !okO || u.Key.Node != node || u.Key.Start >= before {
+			return false, nil
+		}
+		v := u.Val
+		sets[0] = append(sets[0], minuteRow{start: u.Key.Start, key: [2]int64{g, o},
+			v: [maxCols]int64{v.AllocatedUS, v.HeldUS, v.PresentUS, v.UsedUS, v.MemoryByteS, v.EnergyMJ, v.PeakMemory, v.PeakUtil}})
+	}
+	for _, u := range r.GPUMinute {
+		g, okG := gpuID(GPURef{Node: u.Key.Node, UUID: u.Key.GPU})
+		if !okG || u.Key.Node != node || u.Key.Start >= before {
+			return false, nil
+		}
+		v, x := u.Val, u.Val.Gauges
+		sets[1] = append(sets[1], minuteRow{start: u.Key.Start, key: [2]int64{g},
+			v: [maxCols]int64{v.SecondsUS, v.AllocatedUS, v.IdleUS, v.UsedUS, v.UnattributedUS, v.EnergyMJ, v.IdleEnergyMJ, v.PeakUtil,
+				x.Samples, x.UtilSum, x.UtilMax, x.MemSum, x.MemMax, x.PowerSum, x.PowerMax, x.TempSum, x.TempMax}})
+	}
+	for _, u := range r.ContainerMinute {
+		o, okO := ownerID(OwnerRef{Node: u.Key.Node, Kind: ledger.KindContainer, Name: u.Key.ID})
+		if !okO || u.Key.Node != node || u.Key.Start >= before {
+			return false, nil
+		}
+		sets[2] = append(sets[2], minuteRow{start: u.Key.Start, key: [2]int64{o}, v: [maxCols]int64{u.Val.CPUUS, u.Val.RAMByteS}})
+	}
+	for i, f := range families {
+		n, err := count(ctx, tx, f.name+"_minute")
+		if err != nil {
+			return false, err
+		}
+		if n != int64(len(sets[i])) {
+			return false, nil
+		}
+	}
+	id, found, err := nodeID(ctx, tx, node)
+	if err != nil || !found {
+		return false, err
+	}
+	for i, f := range families {
+		rows := sets[i]
+		slices.SortFunc(rows, func(a, b minuteRow) int { return compareKey(&a, &b) })
+		for len(rows) > 0 {
+			hour := floor(rows[0].start, 3600)
+			n := 1
+			for n < len(rows) && rows[n].start < hour+3600 {
+				n++
+			}
+			if err := compactHour(ctx, tx, f, id, hour, rows[:n]); err != nil {
+				return false, fmt.Errorf("compact %s minutes of node %q: %w", f.name, node, err)
+			}
+			rows = rows[n:]
+		}
+		if _, err := tx.Exec(ctx, "DELETE FROM "+f.name+"_minute"); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// MinutesEmpty reports whether the three minute tables hold no row.
+func MinutesEmpty(ctx context.Context, tx Tx) (bool, error) {
+	for _, f := range families {
+		n, err := count(ctx, tx, "(SELECT 1 FROM "+f.name+"_minute LIMIT 1) AS x")
+		if err != nil || n > 0 {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// count reads SELECT count(*) FROM from.
+func count(ctx context.Context, tx Tx, from string) (int64, error) {
+	rows, err := tx.Query(ctx, "SELECT count(*) FROM "+from)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	var n int64
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, err
+		}
+	}
+	return n, rows.Err()
+}
+
+// nodeID reads the id of the node named name.
+func nodeID(ctx context.Context, tx Tx, name string) (id int64, found bool, err error) {
+	rows, err := tx.Query(ctx, "SELECT id FROM nodes WHERE name = $1", name)
+	if err != nil {
+		return 0, false, err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return 0, false, err
+		}
+		found = true
+	}
+	return id, found, rows.Err()
 }
