@@ -62,8 +62,8 @@ type Store struct {
 	// sole is the last batch's rows when they are all that the minute
 	// tables hold (written into emptied tables, by the ledger's one
 	// writer); guarded by wsem.
-	sole *sqlledger.Rows
-	wlock     *writerLock // held from Acquire to Release or Close; guarded by wsem
+	sole  *sqlledger.Rows
+	wlock *writerLock // held from Acquire to Release or Close; guarded by wsem
 }
 
 // Store implements every capability of the ledger.
