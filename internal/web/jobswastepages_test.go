@@ -467,6 +467,27 @@ func TestAuditPage(t *testing.T) {
 		t.Errorf("limit=1000: %d rows, want 501", len(got))
 	}
 
+	// A minute's total of calls is written when the minute is over,
+	// after a call made since: the page is by time all the same, and a
+	// row with no target says so.
+	h := servertest.NewFixture(t, nil)
+	for _, e := range []audit.Event{
+		{Time: now.Add(-time.Minute), Kind: "api", Action: "jobs.cancel", Target: "job j-000002", Outcome: "ok", Status: 200},
+		{Time: now.Add(-2 * time.Minute), Kind: "api", Action: "gpus.read", Outcome: "ok", Status: 200, Count: 3},
+		{Time: now.Add(-90 * time.Second), Kind: "api", Action: "usage.read", Target: "user=alice", Outcome: "ok", Status: 200},
+	} {
+		if err := h.Audit.Act(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body = checkHTMLPage(t, h.Get(t, servertest.AsAdmin, "/audit"), http.StatusOK)
+	if got, want := rows(body), []string{iso(time.Minute), iso(90 * time.Second), iso(2 * time.Minute)}; !slices.Equal(got, want) {
+		t.Errorf("events at %v, want %v, newest first", got, want)
+	}
+	if !strings.Contains(body, `<td><span class="muted">–</span></td>`) {
+		t.Errorf("the minute's total shows an empty target")
+	}
+
 	for _, caller := range []string{servertest.AsAlice, servertest.AsViewer} {
 		body := checkHTMLPage(t, pageAs(t, f, caller, true, "/audit"), http.StatusForbidden)
 		if msg := pageMessage(body); !strings.HasPrefix(msg, "this page is not for you: ") || len(rows(body)) != 0 {
