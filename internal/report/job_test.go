@@ -265,6 +265,21 @@ func TestRunByJobSQLite(t *testing.T) {
 	if _, err := Run(ctx, store, nil, req, prices()); err != nil {
 		t.Errorf("by user without a job store: %v", err)
 	}
+
+	// since=1h at 7 s past a minute reads that minute's rows, and the
+	// report's window ends then, not at the next minute.
+	at := to.Add(7 * time.Second)
+	req = Request{By: ByUser, Since: time.Hour, Format: "json"}
+	if err := req.Validate(at); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = Run(ctx, store, nil, req, prices())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := at.Add(-time.Hour).Truncate(time.Minute); !rep.From.Equal(want) || !rep.To.Equal(at) {
+		t.Errorf("since=1h at %s: window %s to %s, want %s to %s", at, rep.From, rep.To, want, at)
+	}
 }
 
 // TestJobJSONContract checks the job fields docs/design.md promises.
