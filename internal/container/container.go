@@ -14,6 +14,11 @@ import (
 // its runtime does not know, or no longer knows.
 var ErrNotFound = errors.New("container not found")
 
+// ErrNotConnected is an inventory's answer before its first connection
+// to the runtime has been tried to the end: no failure yet, and nothing
+// worth a warning.
+var ErrNotConnected = errors.New("not connected yet")
+
 // JobLabel is the label that names the queue job a container runs
 // (j-000123). The queue sets it on every job container; the report, the
 // exporter and ps read it, so it is defined down here where all of them
