@@ -28,6 +28,11 @@ const JobLabel = "gpumeter.job"
 // JobID is the queue job c runs, or "" when c is not a job's container.
 func (c *Container) JobID() string { return c.Labels[JobLabel] }
 
+// NodeLabel is the label that names the node whose queue made a job's
+// container (queue/spec sets it): on an engine two agents share, a job
+// id is its node's, and reports key a job by both.
+const NodeLabel = "gpumeter.node"
+
 // Container is one container on the node.
 type Container struct {
 	ID      string // full ID

@@ -55,7 +55,7 @@ func keyer(by string, usage []ledger.UsageTotal) func(*ledger.UsageTotal) string
 	case ByNode:
 		return func(u *ledger.UsageTotal) string { return u.Node }
 	case ByJob:
-		return jobKey
+		return jobKeyer(usage)
 	}
 	return containerKeyer(usage)
 }
