@@ -37,11 +37,12 @@ var floors = map[string]int{
 	"internal/api/client": 3, "internal/auth": 3, "internal/cost": 3, "internal/docker": 3,
 	"internal/ledger/ledgertest": 3, "internal/ledger/sqlledger": 3, "internal/queue/fairshare": 3,
 	"internal/sampler": 3, "internal/top": 3,
-	// 4: the sinks of the tick and the ledgers themselves, and the
-	// queue's runtime.
+	// 4: the sinks of the tick and the ledgers themselves, the queue's
+	// runtime, and what reads the ledger's history (reports, waste, the
+	// what-if replay).
 	"internal/exporter": 4, "internal/gpuhistory": 4, "internal/ledger/postgres": 4,
 	"internal/ledger/sqlite": 4, "internal/queue/run": 4, "internal/record": 4, "internal/report": 4,
-	"internal/sampler/samplertest": 4, "internal/waste": 4,
+	"internal/sampler/samplertest": 4, "internal/waste": 4, "internal/whatif": 4,
 	// 5: what acts on findings, the backend chooser, the console.
 	"internal/ledger/backend": 5, "internal/policy": 5, "internal/web": 5,
 	// 6: the API server, which mounts the console.
@@ -81,7 +82,7 @@ var only = map[string][]string{
 	// server itself, the queue's runtime, a source or the agent.
 	"internal/web": {"internal/api/apitype", "internal/audit", "internal/auth", "internal/config", "internal/container",
 		"internal/cost", "internal/gpu", "internal/ledger", "internal/meter", "internal/queue", "internal/report",
-		"internal/sampler", "internal/units", "internal/waste", "internal/yamlx"},
+		"internal/sampler", "internal/units", "internal/waste", "internal/whatif", "internal/yamlx"},
 }
 
 // testOnly are packages for tests: no package but another of them (or a

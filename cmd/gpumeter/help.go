@@ -127,7 +127,7 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 		if f.Hidden {
 			return
 		}
-		if d := editDistance(name, f.Name); d < bestD || d == bestD && f.Name < best {
+		if d := config.Distance(name, f.Name); d < bestD || d == bestD && f.Name < best {
 			best, bestD = f.Name, d
 		}
 	})
@@ -135,25 +135,4 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 		return fmt.Errorf("%w; did you mean --%s?", err, best)
 	}
 	return fmt.Errorf("%w; see %s --help", err, cmd.CommandPath())
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

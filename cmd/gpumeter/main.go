@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -20,6 +21,12 @@ func main() {
 	// to their default, so a second one ends a stop that hangs (a GPU
 	// driver that stopped answering, say).
 	context.AfterFunc(ctx, stop)
+	// A command that runs for milliseconds and exits (report, ps, jobs)
+	// spends less on the collector with a higher target; the agent and
+	// top, which run for days, keep the default (or the operator's GOGC).
+	if len(os.Args) > 1 && os.Args[1] != "serve" && os.Args[1] != "top" && os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
 	err := newRoot().ExecuteContext(ctx)
 	stop()
 	if err != nil {
@@ -45,7 +52,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
+	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newWhatif(), newAdvise(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
 		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newRequeue(), newLogs(), newWait(),
 		newFairShare(), newBudget(), newDoctor(), newTop())
 	// --version prints what `gpumeter version` does.

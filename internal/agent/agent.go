@@ -66,16 +66,18 @@ type Agent struct {
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue
 	jobNotices *policy.JobNotifier
-	history    *gpuhistory.Ring   // the GPUs' figures of the last hour
-	fair       *fairshare.Service // the queue's fair share and budgets
-	reloadMu   sync.Mutex
-	closers    []func() error
-	listener   net.Listener
-	socket     net.Listener // nil when api.socket is off
-	sec        security
-	audit      *audit.Log
-	auditFile  *audit.File
-	dataFiles  *dataFiles // once checked, see files; the demo's own from the start
+	// digest sends the week's advice to the webhook (advise.digest).
+	digest    *policy.AdviceDigest
+	history   *gpuhistory.Ring   // the GPUs' figures of the last hour
+	fair      *fairshare.Service // the queue's fair share and budgets
+	reloadMu  sync.Mutex
+	closers   []func() error
+	listener  net.Listener
+	socket    net.Listener // nil when api.socket is off
+	sec       security
+	audit     *audit.Log
+	auditFile *audit.File
+	dataFiles *dataFiles // once checked, see files; the demo's own from the start
 	// placementWindow is queue.placement_window, read once: how far back
 	// the queue's target placement averages each GPU's utilisation in
 	// history.
@@ -276,6 +278,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		a.waste = newLiveWaste(waste.LiveConfig{Rules: cfg.Waste, Cost: cost.Model(cfg.Cost)})
 		onTick = chain(onTick, a.waste.Add)
 		a.newPolicy(cfg)
+	}
+	if cfg.AdviseDigest == "weekly" && a.store != nil {
+		a.newDigest(cfg)
 	}
 	// Last, so that the render sees what the tick did to the queue.
 	onTick = chain(onTick, a.renderMetrics)

@@ -19,6 +19,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/web"
+	"github.com/gpumeter/gpumeter/internal/whatif"
 )
 
 // Both ledgers read the usage page's hourly sums; the queue's fair share
@@ -81,6 +82,7 @@ func (a *Agent) Handler() http.Handler {
 	}
 	if a.store != nil && reports != nil {
 		ac.Usage = a.store
+		ac.WhatIf = a.whatifService()
 	}
 	if a.audit != nil {
 		extra = append(extra, a.audit)
@@ -131,4 +133,16 @@ func (a *Agent) Report(ctx context.Context, r report.Request) (*report.Report, e
 		a.log.Warn("usage report", "err", err)
 	}
 	return rep, err
+}
+
+// whatifService replays and advises from the agent's ledger with its
+// prices, queue settings and idle rule. Settings that do not convert
+// (they were checked at load) leave the scheduler's defaults.
+func (a *Agent) whatifService() *whatif.Service {
+	sched, err := whatif.SchedConfig(a.cfg.Queue)
+	if err != nil {
+		a.log.Warn("what-if: queue settings", "err", err)
+	}
+	return &whatif.Service{Ledger: a.store, Prices: cost.Model(a.cfg.Cost), Sched: sched,
+		IdleWindow: a.cfg.Waste.Idle.Window, IdleGrace: a.cfg.Waste.Idle.Grace, MaxWindow: a.cfg.API.MaxReportWindow}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
+	"github.com/gpumeter/gpumeter/internal/whatif"
 )
 
 // liveWaste is the live waste evaluator, replaceable when a reload
@@ -75,6 +76,22 @@ func (a *Agent) newPolicy(cfg config.Config) {
 		ec.Stopper, ec.Containers = a.stopper(queue.ReasonStoppedByPolicy), a.docker
 	}
 	a.policy = policy.NewEngine(ec)
+}
+
+// newDigest builds the weekly advice digest over the ledger, with the
+// prices, queue settings and idle rule the agent starts with.
+func (a *Agent) newDigest(cfg config.Config) {
+	var auditor policy.Auditor
+	if a.audit != nil {
+		auditor = a.audit
+	}
+	svc := a.whatifService()
+	a.digest = policy.NewAdviceDigest(policy.DigestConfig{
+		Webhook: cfg.Policy.Webhook, Audit: auditor, Logger: a.log.With("part", "advice-digest"),
+		Advice: func(ctx context.Context, from, to time.Time) (*whatif.AdviceReport, error) {
+			return svc.Advice(ctx, whatif.Query{From: &from, To: &to})
+		},
+	})
 }
 
 // errClosed is Reload's error once the agent is closed.

@@ -152,6 +152,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.jobNotices != nil {
 		g.Go(func() error { return a.jobNotices.Run(ctx) })
 	}
+	if a.digest != nil {
+		g.Go(func() error { return a.digest.Run(ctx) })
+	}
 	if a.policy != nil {
 		g.Go(func() error {
 			if err := a.policy.Run(ctx); err != nil {

@@ -74,6 +74,16 @@ func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where 
 			err = rerr
 		}
 	}()
+	// The scenario's queue jobs go to the job store first, for their
+	// IDs, and are placed by the queue's scheduler; each started one is
+	// played as its container.
+	var jobs []*simJob
+	if len(sc.Jobs) > 0 {
+		if jobs, err = submitSimJobs(ctx, sc, store); err != nil {
+			return Simulation{}, err
+		}
+		sc = placeSimJobs(sc, jobs)
+	}
 	// A batch run: trade memory for fewer garbage collections.
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	// The scenario's node and idle power, on the clock play steps.
@@ -93,6 +103,9 @@ func Simulate(ctx context.Context, sc *sim.Scenario, store ledger.Ledger, where 
 	// are compacted as a writer compacts the hours its batches close.
 	if err == nil {
 		err = store.CompactMinutes(ctx, sc.Node, end)
+	}
+	if err == nil && len(jobs) > 0 {
+		err = recordSimJobs(ctx, sc, store, jobs)
 	}
 	if err != nil {
 		return Simulation{}, err

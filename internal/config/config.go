@@ -67,6 +67,10 @@ type Config struct {
 	// WasteEnabled runs the waste rules on the live ticks; Waste are the
 	// rules, for the agent and for `gpumeter waste`.
 	WasteEnabled bool
+	// AdviseDigest is off, or weekly: every Monday at 00:00 UTC the agent
+	// sends the past week's advice (gpumeter advise) to the policy's
+	// webhook.
+	AdviseDigest string
 	Waste        WasteRules
 
 	// Policy is what the agent does about live findings.
@@ -210,6 +214,7 @@ func Default() Config {
 		Cost: Cost{Currency: "USD", GPUHour: map[string]float64{}, PUE: 1, Basis: "allocated", Idle: "none", Weights: map[string]float64{}},
 
 		WasteEnabled: true,
+		AdviseDigest: "off",
 		Waste:        DefaultWasteRules(),
 
 		Policy: DefaultPolicy(),

@@ -30,6 +30,7 @@ func TestParseFull(t *testing.T) {
 			CPUCoreHour: 0.03, RAMGBHour: 0.004, KWh: 0.25, PUE: 1.4, Basis: "used", Idle: "weighted",
 			Weights: map[string]float64{"gpu": 1, "cpu": 0.5},
 		},
+		AdviseDigest: "off",
 		Waste: WasteRules{
 			Idle:          IdleRule{Enabled: true, SMPercent: 2.5, CPUCores: 0.2, Window: 2 * time.Hour, Grace: 15 * time.Minute},
 			Stalled:       StalledRule{Window: 45 * time.Minute},

@@ -74,7 +74,7 @@ func Nearest(name string) (Key, bool) {
 		if kn == want {
 			return k, true
 		}
-		if d := distance(want, kn); bestD < 0 || d < bestD {
+		if d := Distance(want, kn); bestD < 0 || d < bestD {
 			best, bestD = k, d
 		}
 	}
@@ -93,9 +93,9 @@ func Nearest(name string) (Key, bool) {
 	return Key{}, false
 }
 
-// distance is the optimal string alignment distance between a and b: the
+// Distance is the optimal string alignment distance between a and b: the
 // edits (insert, delete, replace, swap two neighbours) that turn a into b.
-func distance(a, b string) int {
+func Distance(a, b string) int {
 	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)

@@ -47,6 +47,7 @@ func Keys() []Key {
 		enumKey("cost.basis", "which GPU-hours are charged", func(c *Config) *string { return &c.Cost.Basis }, "allocated", "present", "used"),
 		enumKey("cost.idle", "how the cost of idle GPUs is shared", func(c *Config) *string { return &c.Cost.Idle }, "none", "weighted", "even"),
 		mapKey("cost.weights", "billing weights per resource (gpu, cpu, ram, energy)", "resource=weight", func(c *Config) *map[string]float64 { return &c.Cost.Weights }, parsePrice, "").defaultIs("1 for each").exampleIs("gpu=2"),
+		enumKey("advise.digest", "send the past week's advice (gpumeter advise) to policy.webhook.url every Monday at 00:00 UTC", func(c *Config) *string { return &c.AdviseDigest }, "off", "weekly"),
 		boolKey("waste.enabled", "run the waste rules on live ticks (/api/v1/waste, gpumeter_waste_* metrics)", func(c *Config) *bool { return &c.WasteEnabled }),
 		boolKey("waste.idle.enabled", "find idle containers", func(c *Config) *bool { return &c.Waste.Idle.Enabled }),
 		thresholdKey("waste.idle.sm_percent", "SM utilisation (%) under which a held GPU is idle; over_allocated uses it too", func(c *Config) *float64 { return &c.Waste.Idle.SMPercent }),

@@ -17,6 +17,9 @@ import (
 // Validate checks values that parse but make no sense together.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.AdviseDigest == "weekly" && c.Policy.Webhook.URL == "" {
+		errs = append(errs, fmt.Errorf("advise.digest: weekly sends the advice to policy.webhook.url, which is not set"))
+	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen: %q is not host:port", c.Listen))
 	}

@@ -42,7 +42,7 @@ func (d *decoder) document(data []byte) *yaml.Node {
 	return root
 }
 
-var topKeys = []string{"version", "node", "start", "duration", "interval", "gpus", "nvlink", "containers", "host_processes", "docker"}
+var topKeys = []string{"version", "node", "start", "duration", "interval", "gpus", "nvlink", "containers", "host_processes", "jobs", "docker"}
 
 func (d *decoder) parse(data []byte) *Scenario {
 	root := d.document(data)
@@ -111,6 +111,13 @@ func (d *decoder) parse(data []byte) *Scenario {
 		for i, n := range d.sequence(v, "host_processes") {
 			if h, ok := d.hostProcess(s, n, fmt.Sprintf("host_processes[%d]", i)); ok {
 				s.HostProcesses = append(s.HostProcesses, h)
+			}
+		}
+	}
+	if v, ok := m.get("jobs"); ok {
+		for i, n := range d.sequence(v, "jobs") {
+			if j, ok := d.job(n, fmt.Sprintf("jobs[%d]", i)); ok {
+				s.Jobs = append(s.Jobs, j)
 			}
 		}
 	}
@@ -310,4 +317,47 @@ func (d *decoder) hostProcess(s *Scenario, n *yaml.Node, path string) (HostProce
 		h.Memory, _ = d.size(v, path+".memory")
 	}
 	return h, true
+}
+
+var jobKeys = []string{"name", "user", "team", "image", "gpus", "submit", "time_limit", "run", "util", "memory"}
+
+func (d *decoder) job(n *yaml.Node, path string) (Job, bool) {
+	m, ok := d.mapping(n, path, jobKeys)
+	if !ok {
+		return Job{}, false
+	}
+	j := Job{GPUs: 1}
+	if v, ok := m.require(d, n, path, "name"); ok {
+		j.Name, _ = d.str(v, path+".name")
+	}
+	if v, ok := m.require(d, n, path, "user"); ok {
+		j.User, _ = d.str(v, path+".user")
+	}
+	if v, ok := m.get("team"); ok {
+		j.Team, _ = d.str(v, path+".team")
+	}
+	if v, ok := m.get("image"); ok {
+		j.Image, _ = d.str(v, path+".image")
+	}
+	if v, ok := m.get("gpus"); ok {
+		if g, ok := d.integer(v, path+".gpus"); ok {
+			j.GPUs = clampInt(g)
+		}
+	}
+	if v, ok := m.get("submit"); ok {
+		j.Submit, _ = d.duration(v, path+".submit")
+	}
+	if v, ok := m.get("time_limit"); ok {
+		j.TimeLimit, _ = d.duration(v, path+".time_limit")
+	}
+	if v, ok := m.require(d, n, path, "run"); ok {
+		j.Run, _ = d.duration(v, path+".run")
+	}
+	if v, ok := m.get("util"); ok {
+		j.Util, _ = d.number(v, path+".util")
+	}
+	if v, ok := m.get("memory"); ok {
+		j.Memory, _ = d.size(v, path+".memory")
+	}
+	return j, true
 }

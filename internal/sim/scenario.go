@@ -26,6 +26,10 @@ type Scenario struct {
 	GPUs          []GPU
 	Containers    []Container
 	HostProcesses []HostProcess
+	// Jobs are queue jobs submitted during the scenario (jobs: in the
+	// file): simulate places them with the queue's scheduler and plays
+	// each as the container the queue would start.
+	Jobs []Job
 	// NVLink are groups of GPU indexes whose GPUs all share NVLink with
 	// each other (nvlink: in the file); a GPU is in at most one.
 	NVLink [][]int
@@ -71,6 +75,17 @@ type Phase struct {
 	Util   float64       // SM utilisation, percent
 	Memory uint64        // bytes held on each GPU the phase applies to
 	GPUs   []int         // the GPUs it applies to; nil means all of the container's
+}
+
+// Job is a queue job: submitted at Submit, asking for GPUs whole GPUs
+// and a time limit (0: none), it runs for Run once started, with Util
+// and Memory on each of its GPUs; past its time limit it is stopped.
+type Job struct {
+	Name, User, Team, Image string
+	GPUs                    int
+	Submit, TimeLimit, Run  time.Duration
+	Util                    float64
+	Memory                  uint64
 }
 
 // HostProcess is a GPU process outside any container, running on [Start, End).

@@ -184,7 +184,7 @@ var errorCases = []struct {
 
 	// Unknown keys at every level.
 	{"unknown top key", head + "colour: red\n", "t.yaml:8: colour: unknown key"},
-	{"seed", head + "seed: 42\n", "t.yaml:8: seed: unknown key (want one of version, node, start, duration, interval, gpus, nvlink, containers, host_processes, docker); version 1 has no randomness"},
+	{"seed", head + "seed: 42\n", "t.yaml:8: seed: unknown key (want one of version, node, start, duration, interval, gpus, nvlink, containers, host_processes, jobs, docker); version 1 has no randomness"},
 	{"unknown gpu key", head + "    vram: 80GiB\n", "t.yaml:8: gpus[0].vram: unknown key"},
 	{"unknown container key", head + "containers:\n  - name: a\n    imag: x\n", "t.yaml:10: containers[0].imag: unknown key"},
 	{"unknown phase key", head + "containers:\n  - name: a\n    gpus: [0]\n    phases:\n      - at: 0s\n        utilisation: 5\n", "t.yaml:13: containers[0].phases[0].utilisation: unknown key"},
@@ -204,6 +204,17 @@ var errorCases = []struct {
 	{"docker containers not a string", head + "docker:\n  containers: [from_labels]\n", "t.yaml:9: docker.containers: want a string, got a list"},
 	{"docker containers null", head + "docker:\n  containers:\n", "t.yaml:9: docker.containers: want a string"},
 	{"missing host user", head + "host_processes:\n  - gpu: 0\n", "t.yaml:9: host_processes[0].user: required"},
+	{"missing job run", head + "jobs:\n  - name: j\n    user: ann\n", "t.yaml:9: jobs[0].run: required"},
+	{"missing job user", head + "jobs:\n  - name: j\n    run: 1h\n", "t.yaml:9: jobs[0].user: required"},
+	{"unknown job key", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n    gpu: 1\n", "t.yaml:12: jobs[0].gpu: unknown key"},
+	{"bad job time limit", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n    time_limit: long\n", "t.yaml:12: jobs[0].time_limit: \"long\" is not a duration"},
+	{"job asks too many GPUs", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n    gpus: 3\n", "t.yaml:12: jobs[0].gpus: 3: a job asks for 1 to 2 GPUs (the scenario's)"},
+	{"job submitted after the end", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n    submit: 2h\n", "t.yaml:12: jobs[0].submit: 2h is not before the scenario's end (duration 1h)"},
+	{"job run of zero", head + "jobs:\n  - name: j\n    user: ann\n    run: 0s\n", "t.yaml:11: jobs[0].run: must be more than 0, got 0s"},
+	{"job util over 100", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n    util: 101\n", "t.yaml:12: jobs[0].util: 101 is outside 0..100"},
+	{"job memory over the GPU's", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n    memory: 81GiB\n", "t.yaml:12: jobs[0].memory: 81GiB is more than GPU 0's memory (80GiB)"},
+	{"job named as a container", head + "containers:\n  - name: a\njobs:\n  - name: a\n    user: ann\n    run: 1h\n", "t.yaml:11: jobs[0].name: \"a\" is also containers[0]'s name"},
+	{"two jobs of one name", head + "jobs:\n  - name: j\n    user: ann\n    run: 1h\n  - name: j\n    user: ann\n    run: 1h\n", "t.yaml:12: jobs[1].name: \"j\" is also jobs[0]'s name"},
 
 	// Values that do not parse.
 	{"bad duration", "version: 1\nduration: 24\n", "t.yaml:2: duration: \"24\" is not a duration like 1s, 90s, 1h30m or 7d"},
@@ -314,6 +325,7 @@ var validEdges = []struct{ name, in string }{
 	{"phases for different gpus interleave", head + "containers:\n  - name: a\n    gpus: [0, 1]\n    phases:\n      - at: 10m\n        gpus: [0]\n      - at: 5m\n        gpus: [1]\n      - at: 20m\n        gpus: [0]\n"},
 	{"phase for all then one", head + "containers:\n  - name: a\n    gpus: [0, 1]\n    phases:\n      - at: 10m\n      - at: 5m\n        gpus: [1]\n"},
 	{"empty lists", head + "containers:\nhost_processes: []\n"},
+	{"a job of every field", head + "jobs:\n  - {name: j, user: ann, team: nlp, image: train:1, gpus: 2, submit: 5m, time_limit: 2h, run: 1h, util: 50, memory: 8GiB}\n"},
 	{"no gpus", "version: 1\nduration: 1h\n"},
 	{"anchors", head + "containers:\n  - name: a\n    labels: &l {gpumeter.user: a}\n  - name: b\n    labels: *l\n"},
 	{"pid without phases", head + "containers:\n  - name: a\n    gpus: [0]\n    pid: 4194304\n"},

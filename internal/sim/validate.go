@@ -58,6 +58,52 @@ func (v *validator) check() {
 	v.nvlink()
 	v.containers(durationOK)
 	v.hostProcesses(durationOK)
+	v.jobs(durationOK)
+}
+
+func (v *validator) jobs(durationOK bool) {
+	names := map[string]int{}
+	for i, c := range v.s.Containers {
+		names[c.Name] = -1 - i
+	}
+	for i, j := range v.s.Jobs {
+		path := fmt.Sprintf("jobs[%d]", i)
+		switch prev, dup := names[j.Name]; {
+		case j.Name == "":
+			v.errorf(path+".name", path+".name", "must not be empty")
+		case dup && prev < 0:
+			v.errorf(path+".name", path+".name", "%q is also containers[%d]'s name", j.Name, -1-prev)
+		case dup:
+			v.errorf(path+".name", path+".name", "%q is also jobs[%d]'s name", j.Name, prev)
+		default:
+			names[j.Name] = i
+		}
+		if j.User == "" {
+			v.errorf(path+".user", path+".user", "must not be empty")
+		}
+		if j.GPUs < 1 || j.GPUs > len(v.s.GPUs) {
+			v.errorf(path+".gpus", path+".gpus", "%d: a job asks for 1 to %d GPUs (the scenario's)", j.GPUs, len(v.s.GPUs))
+		}
+		switch {
+		case j.Submit < 0:
+			v.errorf(path+".submit", path+".submit", "must not be negative, got %s", units.FormatDuration(j.Submit))
+		case durationOK && j.Submit >= v.s.Duration:
+			v.errorf(path+".submit", path+".submit", "%s is not before the scenario's end (duration %s)", units.FormatDuration(j.Submit), units.FormatDuration(v.s.Duration))
+		}
+		if j.Run <= 0 {
+			v.errorf(path+".run", path+".run", "must be more than 0, got %s", units.FormatDuration(j.Run))
+		}
+		if j.TimeLimit < 0 {
+			v.errorf(path+".time_limit", path+".time_limit", "must not be negative, got %s", units.FormatDuration(j.TimeLimit))
+		}
+		v.util(path+".util", j.Util)
+		for g := range v.s.GPUs {
+			if j.Memory > v.s.GPUs[g].Memory {
+				v.memory(path+".memory", j.Memory, g)
+				break
+			}
+		}
+	}
 }
 
 func (v *validator) gpus() {

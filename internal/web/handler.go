@@ -157,6 +157,9 @@ type Config struct {
 	Audit AuditLog
 	// Usage is nil when the ledger is off.
 	Usage UsageSeries
+	// WhatIf replays the ledger's history and advises from it; nil when
+	// the ledger is off.
+	WhatIf WhatIfSource
 	// Stops says that the agent manages containers (docker.enabled), so
 	// that the waste page may offer to stop them.
 	Stops bool

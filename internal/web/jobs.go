@@ -42,6 +42,10 @@ type JobRow struct {
 	ExitCode *int
 	// Buttons are what the reader may do with the job now.
 	Buttons []Button
+	// Use is how many of its GPUs the job computed on, where it held
+	// more than one and the ledger has its minutes; nil otherwise.
+	Use         *GPUUseHint
+	containerID string
 }
 
 // JobGPU is a GPU a job holds: its name on this node ("GPU 3") and its
@@ -49,3 +53,6 @@ type JobRow struct {
 type JobGPU struct {
 	Name, UUID string
 }
+
+// GPUUseHint is a job's "used 1 of its 4 GPUs".
+type GPUUseHint struct{ Used, Held int }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/auth"
@@ -67,7 +68,35 @@ func (s *handler) jobsPage(r *http.Request, c *Visitor, f Frame) (any, error) {
 	for _, j := range jobs {
 		v.Jobs = append(v.Jobs, jobRow(s.cfg.API.Job(j), names, c, f.CanAct()))
 	}
+	s.gpuUseHints(r, v.Jobs, f.Now)
 	return v, nil
+}
+
+// gpuUseHints says on the rows of jobs that held several GPUs how many
+// they computed on, from the ledger's minutes of the last week.
+func (s *handler) gpuUseHints(r *http.Request, rows []JobRow, now time.Time) {
+	if s.cfg.WhatIf == nil {
+		return
+	}
+	var from time.Time
+	for _, row := range rows {
+		if row.Started != nil && len(row.GPUs) > 1 && row.containerID != "" && (from.IsZero() || row.Started.Before(from)) {
+			from = *row.Started
+		}
+	}
+	if from.IsZero() {
+		return
+	}
+	use, err := s.cfg.WhatIf.GPUUse(r.Context(), from, now)
+	if err != nil {
+		s.cfg.Logger.Warn("jobs page: GPU use", "err", err)
+		return
+	}
+	for i := range rows {
+		if u, ok := use[rows[i].containerID]; ok && u.Held > 1 && u.Used < u.Held {
+			rows[i].Use = &GPUUseHint{Used: u.Used, Held: u.Held}
+		}
+	}
 }
 
 // jobFilters are the page's filter links; the one q asks for is marked.
@@ -121,6 +150,7 @@ func jobRow(j apitype.Job, names gpuNames, c *Visitor, canAct bool) JobRow {
 		Reason: j.Reason, ReasonText: names.replace(j.ReasonText), GPUsRequested: j.GPUsRequested, GPUMemory: j.GPUMemoryRequested,
 		Image: j.Image, Command: j.Command, TimeLimit: j.TimeLimit, Class: j.Class,
 		Submitted: j.SubmittedAt, Started: j.StartedAt, Ended: j.EndedAt, Estimated: j.EstimatedStart, ExitCode: j.ExitCode,
+		containerID: j.ContainerID,
 	}
 	for _, u := range j.GPUs {
 		row.GPUs = append(row.GPUs, JobGPU{Name: names.name(u), UUID: u})

@@ -88,6 +88,7 @@ func (s *handler) morePages() []pageDef {
 	pages = append(pages, s.gpusPages()...)
 	pages = append(pages, s.usagePages()...)
 	pages = append(pages, s.wastePages()...)
+	pages = append(pages, s.whatifPages()...)
 	pages = append(pages, s.jobsPages()...)
 	pages = append(pages, s.auditPages()...)
 	return pages

@@ -219,7 +219,7 @@ func TestGPUsPage(t *testing.T) {
 func TestEveryPageSaysWho(t *testing.T) {
 	f := servertest.NewFixture(t, func(c *server.Config) { c.History = historyOf{} })
 	f.Resample()
-	for _, path := range []string{"/", "/gpus", "/usage", "/waste", "/jobs", "/audit"} {
+	for _, path := range []string{"/", "/gpus", "/usage", "/waste", "/whatif", "/jobs", "/audit"} {
 		_, body := page(t, f, servertest.AsAdmin, path)
 		if !strings.Contains(body, `<span id="status">signed in as root (admin)</span>`) || !strings.Contains(body, `aria-current="page"`) {
 			t.Errorf("%s does not say who is signed in, or which page it is:\n%.3000s", path, body)

@@ -68,6 +68,19 @@ type Usage struct {
 	// Filtered says the rows are a part of the node's use.
 	Filtered bool
 	Notes    []string
+	// Advice is what the window's measured use advises the reader's
+	// users to ask for (a user: their own); AdviceNote says why there is
+	// none to show, when there cannot be.
+	Advice     []AdviceRow
+	AdviceNote string
+}
+
+// AdviceRow is one piece of advice on the usage page.
+type AdviceRow struct {
+	User, Group, Kind, Flag string
+	Evidence                string
+	SavedGPUHours, Saved    float64
+	Currency                string
 }
 
 // UsageChart draws GPU-hours used and held but not used per bucket, one

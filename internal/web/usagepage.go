@@ -2,6 +2,8 @@ package web
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/report"
+	"github.com/gpumeter/gpumeter/internal/whatif"
 )
 
 func (s *handler) usagePages() []pageDef {
@@ -201,7 +204,45 @@ func (s *handler) usagePage(r *http.Request, c *Visitor, f Frame) (any, error) {
 		v.Idle = &UsageIdle{GPUHours: rep.Idle.GPUHours, EnergyKWh: rep.Idle.EnergyKWh, Cost: rep.Idle.Cost, Shared: rep.Idle.Shared}
 	}
 	v.Chart = s.usageChart(r.Context(), c, req, loc)
+	v.Advice, v.AdviceNote = s.usageAdvice(r, c, q, *req.From, *req.To)
 	return v, nil
+}
+
+// usageAdvice is the advice over the page's window for the users it
+// shows: a user's own, else the filter's user or team, else everyone's.
+func (s *handler) usageAdvice(r *http.Request, c *Visitor, q usageQuery, from, to time.Time) ([]AdviceRow, string) {
+	if s.cfg.WhatIf == nil {
+		return nil, "The ledger is off: there is no measured use to advise from."
+	}
+	wq := whatif.Query{From: &from, To: &to, User: q.user}
+	if q.user == "" {
+		wq.Team = q.team
+	}
+	if c.OwnOnly {
+		wq.User, wq.Team = c.ID.User, ""
+	}
+	rep, err := s.cfg.WhatIf.Advice(r.Context(), wq)
+	if err != nil {
+		s.cfg.Logger.Warn("usage page: advice", "err", err)
+		return nil, "The advice could not be read; the agent's log says why."
+	}
+	var rows []AdviceRow
+	for _, a := range rep.Advice {
+		keys := slices.Sorted(maps.Keys(a.Evidence))
+		parts := make([]string, 0, len(keys))
+		for _, k := range keys {
+			if k == "rule" || k == "pointer" || k == "saves" {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %v", strings.ReplaceAll(k, "_", " "), a.Evidence[k]))
+		}
+		if p, ok := a.Evidence["pointer"].(string); ok {
+			parts = append(parts, p)
+		}
+		rows = append(rows, AdviceRow{User: a.User, Group: a.Group, Kind: string(a.Kind), Flag: a.Flag, Evidence: strings.Join(parts, "; "),
+			SavedGPUHours: a.SavedGPUHours, Saved: a.SavedCost.Amount, Currency: a.SavedCost.Currency})
+	}
+	return rows, ""
 }
 
 func usageRow(row report.Row, currency, href string) UsageRow {

@@ -203,7 +203,7 @@ func (f *Frame) loc() *time.Location {
 // admins.
 func Nav(current, role string) []NavItem {
 	items := []NavItem{{"/", "Overview", false}, {"/gpus", "GPUs", false}, {"/usage", "Usage", false},
-		{"/waste", "Waste", false}, {"/jobs", "Jobs", false}}
+		{"/waste", "Waste", false}, {"/whatif", "What-if", false}, {"/jobs", "Jobs", false}}
 	if role == "admin" {
 		items = append(items, NavItem{"/audit", "Audit", false})
 	}

@@ -87,6 +87,9 @@ type Config struct {
 	FairShare FairShare
 	// History is the GPUs' figures over time; nil: not kept.
 	History History
+	// WhatIf replays the ledger's history and advises from it; nil: the
+	// ledger is off.
+	WhatIf WhatIf
 	// Usage is the ledger's use per owner and hour, which the usage page
 	// draws; nil: the ledger is off.
 	Usage web.UsageSeries
@@ -232,6 +235,7 @@ func New(cfg Config) http.Handler {
 	routes = append(routes, s.arrayRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
 	routes = append(routes, s.historyRoutes()...)
+	routes = append(routes, s.whatifRoutes()...)
 	routes = append(routes, s.sessionRoutes()...)
 	allow := map[string][]string{}
 	for _, rt := range routes {

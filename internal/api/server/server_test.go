@@ -75,6 +75,8 @@ func TestEndpointsByRole(t *testing.T) {
 		{"GET", "/api/v1/usage", "", auth.ActUsageRead, nil},
 		{"GET", "/api/v1/usage.csv", "", auth.ActUsageRead, nil},
 		{"GET", "/api/v1/waste", "", auth.ActWasteRead, nil},
+		{"GET", "/api/v1/whatif", "", auth.ActUsageRead, nil},
+		{"GET", "/api/v1/advice", "", auth.ActUsageRead, nil},
 		{"GET", "/api/v1/snapshot", "", auth.ActGPUsRead, nil},
 		{"GET", "/api/v1/audit", "", auth.ActAuditRead, map[string]bool{servertest.AsAlice: true, servertest.AsBob: true, servertest.AsViewer: true}},
 		{"POST", stopPath, `{"reason":"done"}`, auth.ActContainerStop, map[string]bool{servertest.AsBob: true, servertest.AsViewer: true}},

@@ -380,6 +380,26 @@ func TestUpgradeFromV3(t *testing.T) {
 		t.Fatal(err)
 	}
 	ledgertest.UpgradeFromV3(t, open(t, path))
+	// The migration compacted every hour but the newest of the minutes
+	// into chunks, rolled the hour rows up into days, and kept reports on
+	// hour rows over the days that hold rows without held time.
+	db := rawDB(t, path)
+	var chunks, minuteHours, days int64
+	var horizon string
+	for q, dst := range map[string]any{
+		"SELECT count(*) FROM usage_chunk":                          &chunks,
+		"SELECT count(DISTINCT start / 3600) FROM usage_minute":     &minuteHours,
+		"SELECT count(*) FROM usage_day":                            &days,
+		"SELECT value FROM gpumeter_meta WHERE key = 'day_horizon'": &horizon,
+	} {
+		if err := db.QueryRow(q).Scan(dst); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if chunks == 0 || minuteHours > 1 || days == 0 || horizon == "" {
+		t.Errorf("after the upgrade: %d usage chunks, minute rows in %d hours, %d day rows, day horizon %q; want chunks, at most one hour of minute rows, day rows and a horizon",
+			chunks, minuteHours, days, horizon)
+	}
 	var v string
 	if err := rawDB(t, path).QueryRow("SELECT value FROM gpumeter_meta WHERE key = 'schema_version'").Scan(&v); err != nil || v != strconv.Itoa(sqlite.SchemaVersion()) {
 		t.Errorf("schema_version after the upgrade = %q (%v), want %d", v, err, sqlite.SchemaVersion())

@@ -80,27 +80,8 @@ func readMinutes(ctx context.Context, q Querier, f *family, node string, r Range
 	if err != nil {
 		return nil, err
 	}
-	var qb query
-	sql := "SELECT " + f.selectCols() + " FROM " + f.name + "_minute WHERE start >= " + qb.arg(r.From) + " AND start < " + qb.arg(r.To)
-	if node != "" {
-		sql += " AND " + f.nodeByName(qb.arg(node))
-	}
-	sql += " ORDER BY start, " + strings.Join(f.keys, ", ")
-	rows, err := q.Query(ctx, sql, qb.args...)
-	if err != nil {
-		return nil, fmt.Errorf("%s minutes: %w", f.name, err)
-	}
-	defer rows.Close()
 	chunked := len(out)
-	sc := f.scanner()
-	for rows.Next() {
-		row, err := sc.scan(rows)
-		if err != nil {
-			return nil, fmt.Errorf("%s minutes: %w", f.name, err)
-		}
-		out = append(out, row)
-	}
-	if err := rows.Err(); err != nil {
+	if out, err = readRows(ctx, q, f, f.name+"_minute", node, r, out); err != nil {
 		return nil, fmt.Errorf("%s minutes: %w", f.name, err)
 	}
 	if chunked == 0 || chunked == len(out) || out[chunked-1].start < out[chunked].start {

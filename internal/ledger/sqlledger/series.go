@@ -86,8 +86,14 @@ func Series(ctx context.Context, q Querier, f ledger.Filter, step time.Duration)
 // readHourRows reads f's hour rows in r, of node ("" for every node), by
 // start and then ids.
 func readHourRows(ctx context.Context, q Querier, f *family, node string, r Range) ([]minuteRow, error) {
+	return readRows(ctx, q, f, f.name+"_hour", node, r, nil)
+}
+
+// readRows appends to out the rows of table (one of f's) in r, of node
+// ("" for every node), by start and then ids.
+func readRows(ctx context.Context, q Querier, f *family, table, node string, r Range, out []minuteRow) ([]minuteRow, error) {
 	var qb query
-	sql := "SELECT " + f.selectCols() + " FROM " + f.name + "_hour WHERE start >= " + qb.arg(r.From) + " AND start < " + qb.arg(r.To)
+	sql := "SELECT " + f.selectCols() + " FROM " + table + " WHERE start >= " + qb.arg(r.From) + " AND start < " + qb.arg(r.To)
 	if node != "" {
 		sql += " AND " + f.nodeByName(qb.arg(node))
 	}
@@ -97,7 +103,6 @@ func readHourRows(ctx context.Context, q Querier, f *family, node string, r Rang
 		return nil, err
 	}
 	defer rows.Close()
-	var out []minuteRow
 	sc := f.scanner()
 	for rows.Next() {
 		row, err := sc.scan(rows)

@@ -78,6 +78,7 @@ var pages = []page{
 		ledger:   []string{"/usage?window=24h", "/usage?window=7d", "/usage?window=30d&by=team"},
 		userSees: []string{"alice"}},
 	{name: "waste", path: "/waste", bad: "/waste?window=nonsense", xss: "/waste", stops: true, demoShows: "erin-dev", docsFromDemo: true},
+	{name: "whatif", path: "/whatif?window=24h", charts: 1, bad: "/whatif?window=nonsense", ledger: []string{"/whatif?window=7d"}},
 	{name: "jobs", path: "/jobs", bad: "/jobs?state=nonsense", demoShows: "alice-train", buttons: true, docsFromDemo: true,
 		userSees: []string{"alice-train"},
 		// The queue's reason for a waiting job names who holds each GPU

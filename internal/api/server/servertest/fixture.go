@@ -25,9 +25,12 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/gpu"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
+	"github.com/gpumeter/gpumeter/internal/whatif"
 )
 
 // The node of the fixture: alice runs alice-train on GPU 0 and has a
@@ -354,6 +357,7 @@ func NewFixtureServer(t *testing.T, edit func(*server.Config), httpServer func(*
 		Limiter: func() *auth.Limiter { return nil },
 		Limits:  server.Limits{MaxBodyBytes: 1 << 10, MaxReportWindow: 30 * 24 * time.Hour, MaxReportRows: 100, MaxAuditEvents: 50},
 		Now:     f.Clock.Now,
+		WhatIf:  &whatif.Service{Ledger: EmptyHistory{}, Now: f.Clock.Now},
 	}
 	if edit != nil {
 		edit(&cfg)
@@ -459,6 +463,18 @@ func CheckMessage(t *testing.T, msg string) {
 // goType matches a package-qualified Go type such as apitype.StopRequest;
 // config keys such as api.max_body are not types.
 var goType = regexp.MustCompile(`\b[a-z][a-z0-9]*\.[A-Z][A-Za-z0-9]*`)
+
+// EmptyHistory is a ledger without history for the what-if replay and
+// advice: they answer with nothing to replay.
+type EmptyHistory struct{}
+
+func (EmptyHistory) Series(context.Context, ledger.Filter, time.Duration) ([]ledger.UsagePoint, error) {
+	return nil, nil
+}
+func (EmptyHistory) KnownGPUs(context.Context) ([]ledger.GPU, error) { return nil, nil }
+func (EmptyHistory) Jobs(context.Context, ledger.JobFilter) ([]queue.Job, error) {
+	return nil, nil
+}
 
 // FixedWaste serves one report.
 type FixedWaste struct{ Findings *waste.Report }
