@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"text/tabwriter"
 
@@ -75,6 +76,16 @@ func writeFairShare(w io.Writer, fs apitype.FairShare) error {
 }
 
 // gpuHours writes GPU-hours as the config's budgets are written: 2000h.
+// Under a tenth of an hour it keeps three decimals, so that a few minutes
+// of use do not read as none beside a NORM-USAGE that counts them.
 func gpuHours(h float64) string {
+	switch a := math.Abs(h); {
+	case a == 0:
+		return "0.0h"
+	case a < 0.0005:
+		return "<0.001h"
+	case a < 0.1:
+		return strconv.FormatFloat(h, 'f', 3, 64) + "h"
+	}
 	return strconv.FormatFloat(h, 'f', 1, 64) + "h"
 }

@@ -67,6 +67,9 @@ folded into one line with the count of its tasks in each state
 			if err := writeJobs(cmd.OutOrStdout(), page.Jobs, time.Now(), fold); err != nil {
 				return err
 			}
+			if err := writeNoJobsLine(cmd.OutOrStdout(), page, q); err != nil {
+				return err
+			}
 			return writePageLine(cmd.OutOrStdout(), page)
 		},
 	}
@@ -247,6 +250,28 @@ func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time, fold map[string]a
 			stateWord(j), gpusWord(j), priorityWord(j.Priority), positionWord(j.Position), age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
 	}
 	return tw.Flush()
+}
+
+// writeNoJobsLine says, under a table with no rows, what the list left
+// out and the flags that show it: an admin's own list is often empty
+// while others' jobs wait.
+func writeNoJobsLine(w io.Writer, r apitype.JobsResponse, q client.JobsQuery) error {
+	if len(r.Jobs) > 0 || q.After != "" {
+		return nil
+	}
+	var line string
+	switch {
+	case q.AllUsers && q.All:
+		return nil
+	case q.AllUsers:
+		line = "no waiting or running jobs; -a adds the ended ones"
+	case q.All:
+		line = "no jobs of yours; --all-users lists everyone's (admins and viewers)"
+	default:
+		line = "no waiting or running jobs of yours; -a adds the ended ones, --all-users everyone's (admins and viewers)"
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
 }
 
 // gpusWord is what a job asks for: a number of GPUs, or the memory of a

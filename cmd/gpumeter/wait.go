@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -110,7 +111,9 @@ func endWords(j apitype.Job) string {
 	if j.ReasonText != "" {
 		s = j.ReasonText
 	}
-	if j.ExitCode != nil {
+	// The queue's sentence often says the code already ("exited with
+	// code 0", "… (exit code 143)"): it is said once.
+	if j.ExitCode != nil && !strings.Contains(s, fmt.Sprintf("code %d", *j.ExitCode)) {
 		s += fmt.Sprintf(" (exit code %d)", *j.ExitCode)
 	}
 	return s

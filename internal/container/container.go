@@ -14,6 +14,11 @@ import (
 // its runtime does not know, or no longer knows.
 var ErrNotFound = errors.New("container not found")
 
+// ErrNotConnected is an inventory's answer before its first connection
+// to the runtime has been tried to the end: no failure yet, and nothing
+// worth a warning.
+var ErrNotConnected = errors.New("not connected yet")
+
 // JobLabel is the label that names the queue job a container runs
 // (j-000123). The queue sets it on every job container; the report, the
 // exporter and ps read it, so it is defined down here where all of them
@@ -22,6 +27,11 @@ const JobLabel = "gpumeter.job"
 
 // JobID is the queue job c runs, or "" when c is not a job's container.
 func (c *Container) JobID() string { return c.Labels[JobLabel] }
+
+// NodeLabel is the label that names the node whose queue made a job's
+// container (queue/spec sets it): on an engine two agents share, a job
+// id is its node's, and reports key a job by both.
+const NodeLabel = "gpumeter.node"
 
 // Container is one container on the node.
 type Container struct {

@@ -104,7 +104,7 @@ func New(cli *Client, cfg Config) *Inventory {
 		cli:       cli,
 		byID:      make(map[string]*container.Container),
 		downSince: time.Now(),
-		downErr:   errors.New("not connected yet"),
+		downErr:   container.ErrNotConnected,
 	}
 }
 

@@ -107,7 +107,7 @@ func TestArrayLimit(t *testing.T) {
 		[]string{"j-000005_0=GPU-2", "j-000007_0=GPU-3"},
 		[]string{
 			"j-000001_1 array_limit: 2 of array j-000001's tasks run, its limit (%2); this task starts when one of them ends",
-			"j-000007_1 resources: waiting for 1 free GPU; none is free; no job ahead of you; no start estimate: what it waits for has no time limit",
+			"j-000007_1 resources: waiting for 1 free GPU; none is free; no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 		})
 }
 

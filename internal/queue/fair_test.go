@@ -157,9 +157,9 @@ func TestBackfillAroundReservation(t *testing.T) {
 	}
 	p := Schedule(in)
 	check(t, p, []string{"j-000003=GPU-3"}, []string{
-		"j-000001 resources: waiting for 3 free GPUs; 1 is free; j-a (zed) reaches its time limit in 1 h; no job ahead of you; next GPUs free by j-a's time limit at 10:00 UTC",
-		"j-000002 resources: waiting behind j-000001 (ann), first in the queue, which waits for 3 free GPUs; 1 job ahead of you; next GPUs free by j-b's time limit at 12:00 UTC",
-		"j-000004 resources: waiting behind j-000001 (ann), first in the queue, which waits for 3 free GPUs; 2 jobs ahead of you; next GPUs free by j-000001's time limit at 14:00 UTC",
+		"j-000001 resources: waiting for 3 free GPUs; 1 is free; j-a (zed) reaches its time limit in 1 h; no job ahead of you waits for GPUs; next GPUs free by j-a's time limit at 10:00 UTC",
+		"j-000002 resources: waiting behind j-000001 (ann), first in the queue, which waits for 3 free GPUs; 1 job ahead of you waits for GPUs; next GPUs free by j-b's time limit at 12:00 UTC",
+		"j-000004 resources: waiting behind j-000001 (ann), first in the queue, which waits for 3 free GPUs; 2 jobs ahead of you wait for GPUs; next GPUs free by j-000001's time limit at 14:00 UTC",
 	})
 	want := []time.Time{t0.Add(time.Hour), t0.Add(3 * time.Hour), t0.Add(5 * time.Hour)}
 	for k, w := range p.Waits {
@@ -292,7 +292,7 @@ func TestEstimateAndSentenceSayTheSameMinute(t *testing.T) {
 	if want := time.Date(2026, 12, 1, 20, 59, 0, 0, time.UTC); !head.EstimatedStart.Equal(want) {
 		t.Errorf("estimated start %v, want %v (20:58:09 rounded up)", head.EstimatedStart, want)
 	}
-	if want := "waiting for 1 free GPU; none is free; j-a (zed) reaches its time limit in 8 min; no job ahead of you; next GPUs free by j-a's time limit at 20:59 UTC"; head.Text() != want {
+	if want := "waiting for 1 free GPU; none is free; j-a (zed) reaches its time limit in 8 min; no job ahead of you waits for GPUs; next GPUs free by j-a's time limit at 20:59 UTC"; head.Text() != want {
 		t.Errorf("text = %q, want %q", head.Text(), want)
 	}
 	if want := time.Date(2026, 12, 1, 21, 59, 0, 0, time.UTC); !next.EstimatedStart.Equal(want) || !strings.HasSuffix(next.Text(), "at 21:59 UTC") {

@@ -265,13 +265,22 @@ func firstToEnd(running []RunningJob) *RunningJob {
 	return first
 }
 
-// durationText says d rounded up, in seconds under a minute and in whole
-// minutes above: "10 s", "38 min", "2 h 5 min".
+// durationText says d as a person reads it: in seconds under a minute,
+// in minutes and seconds under ten minutes, and to the nearest minute
+// above: "10 s", "4 min 5 s", "38 min", "2 h 5 min".
 func durationText(d time.Duration) string {
-	if s := (d + time.Second - 1) / time.Second; s < 60 {
+	s := (d + time.Second - 1) / time.Second // a second not yet over counts
+	if s < 60 {
 		return fmt.Sprintf("%d s", s)
 	}
-	m := int((d + time.Minute - 1) / time.Minute)
+	if s < 10*60 {
+		// Under ten minutes the seconds matter: 4 min 5 s is not 5 min.
+		if s%60 == 0 {
+			return fmt.Sprintf("%d min", s/60)
+		}
+		return fmt.Sprintf("%d min %d s", s/60, s%60)
+	}
+	m := int((d + time.Minute/2) / time.Minute) // the nearest minute
 	if m < 60 {
 		return fmt.Sprintf("%d min", m)
 	}

@@ -127,10 +127,13 @@ func TestTexts(t *testing.T) {
 		10 * time.Second:                          "10 s",
 		59*time.Second + time.Nanosecond:          "1 min", // 60 s, a minute
 		time.Minute:                               "1 min",
-		time.Minute + time.Second:                 "2 min",
+		time.Minute + time.Second:                 "1 min 1 s",
+		4*time.Minute + 5*time.Second:             "4 min 5 s", // not 5 min
+		10*time.Minute + 29*time.Second:           "10 min",
+		10*time.Minute + 30*time.Second:           "11 min",
 		38 * time.Minute:                          "38 min",
 		60 * time.Minute:                          "1 h",
-		2*time.Hour + 4*time.Minute + time.Second: "2 h 5 min",
+		2*time.Hour + 4*time.Minute + time.Second: "2 h 4 min",
 	} {
 		if got := durationText(d); got != want {
 			t.Errorf("durationText(%v) = %q, want %q", d, got, want)

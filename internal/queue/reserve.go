@@ -421,16 +421,24 @@ func (w Wait) Text() string {
 	}
 	b := make([]byte, 0, len(text)+100)
 	b = append(b, text...)
+	// Ahead are the jobs before this one that wait for the same pool; a
+	// held job, or one that waits for another job, takes a place in line
+	// (its position) but nothing from this one.
+	what := " for GPUs"
+	if f.pool == poolMemory {
+		what = " for shared GPU memory"
+	}
 	switch f.ahead {
 	case 0:
-		b = append(b, "; no job ahead of you"...)
+		b = append(b, "; no job ahead of you waits"...)
 	case 1:
-		b = append(b, "; 1 job ahead of you"...)
+		b = append(b, "; 1 job ahead of you waits"...)
 	default:
 		b = append(b, "; "...)
 		b = strconv.AppendInt(b, int64(f.ahead), 10)
-		b = append(b, " jobs ahead of you"...)
+		b = append(b, " jobs ahead of you wait"...)
 	}
+	b = append(b, what...)
 	switch {
 	case w.EstimatedStart.IsZero():
 		b = append(b, "; no start estimate: what it waits for has no time limit"...)

@@ -69,8 +69,8 @@ func TestSixJobsOnFourGPUs(t *testing.T) {
 	check(t, Schedule(in),
 		[]string{"j-000001=GPU-0", "j-000002=GPU-1", "j-000003=GPU-2", "j-000004=GPU-3"},
 		[]string{
-			"j-000005 resources: waiting for 1 free GPU; none is free; no job ahead of you; no start estimate: what it waits for has no time limit",
-			"j-000006 resources: waiting behind j-000005 (eve), first in the queue, which waits for 1 free GPU; 1 job ahead of you; no start estimate: what it waits for has no time limit",
+			"j-000005 resources: waiting for 1 free GPU; none is free; no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
+			"j-000006 resources: waiting behind j-000005 (eve), first in the queue, which waits for 1 free GPU; 1 job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 		})
 
 	// The next pass, with the four running under time limits.
@@ -84,14 +84,14 @@ func TestSixJobsOnFourGPUs(t *testing.T) {
 	}
 	in.Now = now
 	check(t, Schedule(in), nil, []string{
-		"j-000005 resources: waiting for 1 free GPU; none is free; j-000003 (cat) reaches its time limit in 38 min; no job ahead of you; next GPUs free by j-000003's time limit at 11:38 UTC",
-		"j-000006 resources: waiting behind j-000005 (eve), first in the queue, which waits for 1 free GPU; 1 job ahead of you; next GPUs free by j-000002's time limit at 12:00 UTC",
+		"j-000005 resources: waiting for 1 free GPU; none is free; j-000003 (cat) reaches its time limit in 38 min; no job ahead of you waits for GPUs; next GPUs free by j-000003's time limit at 11:38 UTC",
+		"j-000006 resources: waiting behind j-000005 (eve), first in the queue, which waits for 1 free GPU; 1 job ahead of you waits for GPUs; next GPUs free by j-000002's time limit at 12:00 UTC",
 	})
 
 	// One ends: the first waiting job starts on its GPU.
 	in.Running = slices.Delete(in.Running, 1, 2)
 	check(t, Schedule(in), []string{"j-000005=GPU-1"}, []string{
-		"j-000006 resources: waiting for 1 free GPU; none is free; j-000003 (cat) reaches its time limit in 38 min; no job ahead of you; next GPUs free by j-000003's time limit at 11:38 UTC",
+		"j-000006 resources: waiting for 1 free GPU; none is free; j-000003 (cat) reaches its time limit in 38 min; no job ahead of you waits for GPUs; next GPUs free by j-000003's time limit at 11:38 UTC",
 	})
 }
 
@@ -109,12 +109,12 @@ func TestTwoGPUJobWaitsForTwo(t *testing.T) {
 	// The one-GPU job behind, with no time limit, does not take the free
 	// GPU: the head's reservation at 10:00 needs it.
 	check(t, Schedule(in), nil, []string{
-		"j-000010 resources: waiting for 2 free GPUs; 1 is free; j-000001 (carol) reaches its time limit in 38 min; no job ahead of you; next GPUs free by j-000001's time limit at 10:00 UTC",
-		"j-000011 resources: waiting behind j-000010 (alice), first in the queue, which waits for 2 free GPUs; 1 job ahead of you; next GPUs free by j-000002's time limit at 11:00 UTC",
+		"j-000010 resources: waiting for 2 free GPUs; 1 is free; j-000001 (carol) reaches its time limit in 38 min; no job ahead of you waits for GPUs; next GPUs free by j-000001's time limit at 10:00 UTC",
+		"j-000011 resources: waiting behind j-000010 (alice), first in the queue, which waits for 2 free GPUs; 1 job ahead of you waits for GPUs; next GPUs free by j-000002's time limit at 11:00 UTC",
 	})
 	in.Running = in.Running[1:]
 	check(t, Schedule(in), []string{"j-000010=GPU-0,GPU-2"}, []string{
-		"j-000011 resources: waiting for 1 free GPU; none is free; j-000002 (dave) reaches its time limit in 1 h 38 min; no job ahead of you; next GPUs free by j-000002's time limit at 11:00 UTC",
+		"j-000011 resources: waiting for 1 free GPU; none is free; j-000002 (dave) reaches its time limit in 1 h 38 min; no job ahead of you waits for GPUs; next GPUs free by j-000002's time limit at 11:00 UTC",
 	})
 }
 
@@ -127,7 +127,7 @@ func TestHeldJobKeepsPlaceAndDoesNotStart(t *testing.T) {
 	// Released, it is first again.
 	in.Queued[1].Held = false
 	check(t, Schedule(in), []string{"j-000001=GPU-0"}, []string{
-		"j-000002 resources: waiting for 1 free GPU; none is free; no job ahead of you; no start estimate: what it waits for has no time limit",
+		"j-000002 resources: waiting for 1 free GPU; none is free; no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 	})
 }
 
@@ -145,18 +145,18 @@ func TestOutsideContainerHoldsGPU2(t *testing.T) {
 	}
 	// Binpack takes the GPUs next to the busy one first.
 	check(t, Schedule(in), []string{"j-000001=GPU-1", "j-000002=GPU-0", "j-000003=GPU-3"}, []string{
-		"j-000004 outside_use: waiting for 1 free GPU; none is free; GPU 2 is held by bob's container notebook (outside the queue); no job ahead of you; no start estimate: what it waits for has no time limit",
+		"j-000004 outside_use: waiting for 1 free GPU; none is free; GPU 2 is held by bob's container notebook (outside the queue); no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 	})
 
 	// A container nobody is known for, and a job that would not fit anyway.
 	in.Outside.Containers[0].User = ""
 	in.Queued = []QueuedJob{queued(5, "u5", 4)}
 	check(t, Schedule(in), nil, []string{
-		"j-000005 outside_use: waiting for 4 free GPUs; 3 are free; GPU 2 is held by container notebook (outside the queue); no job ahead of you; no start estimate: what it waits for has no time limit",
+		"j-000005 outside_use: waiting for 4 free GPUs; 3 are free; GPU 2 is held by container notebook (outside the queue); no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 	})
 	in.Running = []RunningJob{running("j-000001", "u1", t0, 0, "GPU-0")}
 	check(t, Schedule(in), nil, []string{
-		"j-000005 resources: waiting for 4 free GPUs; 2 are free; GPU 2 is held by container notebook (outside the queue); no job ahead of you; no start estimate: what it waits for has no time limit",
+		"j-000005 resources: waiting for 4 free GPUs; 2 are free; GPU 2 is held by container notebook (outside the queue); no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 	})
 }
 
@@ -170,10 +170,10 @@ func TestOutsideMemoryThreshold(t *testing.T) {
 		{"under", 3 * gib, 0, nil},
 		{"at the threshold", 4 * gib, 0, nil},
 		{"over", 5 * gib, 0, []string{
-			"j-000001 outside_use: waiting for 1 free GPU; none is free; GPU 0 has 5.0 GiB used by processes outside the queue (over 5% of its memory); no job ahead of you; no start estimate: what it waits for has no time limit",
+			"j-000001 outside_use: waiting for 1 free GPU; none is free; GPU 0 has 5.0 GiB used by processes outside the queue (over 5% of its memory); no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 		}},
 		{"small", 512 << 20, 0.005, []string{
-			"j-000001 outside_use: waiting for 1 free GPU; none is free; GPU 0 has 512 MiB used by processes outside the queue (over 0.5% of its memory); no job ahead of you; no start estimate: what it waits for has no time limit",
+			"j-000001 outside_use: waiting for 1 free GPU; none is free; GPU 0 has 512 MiB used by processes outside the queue (over 0.5% of its memory); no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 		}},
 		{"under a set threshold", 30 * gib, 0.5, nil},
 	} {
@@ -230,7 +230,7 @@ func TestFIFOOrder(t *testing.T) {
 	a.ID, b.ID = "j-000020", "j-000010" // same submit time: by id
 	in := Input{GPUs: hostGPUs(2), Queued: []QueuedJob{a, b, c}, Now: t0}
 	check(t, Schedule(in), []string{"j-000001=GPU-0", "j-000010=GPU-1"}, []string{
-		"j-000020 resources: waiting for 1 free GPU; none is free; no job ahead of you; no start estimate: what it waits for has no time limit",
+		"j-000020 resources: waiting for 1 free GPU; none is free; no job ahead of you waits for GPUs; no start estimate: what it waits for has no time limit",
 	})
 }
 

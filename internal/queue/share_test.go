@@ -40,7 +40,7 @@ func TestMemoryPackingAtTheEdge(t *testing.T) {
 	in.Outside.Containers = []OutsideContainer{{Name: "nb", User: "bob", GPUs: []string{"GPU-3"}}}
 	p := Schedule(in)
 	check(t, p, nil, []string{
-		"j-000001 outside_use: waiting for 30.0 GiB on a shared GPU; GPU 2 has 30.0 GiB of its 72.0 GiB free (40.0 GiB declared by jobs, 2.0 GiB used outside the queue); GPU 3 is held by bob's container nb (outside the queue); no job ahead of you; next GPU memory free by j-m's time limit at 10:00 UTC",
+		"j-000001 outside_use: waiting for 30.0 GiB on a shared GPU; GPU 2 has 30.0 GiB of its 72.0 GiB free (40.0 GiB declared by jobs, 2.0 GiB used outside the queue); GPU 3 is held by bob's container nb (outside the queue); no job ahead of you waits for shared GPU memory; next GPU memory free by j-m's time limit at 10:00 UTC",
 	})
 }
 
@@ -51,7 +51,7 @@ func TestTwoMemoryJobsShareAThirdWaits(t *testing.T) {
 	in.Queued[1].TimeLimit = 2 * time.Hour
 	p := Schedule(in)
 	check(t, p, []string{"j-000001=GPU-3", "j-000002=GPU-3", "j-000004=GPU-0,GPU-1,GPU-2"}, []string{
-		"j-000003 resources: waiting for 30.0 GiB on a shared GPU; GPU 3 has 12.0 GiB of its 72.0 GiB free (60.0 GiB declared by jobs); no job ahead of you; next GPU memory free by j-000002's time limit at 11:00 UTC",
+		"j-000003 resources: waiting for 30.0 GiB on a shared GPU; GPU 3 has 12.0 GiB of its 72.0 GiB free (60.0 GiB declared by jobs); no job ahead of you waits for shared GPU memory; next GPU memory free by j-000002's time limit at 11:00 UTC",
 	})
 	if p.Starts[0].Placement == nil || len(p.Starts[0].Placement.Candidates) != 1 || !p.Starts[0].Placement.Candidates[0].Chosen {
 		t.Errorf("placement = %+v, want GPU 3 the one candidate, chosen", p.Starts[0].Placement)

@@ -151,9 +151,9 @@ func Build(usage []ledger.UsageTotal, gpus []ledger.GPUTotal, opt Options) (*Rep
 		rows[g] = sum(lines[idx[0]].key, lines, idx, seen, g+1)
 	}
 	if opt.By == ByJob {
-		jobs := make(map[string]*queue.Job, len(opt.Jobs))
+		jobs := make(map[[2]string]*queue.Job, len(opt.Jobs))
 		for i := range opt.Jobs {
-			jobs[opt.Jobs[i].ID] = &opt.Jobs[i]
+			jobs[[2]string{opt.Jobs[i].Node, opt.Jobs[i].ID}] = &opt.Jobs[i]
 		}
 		now := cmp.Or(opt.Now, opt.To)
 		for g, idx := range groups {

@@ -55,7 +55,7 @@ func keyer(by string, usage []ledger.UsageTotal) func(*ledger.UsageTotal) string
 	case ByNode:
 		return func(u *ledger.UsageTotal) string { return u.Node }
 	case ByJob:
-		return jobKey
+		return jobKeyer(usage)
 	}
 	return containerKeyer(usage)
 }
@@ -100,7 +100,9 @@ func containerKeyer(usage []ledger.UsageTotal) func(*ledger.UsageTotal) string {
 		case ledger.KindNone:
 			return KeyUnattributed
 		case ledger.KindHost:
-			return "(host " + u.OwnerID + ")"
+			// A host user's processes, named as ps, top and the console
+			// name them.
+			return u.OwnerID + " (host)"
 		}
 		return keys[ctr{u.Node, u.OwnerID}]
 	}

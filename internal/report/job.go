@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -40,28 +41,60 @@ type JobInfo struct {
 	RanSeconds    *float64 `json:"ran_seconds"`
 }
 
-// jobKey keys a record by the job its container runs: the container's
-// gpumeter.job label, which is trusted as the user labels are. Everything
-// else is one row, "(not a job)", so that the rows still add up to the
-// host.
-func jobKey(u *ledger.UsageTotal) string {
-	if u.OwnerKind == ledger.KindNone {
-		return KeyUnattributed
+// jobOf is the job a record's container runs: its gpumeter.job label,
+// which is trusted as the user labels are, and the node whose queue made
+// it, its gpumeter.node label (the node that metered it when the label
+// is missing). A container labelled with another node's job is that
+// node's: the same id on two nodes is two jobs.
+func jobOf(u *ledger.UsageTotal) (node, id string) {
+	if u.Container == nil {
+		return "", ""
 	}
-	if u.Container != nil {
-		if id := u.Container.Labels[container.JobLabel]; id != "" {
-			return id
-		}
+	if id = u.Container.Labels[container.JobLabel]; id == "" {
+		return "", ""
 	}
-	return KeyNotJob
+	return cmp.Or(u.Container.Labels[container.NodeLabel], u.Node), id
 }
 
-// jobInfo is the job of the row key whose first record is first.
-func jobInfo(key string, first *ledger.UsageTotal, jobs map[string]*queue.Job, now time.Time) *JobInfo {
+// jobKeyer keys a record by the job its container runs: the job's id,
+// and "node/id" when the report's jobs are of more than one node.
+// Everything else is one row, "(not a job)", so that the rows still add
+// up to the host.
+func jobKeyer(usage []ledger.UsageTotal) func(*ledger.UsageTotal) string {
+	nodes := map[string]bool{}
+	for i := range usage {
+		if node, id := jobOf(&usage[i]); id != "" {
+			nodes[node] = true
+		}
+	}
+	qualify := len(nodes) > 1
+	return func(u *ledger.UsageTotal) string {
+		if u.OwnerKind == ledger.KindNone {
+			return KeyUnattributed
+		}
+		node, id := jobOf(u)
+		switch {
+		case id == "":
+			return KeyNotJob
+		case qualify:
+			return node + "/" + id
+		}
+		return id
+	}
+}
+
+// jobInfo is the job of the row key whose first record is first, looked
+// up by its node and id; a job the store keeps without a node (an older
+// release wrote none) is found by its id.
+func jobInfo(key string, first *ledger.UsageTotal, jobs map[[2]string]*queue.Job, now time.Time) *JobInfo {
 	if key == KeyUnattributed || key == KeyNotJob {
 		return nil
 	}
-	j := jobs[key]
+	node, id := jobOf(first)
+	j := jobs[[2]string{node, id}]
+	if j == nil {
+		j = jobs[[2]string{"", id}]
+	}
 	if j == nil {
 		info := &JobInfo{}
 		if first.Container != nil {

@@ -117,6 +117,35 @@ func TestBuildByJobUnknown(t *testing.T) {
 	}
 }
 
+// TestBuildByJobOtherNode: a container on this engine labelled with
+// another node's job of the same id is that node's job, not ours: two
+// rows keyed by node and id, and only ours finds our job.
+func TestBuildByJobOtherNode(t *testing.T) {
+	usage, gpus, jobs := jobFixture()
+	jobs[0].Node = "gpu1"
+	c := *usage[1].Container
+	c.Labels = maps.Clone(c.Labels)
+	c.Labels[container.JobLabel], c.Labels[container.NodeLabel] = "j-000012", "gpu2"
+	usage[1].Container = &c
+	got, err := Build(usage, gpus, Options{By: ByJob, From: from, To: to, Cost: prices(), Jobs: jobs, Now: jobNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	infos := map[string]*JobInfo{}
+	for _, r := range got.Rows {
+		infos[r.Key] = r.Job
+	}
+	if j := infos["gpu1/j-000012"]; j == nil || j.State != "succeeded" {
+		t.Errorf("our j-000012: %+v, want the succeeded job", j)
+	}
+	if j := infos["gpu2/j-000012"]; j == nil || j.State != "" || j.User != "bob" {
+		t.Errorf("gpu2's j-000012: %+v, want a job the store does not know, of bob", j)
+	}
+	if _, ok := infos["j-000012"]; ok {
+		t.Errorf("a row keyed by the id alone: %v", infos)
+	}
+}
+
 // regexpLine reports whether a line of out begins with the fields given.
 func regexpLine(out string, fields ...string) bool {
 	for _, l := range strings.Split(out, "\n") {
@@ -264,6 +293,21 @@ func TestRunByJobSQLite(t *testing.T) {
 	req.By = ByUser
 	if _, err := Run(ctx, store, nil, req, prices()); err != nil {
 		t.Errorf("by user without a job store: %v", err)
+	}
+
+	// since=1h at 7 s past a minute reads that minute's rows, and the
+	// report's window ends then, not at the next minute.
+	at := to.Add(7 * time.Second)
+	req = Request{By: ByUser, Since: time.Hour, Format: "json"}
+	if err := req.Validate(at); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = Run(ctx, store, nil, req, prices())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := at.Add(-time.Hour).Truncate(time.Minute); !rep.From.Equal(want) || !rep.To.Equal(at) {
+		t.Errorf("since=1h at %s: window %s to %s, want %s to %s", at, rep.From, rep.To, want, at)
 	}
 }
 

@@ -275,7 +275,7 @@ func TestBuildBy(t *testing.T) {
 		{ByUser, []key{{"alice", 4.945, 1}, {"bob", 3.175, 1}, {"carol", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}}},
 		{ByTeam, []key{{"vision", 8.12, 2}, {KeyNone, 0.0225, 0}, {KeyUnattributed, 0.0045, 0}}},
 		{ByProject, []key{{"detector", 4.945, 1}, {KeyNone, 3.1975, 1}, {KeyUnattributed, 0.0045, 0}}},
-		{ByContainer, []key{{"train", 4.945, 1}, {"notebook", 3.175, 1}, {"(host carol)", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}}},
+		{ByContainer, []key{{"train", 4.945, 1}, {"notebook", 3.175, 1}, {"carol (host)", 0.0225, 0}, {KeyUnattributed, 0.0045, 0}}},
 		{ByImage, []key{{"pytorch/pytorch:2.4", 4.945, 1}, {"jupyter/scipy", 3.175, 1}, {KeyHost, 0.0225, 0}, {KeyUnattributed, 0.0045, 0}}},
 		{ByGPU, []key{{"gpu1/0 " + a100, 4.945, 1}, {"gpu1/1 " + h100, 3.202, 1}}},
 		{ByNode, []key{{"gpu1", 8.147, 2}}},

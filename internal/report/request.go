@@ -249,5 +249,11 @@ func Run(ctx context.Context, store Reader, jobs JobReader, r Request, m cost.Mo
 			return nil, err
 		}
 	}
-	return Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: m, Filter: r.Filter(), Jobs: js, Now: r.now})
+	rep, err := Build(usage, gpus, Options{By: r.By, From: *r.From, To: *r.To, Cost: m, Filter: r.Filter(), Jobs: js, Now: r.now})
+	// The window was rounded out to whole minutes to read the current
+	// minute's rows; what they cover ends now, not at the minute to come.
+	if err == nil && !r.now.IsZero() && rep.To.After(r.now) {
+		rep.To = r.now.UTC().Truncate(time.Second)
+	}
+	return rep, err
 }

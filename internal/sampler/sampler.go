@@ -312,6 +312,14 @@ func (s *Sampler) prune() {
 // source that stays down does not flood the log.
 func (s *Sampler) record(name string, d time.Duration, err error) SourceHealth {
 	h := SourceHealth{Name: name, OK: err == nil, Duration: d}
+	if err != nil && errors.Is(err, container.ErrNotConnected) && !s.srcFailed[name] {
+		// At start an inventory that is still connecting is no failure:
+		// a warning now and "recovered" a second later are noise. The
+		// first real failure is warned of.
+		h.Err = err.Error()
+		s.cfg.Logger.Debug("source not connected yet", "source", name, "err", err)
+		return h
+	}
 	if err != nil {
 		s.srcErrs[name]++
 		h.Err = err.Error()

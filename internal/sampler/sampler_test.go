@@ -1,8 +1,12 @@
 package sampler
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -214,5 +218,27 @@ func TestRunStopsWithContext(t *testing.T) {
 	}
 	if ticks < 3 || s.Latest() == nil {
 		t.Errorf("%d ticks in 200ms at 10ms, want several", ticks)
+	}
+}
+
+// TestStartIsQuiet: an inventory still connecting at start is logged at
+// debug, with no "recovered" once it answers; its first real failure is
+// a warning.
+func TestStartIsQuiet(t *testing.T) {
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	src := &fakeGPUs{sample: gpu.Sample{Devices: []gpu.Device{device()}}}
+	inv := &fakeInventory{err: fmt.Errorf("docker daemon unreachable since now: %w", container.ErrNotConnected)}
+	s := New(Config{GPUs: src, Inventories: []Named{{Name: "docker", Inventory: inv}}, Logger: log})
+	s.Step(context.Background(), t0)
+	inv.err = nil
+	s.Step(context.Background(), t0.Add(time.Second))
+	if logs.Len() != 0 {
+		t.Errorf("a start while the inventory connects logs:\n%s", &logs)
+	}
+	inv.err = errors.New("docker daemon unreachable")
+	s.Step(context.Background(), t0.Add(2*time.Second))
+	if !strings.Contains(logs.String(), "level=WARN msg=\"source failed\" source=docker") {
+		t.Errorf("the first real failure is not a warning:\n%s", &logs)
 	}
 }

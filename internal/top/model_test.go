@@ -198,7 +198,7 @@ func TestHistoryAndCPU(t *testing.T) {
 func TestKeys(t *testing.T) {
 	d := drive(t, Options{Sort: ColSM})
 	d.send(SnapshotMsg{Snapshot: snapshotAt(0)})
-	if got, want := strings.Join(d.names(), "|"), "alice-train|(host) carol|bob-notebook"; got != want {
+	if got, want := strings.Join(d.names(), "|"), "alice-train|carol (host)|bob-notebook"; got != want {
 		t.Errorf("by container, SM first: %s, want %s", got, want)
 	}
 	d.press("g")
@@ -215,7 +215,7 @@ func TestKeys(t *testing.T) {
 	}
 
 	d.press("r")
-	if got, want := strings.Join(d.names(), "|"), "bob-notebook|(host) carol|alice-train"; got != want {
+	if got, want := strings.Join(d.names(), "|"), "bob-notebook|carol (host)|alice-train"; got != want {
 		t.Errorf("reversed: %s, want %s", got, want)
 	}
 	d.press("r", "S", "S", "S", "S") // sm -> gpu -> user -> name -> waste
@@ -223,7 +223,7 @@ func TestKeys(t *testing.T) {
 		t.Errorf("sorted on %s: %v, want waste with bob's idle container first", d.m.sort, d.names())
 	}
 	d.press("s", "s") // waste -> name -> user
-	if d.m.sort != ColUser || strings.Join(d.names(), "|") != "alice-train|bob-notebook|(host) carol" {
+	if d.m.sort != ColUser || strings.Join(d.names(), "|") != "alice-train|bob-notebook|carol (host)" {
 		t.Errorf("sorted on %s: %v, want user A to Z", d.m.sort, d.names())
 	}
 
@@ -337,11 +337,25 @@ func TestFrame(t *testing.T) {
 		t.Fatalf("%d table rows in 9 lines, want 2", n)
 	}
 	d.press("up", "up", "up")
-	if frame := d.m.Plain(); !strings.Contains(frame, "(host) carol") || strings.Contains(frame, "bob-notebook") {
+	if frame := d.m.Plain(); !strings.Contains(frame, "alice-train") || strings.Contains(frame, "carol (host)") {
 		t.Errorf("the first rows are not in view:\n%s", frame)
 	}
 	d.press("down", "down")
-	if frame := d.m.Plain(); !strings.Contains(frame, "bob-notebook") || strings.Contains(frame, "(host) carol") {
+	if frame := d.m.Plain(); !strings.Contains(frame, "carol (host)") || strings.Contains(frame, "alice-train") {
 		t.Errorf("the selection's row is not in view:\n%s", frame)
+	}
+}
+
+// TestDetailWords: the detail says what a container asked for and counts
+// its processes in words that read right.
+func TestDetailWords(t *testing.T) {
+	for req, want := range map[string]string{"": "none", "all": "all GPUs", "0": "GPU 0", "0,1": "GPUs 0,1", "GPU-0a1b": "GPU-0a1b"} {
+		if got := gpuRequestWords(req); got != want {
+			t.Errorf("gpuRequestWords(%q) = %q, want %q", req, got, want)
+		}
+	}
+	lines := shareLines([]apitype.GPUShare{{GPU: 0, Processes: 1}, {GPU: 1, Processes: 2}})
+	if !strings.Contains(lines[0], " 1 process ") || !strings.Contains(lines[1], " 2 processes ") {
+		t.Errorf("share lines %q, want 1 process and 2 processes", lines)
 	}
 }

@@ -267,7 +267,7 @@ func containerRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) 
 			"container  "+c.ID,
 			"image      "+dash(c.Image),
 			"team       "+dash(c.Team)+"   project "+dash(c.Project),
-			"GPU request "+dash(c.GPURequest),
+			"GPU request "+gpuRequestWords(c.GPURequest),
 			fmt.Sprintf("CPU time   %.1f s   RAM %s", c.CPUSeconds, units.HumanSize(c.MemoryBytes)))
 		if c.StatsError != "" {
 			r.detail = append(r.detail, "stats      "+c.StatsError)
@@ -277,7 +277,7 @@ func containerRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) 
 	}
 	for i := range snap.HostUsers {
 		h := &snap.HostUsers[i]
-		r := row{key: "h:" + h.User, name: "(host) " + h.User, user: h.User, cpu: -1, age: -1, waste: fs.byHost[h.User]}
+		r := row{key: "h:" + h.User, name: h.User + " (host)", user: h.User, cpu: -1, age: -1, waste: fs.byHost[h.User]}
 		sharesInto(&r, h.GPUs)
 		r.detail = append([]string{"processes of " + h.User + " outside containers"}, shareLines(h.GPUs)...)
 		rows = append(rows, r)
@@ -304,11 +304,31 @@ func sharesInto(r *row, shares []apitype.GPUShare) {
 	slices.Sort(r.gpus)
 }
 
+// gpuRequestWords says what a container asked Docker for: the devices it
+// names, by index ("0", which alone reads as a count) or UUID, or all.
+func gpuRequestWords(req string) string {
+	switch {
+	case req == "":
+		return "none"
+	case req == "all":
+		return "all GPUs"
+	case strings.Trim(req, "0123456789,") != "":
+		return req // UUIDs say what they are
+	case strings.Contains(req, ","):
+		return "GPUs " + req
+	}
+	return "GPU " + req
+}
+
 func shareLines(shares []apitype.GPUShare) []string {
 	var out []string
 	for _, s := range shares {
-		out = append(out, fmt.Sprintf("GPU %d  share %.2f  SM %.0f%%  memory %s  %d processes  allocated %.3f GPU-h  used %.3f GPU-h  energy %.4f kWh",
-			s.GPU, s.Share, s.SMPercent, units.HumanSize(s.MemoryBytes), s.Processes, s.AllocatedSeconds/3600, s.UsedSeconds/3600, s.EnergyJoules/3.6e6))
+		procs := "processes"
+		if s.Processes == 1 {
+			procs = "process"
+		}
+		out = append(out, fmt.Sprintf("GPU %d  share %.2f  SM %.0f%%  memory %s  %d %s  allocated %.3f GPU-h  used %.3f GPU-h  energy %.4f kWh",
+			s.GPU, s.Share, s.SMPercent, units.HumanSize(s.MemoryBytes), s.Processes, procs, s.AllocatedSeconds/3600, s.UsedSeconds/3600, s.EnergyJoules/3.6e6))
 	}
 	return out
 }

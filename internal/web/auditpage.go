@@ -90,5 +90,9 @@ func (s *handler) auditPage(r *http.Request, c *Visitor, f Frame) (any, error) {
 			Rule: e.Rule, Container: e.Container, Owner: e.Owner, Status: e.Status, DryRun: e.DryRun, Count: e.Count,
 		})
 	}
+	// The log is in the order events were written: a minute's total of
+	// calls, stamped with its minute, is written when the minute is over,
+	// after calls made since. The page is by time, newest first.
+	slices.SortStableFunc(v.Events, func(a, b AuditRow) int { return b.Time.Compare(a.Time) })
 	return v, nil
 }

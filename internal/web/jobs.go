@@ -28,12 +28,14 @@ type JobRow struct {
 	Reason, ReasonText          string
 	GPUsRequested               int
 	GPUMemory                   uint64 // bytes on one shared GPU; 0 for whole GPUs
-	GPUs                        []string
-	Image                       string
-	Command                     []string
-	TimeLimit, Class            string
-	Submitted, Started, Ended   *time.Time
-	Estimated                   *time.Time
+	// GPUs are the GPUs the job holds, by index; the UUID is in the
+	// title.
+	GPUs                      []JobGPU
+	Image                     string
+	Command                   []string
+	TimeLimit, Class          string
+	Submitted, Started, Ended *time.Time
+	Estimated                 *time.Time
 	// Position is the job's place among the queued, 1 first; 0 when it
 	// has none.
 	Position int
@@ -44,6 +46,12 @@ type JobRow struct {
 	// more than one and the ledger has its minutes; nil otherwise.
 	Use         *GPUUseHint
 	containerID string
+}
+
+// JobGPU is a GPU a job holds: its name on this node ("GPU 3") and its
+// UUID. A GPU the last tick does not know is named by its UUID.
+type JobGPU struct {
+	Name, UUID string
 }
 
 // GPUUseHint is a job's "used 1 of its 4 GPUs".

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,9 +57,16 @@ func (s *handler) jobsPage(r *http.Request, c *Visitor, f Frame) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	var names gpuNames
+	if t := s.cfg.Ticks.Latest(); t != nil {
+		names = make(gpuNames, len(t.Sample.Devices))
+		for _, d := range t.Sample.Devices {
+			names[d.UUID] = "GPU " + strconv.Itoa(d.Index)
+		}
+	}
 	v.Jobs = make([]JobRow, 0, len(jobs))
 	for _, j := range jobs {
-		v.Jobs = append(v.Jobs, jobRow(s.cfg.API.Job(j), c, f.CanAct()))
+		v.Jobs = append(v.Jobs, jobRow(s.cfg.API.Job(j), names, c, f.CanAct()))
 	}
 	s.gpuUseHints(r, v.Jobs, f.Now)
 	return v, nil
@@ -111,16 +119,47 @@ func jobFilters(q url.Values) []NavItem {
 	return items
 }
 
+// gpuNames names this node's GPUs by UUID: "GPU 3".
+type gpuNames map[string]string
+
+// name is the GPU's name, or its UUID when the node does not know it.
+func (n gpuNames) name(uuid string) string {
+	if s, ok := n[uuid]; ok {
+		return s
+	}
+	return uuid
+}
+
+// replace writes every UUID of the node's GPUs in text by its name.
+func (n gpuNames) replace(text string) string {
+	if !strings.Contains(text, "GPU-") {
+		return text
+	}
+	for u, s := range n {
+		text = strings.ReplaceAll(text, u, s)
+	}
+	return text
+}
+
 // jobRow is a job as the page shows it, with the buttons the caller may
 // use on it now: the role as AuthorizeOwner decides for the job's owner,
 // and the state as the queue's state machine allows.
-func jobRow(j apitype.Job, c *Visitor, canAct bool) JobRow {
+func jobRow(j apitype.Job, names gpuNames, c *Visitor, canAct bool) JobRow {
 	row := JobRow{
 		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State, Held: j.Held,
-		Reason: j.Reason, ReasonText: j.ReasonText, GPUsRequested: j.GPUsRequested, GPUMemory: j.GPUMemoryRequested,
-		GPUs: j.GPUs, Image: j.Image, Command: j.Command, TimeLimit: j.TimeLimit, Class: j.Class,
+		Reason: j.Reason, ReasonText: names.replace(j.ReasonText), GPUsRequested: j.GPUsRequested, GPUMemory: j.GPUMemoryRequested,
+		Image: j.Image, Command: j.Command, TimeLimit: j.TimeLimit, Class: j.Class,
 		Submitted: j.SubmittedAt, Started: j.StartedAt, Ended: j.EndedAt, Estimated: j.EstimatedStart, ExitCode: j.ExitCode,
 		containerID: j.ContainerID,
+	}
+	for _, u := range j.GPUs {
+		row.GPUs = append(row.GPUs, JobGPU{Name: names.name(u), UUID: u})
+	}
+	// The queue says where a job runs by UUID ("running on GPU-…"); the
+	// GPUs column names them already.
+	if st := queue.State(j.State); (st == queue.Starting || st == queue.Running) && len(j.GPUs) > 0 &&
+		(strings.HasPrefix(j.ReasonText, "running on ") || strings.HasPrefix(j.ReasonText, "starting on ")) {
+		row.ReasonText = ""
 	}
 	if j.Position != nil {
 		row.Position = *j.Position

@@ -261,7 +261,7 @@ func TestJobsPage(t *testing.T) {
 	// a2 runs: the store takes the write as the queue's launcher makes it.
 	now := time.Now().UTC()
 	if _, err := f.Store.UpdateJob(context.Background(), a2.ID, "queued", func(j *queue.Job) {
-		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", ""
+		j.State, j.StartedAt, j.GPUs, j.Reason, j.ReasonText = "running", now, []string{"GPU-0"}, "", "running on GPU-0"
 	}, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
@@ -307,6 +307,13 @@ func TestJobsPage(t *testing.T) {
 				t.Errorf("%s sees bob's jobs:\n%s", tt.caller, body)
 			}
 		})
+	}
+
+	// A running job's GPUs are named by index, with the UUID in the
+	// title, and the queue's "running on GPU-0" is not said again.
+	row := regexp.MustCompile(`(?s)<tr id="job-` + a2.ID + `".*?</tr>`).FindString(checkHTMLPage(t, f.Get(t, servertest.AsAdmin, "/jobs"), http.StatusOK))
+	if !strings.Contains(row, `<abbr class="gpu" title="GPU-0">GPU 0</abbr>`) || strings.Count(row, "GPU-0") != 1 {
+		t.Errorf("the running job's row names its GPU other than once by index with the UUID on hover:\n%s", row)
 	}
 
 	// Alice holds a1 with the page's button; it then offers release.
@@ -460,6 +467,27 @@ func TestAuditPage(t *testing.T) {
 		t.Errorf("limit=1000: %d rows, want 501", len(got))
 	}
 
+	// A minute's total of calls is written when the minute is over,
+	// after a call made since: the page is by time all the same, and a
+	// row with no target says so.
+	h := servertest.NewFixture(t, nil)
+	for _, e := range []audit.Event{
+		{Time: now.Add(-time.Minute), Kind: "api", Action: "jobs.cancel", Target: "job j-000002", Outcome: "ok", Status: 200},
+		{Time: now.Add(-2 * time.Minute), Kind: "api", Action: "gpus.read", Outcome: "ok", Status: 200, Count: 3},
+		{Time: now.Add(-90 * time.Second), Kind: "api", Action: "usage.read", Target: "user=alice", Outcome: "ok", Status: 200},
+	} {
+		if err := h.Audit.Act(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body = checkHTMLPage(t, h.Get(t, servertest.AsAdmin, "/audit"), http.StatusOK)
+	if got, want := rows(body), []string{iso(time.Minute), iso(90 * time.Second), iso(2 * time.Minute)}; !slices.Equal(got, want) {
+		t.Errorf("events at %v, want %v, newest first", got, want)
+	}
+	if !strings.Contains(body, `<td><span class="muted">–</span></td>`) {
+		t.Errorf("the minute's total shows an empty target")
+	}
+
 	for _, caller := range []string{servertest.AsAlice, servertest.AsViewer} {
 		body := checkHTMLPage(t, pageAs(t, f, caller, true, "/audit"), http.StatusForbidden)
 		if msg := pageMessage(body); !strings.HasPrefix(msg, "this page is not for you: ") || len(rows(body)) != 0 {
@@ -504,7 +532,7 @@ func TestJobsPageEstimates(t *testing.T) {
 	}
 	body := checkHTMLPage(t, servertest.Answer{Status: resp.StatusCode, Header: resp.Header, Body: []byte(sb.String())}, http.StatusOK)
 	row := regexp.MustCompile(`(?s)<tr id="job-` + ranked.ID + `".*?</tr>`).FindString(body)
-	for _, want := range []string{"queued <span class=\"muted\">#2 in line</span>", `<span class="estimate">about 15:20:00</span>`} {
+	for _, want := range []string{"queued <span class=\"muted\">#2 in line</span>", `<span class="nobreak estimate">starts about 15:20:00</span>`} {
 		if !strings.Contains(row, want) {
 			t.Errorf("the ranked job's row lacks %s:\n%s", want, row)
 		}
@@ -512,7 +540,7 @@ func TestJobsPageEstimates(t *testing.T) {
 	if !strings.Contains(body, `Times in <span id="zone">Europe/Berlin</span>`) {
 		t.Errorf("the page does not name the reader's zone")
 	}
-	if n := strings.Count(body, `<span class="muted">not known</span>`); n != 1 {
+	if n := strings.Count(body, `<span class="muted">start not known</span>`); n != 1 {
 		t.Errorf("%d jobs without an estimate, want the unranked one", n)
 	}
 }

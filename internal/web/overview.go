@@ -114,7 +114,8 @@ func (s *handler) figures(r *http.Request, c *Visitor, from, to time.Time) Figur
 }
 
 // tiles are the tick's GPUs as the caller may see them: every GPU's own
-// figures, and its holders by name where they are the caller's.
+// figures, and its holders in the tick by name where they are the
+// caller's.
 func (s *handler) tiles(t *sampler.Tick, c *Visitor) []Tile {
 	g := s.cfg.API.GPUs(t)
 	names := map[string]string{}
@@ -134,6 +135,12 @@ func (s *handler) tiles(t *sampler.Tick, c *Visitor) []Tile {
 			}
 		}
 		for _, o := range d.Owners {
+			// Owners are every row the meter keeps, with totals since the
+			// agent started; the holders are those that hold the GPU or
+			// have a process on it in this tick, as ps and the API say.
+			if o.Share == 0 && o.Processes == 0 {
+				continue
+			}
 			if !c.Owns(s.cfg.API.UserOf(t, o.OwnerKind, o.Owner)) {
 				add(anotherUser)
 				continue

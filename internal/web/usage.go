@@ -30,6 +30,11 @@ type UsageRow struct {
 	Containers      int
 }
 
+// HeldSome says the row held GPU time, so that it has an efficiency:
+// a row of host processes held none, and its efficiency is unknown, not
+// 0 % (the CLI writes "-" for it, the JSON 0 with gpu_hours_held 0).
+func (r UsageRow) HeldSome() bool { return r.Held != nil && *r.Held > 0 }
+
 // UsageIdle is the idle pool: GPU time nobody held.
 type UsageIdle struct {
 	GPUHours, EnergyKWh, Cost float64

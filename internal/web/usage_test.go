@@ -24,7 +24,9 @@ func usageView() *Usage {
 		Downloads: []Link{{Label: "CSV", Href: "/api/v1/usage.csv?by=user", File: "usage.csv"}},
 		Chart:     UsageChart(from, to, starts, time.Hour, loc, []float64{1, 0.5}, []float64{1, 0}),
 		Rows: []UsageRow{{Key: "<script>alert(1)</script>", Href: "/usage?by=container&user=%3Cscript%3E", Allocated: 2, Used: 1, Held: &held,
-			Efficiency: 0.5, EnergyKWh: 0.25, PeakMemory: 8 << 30, Cost: 4, Currency: "EUR", Containers: 1}},
+			Efficiency: 0.5, EnergyKWh: 0.25, PeakMemory: 8 << 30, Cost: 4, Currency: "EUR", Containers: 1},
+			// A host user's processes hold no GPU: no efficiency.
+			{Key: "carol (host)", Used: 0.5, Held: new(0.0), Currency: "EUR"}},
 		Totals:   UsageRow{Key: "(total)", Allocated: 2, Used: 1, Cost: 4, Currency: "EUR", Containers: 1},
 		Idle:     &UsageIdle{GPUHours: 3, EnergyKWh: 0.1, Cost: 6},
 		Currency: "EUR",
@@ -55,6 +57,10 @@ func TestUsageRender(t *testing.T) {
 		// The totals row has no held hours to show.
 		`<tr class="total"><th scope="row">Total</th><td class="num">2 h</td>
   <td class="num">n/a</td>`,
+		// Unknown, not 0 %, where the row held nothing; the peak's
+		// values carry their unit.
+		`<td class="num"><span title="it held no GPU time">–</span></td>`,
+		`<th scope="col" class="num">Peak GPU memory</th>`,
 		`Idle pool (not in the total)`, `<td class="num">6.00 EUR</td>`,
 		`<input type="hidden" name="team" value="&#34;&gt;&lt;b&gt;team">`,
 		`<label for="by">Group by`, `<option value="user" selected>user</option>`,
@@ -66,6 +72,9 @@ func TestUsageRender(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("the page lacks %s", want)
 		}
+	}
+	if strings.Contains(out, `<td class="num">0 %</td>`) {
+		t.Error("a row that held nothing shows an efficiency of 0 %")
 	}
 	if strings.Contains(out, "style=") || strings.Contains(out, "<script>") && !strings.Contains(out, `<script src="/static/console.js" defer></script>`) {
 		t.Error("the page has an inline style or script")

@@ -174,7 +174,14 @@ func (s *handler) usagePage(r *http.Request, c *Visitor, f Frame) (any, error) {
 		}
 		return nil, &pageError{fault.Status, fault.Msg}
 	}
-	v := &Usage{Frame: f, From: *req.From, To: *req.To, Window: q.window, By: q.by, Groupings: report.Groupings(),
+	// The ledger's rows are by minute, and the request's end is rounded
+	// up to the current one's: the window shown ends now, not in the
+	// minute to come.
+	end := *req.To
+	if now := s.cfg.Now(); end.After(now) {
+		end = now
+	}
+	v := &Usage{Frame: f, From: *req.From, To: end, Window: q.window, By: q.by, Groupings: report.Groupings(),
 		FilterUser: q.user, FilterTeam: q.team, Currency: rep.Currency, Filtered: rep.Filtered, Notes: rep.Notes}
 	v.FromDate = from.In(loc).Format(time.DateOnly)
 	v.ToDate = to.Add(-time.Nanosecond).In(loc).Format(time.DateOnly)

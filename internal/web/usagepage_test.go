@@ -321,12 +321,13 @@ func TestUsagePageWindows(t *testing.T) {
 		{"/usage?window=month", "Asia/Tokyo", "2026-10-31T15:00:00Z", "2026-11-02T11:00:00Z"},
 		{"/usage?window=last-month", "Asia/Tokyo", "2026-09-30T15:00:00Z", "2026-10-31T15:00:00Z"},
 		{"/usage?window=last-month", "", "2026-10-01T00:00:00Z", "2026-11-01T00:00:00Z"},
-		{"/usage?window=custom&from=2026-10-29&to=2026-11-02", "", "2026-10-29T00:00:00Z", "2026-11-03T00:00:00Z"},
-		{"/usage?from=2026-11-02&to=2026-11-02&by=gpu", "Asia/Tokyo", "2026-11-01T15:00:00Z", "2026-11-02T15:00:00Z"},
+		// A window that would end after now ends now.
+		{"/usage?window=custom&from=2026-10-29&to=2026-11-02", "", "2026-10-29T00:00:00Z", "2026-11-02T11:00:00Z"},
+		{"/usage?from=2026-11-02&to=2026-11-02&by=gpu", "Asia/Tokyo", "2026-11-01T15:00:00Z", "2026-11-02T11:00:00Z"},
 	} {
 		a := pageIn(t, f, servertest.AsAdmin, c.path, c.zone)
 		body := string(a.Body)
-		if a.Status != http.StatusOK || !strings.Contains(body, `From <time datetime="`+c.from+`"`) || !strings.Contains(body, `to <time datetime="`+c.to+`"`) {
+		if a.Status != http.StatusOK || !strings.Contains(body, `id="window"><time datetime="`+c.from+`"`) || !strings.Contains(body, `</time> – <time datetime="`+c.to+`"`) {
 			m := regexp.MustCompile(`id="window">[^\n]*`).FindString(body)
 			t.Errorf("%s in %q: %d %s, want from %s to %s", c.path, c.zone, a.Status, m, c.from, c.to)
 		}

@@ -68,7 +68,7 @@ func TestRenderJobsWasteAudit(t *testing.T) {
 		{PageWaste, &Waste{Frame: frame(PageWaste), Note: "off " + evil}, []string{`id="waste-off">off &lt;script&gt;`}},
 		{PageJobs, &Jobs{Frame: frame(PageJobs), Everyone: true, Jobs: []JobRow{{ID: "j-1", Name: evil, User: "bob", State: "queued", Position: 3, GPUsRequested: 2, Class: "normal",
 			Command: []string{"sleep", evil}, Estimated: &now, Buttons: []Button{{Label: "Hold", Method: "POST", Path: "/api/v1/jobs/j-1/hold", Confirm: "Hold?"}}}}},
-			[]string{"Every user's jobs", "#3 in line", "2 GPUs", "about 12:00:00", `data-path="/api/v1/jobs/j-1/hold"`, "sleep &lt;script&gt;"}},
+			[]string{"Every user's jobs", "#3 in line", "2 GPUs", "starts about 12:00:00", `data-path="/api/v1/jobs/j-1/hold"`, "sleep &lt;script&gt;"}},
 		{PageJobs, &Jobs{Frame: frame(PageJobs)}, []string{`id="no-jobs"`, "Your jobs"}},
 		{PageJobs, &Jobs{Frame: frame(PageJobs), Note: "queue off"}, []string{`id="queue-off">queue off`}},
 		{PageAudit, &Audit{Frame: frame(PageAudit), From: now.Add(-time.Hour), To: now, Truncated: true, Limit: 1,

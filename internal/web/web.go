@@ -182,6 +182,13 @@ func (f *Frame) TimePtr(t *time.Time) string {
 	return f.Time(*t)
 }
 
+// Stamp writes t to the minute with its date, in the reader's zone: a
+// window's end, which the page writes the same way on every page.
+func (f *Frame) Stamp(t time.Time) string { return t.In(f.loc()).Format("2006-01-02 15:04") }
+
+// ZoneAbbr is the reader's zone as a window's end names it: UTC, CET.
+func (f *Frame) ZoneAbbr(t time.Time) string { return t.In(f.loc()).Format("MST") }
+
 // ISO writes t for a datetime attribute.
 func (f *Frame) ISO(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 

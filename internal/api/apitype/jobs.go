@@ -173,7 +173,8 @@ type Job struct {
 	// Class is the job's priority class: low, normal or high.
 	Class string `json:"class"`
 	// Priority is the job's place in the scheduler's order, higher first;
-	// null until the scheduler has ranked it.
+	// null until the scheduler has ranked it, and for a job that is no
+	// longer queued.
 	Priority *float64 `json:"priority"`
 	// Position is the job's place among the queued jobs, 1 first; null
 	// when the job is not queued.

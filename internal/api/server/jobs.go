@@ -413,7 +413,10 @@ func (s *server) jobJSON(j queue.Job) apitype.Job {
 		return out
 	}
 	prio, pos, est, ok := s.cfg.Ranks.Rank(j.ID)
-	if !ok {
+	// The rank is a queued job's: the pass that started a job ranked it,
+	// the passes since do not, so a started one shows none, as every
+	// other running job.
+	if !ok || j.State != queue.Queued {
 		return out
 	}
 	out.Priority = &prio

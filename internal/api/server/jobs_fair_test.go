@@ -98,4 +98,10 @@ func TestJobRanks(t *testing.T) {
 	if cancelled.Position != nil {
 		t.Errorf("cancelled job: position %d, want null", *cancelled.Position)
 	}
+	// Nor a priority: the rank is a queued job's, and the pass that
+	// started a job is the last to rank it, so jobs that left the queue
+	// show none, alike.
+	if cancelled.Priority != nil {
+		t.Errorf("cancelled job: priority %v, want null", *cancelled.Priority)
+	}
 }

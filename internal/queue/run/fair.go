@@ -77,7 +77,7 @@ func (q *ranking) rank(id string) (priority float64, position int, estimated tim
 // set keeps the order and the estimates of a pass. A position is
 // the job's place among the jobs the pass leaves queued: one the pass
 // starts is no longer ahead of anyone, as the waits' sentences already
-// count ("no job ahead of you").
+// count ("no job ahead of you waits for GPUs").
 func (q *ranking) set(p queue.Plan) {
 	started := make(map[string]bool, len(p.Starts))
 	for _, s := range p.Starts {

@@ -8,7 +8,7 @@ import (
 
 // TestRanksSkipStarts: a job the pass starts leaves the queue, so the
 // jobs behind it move up: the API shows position 1 for the first job
-// still waiting, as its sentence says "no job ahead of you".
+// still waiting, as its sentence says "no job ahead of you waits for GPUs".
 func TestRanksSkipStarts(t *testing.T) {
 	q := newRanking()
 	q.set(queue.Plan{

@@ -84,7 +84,7 @@ var pages = []page{
 		// The queue's reason for a waiting job names who holds each GPU
 		// ("GPU 1 is held by dave's container dave-eval"), to a user too,
 		// as the API's does: an open question, not settled here.
-		othersIn: "#jobs tbody td:nth-child(4)"},
+		othersIn: "#jobs tbody td.why"},
 	{name: "audit", path: "/audit?window=24h", adminOnly: true, bad: "/audit?window=nonsense"},
 }
 

@@ -18,7 +18,7 @@ import (
 const composeDir = "deploy/compose"
 
 // composeEnv is the environment the compose file asks the operator for.
-var composeEnv = []string{"GPUMETER_HOSTNAME=gpu-node-7", "DOCKER_GID=4242"}
+var composeEnv = []string{"GPUMETER_HOSTNAME=gpu-node-7", "DOCKER_GID=4242", "GRAFANA_ADMIN_PASSWORD=not-admin"}
 
 // dockerCompose runs docker-compose in dir with the environment env and
 // none of the variables the compose file reads from this process's.
@@ -84,6 +84,8 @@ func TestComposeConfig(t *testing.T) {
 	for _, tt := range []struct{ unset, want string }{
 		{"GPUMETER_HOSTNAME", "set GPUMETER_HOSTNAME to this host's name"},
 		{"DOCKER_GID", "set DOCKER_GID to the Docker socket's group id"},
+		// No well-known password for a dashboard on the network.
+		{"GRAFANA_ADMIN_PASSWORD", "set GRAFANA_ADMIN_PASSWORD to the password of Grafana's admin user"},
 	} {
 		var env []string
 		for _, kv := range composeEnv {

@@ -233,7 +233,7 @@ func TestAccuracy(t *testing.T) {
 			from: day + "00:00:00Z", to: day + "00:10:00Z",
 			rows: map[string]map[string]accWant{
 				"user":      {"dave": {alloc: 0, held: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
-				"container": {"(host dave)": {alloc: 0, held: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
+				"container": {"dave (host)": {alloc: 0, held: 0, present: accH(240), used: accH(120), kWh: accKWh(75600), peak: 2 * accGiB}},
 			},
 			idleHours: accH(600), idleKWh: accKWh(42000),
 			hostHours: accH(600), hostKWh: accKWh(75600 + 42000),
