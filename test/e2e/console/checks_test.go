@@ -272,7 +272,7 @@ func (l lowContrast) String() string {
 	return fmt.Sprintf("%s (%q): %s on %s is %.2f:1, want %.1f:1", l.Sel, l.Text, l.FG, l.BG, l.Ratio, l.Want)
 }
 
-// artefacts is where the screenshots go: $GPUMETER_ARTIFACTS, or a
+// artefacts is where the screenshots go: $GPUMETER_TEST_ARTIFACTS, or a
 // directory of the run's under os.TempDir(), made once.
 var artefacts struct {
 	once sync.Once
@@ -283,7 +283,7 @@ var artefacts struct {
 func artefactDir(t testing.TB) string {
 	t.Helper()
 	artefacts.once.Do(func() {
-		if d := os.Getenv("GPUMETER_ARTIFACTS"); d != "" {
+		if d := os.Getenv("GPUMETER_TEST_ARTIFACTS"); d != "" {
 			artefacts.dir = filepath.Join(d, "console")
 			artefacts.err = os.MkdirAll(artefacts.dir, 0o755)
 			return
