@@ -3,6 +3,7 @@ package ledgertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -561,4 +562,71 @@ func testClaimIntents(t *testing.T, s ledger.Ledger) {
 	if got := claim(t, s, nodeA, "agent-a"); len(got) != 1 || got[0].ID != a1.ID {
 		t.Errorf("claim after a second placement: %v, want %s", ids(got), a1.ID)
 	}
+}
+
+// BenchWriteIntents measures one fleet pass's write on s: 128 intents,
+// one for each GPU of 16 nodes × 8, in one WriteIntents; it reports
+// intents/s. Each pass's jobs are submitted (one array) with the timer
+// stopped, on GPUs of their own so that no pass has to free its
+// predecessor's.
+func BenchWriteIntents(b *testing.B, s ledger.Ledger) {
+	const nodes, gpus = 16, 8
+	ctx := context.Background()
+	l, err := s.AcquireScheduler(ctx, "bench", nodeA, time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	indices := make([]int, nodes*gpus)
+	for i := range indices {
+		indices[i] = i
+	}
+	pass := 0
+	var elapsed time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		tasks, err := s.SubmitArray(ctx, newJob("alice"), indices, 0, submitAudit("alice"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		in := make([]ledger.Intent, len(tasks))
+		for i, j := range tasks {
+			in[i] = intent(j, fmt.Sprintf("node-%02d", i/gpus), fmt.Sprintf("GPU-%06d-%d", pass, i%gpus))
+		}
+		pass++
+		b.StartTimer()
+		start := time.Now()
+		if err := s.WriteIntents(ctx, l.Token, in, nil); err != nil {
+			b.Fatal(err)
+		}
+		elapsed += time.Since(start)
+	}
+	b.ReportMetric(float64(b.N*nodes*gpus)/elapsed.Seconds(), "intents/s")
+}
+
+// BenchJobLifecycle measures a single-host job's four writes with the
+// allocations they keep: queued → starting on a GPU → running →
+// succeeded, each UpdateJob one transaction; it reports jobs/s.
+func BenchJobLifecycle(b *testing.B, s ledger.Ledger) {
+	ctx := context.Background()
+	j := newJob("alice")
+	start := time.Now()
+	for b.Loop() {
+		got, err := s.SubmitJob(ctx, j, submitAudit(j.User))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, step := range []struct {
+			from queue.State
+			fn   func(*queue.Job)
+		}{
+			{jobQueued, func(x *queue.Job) { x.State, x.GPUs = jobStarting, []string{gpuA} }},
+			{jobStarting, func(x *queue.Job) { x.State = jobRunning }},
+			{jobRunning, func(x *queue.Job) { x.State = jobSucceeded }},
+		} {
+			if _, err := s.UpdateJob(ctx, got.ID, step.from, step.fn, audit.Event{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 }

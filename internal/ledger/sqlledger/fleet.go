@@ -38,11 +38,19 @@ func memoryJob(j queue.Job) bool { return j.Request != nil && j.Request.GPUMemor
 // nothing. Where the backend locks the GPUs the check is exact; the
 // unique index over whole allocations refuses a second whole holder
 // however the writes interleave.
-func (l Ledger) allocate(ctx context.Context, tx Tx, j queue.Job) error {
-	if _, err := tx.Exec(ctx, "DELETE FROM job_allocations WHERE job_seq = $1", j.Seq); err != nil {
-		return fmt.Errorf("allocations of job %s: %w", j.ID, err)
+//
+// had says whether j was starting or running before the write: a job
+// that was not has neither allocations nor an intent to delete.
+func (l Ledger) allocate(ctx context.Context, tx Tx, j queue.Job, had bool) error {
+	if had {
+		if _, err := tx.Exec(ctx, "DELETE FROM job_allocations WHERE job_seq = $1", j.Seq); err != nil {
+			return fmt.Errorf("allocations of job %s: %w", j.ID, err)
+		}
 	}
 	if !activeState(j.State) {
+		if !had {
+			return nil
+		}
 		if _, err := tx.Exec(ctx, "DELETE FROM job_intents WHERE job_seq = $1", j.Seq); err != nil {
 			return fmt.Errorf("intent of job %s: %w", j.ID, err)
 		}

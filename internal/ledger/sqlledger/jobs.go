@@ -56,7 +56,7 @@ func (l Ledger) SubmitJob(ctx context.Context, job queue.Job, audit audit.Event)
 		}
 		if activeState(j.State) {
 			// A job written as started already (a restore) holds its GPUs.
-			if err := l.allocate(ctx, tx, j); err != nil {
+			if err := l.allocate(ctx, tx, j, false); err != nil {
 				return err
 			}
 		}
@@ -252,7 +252,7 @@ func (l Ledger) updateJob(ctx context.Context, tx Tx, id string, from queue.Stat
 		return queue.Job{}, fmt.Errorf("job %s changed while it was written; try again", id)
 	}
 	if j.State != cur.State || j.Node != cur.Node || !slices.Equal(j.GPUs, cur.GPUs) {
-		if err := l.allocate(ctx, tx, j); err != nil {
+		if err := l.allocate(ctx, tx, j, activeState(cur.State)); err != nil {
 			return queue.Job{}, err
 		}
 	}
