@@ -17,8 +17,9 @@ import (
 // runs the scheduling pass over every node's GPUs; it writes start intents
 // under the lease's fencing token, and the node each intent names claims
 // it and starts the job. The database refuses a double allocation: an
-// allocation row per (node, GPU) a job holds whole, unique over the active
-// ones, kept by the store in the same transaction as the job's state.
+// allocation row per (node, GPU) that a starting or running job holds
+// (whole, or a memory job's share), unique over the whole ones, kept by
+// the store in the same transaction as the job's state.
 
 // NodeGPU is one GPU of a node, as its agent registers it.
 type NodeGPU struct {
