@@ -266,7 +266,7 @@ func (a *Agent) demoSocket() string {
 func (a *Agent) advertiseDemo(socket string) {
 	record := listener.DemoRecord()
 	if record == "" {
-		a.log.Warn("the CLI will not find the demo by itself (no runtime or cache directory of this user's to name its socket in): give it --url", "url", "unix://"+socket)
+		a.log.Info("the CLI will not find the demo by itself (no runtime or cache directory of this user's to name its socket in): give it --url", "url", "unix://"+socket)
 		return
 	}
 	withdraw, err := listener.Advertise(record, socket)
