@@ -107,13 +107,13 @@ func (p *pass) memTooBig(sc *scope, m uint64) string {
 			}
 		}
 	}
-	where, here := "this host has", "here"
+	none, here := "this host has no GPU", "here"
 	if p.fleet {
-		where, here = "no node it may run on has", "on the nodes it may run on"
+		none, here = "no node it may run on has a GPU", "on the nodes it may run on"
 	}
 	switch {
 	case n == 0:
-		return fmt.Sprintf("asks for %s on a shared GPU; %s no GPU marked for sharing (queue.shared_gpus)", bytesText(m), where)
+		return fmt.Sprintf("asks for %s on a shared GPU; %s marked for sharing (queue.shared_gpus)", bytesText(m), none)
 	case m > most:
 		return fmt.Sprintf("asks for %s on one GPU; the most a shared GPU %s allows is %s (%s of %s, queue.shared_memory_fraction)",
 			bytesText(m), here, bytesText(most), percentText(p.frac), bytesText(total))
