@@ -379,3 +379,49 @@ func TestOneNamedNodeIsOneHost(t *testing.T) {
 }
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 1)) }
+
+// TestConsolidate: quiet nodes whose jobs fit elsewhere at the target
+// could be drained, all of them together; busy ones, ones with a job too
+// big for the room elsewhere, and ones with use outside the queue not.
+func TestConsolidate(t *testing.T) {
+	in := Input{
+		GPUs: fleet("a", 4, "b", 4, "c", 4, "d", 2, "e", 2),
+		Running: []RunningJob{
+			{ID: "j-a1", User: "ann", GPUs: []string{"a-0"}, Node: "a"},
+			{ID: "j-b1", User: "bob", GPUs: []string{"b-0", "b-1"}, Node: "b"},
+			{ID: "j-c1", User: "cat", GPUs: []string{"c-0", "c-1", "c-2"}, Node: "c"},
+			{ID: "j-d1", User: "dan", GPUs: []string{"d-0", "d-1"}, Node: "d"},
+		},
+		Outside: Outside{Containers: []OutsideContainer{{Name: "notebook", GPUs: []string{"e-1"}}}},
+		Util: map[string]float64{
+			"a-0": 0.4, "b-0": 0.6, "b-1": 0.6, "c-0": 0.9, "c-1": 0.9, "c-2": 0.9, "d-0": 0.2, "d-1": 0.2,
+		},
+		Config: Config{TargetUtilization: 0.7},
+	}
+	got := Consolidate(in)
+	want := []ConsolidateAdvice{
+		// Tried least loaded first: e (use outside the queue), a, b, d, c.
+		// a's job goes to e, the node with room and the fewest free GPUs.
+		{Node: "a", Drain: true, Jobs: []string{"j-a1"}, Moves: []Move{{"j-a1", "e"}},
+			Why: "its 1 job fit on the other nodes (j-a1 to e), none of them over 20% of the 70% target utilisation"},
+		// b's 2 GPUs: c has 1 free, e none now, d is busy, a gives.
+		{Node: "b", Jobs: []string{"j-b1"}, Why: "j-b1 (2 GPUs) fits on no other node's free GPUs"},
+		{Node: "c", Jobs: []string{"j-c1"}, Why: "j-c1 (3 GPUs) fits on no other node's free GPUs"},
+		// d's go to b: (0.6 + 0.6 + 0.2 + 0.2) / 4 = 40%.
+		{Node: "d", Drain: true, Jobs: []string{"j-d1"}, Moves: []Move{{"j-d1", "b"}},
+			Why: "its 1 job fit on the other nodes (j-d1 to b), none of them over 40% of the 70% target utilisation"},
+		{Node: "e", Why: "container notebook, outside the queue, uses a GPU there: the queue cannot move it"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("advice (-want +got):\n%s", diff)
+	}
+	// Busier, d's jobs would take b past the target: (1 + 1 + 0.5 + 0.5) / 4.
+	in.Util["b-0"], in.Util["b-1"], in.Util["d-0"], in.Util["d-1"] = 1, 1, 0.5, 0.5
+	if got := Consolidate(in)[3]; got.Drain || got.Why != "j-d1 (2 GPUs) would take every other node with room past the 70% target utilisation (b, queue.target_utilization)" {
+		t.Errorf("d: %+v", got)
+	}
+	// The same input gives the same advice.
+	if !cmp.Equal(Consolidate(in), Consolidate(in)) {
+		t.Error("two calls gave other advice")
+	}
+}
