@@ -29,6 +29,10 @@ type fleetNode struct {
 	// glo and ghi bound its groups (see pass.groups).
 	glo, ghi int
 	drained  bool
+	// free counts its GPUs free to whole-GPU jobs, but for reservations
+	// and model constraints: an upper bound that lets a job skip a full
+	// node without looking at its GPUs.
+	free int
 	// util is the sum of its GPUs' util (gpuState.util) plus the
 	// expected share of the whole-GPU jobs this pass placed on it.
 	util float64
@@ -77,6 +81,9 @@ func (p *pass) buildNodes() {
 			gs[k].node = int32(ni)
 			gs[k].group = int32(nd.glo + slices.Index(models, gs[k].gpu.Model))
 			nd.util += gs[k].util
+			if gs[k].free() {
+				nd.free++
+			}
 		}
 		p.nodes = append(p.nodes, nd)
 		lo = hi
@@ -100,6 +107,8 @@ type scope struct {
 	most, all, mostNode int
 	// text is the node_constraint sentence when no node is open.
 	text string
+	// memTooBig caches pass.memTooBig's answer by the memory asked for.
+	memTooBig map[uint64]string
 }
 
 // eligible reports whether the GPU at position i is open to the scope.
@@ -134,6 +143,9 @@ func (p *pass) scopeFor(j *QueuedJob) *scope {
 		return p.anyScope
 	}
 	k := scopeKey{j.Node, j.Model}
+	if p.lastScope != nil && p.lastScopeKey == k {
+		return p.lastScope
+	}
 	sc, ok := p.scopes[k]
 	if !ok {
 		if p.scopes == nil {
@@ -142,6 +154,7 @@ func (p *pass) scopeFor(j *QueuedJob) *scope {
 		sc = p.newScope(j.Node, j.Model)
 		p.scopes[k] = sc
 	}
+	p.lastScope, p.lastScopeKey = sc, k
 	return sc
 }
 
@@ -329,8 +342,12 @@ func (p *pass) nodeChoice(pl placer, sc *scope, share float64, fits func(nd *fle
 	c := cands[k]
 	c.Chosen = true
 	rest := append(cands[:k:k], cands[k+1:]...)
-	// In name order already: a stable sort by score keeps it for ties.
-	slices.SortStableFunc(rest, func(a, b NodeCandidate) int { return byScore(a.Score, b.Score) })
+	slices.SortFunc(rest, func(a, b NodeCandidate) int {
+		if c := byScore(a.Score, b.Score); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Node, b.Node)
+	})
 	return best, append([]NodeCandidate{c}, rest...)
 }
 
@@ -341,6 +358,9 @@ func (p *pass) nodeChoice(pl placer, sc *scope, share float64, fits func(nd *fle
 // node has n free.
 func (p *pass) pickWhole(pl placer, sc *scope, n int) (int, []int, *PlacementRecord) {
 	ni, nodes := p.nodeChoice(pl, sc, float64(n), func(nd *fleetNode) (bool, int) {
+		if nd.free < n {
+			return false, 0
+		}
 		free := 0
 		for i := nd.lo; i < nd.hi; i++ {
 			if p.gs[i].free() {

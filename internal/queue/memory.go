@@ -97,6 +97,19 @@ func pickMemory(pl placer, gs []gpuState, m uint64, frac float64) (int, *Placeme
 // memTooBig returns the sentence of a memory job of m bytes that fits on
 // no shared GPU open to it (scope sc) even when the GPU is empty, or "".
 func (p *pass) memTooBig(sc *scope, m uint64) string {
+	text, ok := sc.memTooBig[m]
+	if !ok {
+		text = p.memTooBigText(sc, m)
+		if sc.memTooBig == nil {
+			sc.memTooBig = map[uint64]string{}
+		}
+		sc.memTooBig[m] = text
+	}
+	return text
+}
+
+// memTooBigText is memTooBig without the cache.
+func (p *pass) memTooBigText(sc *scope, m uint64) string {
 	var most, total uint64
 	n := 0
 	for i := range p.gs {

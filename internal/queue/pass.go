@@ -115,6 +115,9 @@ type pass struct {
 	groups   []group
 	anyScope *scope              // the scope of jobs without constraints
 	scopes   map[scopeKey]*scope // of the others
+	// lastScope is the scope found last, of lastScopeKey.
+	lastScope    *scope
+	lastScopeKey scopeKey
 }
 
 func newPass(in Input) *pass {
@@ -275,6 +278,7 @@ func (p *pass) whole(j rankedJob, k int) {
 	s := bind(p.gs, picks, j.ID)
 	s.Node, s.Placement = p.nodes[ni].name, rec
 	p.nodes[ni].util += pl.expected * float64(j.GPUs)
+	p.nodes[ni].free -= len(picks)
 	p.started(j, s, release{gpus: picks})
 	j.user.have += j.GPUs
 	j.team.have += j.GPUs

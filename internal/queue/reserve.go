@@ -318,9 +318,11 @@ func (e estimate) record(w *Wait) {
 func (p *pass) estimateWhole(jobs []pending, waits []Wait) {
 	gs, rels := p.gs, p.rels
 	free := make([]int32, len(p.groups))
+	var total int32 // free in all groups: no node fits a job of more
 	for i := range gs {
 		if gs[i].free() {
 			free[gs[i].group]++
+			total++
 		}
 	}
 	h := make(events, 0, len(rels)+len(gs)) // each start pops a release: the heap stays small
@@ -348,6 +350,9 @@ func (p *pass) estimateWhole(jobs []pending, waits []Wait) {
 	// those with n, -1 when none has.
 	fit := func(sc *scope, n int32) int {
 		best, bestFree := -1, int32(0)
+		if total < n {
+			return -1
+		}
 		for _, ni := range sc.nodes {
 			nd := &p.nodes[ni]
 			var f int32
@@ -369,6 +374,7 @@ func (p *pass) estimateWhole(jobs []pending, waits []Wait) {
 		for ni < 0 && len(h) > 0 {
 			e := h.pop()
 			free[e.pos] += e.n
+			total += e.n
 			t, by = max(t, e.at), e.ref
 			ni = fit(pj.sc, n)
 		}
@@ -383,6 +389,7 @@ func (p *pass) estimateWhole(jobs []pending, waits []Wait) {
 			}
 			take := min(n, free[g])
 			free[g] -= take
+			total -= take
 			n -= take
 			if pj.job.TimeLimit > 0 {
 				h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), pos: int32(g), n: take, seq: seq})
