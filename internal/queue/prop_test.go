@@ -276,6 +276,20 @@ func waitIDs(p Plan) []string {
 // The head must start no later than the first reservation it was given,
 // and backfill must have happened around it.
 func TestHeadStartsByItsReservation(t *testing.T) {
+	headStartsByReservation(t, hostGPUs(4))
+}
+
+// TestFleetHeadStartsByItsReservation is TestHeadStartsByItsReservation
+// on a fleet of two nodes of two GPUs and one of one: the 2-GPU head
+// must start by its first reservation on one node.
+func TestFleetHeadStartsByItsReservation(t *testing.T) {
+	headStartsByReservation(t, fleet("a", 2, "b", 2, "c", 1))
+}
+
+// headStartsByReservation runs TestHeadStartsByItsReservation's
+// simulation on gpus, a job without a limit on each at first.
+func headStartsByReservation(t *testing.T, gpus []GPU) {
+	t.Helper()
 	totalBackfill := 0
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -284,9 +298,9 @@ func TestHeadStartsByItsReservation(t *testing.T) {
 			end time.Time
 		}
 		var runs []live
-		for i := range 4 {
+		for i, g := range gpus {
 			limit := time.Duration(30+r.IntN(240)) * time.Minute
-			runs = append(runs, live{running(fmt.Sprintf("j-init%d", i), "zed", t0, limit, fmt.Sprintf("GPU-%d", i)), t0.Add(limit)})
+			runs = append(runs, live{running(fmt.Sprintf("j-init%d", i), "zed", t0, limit, g.UUID), t0.Add(limit)})
 		}
 		head := limited(0, "ann", 2, 3*time.Hour)
 		head.SubmittedAt = t0
@@ -311,7 +325,7 @@ func TestHeadStartsByItsReservation(t *testing.T) {
 				queue = append(queue, j)
 				next++
 			}
-			in := Input{GPUs: hostGPUs(4), Queued: queue, Now: now, Config: Config{MaxGPUsPerUser: 4}}
+			in := Input{GPUs: gpus, Queued: queue, Now: now, Config: Config{MaxGPUsPerUser: 4}}
 			for _, l := range runs {
 				in.Running = append(in.Running, l.job)
 			}
