@@ -228,6 +228,16 @@ func (p *pass) constraintText(nodeGlob, modelGlob string, drained []string) stri
 			return fmt.Sprintf("asks for %s: %v", strings.Join(asks, " "), err)
 		}
 	}
+	if !p.fleet {
+		// One host: its GPUs name no node.
+		switch {
+		case len(drained) > 0:
+			return "this host is drained: no job starts here until an admin undrains it (gpumeter node undrain)"
+		case nodeGlob != "":
+			return fmt.Sprintf("asks for %s; this host's GPUs name no node (it is one host, not a fleet)", strings.Join(asks, " "))
+		}
+		return fmt.Sprintf("asks for %s; no GPU here matches (the GPU models here: %s)", strings.Join(asks, " "), namesText(p.models()))
+	}
 	if len(drained) > 0 {
 		if len(asks) == 0 {
 			return fmt.Sprintf("every node is drained (%s): no job starts until an admin undrains one (gpumeter node undrain)", namesText(drained))
@@ -240,16 +250,21 @@ func (p *pass) constraintText(nodeGlob, modelGlob string, drained []string) stri
 	}
 	what := "the nodes are " + namesText(names)
 	if modelGlob != "" {
-		var models []string
-		for _, g := range p.groups {
-			if g.model != "" && !slices.Contains(models, g.model) {
-				models = append(models, g.model)
-			}
-		}
-		slices.Sort(models)
-		what += "; their GPU models " + namesText(models)
+		what += "; their GPU models " + namesText(p.models())
 	}
 	return fmt.Sprintf("asks for %s; no node matches (%s)", strings.Join(asks, " "), what)
+}
+
+// models returns the GPU models of the pass's GPUs, sorted, without "".
+func (p *pass) models() []string {
+	var models []string
+	for _, g := range p.groups {
+		if g.model != "" && !slices.Contains(models, g.model) {
+			models = append(models, g.model)
+		}
+	}
+	slices.Sort(models)
+	return models
 }
 
 // namesText lists names, at most five of them: "a, b, c and 4 more".

@@ -186,6 +186,31 @@ func TestFleetConstraints(t *testing.T) {
 	})
 }
 
+// TestOneHostConstraints: on one host (no GPU names its node) a --node
+// constraint matches nothing, a --model one the host's models, and a
+// drained host starts nothing; each sentence says so.
+func TestOneHostConstraints(t *testing.T) {
+	gs := hostGPUs(2)
+	gs[1].Model = "H100"
+	for _, tc := range []struct {
+		node, model string
+		drained     bool
+		want        string
+	}{
+		{"gpu-a", "", false, "j-000001 node_constraint: asks for --node gpu-a; this host's GPUs name no node (it is one host, not a fleet)"},
+		{"", "A100*", false, "j-000001 node_constraint: asks for --model A100*; no GPU here matches (the GPU models here: H100)"},
+		{"", "", true, "j-000001 node_constraint: this host is drained: no job starts here until an admin undrains it (gpumeter node undrain)"},
+	} {
+		j := queued(1, "ann", 1)
+		j.Node, j.Model = tc.node, tc.model
+		in := Input{GPUs: gs, Queued: []QueuedJob{j}, Drained: map[string]bool{"": tc.drained}, Now: t0}
+		check(t, Schedule(in), nil, []string{tc.want})
+	}
+	j := queued(1, "ann", 1)
+	j.Model = "H1*"
+	check(t, Schedule(Input{GPUs: gs, Queued: []QueuedJob{j}, Now: t0}), []string{"j-000001=GPU-1"}, nil)
+}
+
 func TestValidNodeGlob(t *testing.T) {
 	for _, s := range []string{"", "gpu-a", "gpu-*", "gpu-[ab]?", `gpu\-a`} {
 		if err := ValidNodeGlob(s); err != nil {
