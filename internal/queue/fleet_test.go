@@ -450,3 +450,26 @@ func TestConsolidate(t *testing.T) {
 		t.Error("two calls gave other advice")
 	}
 }
+
+// TestFleetDeterministic: the GPUs' and jobs' order in the input does not
+// change a fleet's plan, nor does Schedule change its input.
+func TestFleetDeterministic(t *testing.T) {
+	in := fleetBenchInput(6, true)
+	in.Queued = in.Queued[:600]
+	want := Schedule(in)
+	if len(want.Starts) < 20 {
+		t.Fatalf("only %d starts", len(want.Starts))
+	}
+	r := newRand(3)
+	for range 10 {
+		r.Shuffle(len(in.GPUs), func(i, j int) { in.GPUs[i], in.GPUs[j] = in.GPUs[j], in.GPUs[i] })
+		r.Shuffle(len(in.Queued), func(i, j int) { in.Queued[i], in.Queued[j] = in.Queued[j], in.Queued[i] })
+		keep := slices.Clone(in.Queued)
+		if got := Schedule(in); !cmp.Equal(got, want, cmp.AllowUnexported(Wait{}, waitFigures{})) {
+			t.Fatalf("GPUs and jobs in another order gave another plan:\n got %q\nwant %q", nodeStarts(got), nodeStarts(want))
+		}
+		if !slices.Equal(in.Queued, keep) {
+			t.Fatal("Schedule changed its input")
+		}
+	}
+}
