@@ -26,7 +26,9 @@ type fleetNode struct {
 	name string
 	// lo and hi bound its GPUs in the pass's GPUs: gs[lo:hi], by index.
 	lo, hi int
-	// glo and ghi bound its groups (see pass.groups).
+	// glo and ghi bound its groups in pass.groups: a group is the GPUs
+	// of one node and one model, as the start estimate counts free GPUs
+	// (a job with a model constraint counts only those it may take).
 	glo, ghi int
 	drained  bool
 	// free counts its GPUs free to whole-GPU jobs, but for reservations
@@ -40,14 +42,6 @@ type fleetNode struct {
 
 // gpus returns the node's GPUs.
 func (nd *fleetNode) gpus(gs []gpuState) []gpuState { return gs[nd.lo:nd.hi] }
-
-// group is a set of GPUs of one node and one model: the start estimate
-// counts free GPUs by group, so that a job with a model constraint is
-// counted only on the GPUs it may take.
-type group struct {
-	node  int
-	model string
-}
 
 // buildNodes fills the pass's nodes and groups from its GPUs, which
 // filterGPUs sorted by node. Without a named node there is one node, "",
@@ -73,9 +67,7 @@ func (p *pass) buildNodes() {
 			}
 		}
 		slices.Sort(models)
-		for _, m := range models {
-			p.groups = append(p.groups, group{node: ni, model: m})
-		}
+		p.groups = append(p.groups, models...)
 		nd.ghi = len(p.groups)
 		for k := lo; k < hi; k++ {
 			gs[k].node = int32(ni)
@@ -101,9 +93,9 @@ type scope struct {
 	gpu []bool
 	// groupOK says, by group, whether its GPUs are open to them.
 	groupOK []bool
-	// most is the most GPUs not marked for sharing, and all the most
-	// GPUs, that one open node gives them; mostNode is that node, -1 when
-	// none is open.
+	// mostNode is the open node with the most GPUs not marked for
+	// sharing that they may take, most that number and all its GPUs they
+	// may take, shared ones included; mostNode is -1 when none is open.
 	most, all, mostNode int
 	// text is the node_constraint sentence when no node is open.
 	text string
@@ -168,6 +160,9 @@ func match(glob, name string) bool {
 	return ok && err == nil
 }
 
+// newScope makes the scope of the jobs with the globs given: the nodes
+// that match nodeGlob and have a GPU that matches modelGlob, less the
+// drained ones.
 func (p *pass) newScope(nodeGlob, modelGlob string) *scope {
 	sc := &scope{nodeOK: make([]bool, len(p.nodes)), groupOK: make([]bool, len(p.groups)), mostNode: -1}
 	if modelGlob != "" {
@@ -201,7 +196,7 @@ func (p *pass) newScope(nodeGlob, modelGlob string) *scope {
 		sc.nodeOK[ni] = true
 		sc.nodes = append(sc.nodes, ni)
 		for g := nd.glo; g < nd.ghi; g++ {
-			sc.groupOK[g] = match(modelGlob, p.groups[g].model)
+			sc.groupOK[g] = match(modelGlob, p.groups[g])
 		}
 		if sc.mostNode < 0 || exclusive > sc.most {
 			sc.most, sc.all, sc.mostNode = exclusive, all, ni
@@ -258,9 +253,9 @@ func (p *pass) constraintText(nodeGlob, modelGlob string, drained []string) stri
 // models returns the GPU models of the pass's GPUs, sorted, without "".
 func (p *pass) models() []string {
 	var models []string
-	for _, g := range p.groups {
-		if g.model != "" && !slices.Contains(models, g.model) {
-			models = append(models, g.model)
+	for _, m := range p.groups {
+		if m != "" && !slices.Contains(models, m) {
+			models = append(models, m)
 		}
 	}
 	slices.Sort(models)

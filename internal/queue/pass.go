@@ -109,10 +109,11 @@ type pass struct {
 	arrays             map[string]*arrayState // by array id; see array.go
 	pos                map[string]int         // GPU UUID to its position in gs
 	// fleet is set when a GPU names its node; nodes are the nodes by
-	// name (one, "", on one host), groups their GPUs by model.
+	// name (one, "", on one host), groups the model of each group of
+	// their GPUs (see fleetNode.glo).
 	fleet    bool
 	nodes    []fleetNode
-	groups   []group
+	groups   []string
 	anyScope *scope              // the scope of jobs without constraints
 	scopes   map[scopeKey]*scope // of the others
 	// lastScope is the scope found last, of lastScopeKey.
