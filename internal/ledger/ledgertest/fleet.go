@@ -226,16 +226,18 @@ func memJob(user string) queue.Job {
 	return j
 }
 
-func placement(gpus ...string) *queue.PlacementRecord {
-	p := &queue.PlacementRecord{Policy: queue.Target}
+// placement is a fleet's record of a job placed on node's gpus.
+func placement(node string, gpus ...string) *queue.PlacementRecord {
+	p := &queue.PlacementRecord{Policy: queue.Target,
+		Nodes: []queue.NodeCandidate{{Node: node, Score: 95, Util: 0.65, Chosen: true}, {Node: "node-z", Score: 20, Util: 0.9}}}
 	for i, g := range gpus {
-		p.Candidates = append(p.Candidates, queue.Candidate{UUID: g, Index: i, Score: 95, Util: 0.65, Chosen: true})
+		p.Candidates = append(p.Candidates, queue.Candidate{UUID: g, Index: i, Node: node, Score: 95, Util: 0.65, Chosen: true})
 	}
 	return p
 }
 
 func intent(j queue.Job, node string, gpus ...string) ledger.Intent {
-	return ledger.Intent{JobID: j.ID, Node: node, GPUs: gpus, Shared: j.Request != nil && j.Request.GPUMemory > 0, Placement: placement(gpus...)}
+	return ledger.Intent{JobID: j.ID, Node: node, GPUs: gpus, Shared: j.Request != nil && j.Request.GPUMemory > 0, Placement: placement(node, gpus...)}
 }
 
 func startAudit(id string) audit.Event {
@@ -298,7 +300,11 @@ func claim(t *testing.T, s ledger.Ledger, node, instance string) []queue.Job {
 // with their audit, and that the jobs read back as Job reads them.
 func testWriteIntents(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
-	j1, j2 := submit(t, s, newJob("alice")), submit(t, s, newJob("bob"))
+	constrained := newJob("alice")
+	r := *constrained.Request
+	r.Node, r.Model = "node-*", "*H100*"
+	constrained.Request = &r
+	j1, j2 := submit(t, s, constrained), submit(t, s, newJob("bob"))
 	l := acquireScheduler(t, s, "sched", nodeA, fresh)
 	err := s.WriteIntents(ctx, l.Token, []ledger.Intent{intent(j1, nodeB, gpuA), intent(j2, nodeA, gpuA, gpuB)},
 		[]audit.Event{startAudit(j1.ID), startAudit(j2.ID)})
@@ -312,8 +318,11 @@ func testWriteIntents(t *testing.T, s ledger.Ledger) {
 	if got.State != jobStarting || got.Node != nodeB || len(got.GPUs) != 1 || got.GPUs[0] != gpuA {
 		t.Errorf("job after its intent: state %s, node %s, GPUs %v; want starting on node-b's %s", got.State, got.Node, got.GPUs, gpuA)
 	}
-	if d := gocmp.Diff(placement(gpuA), got.Placement); d != "" {
+	if d := gocmp.Diff(placement(nodeB, gpuA), got.Placement); d != "" {
 		t.Errorf("placement (-want +got):\n%s", d)
+	}
+	if got.Request == nil || got.Request.Node != "node-*" || got.Request.Model != "*H100*" {
+		t.Errorf("the job's constraints read back as %+v, want node-* and *H100*", got.Request)
 	}
 	checkAllocations(t, s, "after two intents", map[ledger.NodeGPUKey]string{
 		{Node: nodeB, UUID: gpuA}: j1.ID, {Node: nodeA, UUID: gpuA}: j2.ID, {Node: nodeA, UUID: gpuB}: j2.ID})
