@@ -42,6 +42,9 @@ type requestRow struct {
 	RequeueFailed bool       `json:"requeue_failed,omitempty"`
 	RequeueOf     string     `json:"requeue_of,omitempty"`
 	Attempt       int        `json:"attempt,omitempty"`
+	// The fleet's constraints: --node and --model as submitted.
+	Node  string `json:"node,omitempty"`
+	Model string `json:"model,omitempty"`
 }
 
 type arrayRow struct {
@@ -69,7 +72,7 @@ func requestColumn(j queue.Job) (string, error) {
 		EnvKeys: j.EnvKeys, Mounts: r.Mounts, Workdir: r.Workdir, CPUs: r.CPUs, Memory: r.Memory,
 		ShmSize: r.ShmSize, Pids: r.Pids, Publish: r.Publish, Labels: r.Labels, Command: j.Command, Notify: r.Notify,
 		Array: arrayColumn(r.Array), After: afterColumn(r.After), Preemptible: r.Preemptible,
-		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt,
+		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt, Node: r.Node, Model: r.Model,
 	})
 	return string(b), err
 }
@@ -108,7 +111,7 @@ func requestOf(s string) *queue.Request {
 		CPUs: r.CPUs, Memory: r.Memory, ShmSize: r.ShmSize, Pids: r.Pids,
 		Publish: r.Publish, Labels: r.Labels, Notify: r.Notify,
 		Array: arrayOf(r.Array), After: afterOf(r.After), Preemptible: r.Preemptible,
-		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt,
+		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt, Node: r.Node, Model: r.Model,
 	}
 }
 
@@ -131,14 +134,25 @@ func afterOf(rs []afterRow) []queue.Dependency {
 }
 
 // placementRow is the placement column, in the shape the API shows.
+// A fleet's placement adds the nodes and each GPU's node; one host's
+// leaves them out, as earlier versions wrote it.
 type placementRow struct {
-	Policy     string         `json:"policy"`
-	Candidates []candidateRow `json:"candidates"`
+	Policy     string             `json:"policy"`
+	Candidates []candidateRow     `json:"candidates"`
+	Nodes      []nodeCandidateRow `json:"nodes,omitempty"`
 }
 
 type candidateRow struct {
 	UUID   string  `json:"uuid"`
 	Index  int     `json:"index"`
+	Node   string  `json:"node,omitempty"`
+	Score  float64 `json:"score"`
+	Util   float64 `json:"util"`
+	Chosen bool    `json:"chosen"`
+}
+
+type nodeCandidateRow struct {
+	Node   string  `json:"node"`
 	Score  float64 `json:"score"`
 	Util   float64 `json:"util"`
 	Chosen bool    `json:"chosen"`
@@ -151,7 +165,10 @@ func placementColumn(p *queue.PlacementRecord) any {
 	}
 	out := placementRow{Policy: string(p.Policy), Candidates: make([]candidateRow, 0, len(p.Candidates))}
 	for _, c := range p.Candidates {
-		out.Candidates = append(out.Candidates, candidateRow{c.UUID, c.Index, c.Score, c.Util, c.Chosen})
+		out.Candidates = append(out.Candidates, candidateRow{c.UUID, c.Index, c.Node, c.Score, c.Util, c.Chosen})
+	}
+	for _, n := range p.Nodes {
+		out.Nodes = append(out.Nodes, nodeCandidateRow{n.Node, n.Score, n.Util, n.Chosen})
 	}
 	b, err := json.Marshal(out)
 	if err != nil {
@@ -175,7 +192,10 @@ func placementOf(s *string) *queue.PlacementRecord {
 		out.Candidates = make([]queue.Candidate, 0, len(r.Candidates))
 	}
 	for _, c := range r.Candidates {
-		out.Candidates = append(out.Candidates, queue.Candidate{UUID: c.UUID, Index: c.Index, Score: c.Score, Util: c.Util, Chosen: c.Chosen})
+		out.Candidates = append(out.Candidates, queue.Candidate{UUID: c.UUID, Index: c.Index, Node: c.Node, Score: c.Score, Util: c.Util, Chosen: c.Chosen})
+	}
+	for _, n := range r.Nodes {
+		out.Nodes = append(out.Nodes, queue.NodeCandidate{Node: n.Node, Score: n.Score, Util: n.Util, Chosen: n.Chosen})
 	}
 	return out
 }

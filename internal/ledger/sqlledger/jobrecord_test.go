@@ -97,3 +97,36 @@ func TestRequestColumnWorkflow(t *testing.T) {
 		t.Errorf("an earlier row reads as %+v, want no array, dependency, preemption or requeue", r)
 	}
 }
+
+// TestColumnsFleet: a fleet job's constraints and its placement's nodes
+// go in the columns' JSON and read back; one host's rows (the goldens)
+// keep their bytes.
+func TestColumnsFleet(t *testing.T) {
+	j := goldenJob()
+	j.Request.Node, j.Request.Model = "gpu-*", "*H100*"
+	col, err := requestColumn(j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := requestGolden[:len(requestGolden)-1] + `,"node":"gpu-*","model":"*H100*"}`; col != want {
+		t.Errorf("requestColumn = %s\nwant %s", col, want)
+	}
+	if d := gocmp.Diff(j.Request, requestOf(col)); d != "" {
+		t.Errorf("requestOf(column) (-want +got):\n%s", d)
+	}
+	p := j.Placement
+	for i := range p.Candidates {
+		p.Candidates[i].Node = "gpu-2"
+	}
+	p.Nodes = []queue.NodeCandidate{{Node: "gpu-2", Score: 97.5, Util: 0.725, Chosen: true}, {Node: "gpu-1", Score: 12, Util: 0.95}}
+	got, ok := placementColumn(p).(string)
+	want := `{"policy":"target","candidates":[{"uuid":"GPU-1","index":1,"node":"gpu-2","score":97.5,"util":0.725,"chosen":true},` +
+		`{"uuid":"GPU-0","index":0,"node":"gpu-2","score":40,"util":1.3,"chosen":false}],` +
+		`"nodes":[{"node":"gpu-2","score":97.5,"util":0.725,"chosen":true},{"node":"gpu-1","score":12,"util":0.95,"chosen":false}]}`
+	if !ok || got != want {
+		t.Errorf("placementColumn = %v\nwant %s", got, want)
+	}
+	if d := gocmp.Diff(p, placementOf(&got)); d != "" {
+		t.Errorf("placementOf(column) (-want +got):\n%s", d)
+	}
+}
