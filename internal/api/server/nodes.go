@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
@@ -53,8 +55,7 @@ func (s *server) nodes(w http.ResponseWriter, r *http.Request, c *call) {
 	}
 	views, err := s.cfg.Nodes.Nodes(r.Context())
 	if err != nil {
-		s.cfg.Logger.Error("nodes", "caller", c.id.Caller(), "err", err)
-		writeError(w, http.StatusInternalServerError, apitype.CodeInternal, "the nodes could not be read; the agent's log says why")
+		s.nodesFailed(w, c, "read the nodes", err)
 		return
 	}
 	writeJSON(w, NodesFromView(views))
@@ -86,12 +87,25 @@ func (s *server) drainNode(drained bool) func(w http.ResponseWriter, r *http.Req
 				writeError(w, http.StatusNotFound, apitype.CodeNodeNotFound, msg)
 				return
 			}
-			s.observe(r, c, target, http.StatusInternalServerError, err.Error())
-			s.cfg.Logger.Error(verb+" a node", "node", node, "caller", c.id.Caller(), "err", err)
-			writeError(w, http.StatusInternalServerError, apitype.CodeInternal, "the node could not be "+verb+"ed; the agent's log says why")
+			s.observe(r, c, target, s.nodesFailed(w, c, verb+" node "+node, err), err.Error())
 			return
 		}
 		c.observed = true
 		writeJSON(w, apitype.NodeDrain{Node: node, Drained: drained})
 	}
+}
+
+// nodesFailed answers a call the fleet's store failed, and returns the
+// status: a ledger that cannot be reached is a 503 to ask again after,
+// since nothing was done; anything else a 500 the log explains.
+func (s *server) nodesFailed(w http.ResponseWriter, c *call, what string, err error) int {
+	if errors.Is(err, ledger.ErrUnavailable) {
+		s.cfg.Logger.Warn(what+": ledger unavailable", "caller", c.id.Caller(), "err", err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(ledgerRetryAfter/time.Second)))
+		writeError(w, http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable, "the fleet's database cannot be reached; nothing was done; try again in a few seconds")
+		return http.StatusServiceUnavailable
+	}
+	s.cfg.Logger.Error(what, "caller", c.id.Caller(), "err", err)
+	writeError(w, http.StatusInternalServerError, apitype.CodeInternal, "could not "+what+"; the agent's log says why")
+	return http.StatusInternalServerError
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -29,13 +30,18 @@ import (
 type fixedNodes struct {
 	views []run.NodeView
 	store *sqlite.Store
+	// err, when set, is what every call fails with.
+	err   error
 	mu    sync.Mutex
 	calls []string
 }
 
-func (f *fixedNodes) Nodes(context.Context) ([]run.NodeView, error) { return f.views, nil }
+func (f *fixedNodes) Nodes(context.Context) ([]run.NodeView, error) { return f.views, f.err }
 
 func (f *fixedNodes) SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error {
+	if f.err != nil {
+		return f.err
+	}
 	known := false
 	for _, v := range f.views {
 		known = known || v.Node == node
@@ -164,6 +170,32 @@ func TestNodeDrain(t *testing.T) {
 	}
 	if len(notFound) != 1 || notFound[0].Target != "drain node gpu-z" || notFound[0].Error != run.NodeNotFound("gpu-z") || notFound[0].Outcome != audit.OutcomeFailed {
 		t.Errorf("observed 404s %+v, want the drain of gpu-z", notFound)
+	}
+}
+
+// TestNodesLedgerDown: a fleet's database that cannot be reached is a
+// 503 to ask again after, on a read and on a drain, which is observed
+// as failed; any other failure a 500 that says nothing of it.
+func TestNodesLedgerDown(t *testing.T) {
+	f, fn := newNodesFixture(t)
+	fn.err = fmt.Errorf("nodes: %w: connection refused", ledger.ErrUnavailable)
+	for _, a := range []servertest.Answer{
+		f.Get(t, servertest.AsViewer, "/api/v1/nodes"),
+		f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/nodes/gpu-a/drain", nil, ""),
+	} {
+		a.APIError(t, http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable)
+		if a.Header.Get("Retry-After") == "" {
+			t.Errorf("no Retry-After on a 503 ledger_unavailable")
+		}
+	}
+	events := f.Audit.Take()
+	if n := len(events); n != 2 || events[1].Target != "drain node gpu-a" || events[1].Outcome != audit.OutcomeFailed || events[1].Status != http.StatusServiceUnavailable {
+		t.Errorf("audit events %+v, want the read and the failed drain", events)
+	}
+	fn.err = errors.New("disk on fire")
+	e := f.Get(t, servertest.AsViewer, "/api/v1/nodes").APIError(t, http.StatusInternalServerError, apitype.CodeInternal)
+	if strings.Contains(e.Message, "fire") {
+		t.Errorf("a 500 tells the caller the cause: %q", e.Message)
 	}
 }
 
