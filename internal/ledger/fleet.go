@@ -17,8 +17,9 @@ import (
 // runs the scheduling pass over every node's GPUs; it writes start intents
 // under the lease's fencing token, and the node each intent names claims
 // it and starts the job. The database refuses a double allocation: an
-// allocation row per (node, GPU) a job holds whole, unique over the active
-// ones, kept by the store in the same transaction as the job's state.
+// allocation row per (node, GPU) that a starting or running job holds
+// (whole, or a memory job's share), unique over the whole ones, kept by
+// the store in the same transaction as the job's state.
 
 // NodeGPU is one GPU of a node, as its agent registers it.
 type NodeGPU struct {
@@ -61,12 +62,14 @@ type NodeStatus struct {
 	// Registered is when the node first registered; Updated when its
 	// agent last did.
 	Registered, Updated time.Time
-	// Heartbeat is its ledger lease's heartbeat, zero when it holds
-	// none; LeaseAge is the time since it by the store's clock.
+	// Heartbeat is its ledger lease's heartbeat (for a released lease,
+	// when it was released), zero when the node never held one;
+	// LeaseAge is the time since it by the store's clock, zero with it.
 	Heartbeat time.Time
 	LeaseAge  time.Duration
 	// Lost is set when the node's lease may be taken over (silent for
-	// longer than the takeover time Nodes was given), or was released.
+	// longer than the takeover time Nodes was given), was released, or
+	// was never taken.
 	Lost bool
 }
 
@@ -78,17 +81,23 @@ type SchedulerLease struct {
 	Node      string // the holding agent's node
 	Token     int64
 	Acquired  time.Time
-	Heartbeat time.Time
+	Heartbeat time.Time // by the store's clock
+	// Released is set once the holder gave the lease up: the next
+	// AcquireScheduler takes it at once, under a higher token.
+	Released bool
 }
 
 // Intent is the scheduler's decision to start a queued job on a node's
 // GPUs: the job moves from queued to starting with Node, GPUs and
 // Placement set, and its allocations are added, in one transaction.
 type Intent struct {
-	JobID     string
-	Node      string
-	GPUs      []string // UUIDs on Node
-	Shared    bool     // a memory job on a shared GPU: no exclusive allocation
+	JobID string
+	Node  string
+	GPUs  []string // UUIDs on Node
+	// Shared is set for a memory job on a shared GPU: its allocation is
+	// a share, not the GPU whole. The store reads it from the job (a
+	// Request with GPUMemory) and refuses an intent that says otherwise.
+	Shared    bool
 	Placement *queue.PlacementRecord
 }
 
@@ -116,16 +125,19 @@ type Fleet interface {
 	ReleaseScheduler(ctx context.Context, token int64) error
 	// Scheduler returns the lease as it stands (zero when never taken).
 	Scheduler(ctx context.Context) (SchedulerLease, error)
-	// WriteIntents writes intents in one transaction under token, and
-	// renews the lease's heartbeat: all or nothing. It fails with
-	// ErrStaleToken when token is no longer the lease's, with a
-	// *JobStateError when a job is no longer queued, and with an error
-	// wrapping ErrDoubleAllocation when a GPU is held whole already.
+	// WriteIntents writes intents in one transaction under token, with
+	// audit (the events whose Kind is set), and renews the lease's
+	// heartbeat: all or nothing. It fails with an error wrapping
+	// ErrStaleToken when token is no longer the lease's or the lease was
+	// released, with a *JobStateError when a job is no longer queued, and
+	// with an error wrapping ErrDoubleAllocation when a GPU is held whole
+	// already, or is shared by memory jobs and an intent would take it
+	// whole.
 	WriteIntents(ctx context.Context, token int64, intents []Intent, audit []audit.Event) error
 	// ClaimIntents returns the jobs of node's intents that no instance
-	// has claimed yet and marks them claimed by instance, skipping those
-	// another transaction is claiming (FOR UPDATE SKIP LOCKED on
-	// PostgreSQL).
+	// has claimed yet, oldest first, and marks them claimed by instance,
+	// skipping those another transaction is claiming (FOR UPDATE SKIP
+	// LOCKED on PostgreSQL): each intent is returned once.
 	ClaimIntents(ctx context.Context, node, instance string) ([]queue.Job, error)
 	// Allocations returns the active exclusive allocations: (node, GPU
 	// UUID) -> job ID.
@@ -144,7 +156,9 @@ var ErrNodeNotFound = errors.New("no such node")
 var ErrStaleToken = errors.New("the scheduler lease is held under a newer token")
 
 // ErrDoubleAllocation is wrapped by a write that would give a GPU that a
-// job holds whole to another job.
+// job holds whole to another job, or take whole a GPU that memory jobs
+// share: WriteIntents, and UpdateJob (or SubmitJob) of a job that starts
+// or runs on GPUs. Nothing of such a write is written.
 var ErrDoubleAllocation = errors.New("GPU already allocated")
 
 // SchedulerHeldError is returned by AcquireScheduler when another

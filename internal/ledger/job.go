@@ -71,7 +71,11 @@ type JobStore interface {
 	// *JobStateError naming the state the job is in, and writes nothing.
 	// change may set State, Reason, ReasonText, GPUs, StartedAt, EndedAt,
 	// ExitCode, ContainerID, Held, Attempts, Requeues and Placement;
-	// other fields are kept.
+	// other fields are kept. A job it leaves starting or running holds
+	// its GPUs on its node in the same transaction (Fleet's allocations),
+	// and one it moves out of those states lets them go: a GPU that
+	// another job holds whole is an error wrapping ErrDoubleAllocation,
+	// and nothing is written.
 	UpdateJob(ctx context.Context, id string, from queue.State, change func(*queue.Job), audit audit.Event) (queue.Job, error)
 	// SetHeld sets the job's Held flag while its state is from, as
 	// UpdateJob does.

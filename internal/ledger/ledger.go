@@ -1,8 +1,10 @@
 // Package ledger defines the usage ledger: the records gpumeter keeps for
 // every node, GPU and container, the per-minute and per-hour usage sums
 // that every report reads, the audit log (of audit.Event), node leases,
-// and the GPU queue's jobs (JobStore), which live in the same database so
-// that the queue survives a restart. Backends (ledger/sqlite,
+// the GPU queue's jobs (JobStore), which live in the same database so
+// that the queue survives a restart, and the fleet's coordination
+// (Fleet): registered nodes, the scheduler lease, start intents and the
+// GPU allocations the database refuses to double. Backends (ledger/sqlite,
 // ledger/postgres) implement Ledger, every capability at once, and pass
 // the shared suite in ledger/ledgertest.
 package ledger
@@ -299,6 +301,7 @@ type Ledger interface {
 	JobStore
 	LeaseTaker
 	OwnerUsageReader
+	Fleet
 }
 
 // Retention defaults for Store.Retain.

@@ -71,6 +71,14 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"UsageByOwner", testUsageByOwner},
 		{"GPUSeries", testGPUSeries},
 		{"GPUSeriesRetain", testGPUSeriesRetain},
+		{"FleetNodes", testFleetNodes},
+		{"SchedulerLease", testSchedulerLease},
+		{"WriteIntents", testWriteIntents},
+		{"IntentsStaleToken", testIntentsStaleToken},
+		{"DoubleAllocation", testDoubleAllocation},
+		{"SharedAllocations", testSharedAllocations},
+		{"AllocationsFollowState", testAllocationsFollowState},
+		{"ClaimIntents", testClaimIntents},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

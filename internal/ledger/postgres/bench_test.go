@@ -44,6 +44,16 @@ func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, pgtest.DSN(b)))
 }
 
+// go test -run '^$' -bench BenchmarkWriteIntents128 ./internal/ledger/postgres/
+func BenchmarkWriteIntents128(b *testing.B) {
+	ledgertest.BenchWriteIntents(b, open(b, pgtest.DSN(b)))
+}
+
+// go test -run '^$' -bench BenchmarkJobLifecycle ./internal/ledger/postgres/
+func BenchmarkJobLifecycle(b *testing.B) {
+	ledgertest.BenchJobLifecycle(b, open(b, pgtest.DSN(b)))
+}
+
 // go test -run '^$' -bench BenchmarkCancelBulk5000 -benchtime 5x ./internal/ledger/postgres/
 func BenchmarkCancelBulk5000(b *testing.B) {
 	ledgertest.BenchCancelJobs(b, open(b, pgtest.DSN(b)), 5000)

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlledger"
 )
 
 var (
@@ -16,11 +17,35 @@ var (
 	_ ledger.JobStore         = (*Store)(nil)
 	_ ledger.BudgetStore      = (*Store)(nil)
 	_ ledger.OwnerUsageReader = (*Store)(nil)
+	_ ledger.Fleet            = (*Store)(nil)
 )
 
 // nowUS is the server's clock in unix microseconds: every agent judges a
 // lease's silence by the one clock they share.
 const nowUS = `(extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+
+// serverNow reads the server's clock, by which the fleet's leases are
+// judged.
+func serverNow(ctx context.Context, q sqlledger.Querier) (time.Time, error) {
+	rows, err := q.Query(ctx, "SELECT "+nowUS)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer rows.Close()
+	var us int64
+	if rows.Next() {
+		if err := rows.Scan(&us); err != nil {
+			return time.Time{}, err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return time.Time{}, err
+	}
+	if us == 0 {
+		return time.Time{}, errors.New("the server did not say the time")
+	}
+	return time.UnixMicro(us).UTC(), nil
+}
 
 // Acquire takes node's lease when it is free, released, or silent for
 // longer than takeover. The check and the take are one transaction that

@@ -37,6 +37,11 @@ var migrationFiles embed.FS
 // connectTimeout applies when the DSN sets none (connect_timeout).
 const connectTimeout = 5 * time.Second
 
+// gpuLock is the first key of the pg_advisory_xact_lock pairs that lock
+// one GPU of one node (the second is a hash of the two) while a
+// transaction gives it out: "gpml".
+const gpuLock int32 = 0x67706d6c
+
 // migrateLock is the pg_advisory_xact_lock key that serialises migrations
 // of agents opening one database at once.
 const migrateLock int64 = 0x67706d6c65646772 // "gpmledgr"
@@ -74,8 +79,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		WriteRows: func(ctx context.Context, b *ledger.Batch, rows *sqlledger.Rows) error {
 			return unavailable(s.writeRows(ctx, b, rows))
 		},
-		InsertAudit: func(ctx context.Context, args [][]any) error { return unavailable(s.insertAudit(ctx, args)) },
-		WriteTx:     func(ctx context.Context, fn func(sqlledger.Tx) error) error { return unavailable(s.jobTx(ctx, fn)) },
+		InsertAudit:     func(ctx context.Context, args [][]any) error { return unavailable(s.insertAudit(ctx, args)) },
+		WriteTx:         func(ctx context.Context, fn func(sqlledger.Tx) error) error { return unavailable(s.jobTx(ctx, fn)) },
+		Now:             serverNow,
+		RowLocks:        true,
+		UniqueViolation: uniqueViolation,
+		LockGPUs:        lockGPUs,
 	})
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)
@@ -246,6 +255,12 @@ func unavailable(err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
+}
+
+// uniqueViolation reports whether err is PostgreSQL's unique_violation.
+func uniqueViolation(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "23505"
 }
 
 func retryable(err error) bool {

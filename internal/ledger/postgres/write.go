@@ -363,6 +363,18 @@ func (s *Store) jobTx(ctx context.Context, fn func(sqlledger.Tx) error) error {
 	})
 }
 
+// lockGPUs takes a transaction's advisory lock on each of node's GPUs,
+// in the order given (sorted, so that writers lock alike), released at
+// its end: a pooled connection keeps no lock past the transaction.
+func lockGPUs(ctx context.Context, tx sqlledger.Tx, node string, gpus []string) error {
+	for _, g := range gpus {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", gpuLock, node+"/"+g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // writeQuerier is a write transaction as sqlledger's job store uses it.
 type writeQuerier struct{ querier }
 

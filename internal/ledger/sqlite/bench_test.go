@@ -183,6 +183,16 @@ func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
 }
 
+// go test -run '^$' -bench BenchmarkWriteIntents128 ./internal/ledger/sqlite/
+func BenchmarkWriteIntents128(b *testing.B) {
+	ledgertest.BenchWriteIntents(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
+}
+
+// go test -run '^$' -bench BenchmarkJobLifecycle ./internal/ledger/sqlite/
+func BenchmarkJobLifecycle(b *testing.B) {
+	ledgertest.BenchJobLifecycle(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
+}
+
 // go test -run '^$' -bench BenchmarkGPUSeries30Days ./internal/ledger/sqlite/
 func BenchmarkGPUSeries30Days(b *testing.B) {
 	path, m := monthLedger(b)

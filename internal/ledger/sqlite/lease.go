@@ -18,6 +18,7 @@ var (
 	_ ledger.JobStore         = (*Store)(nil)
 	_ ledger.BudgetStore      = (*Store)(nil)
 	_ ledger.OwnerUsageReader = (*Store)(nil)
+	_ ledger.Fleet            = (*Store)(nil)
 )
 
 // writerLock is the lock file beside the ledger: the process that holds

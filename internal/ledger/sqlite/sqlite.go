@@ -92,7 +92,8 @@ func open(ctx context.Context, path string) (*Store, error) {
 	}
 	bt := strconv.FormatInt(busyTimeout.Milliseconds(), 10)
 	s := &Store{path: path, wsem: make(chan struct{}, 1), ids: newIDs()}
-	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: path, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit, WriteTx: s.jobTx})
+	s.Ledger = sqlledger.NewLedger(sqlledger.Backend{Name: path, Read: s.read, WriteRows: s.writeRows, InsertAudit: s.insertAudit, WriteTx: s.jobTx,
+		Now: hostNow, UniqueViolation: uniqueViolation})
 	// BEGIN IMMEDIATE takes the write lock up front, so a transaction never
 	// fails to upgrade from reading to writing under another process.
 	s.wdb, err = sql.Open("sqlite", dsn(abs, "_txlock=immediate&_pragma=busy_timeout("+bt+")&_pragma=synchronous(FULL)"))
@@ -284,6 +285,19 @@ func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error) error {
 	}
 	defer tx.Rollback()
 	return s.full(fn(tx))
+}
+
+// hostNow is the store's clock: the host's, which every writer of the
+// file shares, as the node leases judge by it.
+func hostNow(context.Context, sqlledger.Querier) (time.Time, error) {
+	return time.Now().UTC().Truncate(time.Microsecond), nil
+}
+
+// uniqueViolation reports whether err is SQLite's refusal of a row that
+// a unique index or primary key holds already.
+func uniqueViolation(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
 // full marks err with ledger.ErrFull when SQLite could not write for want

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,12 @@ func (l Ledger) SubmitJob(ctx context.Context, job queue.Job, audit audit.Event)
 		if _, err := tx.Exec(ctx, "INSERT INTO jobs ("+jobColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13,
 			$14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)`, args...); err != nil {
 			return err
+		}
+		if activeState(j.State) {
+			// A job written as started already (a restore) holds its GPUs.
+			if err := l.allocate(ctx, tx, j, false); err != nil {
+				return err
+			}
 		}
 		if audit.Target == "" {
 			audit.Target = j.ID
@@ -161,54 +168,9 @@ func (l Ledger) UpdateJob(ctx context.Context, id string, from queue.State, chan
 	}
 	var out queue.Job
 	err := l.b.WriteTx(ctx, func(tx Tx) error {
-		js, err := scanJobs(ctx, tx, "SELECT "+jobColumns+" FROM jobs WHERE id = $1", id)
+		j, err := l.updateJob(ctx, tx, id, from, change, nil)
 		if err != nil {
 			return err
-		}
-		if len(js) == 0 {
-			return ledger.ErrJobNotFound
-		}
-		cur := js[0]
-		if cur.State != from {
-			return &ledger.JobStateError{ID: id, Want: from, Actual: cur.State}
-		}
-		rev := cur.rev
-		j := cur.Job
-		j.GPUs = append([]string(nil), j.GPUs...)
-		change(&j)
-		// What the store assigns is kept, whatever change did.
-		j.ID, j.Seq, j.Node, j.Name, j.User, j.Team = cur.ID, cur.Seq, cur.Node, cur.Name, cur.User, cur.Team
-		j.GPUsRequested, j.Image, j.Command, j.EnvKeys, j.Request = cur.GPUsRequested, cur.Image, cur.Command, cur.EnvKeys, cur.Request
-		j.TimeLimit, j.SubmittedAt = cur.TimeLimit, cur.SubmittedAt
-		j.UpdatedAt = time.Now().UTC().Truncate(time.Microsecond)
-		gpus, err := jsonList(j.GPUs)
-		if err != nil {
-			return err
-		}
-		var exit any
-		if j.ExitCode != nil {
-			exit = int64(*j.ExitCode)
-		}
-		n, err := tx.Exec(ctx, `UPDATE jobs SET state = $1, reason = $2, reason_text = $3, gpus = $4, started_us = $5, ended_us = $6,
-			exit_code = $7, container_id = $8, held = $9, attempts = $10, requeues = $11, updated_us = $12, placement = $13, rev = rev + 1
-			WHERE id = $14 AND state = $15 AND rev = $16`,
-			string(j.State), string(j.Reason), j.ReasonText, gpus, optTime(j.StartedAt), optTime(j.EndedAt),
-			exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(), placementColumn(j.Placement),
-			id, string(from), rev)
-		if err != nil {
-			return err
-		}
-		if n != 1 {
-			// Another transaction changed the row between the read and
-			// the update (PostgreSQL under READ COMMITTED).
-			var state string
-			if err := queryOne(ctx, tx, "SELECT state FROM jobs WHERE id = $1", []any{id}, &state); err != nil {
-				return err
-			}
-			if queue.State(state) != from {
-				return &ledger.JobStateError{ID: id, Want: from, Actual: queue.State(state)}
-			}
-			return fmt.Errorf("job %s changed while it was written; try again", id)
 		}
 		if audit.Kind != "" {
 			if audit.Target == "" {
@@ -229,6 +191,72 @@ func (l Ledger) UpdateJob(ctx context.Context, id string, from queue.State, chan
 		return queue.Job{}, fmt.Errorf("update job %s in %s: %w", id, l.b.Name, err)
 	}
 	return normalise(out), nil
+}
+
+// updateJob applies change to the job with id inside tx while its state
+// is from, and brings its allocations in line with the state it leaves
+// it in. node, when not nil, is where the job goes (a start intent's);
+// otherwise the job keeps its node.
+func (l Ledger) updateJob(ctx context.Context, tx Tx, id string, from queue.State, change func(*queue.Job), node *string) (queue.Job, error) {
+	js, err := scanJobs(ctx, tx, "SELECT "+jobColumns+" FROM jobs WHERE id = $1", id)
+	if err != nil {
+		return queue.Job{}, err
+	}
+	if len(js) == 0 {
+		return queue.Job{}, ledger.ErrJobNotFound
+	}
+	cur := js[0]
+	if cur.State != from {
+		return queue.Job{}, &ledger.JobStateError{ID: id, Want: from, Actual: cur.State}
+	}
+	rev := cur.rev
+	j := cur.Job
+	j.GPUs = append([]string(nil), j.GPUs...)
+	change(&j)
+	// What the store assigns is kept, whatever change did.
+	j.ID, j.Seq, j.Node, j.Name, j.User, j.Team = cur.ID, cur.Seq, cur.Node, cur.Name, cur.User, cur.Team
+	j.GPUsRequested, j.Image, j.Command, j.EnvKeys, j.Request = cur.GPUsRequested, cur.Image, cur.Command, cur.EnvKeys, cur.Request
+	j.TimeLimit, j.SubmittedAt = cur.TimeLimit, cur.SubmittedAt
+	if node != nil {
+		j.Node = *node
+	}
+	j.UpdatedAt = time.Now().UTC().Truncate(time.Microsecond)
+	gpus, err := jsonList(j.GPUs)
+	if err != nil {
+		return queue.Job{}, err
+	}
+	var exit any
+	if j.ExitCode != nil {
+		exit = int64(*j.ExitCode)
+	}
+	n, err := tx.Exec(ctx, `UPDATE jobs SET state = $1, reason = $2, reason_text = $3, gpus = $4, started_us = $5, ended_us = $6,
+		exit_code = $7, container_id = $8, held = $9, attempts = $10, requeues = $11, updated_us = $12, placement = $13, node = $14,
+		rev = rev + 1
+		WHERE id = $15 AND state = $16 AND rev = $17`,
+		string(j.State), string(j.Reason), j.ReasonText, gpus, optTime(j.StartedAt), optTime(j.EndedAt),
+		exit, j.ContainerID, j.Held, int64(j.Attempts), int64(j.Requeues), j.UpdatedAt.UnixMicro(), placementColumn(j.Placement),
+		j.Node, id, string(from), rev)
+	if err != nil {
+		return queue.Job{}, err
+	}
+	if n != 1 {
+		// Another transaction changed the row between the read and
+		// the update (PostgreSQL under READ COMMITTED).
+		var state string
+		if err := queryOne(ctx, tx, "SELECT state FROM jobs WHERE id = $1", []any{id}, &state); err != nil {
+			return queue.Job{}, err
+		}
+		if queue.State(state) != from {
+			return queue.Job{}, &ledger.JobStateError{ID: id, Want: from, Actual: queue.State(state)}
+		}
+		return queue.Job{}, fmt.Errorf("job %s changed while it was written; try again", id)
+	}
+	if j.State != cur.State || j.Node != cur.Node || !slices.Equal(j.GPUs, cur.GPUs) {
+		if err := l.allocate(ctx, tx, j, activeState(cur.State)); err != nil {
+			return queue.Job{}, err
+		}
+	}
+	return j, nil
 }
 
 func insertAudit(ctx context.Context, tx Tx, e audit.Event) error {

@@ -32,6 +32,25 @@ type Backend struct {
 	// WriteTx runs fn in one write transaction and commits it when fn
 	// returns nil (the job store's writes).
 	WriteTx func(ctx context.Context, fn func(Tx) error) error
+	// Now reads the store's clock through q, which judges leases: the
+	// database server's, so that agents with skewed clocks agree.
+	Now func(ctx context.Context, q Querier) (time.Time, error)
+	// RowLocks is set for a database whose write transactions run at
+	// once and lock rows (PostgreSQL): the fleet's writes then take the
+	// rows they decide on FOR UPDATE, and claims skip locked ones. A
+	// database that runs one write transaction at a time (SQLite) needs
+	// neither.
+	RowLocks bool
+	// UniqueViolation reports whether err is the database's refusal of a
+	// row that a unique index already holds.
+	UniqueViolation func(err error) bool
+	// LockGPUs, where set, takes a lock on each of node's GPUs (given
+	// sorted) that tx holds until it ends, so that transactions at once
+	// that give out one GPU check its holders one after the other: the
+	// unique index refuses a second whole holder by itself, not a whole
+	// holder beside memory jobs' shares. Nil for a database that runs
+	// one write transaction at a time.
+	LockGPUs func(ctx context.Context, tx Tx, node string, gpus []string) error
 }
 
 // Ledger is the part of ledger.Ledger that the SQL backends share: the

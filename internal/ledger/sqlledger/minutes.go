@@ -412,11 +412,19 @@ func CompactDue(ctx context.Context, tx Tx, due map[string]int64) error {
 
 // Migrated runs what a migration needs beyond its SQL, in the migrating
 // transaction: the minutes of a ledger from before ChunkVersion are
-// compacted.
+// compacted, and the jobs that start or run on a ledger from before
+// FleetVersion get their allocations.
 func Migrated(ctx context.Context, tx Tx, pending []Migration) error {
 	for _, m := range pending {
-		if m.Version == ChunkVersion {
-			return CompactAll(ctx, tx)
+		switch m.Version {
+		case ChunkVersion:
+			if err := CompactAll(ctx, tx); err != nil {
+				return err
+			}
+		case FleetVersion:
+			if err := allocateActive(ctx, tx); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,15 @@
+package sqlite_test
+
+import (
+	"testing"
+
+	"github.com/gpumeter/gpumeter/internal/ledger/ledgertest"
+)
+
+// TestUpgradeFromVersion11 opens a version 11 ledger holding running
+// jobs: the migration gives them their allocations.
+func TestUpgradeFromVersion11(t *testing.T) {
+	path := ledgerAt(t, 11, ledgertest.Schema11Jobs("0")...)
+	ledgertest.AfterSchema11(t, open(t, path))
+	checkSchemaVersion(t, path)
+}
