@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
 
@@ -140,5 +143,42 @@ func TestNodeDrainCommand(t *testing.T) {
 		if _, _, err := runCmd(t, args...); err == nil || !strings.Contains(err.Error(), "queue.fleet: true") {
 			t.Errorf("%s outside a fleet: %v", strings.Join(args, " "), err)
 		}
+	}
+}
+
+// TestNodeDrainOverTheLedger: the commands over the real view and a
+// SQLite fleet store: a drain shows in nodes and is one audit row,
+// written with it.
+func TestNodeDrainOverTheLedger(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.RegisterNode(ctx, ledger.NodeInfo{Node: "gpu-a", AgentVersion: "1.4.0",
+		GPUs: []ledger.NodeGPU{{UUID: "GPU-0", Model: "H100", MemoryBytes: 80 << 30, Util: 0.7}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Acquire(ctx, ledger.Lease{Node: "gpu-a", Instance: "i-1", Host: "gpu-a", PID: os.Getpid()}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	startNodesAgent(t, &run.Nodes{Fleet: store, Jobs: store, Takeover: time.Hour}, config.RoleAdmin)
+	if _, _, err := runCmd(t, "node", "drain", "gpu-a"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runCmd(t, "nodes")
+	if err != nil || !regexp.MustCompile(`\ngpu-a +draining +\d+s +1\.4\.0 +100 +70% +1 +1/0/0\n$`).MatchString(out) {
+		t.Errorf("nodes after the drain: %v\n%s", err, out)
+	}
+	if _, _, err := runCmd(t, "node", "drain", "gpu-z"); err == nil || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), `"gpu-z" is not in the fleet`) {
+		t.Errorf("drain of an unknown node: %v", err)
+	}
+	events, err := store.AuditEvents(ctx, audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Action != "nodes.drain" || events[0].Target != "drain node gpu-a" || events[0].Caller != "alice (token laptop)" {
+		t.Errorf("audit rows %+v, want the one drain", events)
 	}
 }
