@@ -19,6 +19,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/server/servertest"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/ledger/postgres"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
@@ -259,5 +261,48 @@ func TestNodesOnTheWire(t *testing.T) {
 		if tt[0] != tt[1] {
 			t.Errorf("run writes %q, the wire says %q", tt[0], tt[1])
 		}
+	}
+}
+
+// TestNodesOverPostgres: the routes over the real view and the fleet's
+// PostgreSQL: a drain is the store's one audit row and shows in the
+// list; while the database cannot be reached both answer 503
+// ledger_unavailable, and once it is back they work again.
+func TestNodesOverPostgres(t *testing.T) {
+	ctx := context.Background()
+	proxy, dsn := pgtest.NewProxy(t, pgtest.DSN(t))
+	store, err := postgres.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if err := store.RegisterNode(ctx, ledger.NodeInfo{Node: "gpu-a", AgentVersion: "1.4.0",
+		GPUs: []ledger.NodeGPU{{UUID: "GPU-0", Model: "H100", MemoryBytes: 80 << 30}}}); err != nil {
+		t.Fatal(err)
+	}
+	f := servertest.NewFixture(t, func(c *server.Config) { c.Nodes = &run.Nodes{Fleet: store, Jobs: store, Takeover: time.Hour} })
+	f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/nodes/gpu-a/drain", nil, "").Decode(t, new(apitype.NodeDrain))
+	var ns apitype.Nodes
+	f.Get(t, servertest.AsViewer, "/api/v1/nodes").Decode(t, &ns)
+	// It never took its ledger lease: lost, though drained.
+	if len(ns.Nodes) != 1 || ns.Nodes[0].State != apitype.NodeLost || len(ns.Nodes[0].GPUs) != 1 || ns.Nodes[0].GPUs[0].State != apitype.GPUFree {
+		t.Errorf("nodes: %+v, want gpu-a lost with its GPU free", ns)
+	}
+	events, err := store.AuditEvents(ctx, audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 1 || events[0].Action != "nodes.drain" || events[0].Target != "drain node gpu-a" {
+		t.Errorf("audit rows %+v, want the drain", events)
+	}
+
+	proxy.Partition()
+	f.Get(t, servertest.AsViewer, "/api/v1/nodes").APIError(t, http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable)
+	f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/nodes/gpu-a/undrain", nil, "").APIError(t, http.StatusServiceUnavailable, apitype.CodeLedgerUnavailable)
+	proxy.Heal()
+	f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/nodes/gpu-a/undrain", nil, "").Decode(t, new(apitype.NodeDrain))
+	f.Get(t, servertest.AsViewer, "/api/v1/nodes").Decode(t, &ns)
+	if len(ns.Nodes) != 1 {
+		t.Errorf("nodes after the outage: %+v", ns)
 	}
 }

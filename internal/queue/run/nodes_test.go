@@ -12,6 +12,8 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/ledger/postgres"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
@@ -21,18 +23,37 @@ import (
 // taken, never because the test was slow.
 const takeover = time.Hour
 
-// fleetStore is a real SQLite ledger with three nodes registered: gpu-a
-// (four GPUs, one held by a container outside the queue, one with 10 GiB
-// of its 80 used outside it), gpu-b (two GPUs, one shared for memory
-// jobs) and gpu-c (none); gpu-a and gpu-b hold their ledger leases.
-func fleetStore(t *testing.T) *sqlite.Store {
+// fleetBackends open a real ledger of each backend: SQLite, the one
+// host's, and PostgreSQL, the fleet's (skipped where there is none).
+var fleetBackends = []struct {
+	name string
+	open func(t *testing.T) ledger.Ledger
+}{
+	{"sqlite", func(t *testing.T) ledger.Ledger {
+		store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "ledger.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		return store
+	}},
+	{"postgres", func(t *testing.T) ledger.Ledger {
+		store, err := postgres.Open(context.Background(), pgtest.DSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { store.Close() })
+		return store
+	}},
+}
+
+// fleetStore is store with three nodes registered: gpu-a (four GPUs, one
+// held by a container outside the queue, one with 10 GiB of its 80 used
+// outside it), gpu-b (two GPUs, one shared for memory jobs) and gpu-c
+// (none); gpu-a and gpu-b hold their ledger leases.
+func fleetStore(t *testing.T, store ledger.Ledger) ledger.Ledger {
 	t.Helper()
 	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "ledger.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	gpu := func(uuid string, i int, util float64) ledger.NodeGPU {
 		return ledger.NodeGPU{UUID: uuid, Index: i, Model: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, Util: util}
 	}
@@ -59,7 +80,7 @@ func fleetStore(t *testing.T) *sqlite.Store {
 
 // startOn submits a job of node's and moves it to running on gpus, as
 // a node's launcher does.
-func startOn(t *testing.T, store *sqlite.Store, node string, gpus []string, memory uint64) queue.Job {
+func startOn(t *testing.T, store ledger.Ledger, node string, gpus []string, memory uint64) queue.Job {
 	t.Helper()
 	ctx := context.Background()
 	j := queue.Job{Node: node, State: queue.Queued, User: "alice", Image: "localhost/sleeper:1", GPUsRequested: len(gpus), TimeLimit: time.Hour, Request: &queue.Request{}}
@@ -97,13 +118,18 @@ func states(t *testing.T, n *Nodes) (map[string]NodeState, map[string]GPUState) 
 	return nodes, gpus
 }
 
-// TestNodesView: over the real store, each node's state follows its
+// TestNodesView: over each real store, each node's state follows its
 // lease and its drain, each GPU's the jobs that hold it and the use
 // outside the queue, and the score the nodes' utilisation against the
 // target.
 func TestNodesView(t *testing.T) {
+	for _, b := range fleetBackends {
+		t.Run(b.name, func(t *testing.T) { testNodesView(t, fleetStore(t, b.open(t))) })
+	}
+}
+
+func testNodesView(t *testing.T, store ledger.Ledger) {
 	ctx := context.Background()
-	store := fleetStore(t)
 	n := &Nodes{Fleet: store, Jobs: store, Takeover: takeover}
 
 	views, err := n.Nodes(ctx)
@@ -204,7 +230,7 @@ func TestNodesView(t *testing.T) {
 // TestNodesScoreTarget: the score is around queue.target_utilization
 // when one is set, and the outside-memory threshold is the queue's.
 func TestNodesScoreTarget(t *testing.T) {
-	store := fleetStore(t)
+	store := fleetStore(t, fleetBackends[0].open(t))
 	n := &Nodes{Fleet: store, Jobs: store, Takeover: takeover, Target: 0.9, OutsideThreshold: 0.2}
 	views, err := n.Nodes(context.Background())
 	if err != nil {
