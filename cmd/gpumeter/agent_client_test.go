@@ -20,6 +20,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/api/server"
+	"github.com/gpumeter/gpumeter/internal/listener"
 	"github.com/gpumeter/gpumeter/internal/waste"
 
 	"github.com/gpumeter/gpumeter/internal/testenv"
@@ -191,6 +192,38 @@ func TestCommandsAskTheAgent(t *testing.T) {
 				t.Errorf("output does not match %s:\n%s", tt.out, out)
 			}
 		})
+	}
+}
+
+// TestCommandsFindTheDemo is the README's "While it runs": with no flag,
+// no GPUMETER_URL and no agent's socket where the config puts it, ps and
+// report reach the demo through the socket its record names.
+func TestCommandsFindTheDemo(t *testing.T) {
+	fa := startFakeAgent(t)
+	clientEnvironment(t, "")
+	t.Setenv("GPUMETER_CONFIG", "")
+	t.Setenv("GPUMETER_API_SOCKET", "")
+	t.Setenv("GPUMETER_DATA_DIR", t.TempDir())
+	runtime := t.TempDir()
+	t.Setenv("XDG_RUNTIME_DIR", runtime)
+	demo := strings.TrimPrefix(fa.URL, "unix://")
+	if _, err := listener.Advertise(filepath.Join(runtime, "gpumeter", "demo-socket"), demo); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"ps"}, {"report", "--by", "team", "--since", "7d"}} {
+		out, stderr, err := runCmd(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v; stderr:\n%s", args[0], err, stderr)
+		}
+		if got := fa.next(t); !strings.HasPrefix(got.Path, "/api/v1/") {
+			t.Errorf("%s asked the demo for %s", args[0], got.Path)
+		}
+		if args[0] == "report" && !strings.HasPrefix(stderr, "reading the agent at "+fa.URL) {
+			t.Errorf("report: stderr %q, want it to read the demo at %s", stderr, fa.URL)
+		}
+		if out == "" {
+			t.Errorf("%s printed nothing", args[0])
+		}
 	}
 }
 

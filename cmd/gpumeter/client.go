@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/client"
 	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/listener"
 )
 
 // clientFlags are the flags of the commands that talk to an agent.
@@ -17,14 +18,15 @@ type clientFlags client.Flags
 
 func (cf *clientFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&cf.URL, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else "+client.DefaultURL+" for ps, stop and whoami, while report, waste and audit read the ledger)")
+	f.StringVar(&cf.URL, "url", "", "agent: http(s)://HOST:PORT or unix:///path/api.sock (default $GPUMETER_URL, else url: in the client config, else the local agent's socket if there is one, else a demo's this user runs, else "+client.DefaultURL+" for ps, stop and whoami, while report, waste and audit read the ledger)")
 	f.StringVar(&cf.CAFile, "ca-file", "", "CA bundle (PEM) an https agent's certificate is checked against (default $GPUMETER_CA_FILE, else ca_file: in the client config)")
 }
 
-// hostEnv is the environment of this process, and the socket the agent
-// would listen on if started here: its config file and environment, as
-// serve reads them. A config this user may not read still leaves the
-// defaults and the two settings that move the socket.
+// hostEnv is the environment of this process, the socket the agent
+// would listen on if started here (its config file and environment, as
+// serve reads them), and the one a demo of this user's named in its
+// record. A config this user may not read still leaves the defaults and
+// the two settings that move the socket.
 func hostEnv() client.Env {
 	cfg, err := fileConfig("")
 	if err != nil {
@@ -35,7 +37,9 @@ func hostEnv() client.Env {
 			}
 		}
 	}
-	return client.HostEnv(cfg.SocketPath())
+	env := client.HostEnv(cfg.SocketPath())
+	env.DemoSocket = listener.Advertised(listener.DemoRecord())
+	return env
 }
 
 // agentClient is the API client and where its settings came from, so that

@@ -60,8 +60,9 @@ and the GPU-hours and energy booked since the agent started.`,
 }
 
 // writePs prints one row per owner and GPU. JOB is the queue job a
-// container runs (its gpumeter.job label), "-" for everything else; it
-// comes last so that the columns before it keep their place.
+// container runs (its gpumeter.job label), node/id for another node's
+// job (its gpumeter.node label), "-" for everything else; it comes last
+// so that the columns before it keep their place.
 func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONTAINER ID\tNAME\tUSER\tTEAM\tGPU\tSHARE\tSM\tGPU MEMORY\tALLOC GPU-H\tUSED GPU-H\tENERGY kWh\tJOB")
@@ -81,7 +82,7 @@ func writePs(w io.Writer, r apitype.ContainersResponse, all bool) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", id, name, dash(user), dash(team), gpu, share, sm, mem, alloc, used, kwh, dash(job))
 	}
 	for _, c := range r.Containers {
-		job := c.Labels[container.JobLabel]
+		job := container.JobOf(c.Labels, r.Node).On(r.Node)
 		if len(c.GPUs) == 0 {
 			if all || (c.Running && c.GPURequest != "") {
 				row(container.ShortID(c.ID), c.Name, c.User, c.Team, job, nil)

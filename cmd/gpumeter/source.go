@@ -37,8 +37,8 @@ type unservedFunc func(f *pflag.Flag) error
 //     config: that agent. A flag it cannot serve is an error.
 //  3. --config, or another flag the agent cannot serve: the ledger the
 //     config names.
-//  4. The local agent over its socket (as ps finds it) when one answers
-//     there. A socket this user may not open is an error that says what
+//  4. The local agent over its socket (as ps finds it), else the demo
+//     this user runs over its own, when one answers there. A socket this user may not open is an error that says what
 //     to do, not a reason to read something else.
 //  5. The ledger the config names.
 //
@@ -89,10 +89,11 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 			ledgerOnly = fl.Name
 		}
 	})
-	if s.URLFrom != client.URLFromSocket {
+	socket := s.LocalSocket()
+	if socket == "" {
 		return nil, nil
 	}
-	switch err := probeSocket(cmd.Context(), env.Socket); {
+	switch err := probeSocket(cmd.Context(), socket); {
 	case err == nil && ledgerOnly != "":
 		// The ledger it is passed over for may not be the one it
 		// writes (the demo's is its own): a ledger that fails to open
@@ -102,7 +103,7 @@ func chooseSource(cmd *cobra.Command, lf *ledgerFlags, cf *clientFlags, env clie
 	case err == nil:
 		return newAgentClient(cmd, s)
 	case errors.Is(err, fs.ErrPermission) && ledgerOnly == "":
-		return nil, &client.SocketDeniedError{Path: env.Socket}
+		return nil, &client.SocketDeniedError{Path: socket}
 	}
 	// A socket file left by an agent that stopped: nobody serves there.
 	return nil, nil

@@ -190,6 +190,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	if node == "" {
 		node, _ = os.Hostname()
 	}
+	// Set before the parts that read it: the stoppers the policy and the
+	// API get tell the queue of this node's jobs alone.
+	a.node = node
 	for k, v := range cfg.IdlePower {
 		idle[k] = v
 	}
@@ -284,7 +287,6 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	}
 	// Last, so that the render sees what the tick did to the queue.
 	onTick = chain(onTick, a.renderMetrics)
-	a.node = node
 	a.sampler = sampler.New(sampler.Config{
 		OnTick:      onTick,
 		Node:        node,

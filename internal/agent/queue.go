@@ -293,5 +293,5 @@ func (a *Agent) stopper(reason queue.Reason) docker.Stopper {
 	if a.queue != nil {
 		jobs = a.queue
 	}
-	return docker.NewStopper(a.docker, jobs, reason)
+	return docker.NewStopper(a.docker, jobs, a.node, reason)
 }

@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -200,8 +202,13 @@ func (a *Agent) listen() error {
 		ln = tls.NewListener(ln, tc)
 	}
 	a.listener = ln
-	// The default socket lives in the data directory.
-	if path := a.cfg.SocketPath(); path != "" && !(a.noDataDir && a.cfg.API.Socket == "") {
+	// The default socket lives in the data directory; the demo's in its
+	// own.
+	path := a.cfg.SocketPath()
+	if a.tempDir != "" {
+		path = a.demoSocket()
+	}
+	if path != "" && !(a.noDataDir && a.cfg.API.Socket == "") {
 		sock, err := listener.Socket(path)
 		if err != nil && a.socketOptional {
 			a.log.Warn("the demo serves no Unix socket", "err", err)
@@ -220,6 +227,52 @@ func (a *Agent) listen() error {
 			}
 			return nil
 		})
+		if a.tempDir != "" {
+			a.advertiseDemo(path)
+		}
 	}
 	return nil
+}
+
+// realInstall are the directories of an installed agent, which the demo
+// keeps out of whatever its config says: root's data_dir and the config's.
+var realInstall = []string{"/var/lib/gpumeter", "/etc"}
+
+// demoSocket is where the demo serves the CLI: api.sock in its own
+// directory, whatever data_dir says, so that a demo run as root leaves a
+// real install's socket alone; where api.socket names a path outside
+// realInstall, there; "" when api.socket is none.
+func (a *Agent) demoSocket() string {
+	own := filepath.Join(a.tempDir, "api.sock")
+	switch s := a.cfg.API.Socket; {
+	case s == "none":
+		return ""
+	case s == "":
+		return own
+	default:
+		for _, dir := range realInstall {
+			if rel, err := filepath.Rel(dir, filepath.Clean(s)); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+				a.log.Warn("the demo keeps out of a real install's directories: its socket is in its own", "api.socket", s, "socket", own)
+				return own
+			}
+		}
+		return s
+	}
+}
+
+// advertiseDemo writes the demo's socket to its user's demo record, so
+// that the CLI finds it without flags, and has Close remove the record.
+// A demo that cannot is still reached with --url.
+func (a *Agent) advertiseDemo(socket string) {
+	record := listener.DemoRecord()
+	if record == "" {
+		a.log.Info("the CLI will not find the demo by itself (no runtime or cache directory of this user's to name its socket in): give it --url", "url", "unix://"+socket)
+		return
+	}
+	withdraw, err := listener.Advertise(record, socket)
+	if err != nil {
+		a.log.Warn("the CLI will not find the demo by itself: give it --url", "url", "unix://"+socket, "err", err)
+		return
+	}
+	a.closers = append(a.closers, withdraw)
 }

@@ -153,7 +153,7 @@ func Keys() []Key {
 			},
 			func(c *Config) map[string]string { return entries(c.Auth.ClientCerts, CertUser.Entry) }),
 		enumKey("auth.anonymous", "what callers without credentials may do on the API; /metrics and /healthz are always open unless web.config_file sets basic auth", func(c *Config) *string { return &c.Auth.Anonymous }, "none", "viewer"),
-		stringKey("api.socket", "Unix socket (mode 0600) for the CLI on this host; root and the agent's user need no token on it (none: off)", func(c *Config) *string { return &c.API.Socket }).defaultIs("api.sock in data_dir"),
+		stringKey("api.socket", "Unix socket (mode 0600) for the CLI on this host; root and the agent's user need no token on it (none: off)", func(c *Config) *string { return &c.API.Socket }).defaultIs("api.sock in data_dir; the demo's in its own directory"),
 		sizeKey("api.max_body", "largest request body accepted", func(c *Config) *uint64 { return &c.API.MaxBodyBytes }),
 		floatKey("api.rate_limit", "API requests per second allowed to each caller (token, certificate or address); 0: no limit", func(c *Config) *float64 { return &c.API.RateLimit }),
 		intKey("api.rate_burst", "API requests a caller may make at once above the rate", func(c *Config) *int { return &c.API.RateBurst }),

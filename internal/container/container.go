@@ -26,12 +26,51 @@ var ErrNotConnected = errors.New("not connected yet")
 const JobLabel = "gpumeter.job"
 
 // JobID is the queue job c runs, or "" when c is not a job's container.
+// The id is its node's: Job says whose.
 func (c *Container) JobID() string { return c.Labels[JobLabel] }
 
 // NodeLabel is the label that names the node whose queue made a job's
 // container (queue/spec sets it): on an engine two agents share, a job
 // id is its node's, and reports key a job by both.
 const NodeLabel = "gpumeter.node"
+
+// JobRef names a queue job: the node whose queue made it and its id
+// there. The same id on two nodes is two jobs.
+type JobRef struct {
+	Node, ID string
+}
+
+// JobOf is the queue job a container with these labels runs, as node
+// here sees it: its gpumeter.job label, and the node of its
+// gpumeter.node label, here when that is missing. The zero JobRef when
+// the container runs no job.
+func JobOf(labels map[string]string, here string) JobRef {
+	id := labels[JobLabel]
+	if id == "" {
+		return JobRef{}
+	}
+	node := labels[NodeLabel]
+	if node == "" {
+		node = here
+	}
+	return JobRef{Node: node, ID: id}
+}
+
+// Job is the queue job c runs, as node here sees it (see JobOf).
+func (c *Container) Job(here string) JobRef { return JobOf(c.Labels, here) }
+
+// Ours says whether j is a job of node here's own queue.
+func (j JobRef) Ours(here string) bool { return j.ID != "" && j.Node == here }
+
+// On is how node here names j: its id for a job of its own, node/id for
+// another node's (a container labelled with another node's job is that
+// node's, never one of ours with the same id); "" for no job.
+func (j JobRef) On(here string) string {
+	if j.ID == "" || j.Node == here {
+		return j.ID
+	}
+	return j.Node + "/" + j.ID
+}
 
 // Container is one container on the node.
 type Container struct {

@@ -18,3 +18,36 @@ func TestShortID(t *testing.T) {
 		}
 	}
 }
+
+func TestJobOf(t *testing.T) {
+	tests := []struct {
+		name   string
+		labels map[string]string
+		want   JobRef
+		on     string // as node n1 names it
+		ours   bool
+	}{
+		{"no job", map[string]string{"gpumeter.user": "alice"}, JobRef{}, "", false},
+		{"our job", map[string]string{JobLabel: "j-000001", NodeLabel: "n1"}, JobRef{Node: "n1", ID: "j-000001"}, "j-000001", true},
+		{"another node's job, same id", map[string]string{JobLabel: "j-000001", NodeLabel: "node2"}, JobRef{Node: "node2", ID: "j-000001"}, "node2/j-000001", false},
+		{"no node label: ours", map[string]string{JobLabel: "j-000002"}, JobRef{Node: "n1", ID: "j-000002"}, "j-000002", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := JobOf(tt.labels, "n1")
+			if got != tt.want {
+				t.Errorf("JobOf() = %+v, want %+v", got, tt.want)
+			}
+			if on := got.On("n1"); on != tt.on {
+				t.Errorf("On(n1) = %q, want %q", on, tt.on)
+			}
+			if ours := got.Ours("n1"); ours != tt.ours {
+				t.Errorf("Ours(n1) = %v, want %v", ours, tt.ours)
+			}
+			c := Container{Labels: tt.labels}
+			if j := c.Job("n1"); j != got {
+				t.Errorf("Container.Job() = %+v, want JobOf's %+v", j, got)
+			}
+		})
+	}
+}

@@ -96,7 +96,7 @@ func TestInventoryFollowsContainers(t *testing.T) {
 	ctx := context.Background()
 	stopped := []string{ids[0], ids[3]}
 	for _, id := range stopped {
-		if err := NewStopper(inv, nil, "").Stop(ctx, id, 5*time.Second); err != nil {
+		if err := NewStopper(inv, nil, "", "").Stop(ctx, id, 5*time.Second); err != nil {
 			t.Fatalf("Stop(%.12s): %v", id, err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestInventoryReconnects(t *testing.T) {
 func TestStop(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Client(t)
-	stop := NewStopper(New(newClient(t, ""), Config{}), nil, "")
+	stop := NewStopper(New(newClient(t, ""), Config{}), nil, "", "")
 	ctx := context.Background()
 
 	stubborn, _ := dockertest.Container(t, cli, dockertest.Spec{Name: "ignores-term", Cmd: []string{"ignore-term"}})

@@ -127,17 +127,19 @@ type jobStopsFunc func(containerID string, reason queue.Reason)
 func (f jobStopsFunc) ExpectStop(containerID string, reason queue.Reason) { f(containerID, reason) }
 
 // TestStopperTellsTheQueueOfJobs: a stop from outside the queue tells it
-// first of a job's container, with the stopper's reason, and of no other;
-// without a queue it tells nobody. The engine is not there, so each stop
+// first of one of its node's jobs' containers, with the stopper's reason,
+// and of no other (another node's job of the same id among them); without
+// a queue it tells nobody. The engine is not there, so each stop
 // fails as unavailable after the telling.
 func TestStopperTellsTheQueueOfJobs(t *testing.T) {
 	inv := newTestInventory(t, Config{})
-	inv.put(container.Container{ID: "job1", Running: true, Labels: map[string]string{container.JobLabel: "j-000001"}})
+	inv.put(container.Container{ID: "job1", Running: true, Labels: map[string]string{container.JobLabel: "j-000001", container.NodeLabel: "n1"}})
+	inv.put(container.Container{ID: "theirs", Running: true, Labels: map[string]string{container.JobLabel: "j-000001", container.NodeLabel: "node2"}})
 	inv.put(container.Container{ID: "other", Running: true})
 	var told []string
-	stop := NewStopper(inv, jobStopsFunc(func(id string, r queue.Reason) { told = append(told, id+" "+string(r)) }), queue.ReasonStoppedByPolicy)
+	stop := NewStopper(inv, jobStopsFunc(func(id string, r queue.Reason) { told = append(told, id+" "+string(r)) }), "n1", queue.ReasonStoppedByPolicy)
 	ctx := context.Background()
-	for _, id := range []string{"job1", "other", "unknown"} {
+	for _, id := range []string{"job1", "theirs", "other", "unknown"} {
 		if err := stop.Stop(ctx, id, time.Second); !errors.Is(err, container.ErrUnavailable) {
 			t.Errorf("Stop(%s) with no engine: %v, want ErrUnavailable", id, err)
 		}
@@ -145,7 +147,7 @@ func TestStopperTellsTheQueueOfJobs(t *testing.T) {
 	if want := "job1 " + string(queue.ReasonStoppedByPolicy); len(told) != 1 || told[0] != want {
 		t.Errorf("the queue was told %q, want only %q", told, want)
 	}
-	if err := NewStopper(inv, nil, queue.ReasonCancelled).Stop(ctx, "job1", time.Second); !errors.Is(err, container.ErrUnavailable) {
+	if err := NewStopper(inv, nil, "n1", queue.ReasonCancelled).Stop(ctx, "job1", time.Second); !errors.Is(err, container.ErrUnavailable) {
 		t.Errorf("Stop without a queue: %v, want ErrUnavailable", err)
 	}
 }

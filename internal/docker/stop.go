@@ -23,13 +23,16 @@ type JobStops interface {
 type Stopper struct {
 	inv    *Inventory
 	jobs   JobStops // nil: no queue on this node
+	node   string   // whose queue jobs is
 	reason queue.Reason
 }
 
 // NewStopper returns the stopper of inv's containers that tells jobs (nil
-// when the node runs no queue) of a job container's stop, for reason.
-func NewStopper(inv *Inventory, jobs JobStops, reason queue.Reason) Stopper {
-	return Stopper{inv: inv, jobs: jobs, reason: reason}
+// when the node runs no queue), the queue of node, of the stop of one of
+// its jobs' containers, for reason. A container labelled with another
+// node's job is that node's: this queue is not told of it.
+func NewStopper(inv *Inventory, jobs JobStops, node string, reason queue.Reason) Stopper {
+	return Stopper{inv: inv, jobs: jobs, node: node, reason: reason}
 }
 
 // Stop stops container id: SIGTERM (or the container's stop signal),
@@ -41,7 +44,7 @@ func NewStopper(inv *Inventory, jobs JobStops, reason queue.Reason) Stopper {
 // container is not an error.
 func (s Stopper) Stop(ctx context.Context, id string, grace time.Duration) error {
 	if s.jobs != nil {
-		if c, ok := s.inv.Lookup(id); ok && c.JobID() != "" {
+		if c, ok := s.inv.Lookup(id); ok && c.Job(s.node).Ours(s.node) {
 			s.jobs.ExpectStop(c.ID, s.reason)
 		}
 	}

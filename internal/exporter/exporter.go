@@ -286,9 +286,10 @@ func Render(b []byte, t *sampler.Tick) []byte {
 // containerLabels renders a container's label set, with gpu and UUID when
 // gpu is set. A container the inventory does not know (Docker unreachable,
 // say) shows its short ID as its name and "unresolved" as its user.
-// job_id is the queue job the container runs, "" for other containers
-// (job is Prometheus' own label): one value for a container's whole life,
-// so it adds no series.
+// job_id is the queue job the container runs, node/id for another node's
+// job (two agents on one engine each meter the other's jobs, and their
+// ids collide), "" for other containers (job is Prometheus' own label):
+// one value for a container's whole life, so it adds no series.
 func containerLabels(w *writer, c *container.Container, id, node, gpuIdx, uuid string) []byte {
 	name, short, image, user, team, project := "", container.ShortID(id), "", "unresolved", "", ""
 	if c == nil {
@@ -298,7 +299,7 @@ func containerLabels(w *writer, c *container.Container, id, node, gpuIdx, uuid s
 	}
 	job := ""
 	if c != nil {
-		job = c.JobID()
+		job = c.Job(node).On(node)
 	}
 	if gpuIdx == "" {
 		return w.labels(nil, "Hostname", node, "container", name, "container_id", short, "image", image, "job_id", job, "project", project, "team", team, "user", user)

@@ -123,7 +123,10 @@ func TestHandlerQueue(t *testing.T) {
 }
 
 // TestJobIDLabel: a job's container carries its job ID in job_id on its
-// own series and on its per-GPU ones; other containers have job_id="".
+// own series and on its per-GPU ones; another node's job's container (two
+// agents on one engine) carries node/id, so that its series never merge
+// with those of this node's job of the same id; other containers have
+// job_id="".
 func TestJobIDLabel(t *testing.T) {
 	s := playScenario(t, "../../testdata/shared.yaml", 3)
 	st := *s.Latest()
@@ -132,6 +135,12 @@ func TestJobIDLabel(t *testing.T) {
 	job := &mt.Containers[0]
 	job.Labels = maps.Clone(job.Labels)
 	job.Labels[container.JobLabel] = "j-000012"
+	theirs := &mt.Containers[1]
+	theirs.Labels = maps.Clone(theirs.Labels)
+	if theirs.Labels == nil {
+		theirs.Labels = map[string]string{}
+	}
+	theirs.Labels[container.JobLabel], theirs.Labels[container.NodeLabel] = "j-000012", "node2"
 	st.Tick = &mt
 
 	fams := parse(t, string(Render(nil, &st)))
@@ -146,18 +155,21 @@ func TestJobIDLabel(t *testing.T) {
 			if !ok {
 				t.Errorf("%s%v has no job_id", name, labels)
 			}
-			if want := ""; labels["container"] == job.Name {
-				want = "j-000012"
+			switch want := ""; labels["container"] {
+			case job.Name, theirs.Name:
+				want = map[string]string{job.Name: "j-000012", theirs.Name: "node2/j-000012"}[labels["container"]]
 				if id != want {
-					t.Errorf("%s of the job's container: job_id=%q, want %q", name, id, want)
+					t.Errorf("%s of %s: job_id=%q, want %q", name, labels["container"], id, want)
 				}
-			} else if id != want {
-				t.Errorf("%s of %s: job_id=%q, want \"\"", name, labels["container"], id)
+			default:
+				if id != want {
+					t.Errorf("%s of %s: job_id=%q, want \"\"", name, labels["container"], id)
+				}
 			}
 			jobs[id]++
 		}
-		if jobs["j-000012"] == 0 {
-			t.Errorf("%s: no series with the job's ID: %v", name, jobs)
+		if jobs["j-000012"] == 0 || jobs["node2/j-000012"] == 0 {
+			t.Errorf("%s: no series with this node's job's ID or node2's: %v", name, jobs)
 		}
 	}
 

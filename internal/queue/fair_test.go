@@ -261,14 +261,7 @@ func TestFairBenchInput(t *testing.T) {
 		}
 	}
 	p := Schedule(in)
-	reasons := map[Reason]int{}
-	estimated := 0
-	for _, w := range p.Waits {
-		reasons[w.Reason]++
-		if !w.EstimatedStart.IsZero() {
-			estimated++
-		}
-	}
+	reasons, estimated := waitCounts(p)
 	if mem != 64 || len(p.Starts) < 3 || reasons[ReasonBudget] == 0 || reasons[ReasonTeamGPULimit] == 0 || reasons[ReasonResources] == 0 || estimated < 5000 {
 		t.Errorf("%d memory jobs, %d starts, reasons %v, %d estimates", mem, len(p.Starts), reasons, estimated)
 	}

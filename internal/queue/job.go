@@ -86,6 +86,12 @@ type Request struct {
 	// a job submitted afresh.
 	RequeueOf string
 	Attempt   int
+	// Node is the --node constraint as submitted: a node's name or a
+	// glob on the names (see ValidNodeGlob); "" is any node.
+	Node string
+	// Model is the --model constraint: a glob on the GPUs' model names;
+	// "" is any model.
+	Model string
 }
 
 // ParseStates reads a list of states given repeated or comma-separated,

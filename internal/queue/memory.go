@@ -38,7 +38,7 @@ func (g *gpuState) memOpen() bool {
 // memory declared on it, the memory used outside the queue there and m
 // stay within the usable memory.
 func (g *gpuState) memFits(m uint64, frac float64) bool {
-	return g.memOpen() && !g.blocked && g.memDeclared+g.outsideMemory+m <= usable(g, frac)
+	return g.memOpen() && !g.blocked && !g.off && g.memDeclared+g.outsideMemory+m <= usable(g, frac)
 }
 
 // memRank ranks shared GPU g for a memory job of m bytes. Binpack: the
@@ -72,7 +72,7 @@ func pickMemory(pl placer, gs []gpuState, m uint64, frac float64) (int, *Placeme
 		if pl.policy == Target {
 			u += pl.expected
 		}
-		cands = append(cands, Candidate{UUID: g.gpu.UUID, Index: g.gpu.Index, Score: score, Util: u})
+		cands = append(cands, Candidate{UUID: g.gpu.UUID, Index: g.gpu.Index, Node: g.gpu.Node, Score: score, Util: u})
 		if best < 0 || r.better(bestRank) {
 			best, bestRank = i, r
 		}
@@ -95,54 +95,67 @@ func pickMemory(pl placer, gs []gpuState, m uint64, frac float64) (int, *Placeme
 }
 
 // memTooBig returns the sentence of a memory job of m bytes that fits on
-// no shared GPU even when the GPU is empty, or "".
-func memTooBig(gs []gpuState, m uint64, frac float64) string {
-	var most uint64
-	var total uint64
+// no shared GPU open to it (scope sc) even when the GPU is empty, or "".
+func (p *pass) memTooBig(sc *scope, m uint64) string {
+	text, ok := sc.memTooBig[m]
+	if !ok {
+		text = p.memTooBigText(sc, m)
+		if sc.memTooBig == nil {
+			sc.memTooBig = map[uint64]string{}
+		}
+		sc.memTooBig[m] = text
+	}
+	return text
+}
+
+// memTooBigText is memTooBig without the cache.
+func (p *pass) memTooBigText(sc *scope, m uint64) string {
+	var most, total uint64
 	n := 0
-	for i := range gs {
-		if g := &gs[i]; g.shared {
+	for i := range p.gs {
+		if g := &p.gs[i]; g.shared && sc.eligible(p.gs, i) {
 			n++
-			if u := usable(g, frac); u > most {
+			if u := usable(g, p.frac); u > most {
 				most, total = u, g.gpu.MemoryTotal
 			}
 		}
 	}
+	none, here := "this host has no GPU", "here"
+	if p.fleet {
+		none, here = "no node it may run on has a GPU", "on the nodes it may run on"
+	}
 	switch {
 	case n == 0:
-		return fmt.Sprintf("asks for %s on a shared GPU; this host has no GPU marked for sharing (queue.shared_gpus)", bytesText(m))
+		return fmt.Sprintf("asks for %s on a shared GPU; %s marked for sharing (queue.shared_gpus)", bytesText(m), none)
 	case m > most:
-		return fmt.Sprintf("asks for %s on one GPU; the most a shared GPU here allows is %s (%s of %s, queue.shared_memory_fraction)",
-			bytesText(m), bytesText(most), percentText(frac), bytesText(total))
+		return fmt.Sprintf("asks for %s on one GPU; the most a shared GPU %s allows is %s (%s of %s, queue.shared_memory_fraction)",
+			bytesText(m), here, bytesText(most), percentText(p.frac), bytesText(total))
 	}
 	return ""
 }
 
-// memWaitText says why a memory job of m bytes does not fit now:
-// outside_use when it would fit on a GPU but for use outside the queue
-// there, resources otherwise, with each shared GPU's story.
-func memWaitText(m uint64, gs []gpuState, frac float64) (Reason, string) {
+// memWaitText says why a memory job of m bytes within scope sc does not
+// fit now: outside_use when it would fit on a GPU but for use outside the
+// queue there, resources otherwise, with each shared GPU's story.
+func (p *pass) memWaitText(m uint64, sc *scope) (Reason, string) {
 	parts := []string{"waiting for " + bytesText(m) + " on a shared GPU"}
 	reason := ReasonResources
-	for i := range gs {
-		g := &gs[i]
-		if !g.shared {
+	frac := p.frac
+	for i := range p.gs {
+		g := &p.gs[i]
+		if !g.shared || !sc.eligible(p.gs, i) {
 			continue
 		}
 		switch {
 		case g.job != nil:
-			parts = append(parts, fmt.Sprintf("GPU %d is held by %s, which does not share it", g.gpu.Index, g.job.ID))
+			parts = append(parts, fmt.Sprintf("%s is held by %s, which does not share it", gpuName(g), g.job.ID))
 			continue
 		case g.container != nil:
-			who := "container " + g.container.Name
-			if g.container.User != "" {
-				who = g.container.User + "'s container " + g.container.Name
-			}
-			parts = append(parts, fmt.Sprintf("GPU %d is held by %s (outside the queue)", g.gpu.Index, who))
+			parts = append(parts, fmt.Sprintf("%s is held by %s (outside the queue)", gpuName(g), containerText(g.container)))
 		default:
 			u := usable(g, frac)
 			left := u - min(u, g.memDeclared+g.outsideMemory)
-			s := fmt.Sprintf("GPU %d has %s of its %s free (%s declared by jobs", g.gpu.Index, bytesText(left), bytesText(u), bytesText(g.memDeclared))
+			s := fmt.Sprintf("%s has %s of its %s free (%s declared by jobs", gpuName(g), bytesText(left), bytesText(u), bytesText(g.memDeclared))
 			if g.outsideMemory > 0 {
 				s += ", " + bytesText(g.outsideMemory) + " used outside the queue"
 			}

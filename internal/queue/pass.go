@@ -64,7 +64,8 @@ const heldText = "held: it keeps its place in the queue and starts once released
 func Schedule(in Input) Plan {
 	p := newPass(in)
 	for k, key := range p.order {
-		j := rankedJob{&in.Queued[key.i], key.priority, p.holders[key.i]}
+		j := rankedJob{&in.Queued[key.i], key.priority, p.holders[key.i], nil}
+		j.scope = p.scopeFor(j.QueuedJob)
 		p.plan.Order[k] = Ranked{JobID: j.ID, Priority: j.priority, Position: k + 1}
 		if reason, text := p.refuse(j); reason != "" {
 			p.wait(j, k, reason, text)
@@ -98,7 +99,6 @@ type pass struct {
 	order              []orderKey
 	plan               Plan
 	frac               float64
-	exclusive          int
 	users              map[string]*holder
 	teams              map[string]*holder
 	holders            []jobHolders // by index in Input.Queued
@@ -107,18 +107,29 @@ type pass struct {
 	wholePool, memPool pool
 	capTexts           map[capKey]string
 	arrays             map[string]*arrayState // by array id; see array.go
+	pos                map[string]int         // GPU UUID to its position in gs
+	// fleet is set when a GPU names its node; nodes are the nodes by
+	// name (one, "", on one host), groups the model of each group of
+	// their GPUs (see fleetNode.glo).
+	fleet    bool
+	nodes    []fleetNode
+	groups   []string
+	anyScope *scope              // the scope of jobs without constraints
+	scopes   map[scopeKey]*scope // of the others
+	// lastScope is the scope found last, of lastScopeKey.
+	lastScope    *scope
+	lastScopeKey scopeKey
 }
 
 func newPass(in Input) *pass {
 	p := &pass{in: in, gs: filterGPUs(in), frac: in.Config.memFraction(), capTexts: map[capKey]string{}}
-	pos := make(map[string]int, len(p.gs))
+	p.pos = make(map[string]int, len(p.gs))
 	for i := range p.gs {
-		pos[p.gs[i].gpu.UUID] = i
-		if !p.gs[i].shared {
-			p.exclusive++
-		}
+		p.pos[p.gs[i].gpu.UUID] = i
+		p.fleet = p.fleet || p.gs[i].gpu.Node != ""
 	}
-	p.rels = releases(in, pos)
+	p.buildNodes()
+	p.rels = releases(in, p.pos)
 	p.arrays = runningArrays(in.Running)
 	p.users, p.teams = map[string]*holder{}, map[string]*holder{}
 	users, teams := userGPUs(in.Running)
@@ -156,13 +167,12 @@ func (p *pass) refuse(j rankedJob) (Reason, string) {
 		return ReasonInvalidRequest, fmt.Sprintf("asks for %d GPUs and %s of GPU memory; a job asks for one or the other", j.GPUs, bytesText(j.GPUMemory))
 	case j.GPUMemory == 0 && j.GPUs < 1:
 		return ReasonInvalidRequest, fmt.Sprintf("asks for %d GPUs; a job needs at least 1", j.GPUs)
-	case j.GPUs > p.exclusive:
-		if p.exclusive < len(p.gs) {
-			return ReasonTooBig, fmt.Sprintf("asks for %d GPUs; this host has %d not marked for sharing", j.GPUs, p.exclusive)
-		}
-		return ReasonTooBig, fmt.Sprintf("asks for %d GPUs; this host has %d", j.GPUs, len(p.gs))
+	case len(j.scope.nodes) == 0:
+		return ReasonNodeConstraint, j.scope.text
+	case j.GPUMemory == 0 && j.GPUs > j.scope.most:
+		return ReasonTooBig, p.tooBigText(j.scope, j.GPUs)
 	case j.GPUMemory > 0:
-		if text := memTooBig(p.gs, j.GPUMemory, p.frac); text != "" {
+		if text := p.memTooBig(j.scope, j.GPUMemory); text != "" {
 			return ReasonTooBig, text
 		}
 	}
@@ -241,15 +251,14 @@ func (p *pass) capText(k capKey) string {
 func (p *pass) whole(j rankedJob, k int) {
 	pl := newPlacer(&p.in.Config, j.user.expected)
 	pw := &p.wholePool
+	sc := j.scope
+	sc.mask(p.gs, p.nodes, true)
+	defer sc.mask(p.gs, p.nodes, false)
 	blocked := pw.head && !pw.res.allows(p.in.Now, j.TimeLimit) && (!j.Preemptible || pw.preempts)
 	if blocked {
 		pw.res.block(p.gs, true)
 	}
-	picks := pickGPUs(pl, p.gs, j.GPUs)
-	var rec *PlacementRecord
-	if picks != nil {
-		rec = wholeRecord(pl, p.gs, picks)
-	}
+	ni, picks, rec := p.pickWhole(pl, sc, j.GPUs)
 	if blocked {
 		pw.res.block(p.gs, false)
 	}
@@ -259,16 +268,18 @@ func (p *pass) whole(j rankedJob, k int) {
 			p.wait(j, k, ReasonResources, pw.blockedText)
 			return
 		}
-		reason, text := waitText(j.GPUs, p.gs, p.in.Running, p.in.Now, p.in.Config.threshold())
+		reason, text := p.waitFor(j.GPUs, sc)
 		p.wait(j, k, reason, text)
 		pw.preempts = p.preempt(j)
 		pw.head = true
-		pw.res = wholeReservation(pl, p.gs, p.rels, j.GPUs)
+		pw.res = p.wholeReservation(pl, sc, j.GPUs)
 		pw.blockedText = fmt.Sprintf("waiting behind %s (%s), first in the queue, which waits for %s", j.ID, j.User, gpusText(j.GPUs))
 		return
 	}
 	s := bind(p.gs, picks, j.ID)
-	s.Placement = rec
+	s.Node, s.Placement = p.nodes[ni].name, rec
+	p.nodes[ni].util += pl.expected * float64(j.GPUs)
+	p.nodes[ni].free -= len(picks)
 	p.started(j, s, release{gpus: picks})
 	j.user.have += j.GPUs
 	j.team.have += j.GPUs
@@ -278,11 +289,14 @@ func (p *pass) whole(j rankedJob, k int) {
 func (p *pass) memory(j rankedJob, k int) {
 	pl := newPlacer(&p.in.Config, j.user.expected)
 	pm := &p.memPool
+	sc := j.scope
+	sc.mask(p.gs, p.nodes, true)
+	defer sc.mask(p.gs, p.nodes, false)
 	blocked := pm.head && !pm.res.allows(p.in.Now, j.TimeLimit)
 	if blocked {
 		pm.res.block(p.gs, true)
 	}
-	best, rec := pickMemory(pl, p.gs, j.GPUMemory, p.frac)
+	best, rec := p.pickMemoryNode(pl, sc, j.GPUMemory)
 	if blocked {
 		pm.res.block(p.gs, false)
 	}
@@ -292,17 +306,18 @@ func (p *pass) memory(j rankedJob, k int) {
 			p.wait(j, k, ReasonResources, pm.blockedText)
 			return
 		}
-		reason, text := memWaitText(j.GPUMemory, p.gs, p.frac)
+		reason, text := p.memWaitText(j.GPUMemory, sc)
 		p.wait(j, k, reason, text)
 		pm.head = true
-		pm.res = memReservation(p.gs, p.rels, j.GPUMemory, p.frac)
+		pm.res = p.memReservation(sc, j.GPUMemory)
 		pm.blockedText = fmt.Sprintf("waiting behind %s (%s), first in the queue, which waits for %s on a shared GPU", j.ID, j.User, bytesText(j.GPUMemory))
 		return
 	}
 	g := &p.gs[best]
 	g.memDeclared += j.GPUMemory
 	g.util += pl.expected
-	p.started(j, Start{JobID: j.ID, GPUs: []string{g.gpu.UUID}, Placement: rec}, release{gpus: []int{best}, mem: j.GPUMemory})
+	p.nodes[g.node].util += pl.expected
+	p.started(j, Start{JobID: j.ID, GPUs: []string{g.gpu.UUID}, Node: g.gpu.Node, Placement: rec}, release{gpus: []int{best}, mem: j.GPUMemory})
 }
 
 // pend notes a job that waits in pool pl for an estimate. The whole-GPU
@@ -312,7 +327,7 @@ func (p *pass) pend(pl *pool, j rankedJob, k int) {
 	if pl.pending == nil && pl == &p.wholePool {
 		pl.pending = make([]pending, 0, len(p.order)-k)
 	}
-	pl.pending = append(pl.pending, pending{wait: len(p.plan.Waits), job: j.QueuedJob})
+	pl.pending = append(pl.pending, pending{wait: len(p.plan.Waits), job: j.QueuedJob, sc: j.scope})
 }
 
 // started records a start and, when the job has a time limit, its release.
@@ -346,9 +361,9 @@ func (p *pass) estimate() {
 			f.pool, f.ahead = pp.kind, int32(k)
 		}
 		if pp.kind == poolWhole {
-			estimateWhole(p.gs, p.rels, pending, p.in.Now, p.plan.Waits)
+			p.estimateWhole(pending, p.plan.Waits)
 		} else {
-			estimateMemory(p.gs, p.rels, pending, p.in.Now, p.frac, p.plan.Waits)
+			p.estimateMemory(pending, p.plan.Waits)
 		}
 		for k := range pending {
 			w := &p.plan.Waits[pending[k].wait]

@@ -37,24 +37,30 @@ type gpuState struct {
 	// util is the GPU's measured utilisation (Input.Util) plus the
 	// expected share of the memory jobs placed on it in this pass.
 	util float64
-	// nvlink are the positions in the pass's GPUs of the GPUs this one
-	// shares NVLink with, sorted (see linkGPUs).
+	// nvlink are the positions among its node's GPUs of the GPUs this
+	// one shares NVLink with, sorted (see linkGPUs).
 	nvlink []int
+	// off is set, only while a job is placed, on the GPUs of its nodes
+	// whose model its --model constraint does not match.
+	off bool
+	// node and group are the GPU's node and group in the pass (see
+	// fleetNode, group).
+	node, group int32
 }
 
 // free reports whether a job may take the GPU.
 func (g *gpuState) free() bool {
-	return g.job == nil && !g.bound && g.container == nil && !g.overMemory && !g.shared && !g.blocked
+	return g.job == nil && !g.bound && g.container == nil && !g.overMemory && !g.shared && !g.blocked && !g.off
 }
 
 // outsideOnly reports whether only use outside the queue keeps the GPU
 // from being free.
 func (g *gpuState) outsideOnly() bool {
-	return g.job == nil && !g.bound && !g.shared && (g.container != nil || g.overMemory)
+	return g.job == nil && !g.bound && !g.shared && !g.off && (g.container != nil || g.overMemory)
 }
 
-// filterGPUs is the filter phase: it returns the host's GPUs by index,
-// each marked with what keeps it from being free. A running job with
+// filterGPUs is the filter phase: it returns the GPUs by node, then by
+// index, each marked with what keeps it from being free. A running job with
 // GPUMemory adds its memory to its shared GPU's declared memory instead of
 // holding it (on a GPU no longer shared, it holds the GPU).
 func filterGPUs(in Input) []gpuState {
@@ -63,6 +69,9 @@ func filterGPUs(in Input) []gpuState {
 		gs[i].gpu = g
 	}
 	slices.SortFunc(gs, func(a, b gpuState) int {
+		if a.gpu.Node != b.gpu.Node {
+			return strings.Compare(a.gpu.Node, b.gpu.Node)
+		}
 		if a.gpu.Index != b.gpu.Index {
 			return a.gpu.Index - b.gpu.Index
 		}
@@ -103,7 +112,14 @@ func filterGPUs(in Input) []gpuState {
 		g.overMemory = float64(g.outsideMemory) > threshold*float64(g.gpu.MemoryTotal)
 		g.util = max(0, in.Util[g.gpu.UUID])
 	}
-	linkGPUs(gs)
+	for lo := 0; lo < len(gs); {
+		hi := lo + 1
+		for hi < len(gs) && gs[hi].gpu.Node == gs[lo].gpu.Node {
+			hi++
+		}
+		linkGPUs(gs[lo:hi]) // topology is per node
+		lo = hi
+	}
 	return gs
 }
 
@@ -190,22 +206,46 @@ func bind(gs []gpuState, picks []int, jobID string) Start {
 	return s
 }
 
-// waitText says why a job asking for n GPUs cannot start: outside_use when
-// the GPUs taken only by use outside the queue would have let it start,
-// resources otherwise, with a sentence naming the free GPUs, the use
-// outside the queue, and the running job that reaches its time limit
-// first.
+// waitText is waitFor on one host of GPUs gs with the running jobs and
+// the outside memory threshold given.
 func waitText(n int, gs []gpuState, running []RunningJob, now time.Time, threshold float64) (Reason, string) {
-	freeN, outsideN := 0, 0
-	var parts []string
-	parts = append(parts, "waiting for "+gpusText(n))
-	for i := range gs {
-		switch g := &gs[i]; {
-		case g.free():
-			freeN++
-		case g.outsideOnly():
-			outsideN++
+	p := &pass{in: Input{Running: running, Now: now, Config: Config{OutsideMemoryThreshold: threshold}}, gs: gs}
+	p.buildNodes()
+	return p.waitFor(n, p.newScope("", ""))
+}
+
+// waitFor says why a job asking for n GPUs within scope sc cannot
+// start: outside_use when the GPUs taken only by use outside the queue
+// would have let it start on one node, resources otherwise, with a
+// sentence naming the free GPUs, the use outside the queue, and the
+// running job that reaches its time limit first. Only the nodes open to
+// the job count.
+func (p *pass) waitFor(n int, sc *scope) (Reason, string) {
+	gs := p.gs
+	freeN, mostFree, mostNode := 0, 0, -1
+	outsideFits := false
+	for _, ni := range sc.nodes {
+		nd := &p.nodes[ni]
+		f, o := 0, 0
+		for i := nd.lo; i < nd.hi; i++ {
+			switch g := &gs[i]; {
+			case g.free():
+				f++
+			case g.outsideOnly():
+				o++
+			}
 		}
+		freeN += f
+		if mostNode < 0 || f > mostFree {
+			mostFree, mostNode = f, ni
+		}
+		outsideFits = outsideFits || o > 0 && f+o >= n
+	}
+	var parts []string
+	if p.fleet {
+		parts = append(parts, "waiting for "+gpusText(n)+" on one node")
+	} else {
+		parts = append(parts, "waiting for "+gpusText(n))
 	}
 	switch freeN {
 	case 0:
@@ -215,25 +255,26 @@ func waitText(n int, gs []gpuState, running []RunningJob, now time.Time, thresho
 	default:
 		parts = append(parts, strconv.Itoa(freeN)+" are free")
 	}
-	for i := range gs {
-		g := &gs[i]
-		if g.job != nil || g.bound {
-			continue
-		}
-		if c := g.container; c != nil {
-			who := "container " + c.Name
-			if c.User != "" {
-				who = c.User + "'s container " + c.Name
+	if p.fleet && freeN > mostFree {
+		parts[len(parts)-1] += fmt.Sprintf(", at most %d on one node (%s)", mostFree, p.nodes[mostNode].name)
+	}
+	for _, ni := range sc.nodes {
+		for i := p.nodes[ni].lo; i < p.nodes[ni].hi; i++ {
+			g := &gs[i]
+			if g.job != nil || g.bound || g.off {
+				continue
 			}
-			parts = append(parts, fmt.Sprintf("GPU %d is held by %s (outside the queue)", g.gpu.Index, who))
-		}
-		if g.overMemory {
-			parts = append(parts, fmt.Sprintf("GPU %d has %s used by processes outside the queue (over %s of its memory)",
-				g.gpu.Index, bytesText(g.outsideMemory), percentText(threshold)))
+			if c := g.container; c != nil {
+				parts = append(parts, fmt.Sprintf("%s is held by %s (outside the queue)", gpuName(g), containerText(c)))
+			}
+			if g.overMemory {
+				parts = append(parts, fmt.Sprintf("%s has %s used by processes outside the queue (over %s of its memory)",
+					gpuName(g), bytesText(g.outsideMemory), percentText(p.in.Config.threshold())))
+			}
 		}
 	}
-	if r := firstToEnd(running); r != nil {
-		left := r.StartedAt.Add(r.TimeLimit).Sub(now)
+	if r := p.firstToEnd(sc); r != nil {
+		left := r.StartedAt.Add(r.TimeLimit).Sub(p.in.Now)
 		if left > 0 {
 			parts = append(parts, fmt.Sprintf("%s (%s) reaches its time limit in %s", r.ID, r.User, durationText(left)))
 		} else {
@@ -241,21 +282,46 @@ func waitText(n int, gs []gpuState, running []RunningJob, now time.Time, thresho
 		}
 	}
 	reason := ReasonResources
-	if outsideN > 0 && freeN+outsideN >= n {
+	if outsideFits {
 		reason = ReasonOutsideUse
 	}
 	return reason, strings.Join(parts, "; ")
 }
 
+// gpuName names a GPU in a sentence: "GPU 2", on a fleet "GPU 2 of
+// node-a".
+func gpuName(g *gpuState) string {
+	if g.gpu.Node == "" {
+		return "GPU " + strconv.Itoa(g.gpu.Index)
+	}
+	return "GPU " + strconv.Itoa(g.gpu.Index) + " of " + g.gpu.Node
+}
+
+// containerText names a container outside the queue, with its user when
+// known.
+func containerText(c *OutsideContainer) string {
+	if c.User != "" {
+		return c.User + "'s container " + c.Name
+	}
+	return "container " + c.Name
+}
+
 // firstToEnd returns the running job with a time limit that reaches it
-// first (ties by id), or nil when none has one.
-func firstToEnd(running []RunningJob) *RunningJob {
+// first (ties by id), or nil when none has one. On a fleet only the jobs
+// on nodes open to sc count.
+func (p *pass) firstToEnd(sc *scope) *RunningJob {
 	var first *RunningJob
 	var firstEnd time.Time
-	for i := range running {
-		r := &running[i]
+	for i := range p.in.Running {
+		r := &p.in.Running[i]
 		if r.TimeLimit <= 0 || len(r.GPUs) == 0 {
 			continue
+		}
+		if p.fleet {
+			pos, ok := p.pos[r.GPUs[0]]
+			if !ok || !sc.nodeOK[p.gs[pos].node] {
+				continue
+			}
 		}
 		end := r.StartedAt.Add(r.TimeLimit)
 		if first == nil || end.Before(firstEnd) || end.Equal(firstEnd) && r.ID < first.ID {

@@ -22,7 +22,28 @@ type PlacementRecord struct {
 	Policy Placement
 	// Candidates are the GPUs the job could have taken, the chosen ones
 	// first (in the order given), then the others by score, best first.
+	// On a fleet they are the GPUs of the chosen node.
 	Candidates []Candidate
+	// Nodes are the nodes the job could have gone to, the chosen one
+	// first, then the others by score, best first, ties by name; nil on
+	// one host (every GPU's Node "").
+	Nodes []NodeCandidate
+}
+
+// NodeCandidate is one node a job could have gone to: one with enough
+// free GPUs (or a shared GPU the memory job fits on) that it may use.
+type NodeCandidate struct {
+	// Node is the node's name.
+	Node string
+	// Score is what the node choice ranks by, higher first. Target: the
+	// node score 100 × (1 − |u − target|). Binpack: the node's busy GPUs
+	// (see pass.nodeRank). Spread: their number negated.
+	Score float64
+	// Util is u: the node's mean measured utilisation plus the job's
+	// expected share spread over its GPUs (Target), else the mean alone.
+	Util float64
+	// Chosen is true for the node the job went to.
+	Chosen bool
 }
 
 // Candidate is one GPU a job could have taken.
@@ -30,6 +51,8 @@ type Candidate struct {
 	// UUID and Index name the GPU.
 	UUID  string
 	Index int
+	// Node is the node the GPU is on; "" on one host.
+	Node string
 	// Score is what the placement ranks by, higher first. Target: the
 	// node score 100 × (1 − |u − target|). Binpack: for whole GPUs the
 	// number of busy peers (see scoreGPU), for memory the fraction of
@@ -107,7 +130,7 @@ func wholeRecord(pl placer, gs []gpuState, picks []int) *PlacementRecord {
 		if !gs[i].free() {
 			continue
 		}
-		c := Candidate{UUID: gs[i].gpu.UUID, Index: gs[i].gpu.Index, Score: pl.rank(gs, i).first, Util: pl.u(gs, i)}
+		c := Candidate{UUID: gs[i].gpu.UUID, Index: gs[i].gpu.Index, Node: gs[i].gpu.Node, Score: pl.rank(gs, i).first, Util: pl.u(gs, i)}
 		if slices.Contains(picks, i) {
 			c.Chosen = true
 			rec.Candidates = append(rec.Candidates, c)
@@ -123,14 +146,22 @@ func wholeRecord(pl placer, gs []gpuState, picks []int) *PlacementRecord {
 // sortCandidates orders candidates by score, best first, then by index.
 func sortCandidates(cs []Candidate) {
 	slices.SortStableFunc(cs, func(a, b Candidate) int {
-		switch {
-		case a.Score > b.Score:
-			return -1
-		case a.Score < b.Score:
-			return 1
+		if c := byScore(a.Score, b.Score); c != 0 {
+			return c
 		}
 		return a.Index - b.Index
 	})
+}
+
+// byScore compares two scores for a sort, the higher first.
+func byScore(a, b float64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }
 
 // policyName returns p as the record shows it ("" is Binpack).

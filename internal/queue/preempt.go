@@ -20,7 +20,9 @@ import (
 //   - The head of the whole-GPU pool, when it is not preemptible and has
 //     waited Config.PreemptAfter since it was submitted, preempts the
 //     fewest preemptible running jobs whose GPUs, with the free ones and
-//     those of preemptions already under way, let it start: of the sets
+//     those of preemptions already under way, let it start on one node
+//     (on a fleet: the node open to it that needs the fewest, ties to the
+//     first by name): of the sets
 //     that few, the one that takes low-class jobs before high ones and
 //     the newest before the oldest (less work is lost), ties by id. When
 //     even every preemptible job's GPUs would not let it start, none is
@@ -94,9 +96,35 @@ func (p *pass) preempt(j rankedJob) bool {
 		}
 		return false
 	}
-	need := j.GPUs
-	for i := range p.gs {
-		if p.gs[i].free() {
+	var chosen []victim
+	found := false
+	for _, ni := range j.scope.nodes {
+		if c, ok := p.nodeVictims(&p.nodes[ni], j.GPUs); ok && (!found || len(c) < len(chosen)) {
+			chosen, found = c, true
+		}
+	}
+	if !found {
+		return false
+	}
+	ids := make([]string, len(chosen))
+	for k, v := range chosen {
+		p.plan.Preemptions = append(p.plan.Preemptions, Preemption{JobID: v.job.ID, For: j.ID})
+		ids[k] = v.job.ID
+	}
+	if w := &p.plan.Waits[len(p.plan.Waits)-1]; w.JobID == j.ID && len(ids) > 0 {
+		w.figures.text = preemptingText(w.figures.text, w.Reason, ids)
+	}
+	return len(ids) > 0
+}
+
+// nodeVictims returns the preemptible jobs on node nd whose stop lets a
+// job of n GPUs start there: the preemptions under way first, by id, then
+// the fewest more (pickVictims); false when even all would not do.
+func (p *pass) nodeVictims(nd *fleetNode, n int) ([]victim, bool) {
+	gs := nd.gpus(p.gs)
+	need := n
+	for i := range gs {
+		if gs[i].free() {
 			need--
 		}
 	}
@@ -106,19 +134,19 @@ func (p *pass) preempt(j rankedJob) bool {
 		if !r.Preemptible || r.GPUMemory > 0 {
 			continue
 		}
-		n := 0
-		for k := range p.gs {
-			if g := &p.gs[k]; g.job == r && g.frees() {
-				n++
+		k := 0
+		for q := range gs {
+			if g := &gs[q]; g.job == r && g.frees() && !g.off {
+				k++
 			}
 		}
-		if n == 0 {
+		if k == 0 {
 			continue
 		}
 		if r.Preempting {
-			under = append(under, victim{r, n})
+			under = append(under, victim{r, k})
 		} else {
-			cands = append(cands, victim{r, n})
+			cands = append(cands, victim{r, k})
 		}
 	}
 	slices.SortFunc(under, func(a, b victim) int { return strings.Compare(a.job.ID, b.job.ID) })
@@ -133,19 +161,11 @@ func (p *pass) preempt(j rankedJob) bool {
 	if need > 0 {
 		more := pickVictims(cands, need)
 		if more == nil {
-			return false
+			return nil, false
 		}
 		chosen = append(chosen, more...)
 	}
-	ids := make([]string, len(chosen))
-	for k, v := range chosen {
-		p.plan.Preemptions = append(p.plan.Preemptions, Preemption{JobID: v.job.ID, For: j.ID})
-		ids[k] = v.job.ID
-	}
-	if w := &p.plan.Waits[len(p.plan.Waits)-1]; w.JobID == j.ID && len(ids) > 0 {
-		w.figures.text = preemptingText(w.figures.text, w.Reason, ids)
-	}
-	return len(ids) > 0
+	return chosen, true
 }
 
 // pickVictims returns the fewest of cands whose GPUs add up to need, the

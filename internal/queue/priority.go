@@ -132,6 +132,8 @@ type rankedJob struct {
 	*QueuedJob
 	priority float64
 	jobHolders
+	// scope is where the job may run (its constraints, drained nodes).
+	scope *scope
 }
 
 // queueOrder returns the keys of the queued jobs (see orderKey) by

@@ -3,6 +3,7 @@ package queue
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -73,34 +74,152 @@ func TestPropertiesOfAPass(t *testing.T) {
 	memStarts := 0
 	for iter := range 3000 {
 		in := randomInput(r)
-		p := Schedule(in)
-		seen := map[string]bool{}
-		for _, id := range append(startIDs(p), waitIDs(p)...) {
-			if seen[id] {
-				t.Fatalf("pass %d: %s is in the plan twice", iter, id)
-			}
-			seen[id] = true
+		memStarts += checkPass(t, iter, in, Schedule(in))
+	}
+	if memStarts < 100 {
+		t.Fatalf("only %d memory jobs started over all passes: the generator tests too little", memStarts)
+	}
+}
+
+// checkPass checks TestPropertiesOfAPass's properties of plan p of in
+// and returns how many memory jobs it starts.
+func checkPass(t *testing.T, iter int, in Input, p Plan) int {
+	t.Helper()
+	memStarts := 0
+	seen := map[string]bool{}
+	for _, id := range append(startIDs(p), waitIDs(p)...) {
+		if seen[id] {
+			t.Fatalf("pass %d: %s is in the plan twice", iter, id)
 		}
-		if len(seen) != len(in.Queued) || len(p.Order) != len(in.Queued) {
-			t.Fatalf("pass %d: %d jobs in the plan, %d in the order, for %d queued", iter, len(seen), len(p.Order), len(in.Queued))
+		seen[id] = true
+	}
+	if len(seen) != len(in.Queued) || len(p.Order) != len(in.Queued) {
+		t.Fatalf("pass %d: %d jobs in the plan, %d in the order, for %d queued", iter, len(seen), len(p.Order), len(in.Queued))
+	}
+	shared, taken, declared := map[string]bool{}, map[string]bool{}, map[string]uint64{}
+	for _, u := range in.Config.SharedGPUs {
+		shared[u] = true
+	}
+	for _, c := range in.Outside.Containers {
+		for _, u := range c.GPUs {
+			taken[u] = true
 		}
-		shared, taken, declared := map[string]bool{}, map[string]bool{}, map[string]uint64{}
-		for _, u := range in.Config.SharedGPUs {
-			shared[u] = true
-		}
-		for _, c := range in.Outside.Containers {
-			for _, u := range c.GPUs {
+	}
+	for _, rj := range in.Running {
+		for _, u := range rj.GPUs {
+			if rj.GPUMemory > 0 {
+				declared[u] += rj.GPUMemory
+			} else {
 				taken[u] = true
 			}
 		}
-		for _, rj := range in.Running {
-			for _, u := range rj.GPUs {
-				if rj.GPUMemory > 0 {
-					declared[u] += rj.GPUMemory
-				} else {
-					taken[u] = true
+	}
+	jobs := map[string]QueuedJob{}
+	for _, j := range in.Queued {
+		jobs[j.ID] = j
+	}
+	for _, s := range p.Starts {
+		j := jobs[s.JobID]
+		if j.GPUMemory > 0 {
+			if len(s.GPUs) != 1 || !shared[s.GPUs[0]] || taken[s.GPUs[0]] {
+				t.Fatalf("pass %d: memory job %s got %v", iter, j.ID, s.GPUs)
+			}
+			declared[s.GPUs[0]] += j.GPUMemory
+			memStarts++
+			continue
+		}
+		if len(s.GPUs) != j.GPUs {
+			t.Fatalf("pass %d: %s got %d GPUs, asked for %d", iter, j.ID, len(s.GPUs), j.GPUs)
+		}
+		for _, u := range s.GPUs {
+			if taken[u] || shared[u] || declared[u] > 0 {
+				t.Fatalf("pass %d: %s got GPU %s, which is taken or shared", iter, j.ID, u)
+			}
+			taken[u] = true
+		}
+	}
+	for u, d := range declared {
+		started := false
+		for _, s := range p.Starts {
+			started = started || jobs[s.JobID].GPUMemory > 0 && s.GPUs[0] == u
+		}
+		limit := uint64(in.Config.SharedMemoryFraction * 80 * gib)
+		if started && d+in.Outside.MemoryUsed[u] > limit {
+			t.Fatalf("pass %d: GPU %s has %d declared and %d outside, over %d", iter, u, d, in.Outside.MemoryUsed[u], limit)
+		}
+	}
+	return memStarts
+}
+
+// randomFleet is randomInput over nodes: its GPUs spread over two to
+// five nodes of one or two models, some drained, the running jobs on one
+// node each, and some queued jobs with a --node or --model glob.
+func randomFleet(r *rand.Rand) Input {
+	in := randomInput(r)
+	nodes := 2 + r.IntN(4)
+	more := hostGPUs(r.IntN(12))
+	for i := range more {
+		more[i].UUID = fmt.Sprintf("GPU-m%d", i)
+	}
+	in.GPUs = append(in.GPUs, more...)
+	models := []string{"H100-SXM", "A100-PCIE"}
+	for i := range in.GPUs {
+		g := &in.GPUs[i]
+		g.Node = fmt.Sprintf("node-%d", r.IntN(nodes))
+		g.Model = models[r.IntN(2)]
+		g.Index = i % 8
+		in.Util[g.UUID] = r.Float64()
+	}
+	in.Drained = map[string]bool{}
+	if r.IntN(3) == 0 {
+		in.Drained[fmt.Sprintf("node-%d", r.IntN(nodes))] = true
+	}
+	// Running whole-GPU jobs hold GPUs of one node: regroup them.
+	byUUID := map[string]GPU{}
+	for _, g := range in.GPUs {
+		byUUID[g.UUID] = g
+	}
+	for k := range in.Running {
+		rj := &in.Running[k]
+		rj.Node = byUUID[rj.GPUs[0]].Node
+		if rj.GPUMemory == 0 && r.IntN(2) == 0 {
+			for _, g := range in.GPUs {
+				if g.Node == rj.Node && !slices.Contains(rj.GPUs, g.UUID) && len(rj.GPUs) < 3 {
+					rj.GPUs = append(rj.GPUs, g.UUID)
 				}
 			}
+		}
+	}
+	globs := []string{"node-1", "node-[23]", "node-*", "nope", "node-["}
+	for k := range in.Queued {
+		j := &in.Queued[k]
+		if j.GPUMemory == 0 && r.IntN(3) == 0 {
+			j.GPUs = []int{1, 2, 4}[r.IntN(3)]
+		}
+		if r.IntN(5) == 0 {
+			j.Node = globs[r.IntN(len(globs))]
+		}
+		if r.IntN(6) == 0 {
+			j.Model = []string{"H100*", "A100-PCIE", "V100"}[r.IntN(3)]
+		}
+	}
+	return in
+}
+
+// TestPropertiesOfAFleetPass checks TestPropertiesOfAPass's properties
+// over random fleets, and more: every start's GPUs exist and are on one
+// node, the start's and its record's, open to the job (its globs match,
+// the node is not drained).
+func TestPropertiesOfAFleetPass(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	memStarts, starts, spread := 0, 0, 0
+	for iter := range 3000 {
+		in := randomFleet(r)
+		p := Schedule(in)
+		memStarts += checkPass(t, iter, in, p)
+		gpus := map[string]GPU{}
+		for _, g := range in.GPUs {
+			gpus[g.UUID] = g
 		}
 		jobs := map[string]QueuedJob{}
 		for _, j := range in.Queued {
@@ -108,37 +227,30 @@ func TestPropertiesOfAPass(t *testing.T) {
 		}
 		for _, s := range p.Starts {
 			j := jobs[s.JobID]
-			if j.GPUMemory > 0 {
-				if len(s.GPUs) != 1 || !shared[s.GPUs[0]] || taken[s.GPUs[0]] {
-					t.Fatalf("pass %d: memory job %s got %v", iter, j.ID, s.GPUs)
-				}
-				declared[s.GPUs[0]] += j.GPUMemory
-				memStarts++
-				continue
-			}
-			if len(s.GPUs) != j.GPUs {
-				t.Fatalf("pass %d: %s got %d GPUs, asked for %d", iter, j.ID, len(s.GPUs), j.GPUs)
+			starts++
+			if s.Placement == nil || len(s.Placement.Nodes) == 0 || !s.Placement.Nodes[0].Chosen || s.Placement.Nodes[0].Node != s.Node {
+				t.Fatalf("pass %d: %s on %s has the record %+v", iter, j.ID, s.Node, s.Placement)
 			}
 			for _, u := range s.GPUs {
-				if taken[u] || shared[u] || declared[u] > 0 {
-					t.Fatalf("pass %d: %s got GPU %s, which is taken or shared", iter, j.ID, u)
+				g, ok := gpus[u]
+				switch {
+				case !ok:
+					t.Fatalf("pass %d: %s got GPU %s, which does not exist", iter, j.ID, u)
+				case g.Node != s.Node:
+					t.Fatalf("pass %d: %s got GPU %s of %s, starting on %s", iter, j.ID, u, g.Node, s.Node)
+				case in.Drained[g.Node]:
+					t.Fatalf("pass %d: %s started on drained %s", iter, j.ID, g.Node)
+				case !match(j.Node, g.Node) || !match(j.Model, g.Model):
+					t.Fatalf("pass %d: %s (--node %q --model %q) got %s of %s (%s)", iter, j.ID, j.Node, j.Model, u, g.Node, g.Model)
 				}
-				taken[u] = true
 			}
-		}
-		for u, d := range declared {
-			started := false
-			for _, s := range p.Starts {
-				started = started || jobs[s.JobID].GPUMemory > 0 && s.GPUs[0] == u
-			}
-			limit := uint64(in.Config.SharedMemoryFraction * 80 * gib)
-			if started && d+in.Outside.MemoryUsed[u] > limit {
-				t.Fatalf("pass %d: GPU %s has %d declared and %d outside, over %d", iter, u, d, in.Outside.MemoryUsed[u], limit)
+			if len(s.GPUs) > 1 {
+				spread++
 			}
 		}
 	}
-	if memStarts < 100 {
-		t.Fatalf("only %d memory jobs started over all passes: the generator tests too little", memStarts)
+	if memStarts < 100 || starts < 3000 || spread < 500 {
+		t.Fatalf("%d starts, %d of several GPUs, %d memory jobs: the generator tests too little", starts, spread, memStarts)
 	}
 }
 
@@ -164,6 +276,20 @@ func waitIDs(p Plan) []string {
 // The head must start no later than the first reservation it was given,
 // and backfill must have happened around it.
 func TestHeadStartsByItsReservation(t *testing.T) {
+	headStartsByReservation(t, hostGPUs(4))
+}
+
+// TestFleetHeadStartsByItsReservation is TestHeadStartsByItsReservation
+// on a fleet of two nodes of two GPUs and one of one: the 2-GPU head
+// must start by its first reservation on one node.
+func TestFleetHeadStartsByItsReservation(t *testing.T) {
+	headStartsByReservation(t, fleet("a", 2, "b", 2, "c", 1))
+}
+
+// headStartsByReservation runs TestHeadStartsByItsReservation's
+// simulation on gpus, a job without a limit on each at first.
+func headStartsByReservation(t *testing.T, gpus []GPU) {
+	t.Helper()
 	totalBackfill := 0
 	for seed := range uint64(200) {
 		r := rand.New(rand.NewPCG(seed, 7))
@@ -172,9 +298,9 @@ func TestHeadStartsByItsReservation(t *testing.T) {
 			end time.Time
 		}
 		var runs []live
-		for i := range 4 {
+		for i, g := range gpus {
 			limit := time.Duration(30+r.IntN(240)) * time.Minute
-			runs = append(runs, live{running(fmt.Sprintf("j-init%d", i), "zed", t0, limit, fmt.Sprintf("GPU-%d", i)), t0.Add(limit)})
+			runs = append(runs, live{running(fmt.Sprintf("j-init%d", i), "zed", t0, limit, g.UUID), t0.Add(limit)})
 		}
 		head := limited(0, "ann", 2, 3*time.Hour)
 		head.SubmittedAt = t0
@@ -199,7 +325,7 @@ func TestHeadStartsByItsReservation(t *testing.T) {
 				queue = append(queue, j)
 				next++
 			}
-			in := Input{GPUs: hostGPUs(4), Queued: queue, Now: now, Config: Config{MaxGPUsPerUser: 4}}
+			in := Input{GPUs: gpus, Queued: queue, Now: now, Config: Config{MaxGPUsPerUser: 4}}
 			for _, l := range runs {
 				in.Running = append(in.Running, l.job)
 			}

@@ -30,8 +30,9 @@ const (
 	// error, kept in the reason's sentence); the job is back in the queue
 	// and will be tried again.
 	ReasonStartFailed Reason = "start_failed"
-	// ReasonTooBig: the job asks for more GPUs than the host has; it
-	// cannot start here and does not hold up the jobs behind it.
+	// ReasonTooBig: the job asks for more GPUs than the host has (on a
+	// fleet: than any one node it may run on has); it cannot start here
+	// and does not hold up the jobs behind it.
 	ReasonTooBig Reason = "too_big"
 	// ReasonInvalidRequest: the job asks for no GPUs, which submit
 	// refuses; a queued job with it points at a damaged store.
@@ -62,6 +63,11 @@ const (
 	// runs as many tasks as its cap allows (--array 0-99%8); it does not
 	// hold up the jobs behind it.
 	ReasonArrayLimit Reason = "array_limit"
+	// ReasonNodeConstraint: no node the job may run on is open to it:
+	// its --node or --model constraint matches no node of the fleet, or
+	// every node it matches is drained. It does not hold up the jobs
+	// behind it.
+	ReasonNodeConstraint Reason = "node_constraint"
 )
 
 // Reasons a job ended.
@@ -119,7 +125,7 @@ var reasons = []ReasonInfo{
 	{ReasonBudget, true, "the job's team is over its GPU-hour budget for the month (queue.budgets)"},
 	{ReasonHeld, true, "held by its owner or an admin; it keeps its place and starts once released"},
 	{ReasonStartFailed, true, "the last try to start the job failed; it is back in the queue and will be tried again"},
-	{ReasonTooBig, true, "the job asks for more GPUs than the host has, or more memory than a shared GPU allows; it does not hold up the jobs behind it"},
+	{ReasonTooBig, true, "the job asks for more GPUs than the host (or any one node it may run on) has, or more memory than a shared GPU allows; it does not hold up the jobs behind it"},
 	{ReasonInvalidRequest, true, "the job asks for no GPUs, or for GPUs and GPU memory both, which submit refuses"},
 	{ReasonLostRequeued, true, "the job's container vanished with no exit code and the job went back to the queue"},
 	{ReasonEngineUnavailable, true, "the Docker engine does not answer; the job starts once it does, and no start attempt is counted"},
@@ -128,6 +134,7 @@ var reasons = []ReasonInfo{
 	{ReasonPreempted, true, "the job was preemptible and gave its GPUs to a job that had waited for them; it is back in the queue, keeping its place by age"},
 	{ReasonFailedRequeued, true, "the job exited non-zero and, submitted with --requeue, went back to the queue"},
 	{ReasonArrayLimit, true, "the job is a task of an array job that runs as many tasks as its limit (--array ...%N) allows; it does not hold up the jobs behind it"},
+	{ReasonNodeConstraint, true, "no node the job may run on is open: its --node or --model constraint matches no node, or every node it matches is drained; it does not hold up the jobs behind it"},
 	{ReasonExitCode, false, "the container exited on its own; the exit code says how"},
 	{ReasonTimeLimit, false, "the job reached its time limit and was stopped"},
 	{ReasonCancelled, false, "its owner or an admin cancelled the job"},

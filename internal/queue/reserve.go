@@ -72,8 +72,8 @@ type reservation struct {
 	// whose time limit frees the last of what it needs.
 	at time.Time
 	by string
-	// gpus marks, by position, the GPUs the head needs at that time.
-	gpus []bool
+	// gpus are the positions of the GPUs the head needs at that time.
+	gpus []int
 }
 
 // allows reports whether a job with time limit limit, starting now, may
@@ -85,44 +85,59 @@ func (r *reservation) allows(now time.Time, limit time.Duration) bool {
 // block marks the reservation's GPUs closed to the job being placed, or
 // opens them again.
 func (r *reservation) block(gs []gpuState, on bool) {
-	for p, ok := range r.gpus {
-		if ok {
-			gs[p].blocked = on
-		}
+	for _, p := range r.gpus {
+		gs[p].blocked = on
 	}
 }
 
-// wholeReservation reserves for a head job of n whole GPUs the earliest
-// time enough GPUs free up: the free GPUs and those the releases free, in
-// time order. Of the GPUs free then it reserves those the job's placement
-// would pick.
-func wholeReservation(pl placer, gs []gpuState, rels []release, n int) reservation {
-	res := reservation{gpus: make([]bool, len(gs))}
-	freeN := 0
-	for i := range gs {
-		if gs[i].free() {
-			freeN++
-		}
-	}
-	sortReleases(rels)
-	var opened []int
-	for _, rel := range rels {
-		if rel.mem > 0 {
-			continue
-		}
-		for _, p := range rel.gpus {
-			if gs[p].frees() && (gs[p].job != nil || gs[p].bound) && !slices.Contains(opened, p) {
-				opened = append(opened, p)
+// wholeReservation reserves for a head job of n whole GPUs within scope
+// sc the earliest time enough GPUs free up on one node open to it: on
+// each such node the free GPUs it may take and those the releases free
+// there, in time order; the node where that comes first wins, ties to the
+// first by name. Of the GPUs free then on that node it reserves those the
+// job's placement would pick. When no node ever frees enough, it reserves
+// every free GPU open to the job.
+func (p *pass) wholeReservation(pl placer, sc *scope, n int) reservation {
+	var res reservation
+	gs := p.gs
+	sortReleases(p.rels)
+	best := -1
+	var bestOpened, opened []int
+	for _, ni := range sc.nodes {
+		nd := &p.nodes[ni]
+		freeN := 0
+		for i := nd.lo; i < nd.hi; i++ {
+			if gs[i].free() {
+				freeN++
 			}
 		}
-		if freeN+len(opened) >= n {
-			res.known, res.at, res.by = true, rel.at, rel.id
-			break
+		opened = opened[:0]
+		for _, rel := range p.rels {
+			if best >= 0 && !rel.at.Before(res.at) {
+				break // rels are in time order: no earlier node here
+			}
+			if rel.mem > 0 {
+				continue
+			}
+			for _, q := range rel.gpus {
+				if q >= nd.lo && q < nd.hi && !gs[q].off && gs[q].frees() && (gs[q].job != nil || gs[q].bound) && !slices.Contains(opened, q) {
+					opened = append(opened, q)
+				}
+			}
+			if freeN+len(opened) >= n {
+				best, res.known, res.at, res.by = ni, true, rel.at, rel.id
+				bestOpened = append(bestOpened[:0], opened...)
+				break
+			}
 		}
 	}
 	if !res.known {
-		for i := range gs {
-			res.gpus[i] = gs[i].free()
+		for _, ni := range sc.nodes {
+			for i := p.nodes[ni].lo; i < p.nodes[ni].hi; i++ {
+				if gs[i].free() {
+					res.gpus = append(res.gpus, i)
+				}
+			}
 		}
 		return res
 	}
@@ -130,29 +145,32 @@ func wholeReservation(pl placer, gs []gpuState, rels []release, n int) reservati
 		job   *RunningJob
 		bound bool
 	}
-	keep := make([]saved, len(opened))
-	for k, p := range opened {
-		keep[k] = saved{gs[p].job, gs[p].bound}
-		gs[p].job, gs[p].bound = nil, false
+	keep := make([]saved, len(bestOpened))
+	for k, q := range bestOpened {
+		keep[k] = saved{gs[q].job, gs[q].bound}
+		gs[q].job, gs[q].bound = nil, false
 	}
-	for _, p := range pickGPUs(pl, gs, n) {
-		res.gpus[p] = true
+	nd := &p.nodes[best]
+	for _, q := range pickGPUs(pl, nd.gpus(gs), n) {
+		res.gpus = append(res.gpus, nd.lo+q)
 	}
-	for k, p := range opened {
-		gs[p].job, gs[p].bound = keep[k].job, keep[k].bound
+	for k, q := range bestOpened {
+		gs[q].job, gs[q].bound = keep[k].job, keep[k].bound
 	}
 	return res
 }
 
-// memReservation reserves for a head memory job of m bytes the shared GPU
-// where enough declared memory frees up first, ties to the lower index.
-func memReservation(gs []gpuState, rels []release, m uint64, frac float64) reservation {
-	res := reservation{gpus: make([]bool, len(gs))}
+// memReservation reserves for a head memory job of m bytes within scope
+// sc the shared GPU open to it where enough declared memory frees up
+// first, ties to the lower position (node, then index).
+func (p *pass) memReservation(sc *scope, m uint64) reservation {
+	var res reservation
+	gs, rels, frac := p.gs, p.rels, p.frac
 	sortReleases(rels)
 	best := -1
 	for i := range gs {
 		g := &gs[i]
-		if !g.memOpen() {
+		if !g.memOpen() || !sc.eligible(gs, i) {
 			continue
 		}
 		need := g.memDeclared + g.outsideMemory + m
@@ -176,11 +194,13 @@ func memReservation(gs []gpuState, rels []release, m uint64, frac float64) reser
 	}
 	if best < 0 {
 		for i := range gs {
-			res.gpus[i] = gs[i].memOpen()
+			if gs[i].memOpen() && sc.eligible(gs, i) {
+				res.gpus = append(res.gpus, i)
+			}
 		}
 		return res
 	}
-	res.gpus[best] = true
+	res.gpus = []int{best}
 	return res
 }
 
@@ -188,6 +208,7 @@ func memReservation(gs []gpuState, rels []release, m uint64, frac float64) reser
 type pending struct {
 	wait int // its position in Plan.Waits
 	job  *QueuedJob
+	sc   *scope // where it may run
 }
 
 // event is a release in the estimate's simulation; at is in Unix
@@ -196,7 +217,7 @@ type event struct {
 	at  int64
 	mem uint64 // memory freed on pos
 	ref int32  // whose time limit: see eventID
-	pos int32  // memory: the GPU
+	pos int32  // memory: the GPU; whole GPUs: their group
 	n   int32  // whole GPUs freed
 	seq int32
 }
@@ -288,56 +309,100 @@ func (e estimate) record(w *Wait) {
 
 // estimateWhole simulates the whole-GPU pool: the releases in time order,
 // the pending jobs starting in priority order (never before the one ahead)
-// as soon as enough GPUs are free, each freeing them at its time limit.
-// Once one cannot be estimated, none behind it can. It records each
-// estimate in the job's Wait.
-func estimateWhole(gs []gpuState, rels []release, jobs []pending, now time.Time, waits []Wait) {
-	freeN := 0
+// as soon as enough GPUs are free on one node open to them, each freeing
+// them at its time limit. Free GPUs are counted by group (node and model),
+// so that a job counts only those it may take; of the nodes that fit, a
+// job takes the one with the fewest GPUs free to it (then the first by
+// name), from its groups in order. Once one cannot be estimated, none
+// behind it can. It records each estimate in the job's Wait.
+func (p *pass) estimateWhole(jobs []pending, waits []Wait) {
+	gs, rels := p.gs, p.rels
+	free := make([]int32, len(p.groups))
+	var total int32 // free in all groups: no node fits a job of more
 	for i := range gs {
 		if gs[i].free() {
-			freeN++
+			free[gs[i].group]++
+			total++
 		}
 	}
 	h := make(events, 0, len(rels)+len(gs)) // each start pops a release: the heap stays small
 	var seq int32
+	freed := make([]int32, len(p.groups))
 	for k, rel := range rels {
 		if rel.mem > 0 {
 			continue
 		}
-		var n int32
-		for _, p := range rel.gpus {
-			if gs[p].frees() {
-				n++
+		for _, q := range rel.gpus {
+			if gs[q].frees() {
+				freed[gs[q].group]++
 			}
 		}
-		if n > 0 {
-			h = append(h, event{at: rel.at.UnixNano(), ref: int32(k), n: n, seq: seq})
-			seq++
+		for g, n := range freed {
+			if n > 0 {
+				h = append(h, event{at: rel.at.UnixNano(), ref: int32(k), pos: int32(g), n: n, seq: seq})
+				seq++
+				freed[g] = 0
+			}
 		}
 	}
 	h.init()
-	t, by := now.UnixNano(), int32(-1)
-	for k, pj := range jobs {
-		for freeN < pj.job.GPUs && len(h) > 0 {
-			e := h.pop()
-			freeN += int(e.n)
-			t, by = max(t, e.at), e.ref
+	// fit returns the node open to sc with the fewest GPUs free to it of
+	// those with n, -1 when none has.
+	fit := func(sc *scope, n int32) int {
+		best, bestFree := -1, int32(0)
+		if total < n {
+			return -1
 		}
-		if freeN < pj.job.GPUs {
+		for _, ni := range sc.nodes {
+			nd := &p.nodes[ni]
+			var f int32
+			for g := nd.glo; g < nd.ghi; g++ {
+				if sc.groupOK[g] {
+					f += free[g]
+				}
+			}
+			if f >= n && (best < 0 || f < bestFree) {
+				best, bestFree = ni, f
+			}
+		}
+		return best
+	}
+	t, by := p.in.Now.UnixNano(), int32(-1)
+	for k, pj := range jobs {
+		n := int32(pj.job.GPUs)
+		ni := fit(pj.sc, n)
+		for ni < 0 && len(h) > 0 {
+			e := h.pop()
+			free[e.pos] += e.n
+			total += e.n
+			t, by = max(t, e.at), e.ref
+			ni = fit(pj.sc, n)
+		}
+		if ni < 0 {
 			break
 		}
 		estimate{t, eventID(rels, jobs, by)}.record(&waits[pj.wait])
-		freeN -= pj.job.GPUs
-		if pj.job.TimeLimit > 0 {
-			h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), n: int32(pj.job.GPUs), seq: seq})
-			seq++
+		nd := &p.nodes[ni]
+		for g := nd.glo; g < nd.ghi && n > 0; g++ {
+			if !pj.sc.groupOK[g] || free[g] == 0 {
+				continue
+			}
+			take := min(n, free[g])
+			free[g] -= take
+			total -= take
+			n -= take
+			if pj.job.TimeLimit > 0 {
+				h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), pos: int32(g), n: take, seq: seq})
+				seq++
+			}
 		}
 	}
 }
 
 // estimateMemory is estimateWhole for the memory jobs on the shared GPUs:
-// a job starts on the fullest shared GPU it fits on.
-func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time, frac float64, waits []Wait) {
+// a job starts on the fullest shared GPU open to it that it fits on.
+func (p *pass) estimateMemory(jobs []pending, waits []Wait) {
+	gs, rels, now, frac := p.gs, p.rels, p.in.Now, p.frac
 	declared := make([]uint64, len(gs))
 	for i := range gs {
 		declared[i] = gs[i].memDeclared
@@ -351,11 +416,11 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	h.init()
 	seq := int32(len(rels))
 	t, by := now.UnixNano(), int32(-1)
-	fit := func(m uint64) int {
+	fit := func(sc *scope, m uint64) int {
 		best, bestFull := -1, uint64(0)
 		for i := range gs {
 			g := &gs[i]
-			if g.memOpen() && declared[i]+g.outsideMemory+m <= usable(g, frac) && (best < 0 || declared[i] > bestFull) {
+			if g.memOpen() && sc.eligible(gs, i) && declared[i]+g.outsideMemory+m <= usable(g, frac) && (best < 0 || declared[i] > bestFull) {
 				best, bestFull = i, declared[i]
 			}
 		}
@@ -363,20 +428,20 @@ func estimateMemory(gs []gpuState, rels []release, jobs []pending, now time.Time
 	}
 	for k, pj := range jobs {
 		m := pj.job.GPUMemory
-		p := fit(m)
-		for p < 0 && len(h) > 0 {
+		at := fit(pj.sc, m)
+		for at < 0 && len(h) > 0 {
 			e := h.pop()
 			declared[e.pos] -= min(declared[e.pos], e.mem)
 			t, by = max(t, e.at), e.ref
-			p = fit(m)
+			at = fit(pj.sc, m)
 		}
-		if p < 0 {
+		if at < 0 {
 			break
 		}
 		estimate{t, eventID(rels, jobs, by)}.record(&waits[pj.wait])
-		declared[p] += m
+		declared[at] += m
 		if pj.job.TimeLimit > 0 {
-			h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), pos: int32(p), mem: m, seq: seq})
+			h.push(event{at: t + int64(pj.job.TimeLimit), ref: int32(len(rels) + k), pos: int32(at), mem: m, seq: seq})
 			seq++
 		}
 	}

@@ -81,6 +81,13 @@ type QueuedJob struct {
 	// ArrayMax how many of its tasks may hold GPUs at once (0: no cap).
 	Array    string
 	ArrayMax int
+	// Node is a glob (path.Match syntax, see ValidNodeGlob) on the name
+	// of the node the job must run on: one name (--node NAME) or a
+	// pattern; "" is any node.
+	Node string
+	// Model is a glob on GPU.Model: the job takes only GPUs whose model
+	// matches (--model GLOB); "" is any model.
+	Model string
 }
 
 // RunningJob is a job that holds GPUs: starting or running.
@@ -109,9 +116,12 @@ type RunningJob struct {
 	Preempting bool
 	// Array is the array job the job is a task of; "" for none.
 	Array string
+	// Node is the node the job runs on; "" on one host.
+	Node string
 }
 
-// GPU is one GPU of the host.
+// GPU is one GPU of a node. UUIDs are unique across the fleet (NVIDIA's
+// are, and the simulator's name the node).
 type GPU struct {
 	// UUID names the GPU; jobs are placed by UUID.
 	UUID string
@@ -124,15 +134,22 @@ type GPU struct {
 	// either end counts for both.
 	NVLink []string
 	// PCIeSwitch names the PCIe switch the GPU sits under: GPUs with the
-	// same non-empty name share it. "" when unknown.
+	// same non-empty name share it. "" when unknown. Topology is per
+	// node: a job never spans nodes.
 	PCIeSwitch string
+	// Node is the node the GPU is on; "" on one host.
+	Node string
+	// Model is the GPU's model name, as NVML gives it (QueuedJob.Model
+	// matches it).
+	Model string
 }
 
 // Equal reports whether g and h are the same GPU with the same topology
 // (GPU is not comparable with ==: it holds a slice).
 func (g GPU) Equal(h GPU) bool {
 	return g.UUID == h.UUID && g.Index == h.Index && g.MemoryTotal == h.MemoryTotal &&
-		g.PCIeSwitch == h.PCIeSwitch && slices.Equal(g.NVLink, h.NVLink)
+		g.PCIeSwitch == h.PCIeSwitch && slices.Equal(g.NVLink, h.NVLink) &&
+		g.Node == h.Node && g.Model == h.Model
 }
 
 // OutsideContainer is a running container outside the queue that holds
@@ -206,8 +223,11 @@ type Input struct {
 	Queued []QueuedJob
 	// Running are the jobs that hold GPUs.
 	Running []RunningJob
-	// GPUs are the host's GPUs, in any order.
+	// GPUs are the GPUs of every node, in any order.
 	GPUs []GPU
+	// Drained are the nodes where no job starts (gpumeter node drain):
+	// the jobs running there go on, and count against caps and arrays.
+	Drained map[string]bool
 	// Outside is the use of the GPUs outside the queue.
 	Outside Outside
 	// Config holds the settings.
@@ -236,6 +256,8 @@ type Start struct {
 	// GPUs are the UUIDs of the GPUs to give it, in placement order; a
 	// memory job's one shared GPU.
 	GPUs []string
+	// Node is the node the GPUs are on; "" on one host.
+	Node string
 	// Placement says how the GPUs were chosen.
 	Placement *PlacementRecord
 }

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -50,10 +49,8 @@ func jobOf(u *ledger.UsageTotal) (node, id string) {
 	if u.Container == nil {
 		return "", ""
 	}
-	if id = u.Container.Labels[container.JobLabel]; id == "" {
-		return "", ""
-	}
-	return cmp.Or(u.Container.Labels[container.NodeLabel], u.Node), id
+	j := container.JobOf(u.Container.Labels, u.Node)
+	return j.Node, j.ID
 }
 
 // jobKeyer keys a record by the job its container runs: the job's id,

@@ -359,3 +359,27 @@ func TestDetailWords(t *testing.T) {
 		t.Errorf("share lines %q, want 1 process and 2 processes", lines)
 	}
 }
+
+// TestRowsNameAnotherNodesJob: a container labelled with another node's
+// job of the same id as one of this node's (two agents on one engine) is
+// that node's job, by container and by process, and the detail of the
+// queue's own job does not land on it.
+func TestRowsNameAnotherNodesJob(t *testing.T) {
+	snap := snapshotAt(0)
+	snap.Containers[0].Labels = map[string]string{"gpumeter.job": "j-000001", "gpumeter.node": "lab-1"}
+	snap.Containers[1].Labels = map[string]string{"gpumeter.job": "j-000001", "gpumeter.node": "node2"}
+	for _, g := range []Group{ByContainer, ByProcess} {
+		jobs := map[string][]string{}
+		for _, r := range buildRows(&snap, g, nil) {
+			if len(r.jobs) > 0 {
+				jobs[r.user] = r.jobs
+			}
+		}
+		if got := jobs["alice"]; len(got) != 1 || got[0] != "j-000001" {
+			t.Errorf("group %d: alice's row has jobs %q, want this node's j-000001", g, got)
+		}
+		if got := jobs["bob"]; len(got) != 1 || got[0] != "node2/j-000001" {
+			t.Errorf("group %d: bob's row has jobs %q, want node2/j-000001", g, got)
+		}
+	}
+}

@@ -259,7 +259,7 @@ func containerRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) 
 		if c.StartedAt != nil {
 			r.age = snap.Time.Sub(*c.StartedAt)
 		}
-		if j := c.Labels[container.JobLabel]; j != "" {
+		if j := container.JobOf(c.Labels, snap.Node).On(snap.Node); j != "" {
 			r.jobs = []string{j}
 		}
 		sharesInto(&r, c.GPUs)
@@ -393,7 +393,7 @@ func processRows(snap *apitype.Snapshot, cpu map[string]float64, fs findings) []
 				if c.StartedAt != nil {
 					r.age = snap.Time.Sub(*c.StartedAt)
 				}
-				if j := c.Labels[container.JobLabel]; j != "" {
+				if j := container.JobOf(c.Labels, snap.Node).On(snap.Node); j != "" {
 					r.jobs = []string{j}
 				}
 				if v, ok := cpu[c.ID]; ok {

@@ -32,6 +32,10 @@ type Env struct {
 	ConfigDir string
 	// Socket is the local agent's socket.
 	Socket string
+	// DemoSocket is the socket a running demo of this user's named in
+	// its record (the demo's socket is in a directory of its own, which
+	// no config names); "" when there is none.
+	DemoSocket string
 }
 
 // HostEnv is this process's environment and the user's configuration
@@ -62,20 +66,30 @@ type Settings struct {
 // Where a client's URL came from when nobody named an agent.
 const (
 	URLFromSocket  = "the local agent's socket"
+	URLFromDemo    = "the demo's socket"
 	URLFromDefault = "the default"
 )
 
 // Named says whether someone named the agent: a flag, the environment
-// or the client config, rather than the local socket or the default.
+// or the client config, rather than a local socket or the default.
 func (s Settings) Named() bool {
-	return s.URLFrom != URLFromSocket && s.URLFrom != URLFromDefault
+	return s.URLFrom != URLFromSocket && s.URLFrom != URLFromDemo && s.URLFrom != URLFromDefault
+}
+
+// LocalSocket is the path of the socket Resolve found when nobody named
+// an agent: the local agent's or the demo's; "" otherwise.
+func (s Settings) LocalSocket() string {
+	if s.URLFrom != URLFromSocket && s.URLFrom != URLFromDemo {
+		return ""
+	}
+	return strings.TrimPrefix(s.URL, "unix://")
 }
 
 // Resolve works out a client's settings: flags first, then the
 // environment (GPUMETER_URL, GPUMETER_TOKEN, GPUMETER_CA_FILE), then the
 // client config file (GPUMETER_CLIENT_CONFIG, else gpumeter/client.yaml
 // in the configuration directory), then the local agent's socket if it
-// exists, else DefaultURL.
+// exists, then the socket of a demo this user runs, else DefaultURL.
 func Resolve(flags Flags, env Env) (Settings, error) {
 	var s Settings
 	path, mustExist := env.Getenv("GPUMETER_CLIENT_CONFIG"), true
@@ -117,8 +131,14 @@ func Resolve(flags Flags, env Env) (Settings, error) {
 		// agent's: connecting to it names the refusal, where the default
 		// URL would name some other agent, or none.
 		fi, err := os.Stat(env.Socket)
-		if env.Socket != "" && (err == nil && fi.Mode()&fs.ModeSocket != 0 || errors.Is(err, fs.ErrPermission)) {
+		demo, derr := os.Stat(env.DemoSocket)
+		switch {
+		case env.Socket != "" && (err == nil && fi.Mode()&fs.ModeSocket != 0 || errors.Is(err, fs.ErrPermission)):
 			s.URL, s.URLFrom = "unix://"+env.Socket, URLFromSocket
+		case env.DemoSocket != "" && derr == nil && demo.Mode()&fs.ModeSocket != 0:
+			// Only where no agent's socket is: a real agent is never
+			// passed over for a demo.
+			s.URL, s.URLFrom = "unix://"+env.DemoSocket, URLFromDemo
 		}
 	}
 	return s, nil

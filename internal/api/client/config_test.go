@@ -26,6 +26,7 @@ func TestResolveClient(t *testing.T) {
 	def := testenv.WriteFile(t, dir, "client.yaml", "url: https://file:9400\ntoken: gpm_file\nca_file: ca.pem\ncert_file: /etc/me.pem\nkey_file: me-key.pem\n", 0o600)
 	other := testenv.WriteFile(t, t.TempDir(), "other.yaml", "# only a token\n\ntoken: gpm_other\n", 0o640)
 	_, socket := testenv.ListenUnix(t)
+	_, demo := testenv.ListenUnix(t)
 	noSocket := filepath.Join(t.TempDir(), "api.sock")
 
 	tests := []struct {
@@ -34,8 +35,26 @@ func TestResolveClient(t *testing.T) {
 		env       map[string]string
 		configDir string
 		socket    string
+		demo      string // the socket a demo's record names
 		want      Settings
 	}{
+		{
+			name: "nothing set, a demo running", configDir: t.TempDir(), socket: noSocket, demo: demo,
+			want: Settings{Options: Options{URL: "unix://" + demo}, URLFrom: URLFromDemo},
+		},
+		{
+			name: "nothing set, a demo's record left behind", configDir: t.TempDir(), socket: noSocket, demo: noSocket,
+			want: Settings{Options: Options{URL: DefaultURL}, URLFrom: URLFromDefault},
+		},
+		{
+			name: "the local socket over a demo", configDir: t.TempDir(), socket: socket, demo: demo,
+			want: Settings{Options: Options{URL: "unix://" + socket}, URLFrom: URLFromSocket},
+		},
+		{
+			name: "GPUMETER_URL over a demo", configDir: t.TempDir(), socket: noSocket, demo: demo,
+			env:  map[string]string{"GPUMETER_URL": "http://env:1"},
+			want: Settings{Options: Options{URL: "http://env:1"}, URLFrom: "GPUMETER_URL"},
+		},
 		{
 			name: "nothing set, no socket", configDir: t.TempDir(), socket: noSocket,
 			want: Settings{Options: Options{URL: DefaultURL}, URLFrom: URLFromDefault},
@@ -87,7 +106,7 @@ func TestResolveClient(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Resolve(tt.flags, Env{Getenv: mapEnv(tt.env), ConfigDir: tt.configDir, Socket: tt.socket})
+			got, err := Resolve(tt.flags, Env{Getenv: mapEnv(tt.env), ConfigDir: tt.configDir, Socket: tt.socket, DemoSocket: tt.demo})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -213,4 +232,24 @@ func FuzzClientConfig(f *testing.F) {
 			t.Errorf("read back from %q (-first +again):\n%s", data, diff)
 		}
 	})
+}
+
+func TestLocalSocket(t *testing.T) {
+	for _, tt := range []struct {
+		s     Settings
+		local string
+		named bool
+	}{
+		{Settings{Options: Options{URL: "unix:///run/a.sock"}, URLFrom: URLFromSocket}, "/run/a.sock", false},
+		{Settings{Options: Options{URL: "unix:///tmp/d/api.sock"}, URLFrom: URLFromDemo}, "/tmp/d/api.sock", false},
+		{Settings{Options: Options{URL: "unix:///flag.sock"}, URLFrom: "--url"}, "", true},
+		{Settings{Options: Options{URL: DefaultURL}, URLFrom: URLFromDefault}, "", false},
+	} {
+		if got := tt.s.LocalSocket(); got != tt.local {
+			t.Errorf("%s from %s: LocalSocket() = %q, want %q", tt.s.URL, tt.s.URLFrom, got, tt.local)
+		}
+		if got := tt.s.Named(); got != tt.named {
+			t.Errorf("%s from %s: Named() = %v, want %v", tt.s.URL, tt.s.URLFrom, got, tt.named)
+		}
+	}
 }

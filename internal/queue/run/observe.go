@@ -11,11 +11,13 @@ import (
 )
 
 // ObservationOf is what the queue sees of tick t, but for Util, which the
-// caller reads over the placement window. A container labelled as a job
-// (container.JobLabel) is the queue's own; every other running container
-// that holds GPUs, and every process that is not a job's, is outside use.
-// JobMemory is, by job id, the GPU memory the processes of each job's
-// container hold (the queue's memory contract is checked against it).
+// caller reads over the placement window. A container labelled as one of
+// this node's jobs (container.JobOf, of the tick's node) is the queue's
+// own; every other running container that holds GPUs, another node's
+// job's among them, and every process that is not one of its jobs', is
+// outside use. JobMemory is, by job id, the GPU memory the processes of
+// each job's container hold (the queue's memory contract is checked
+// against it).
 func ObservationOf(t *sampler.Tick) Observation {
 	out := queue.Outside{MemoryUsed: map[string]uint64{}}
 	jobMemory := map[string]uint64{}
@@ -30,8 +32,8 @@ func ObservationOf(t *sampler.Tick) Observation {
 	jobs := map[string]string{} // container id -> job id
 	for i := range t.Containers {
 		c := &t.Containers[i].Container
-		if id, ok := c.Labels[container.JobLabel]; ok {
-			jobs[c.ID] = id
+		if j := c.Job(t.Node); j.Ours(t.Node) {
+			jobs[c.ID] = j.ID
 			continue
 		}
 		if !c.Running || c.GPUs.Empty() {

@@ -200,18 +200,29 @@ func TestSocketAndLedgerDeniedToOthers(t *testing.T) {
 }
 
 // TestReportReadsTheDemo is the README's first run: while the demo runs,
-// report reads it over its socket, not a ledger left in the data
-// directory; waste over a window, which only a ledger can serve, names
-// the ledger it tried and the agent it passed over.
+// report reads it over the socket in its own directory, which its record
+// in the runtime directory names, not a ledger left in the data
+// directory, where the demo puts nothing; waste over a window, which only
+// a ledger can serve, names the ledger it tried and the agent it passed
+// over.
 func TestReportReadsTheDemo(t *testing.T) {
 	data, err := os.MkdirTemp("", "gpm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(data) })
-	harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + data}, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms")
-	env := []string{"GPUMETER_DATA_DIR=" + data, "GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CLIENT_CONFIG=", "GPUMETER_CONFIG=", "XDG_CONFIG_HOME=/nonexistent"}
-	socket := filepath.Join(data, "api.sock")
+	runtime := t.TempDir()
+	harness.Serve(t, []string{"GPUMETER_DATA_DIR=" + data, "XDG_RUNTIME_DIR=" + runtime}, "--demo", "--interval", "100ms", "--ledger-flush-interval", "200ms")
+	env := []string{"GPUMETER_DATA_DIR=" + data, "XDG_RUNTIME_DIR=" + runtime, "GPUMETER_URL=", "GPUMETER_TOKEN=", "GPUMETER_CLIENT_CONFIG=", "GPUMETER_CONFIG=", "XDG_CONFIG_HOME=/nonexistent"}
+	var socket string
+	harness.WaitFor(t, 10*time.Second, "the demo's record of its socket", func() bool {
+		b, err := os.ReadFile(filepath.Join(runtime, "gpumeter", "demo-socket"))
+		socket = strings.TrimSpace(string(b))
+		return err == nil && socket != ""
+	})
+	if filepath.Dir(socket) == data {
+		t.Errorf("the demo's socket is %s, in the data directory", socket)
+	}
 
 	var out, stderr string
 	harness.WaitFor(t, 10*time.Second, "the demo's first rows", func() bool {

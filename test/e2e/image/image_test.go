@@ -172,7 +172,10 @@ func serveDemo(t *testing.T, cli *client.Client, img, sock string, sockGID int) 
 	cfg := &mcontainer.Config{
 		Image:    img,
 		Hostname: node,
-		Env: []string{"GPUMETER_HOSTNAME=" + node, "GPUMETER_DATA_DIR=" + dataDir,
+		// The demo keeps its socket in a directory of its own unless
+		// api.socket names one: here the data directory's, where the
+		// host's CLI finds an agent's, standing in for the real one.
+		Env: []string{"GPUMETER_HOSTNAME=" + node, "GPUMETER_DATA_DIR=" + dataDir, "GPUMETER_API_SOCKET=" + filepath.Join(dataDir, "api.sock"),
 			"GPUMETER_HOST_CGROUP_ROOT=/host/sys/fs/cgroup", "GPUMETER_HOST_PASSWD_FILE=/host/etc/passwd", "GPUMETER_HOST_GROUP_FILE=/host/etc/group",
 			"GPUMETER_QUEUE_ENABLED=true", "GPUMETER_QUEUE_IMAGES=localhost/job:*", "GPUMETER_QUEUE_MOUNT_ROOTS=" + mountRoot},
 		Cmd:    []string{"serve", "--demo"},
