@@ -531,15 +531,7 @@ func testClaimIntents(t *testing.T, s ledger.Ledger) {
 	if d := gocmp.Diff([]string{a1.ID, a2.ID}, ids(got)); d != "" {
 		t.Fatalf("node-a's claim (-want +got):\n%s", d)
 	}
-	for _, j := range got {
-		stored, err := s.Job(ctx, j.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := gocmp.Diff(stored, j); d != "" {
-			t.Errorf("claimed job %s differs from Job's (-Job +claimed):\n%s", j.ID, d)
-		}
-	}
+	readBack(t, s, "ClaimIntents", got)
 	if again := claim(t, s, nodeA, "agent-a2"); len(again) != 0 {
 		t.Errorf("node-a's second claim: %v, want none", ids(again))
 	}

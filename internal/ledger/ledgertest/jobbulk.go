@@ -45,17 +45,10 @@ func testJobCancelBulk(t *testing.T, s ledger.Ledger) {
 	if d := gocmp.Diff([]string{js[0].ID, js[1].ID}, ids(got)); d != "" {
 		t.Fatalf("CancelJobs returned (-want +got):\n%s", d)
 	}
-	for _, j := range got {
-		read, err := s.Job(ctx, j.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := gocmp.Diff(j, read); d != "" {
-			t.Errorf("%s as CancelJobs returned it and as read (-returned +read):\n%s", j.ID, d)
-		}
+	for _, read := range readBack(t, s, "CancelJobs", got) {
 		if read.State != jobCancelled || read.Reason != "cancelled" || read.ReasonText != "cancelled by alice" ||
 			!read.EndedAt.Equal(endedAt) || len(read.GPUs) != 0 || read.Image != js[0].Image || read.Request == nil {
-			t.Errorf("cancelled %s: %+v", j.ID, read)
+			t.Errorf("cancelled %s: %+v", read.ID, read)
 		}
 	}
 	for i, want := range map[int]queue.State{2: jobRunning, 3: jobCancelled, 4: jobQueued} {

@@ -52,6 +52,24 @@ func submit(t *testing.T, s ledger.JobStore, j queue.Job) queue.Job {
 	return got
 }
 
+// readBack checks that each of js, as a write (what) returned it, reads
+// back so through Job, and returns them as read.
+func readBack(t *testing.T, s ledger.JobStore, what string, js []queue.Job) []queue.Job {
+	t.Helper()
+	out := make([]queue.Job, len(js))
+	for i, j := range js {
+		read, err := s.Job(context.Background(), j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := gocmp.Diff(j, read); d != "" {
+			t.Errorf("%s as %s returned it and as read (-returned +read):\n%s", j.ID, what, d)
+		}
+		out[i] = read
+	}
+	return out
+}
+
 func ids(jobs []queue.Job) []string {
 	out := []string{}
 	for _, j := range jobs {
