@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -90,3 +92,25 @@ func (c *agentClient) announce(cmd *cobra.Command) {
 // explain adds to an error from the agent what the caller can do about
 // it.
 func (c *agentClient) explain(err error) error { return c.settings.Explain(err) }
+
+// showBody is the RunE of a command that reads one body from the agent
+// and prints it as a table, or as the API's JSON with --format json.
+func showBody[T any](cf *clientFlags, format *string, get func(ctx context.Context, c *agentClient) (T, error), table func(io.Writer, T) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, _ []string) error {
+		if *format != "table" && *format != "json" {
+			return fmt.Errorf("--format: %q is not table or json", *format)
+		}
+		c, err := cf.client(cmd)
+		if err != nil {
+			return err
+		}
+		body, err := get(cmd.Context(), c)
+		if err != nil {
+			return c.explain(err)
+		}
+		if *format == "json" {
+			return writeJSONOut(cmd.OutOrStdout(), body)
+		}
+		return table(cmd.OutOrStdout(), body)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -28,23 +29,7 @@ to the share, less for more. BUDGET and USED are a team's GPU-hours for the
 calendar month (queue.budgets). A user sees their own row, their team's and
 the totals; admins and viewers every row.`,
 		Args: noArgs("fairshare"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if format != "table" && format != "json" {
-				return fmt.Errorf("--format: %q is not table or json", format)
-			}
-			c, err := cf.client(cmd)
-			if err != nil {
-				return err
-			}
-			fs, err := c.FairShare(cmd.Context())
-			if err != nil {
-				return c.explain(err)
-			}
-			if format == "json" {
-				return writeJSONOut(cmd.OutOrStdout(), fs)
-			}
-			return writeFairShare(cmd.OutOrStdout(), fs)
-		},
+		RunE: showBody(&cf, &format, func(ctx context.Context, c *agentClient) (apitype.FairShare, error) { return c.FairShare(ctx) }, writeFairShare),
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")

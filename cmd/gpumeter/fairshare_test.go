@@ -40,6 +40,13 @@ func (s *tableShares) LiftBudget(_ context.Context, team string, ev audit.Event)
 // it with a token of role.
 func startSharesAgent(t *testing.T, shares *tableShares, role config.Role) {
 	t.Helper()
+	startAPIAgent(t, server.Config{FairShare: shares, Node: "n1"}, role)
+}
+
+// startAPIAgent serves the API over cfg, letting in a token of alice's
+// with role, and points the commands at it with that token.
+func startAPIAgent(t *testing.T, cfg server.Config, role config.Role) {
+	t.Helper()
 	secret, tok, err := auth.NewToken("laptop", "alice", role, time.Time{})
 	if err != nil {
 		t.Fatal(err)
@@ -48,11 +55,9 @@ func startSharesAgent(t *testing.T, shares *tableShares, role config.Role) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(server.New(server.Config{
-		FairShare: shares, Node: "n1",
-		Auth:    func() *auth.Authenticator { return authn },
-		Limiter: func() *auth.Limiter { return nil },
-	}))
+	cfg.Auth = func() *auth.Authenticator { return authn }
+	cfg.Limiter = func() *auth.Limiter { return nil }
+	srv := httptest.NewServer(server.New(cfg))
 	t.Cleanup(srv.Close)
 	clientEnvironment(t, srv.URL)
 	t.Setenv("GPUMETER_TOKEN", secret)

@@ -323,7 +323,11 @@ func age(t *time.Time, now time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	d := now.Sub(*t)
+	return since(now.Sub(*t))
+}
+
+// since writes an age in its largest whole unit: 42s, 5m, 30h, 3d.
+func since(d time.Duration) string {
 	switch {
 	case d < time.Minute:
 		return strconv.Itoa(max(0, int(d/time.Second))) + "s"

@@ -54,7 +54,7 @@ func newRoot() *cobra.Command {
 	}
 	root.AddCommand(newServe(), newPs(), newSimulate(), newReport(), newWaste(), newWhatif(), newAdvise(), newStop(), newAudit(), newLedger(), newWhoami(), newToken(), newVersion(),
 		newSubmit(), newJobs(), newJob(), newCancel(), newHold(false), newHold(true), newRequeue(), newLogs(), newWait(),
-		newFairShare(), newBudget(), newDoctor(), newTop())
+		newFairShare(), newBudget(), newNodes(), newNode(), newDoctor(), newTop())
 	// --version prints what `gpumeter version` does.
 	var v strings.Builder
 	_ = writeVersion(&v, readBuildInfo())

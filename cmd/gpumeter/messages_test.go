@@ -11,7 +11,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/client"
 )
 
-// TestMessagesGolden holds what jobs, wait and fairshare say to
+// TestMessagesGolden holds what jobs, wait, fairshare and nodes say to
 // testdata/messages/*.golden: each thing once, and nothing that reads as
 // none when it is a little; go test -update rewrites them.
 func TestMessagesGolden(t *testing.T) {
@@ -52,6 +52,21 @@ func TestMessagesGolden(t *testing.T) {
 			return nil
 		}},
 		{"fairshare", func(b *bytes.Buffer) error { return writeFairShare(b, fs) }},
+		{"nodes", func(b *bytes.Buffer) error {
+			gpu := func(state string) apitype.NodeGPU {
+				return apitype.NodeGPU{Model: "H100", MemoryBytes: 80 << 30, State: state}
+			}
+			ns := apitype.Nodes{Nodes: []apitype.Node{
+				{Node: "gpu-a", State: apitype.NodeUp, LeaseAgeSeconds: 2.4, AgentVersion: "1.4.0", Score: 95.5, SMUtil: 0.655,
+					GPUs: []apitype.NodeGPU{gpu(apitype.GPUHeld), gpu(apitype.GPUHeld), gpu(apitype.GPUFree), gpu(apitype.GPUOutside)}},
+				{Node: "gpu-b", State: apitype.NodeDraining, LeaseAgeSeconds: 0.2, AgentVersion: "1.4.0", Score: 30, GPUs: []apitype.NodeGPU{gpu(apitype.GPUFree)}},
+				{Node: "gpu-c", State: apitype.NodeLost, LeaseAgeSeconds: 7200, Score: 30, GPUs: []apitype.NodeGPU{}},
+			}}
+			if err := writeNodes(b, ns); err != nil {
+				return err
+			}
+			return writeNodes(b, apitype.Nodes{})
+		}},
 		{"nojobs", func(b *bytes.Buffer) error {
 			for _, q := range []client.JobsQuery{{}, {All: true}, {AllUsers: true}, {All: true, AllUsers: true}} {
 				if err := writeJobs(b, nil, now, nil); err != nil {

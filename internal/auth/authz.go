@@ -35,6 +35,10 @@ const (
 	// only an admin lifts a team's budget.
 	ActFairShareRead Action = "fairshare.read"
 	ActBudgetLift    Action = "budget.lift"
+	// The fleet's nodes: every role reads them (a node has no owner);
+	// only an admin drains or undrains one.
+	ActNodesRead Action = "nodes.read"
+	ActNodeDrain Action = "nodes.drain"
 	// The console's sign-in: every role opens, reads and ends its own
 	// session.
 	ActSessionStart Action = "session.start"
@@ -56,12 +60,12 @@ const (
 var grants = map[config.Role]map[Action]permission{
 	config.RoleAdmin: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 		ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all, ActJobRequeue: all,
-		ActFairShareRead: all, ActBudgetLift: all},
+		ActFairShareRead: all, ActBudgetLift: all, ActNodesRead: all, ActNodeDrain: all},
 	config.RoleViewer: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: all, ActContainersRead: all, ActUsageRead: all, ActWasteRead: all,
-		ActJobRead: all, ActFairShareRead: all},
+		ActJobRead: all, ActFairShareRead: all, ActNodesRead: all},
 	config.RoleUser: {ActWhoami: all, ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all, ActGPUsRead: own, ActContainersRead: own, ActUsageRead: own, ActWasteRead: own, ActContainerStop: own,
 		ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own, ActJobRequeue: own,
-		ActFairShareRead: own},
+		ActFairShareRead: own, ActNodesRead: all},
 }
 
 // ForbiddenError is a refused authorisation.

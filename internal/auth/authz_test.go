@@ -11,7 +11,7 @@ import (
 // actions are every Action of the API.
 var actions = []Action{ActWhoami, ActGPUsRead, ActContainersRead, ActUsageRead, ActWasteRead, ActContainerStop, ActAuditRead,
 	ActJobSubmit, ActJobRead, ActJobCancel, ActJobHold, ActJobLogs, ActJobRequeue, ActFairShareRead, ActBudgetLift,
-	ActSessionStart, ActSessionRead, ActSessionEnd}
+	ActNodesRead, ActNodeDrain, ActSessionStart, ActSessionRead, ActSessionEnd}
 
 // TestAuthorizeMatrix spells out the whole policy, so that any change to
 // grants has to change this table too.
@@ -27,6 +27,7 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActWasteRead: all, ActContainerStop: all, ActAuditRead: all,
 			ActJobSubmit: all, ActJobRead: all, ActJobCancel: all, ActJobHold: all, ActJobLogs: all, ActJobRequeue: all,
 			ActFairShareRead: all, ActBudgetLift: all,
+			ActNodesRead: all, ActNodeDrain: all,
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		config.RoleUser: {
@@ -35,6 +36,9 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActJobSubmit: own, ActJobRead: own, ActJobCancel: own, ActJobHold: own, ActJobLogs: own, ActJobRequeue: own,
 			// A user sees their own fair-share rows; only an admin lifts a budget.
 			ActFairShareRead: own, ActBudgetLift: no,
+			// A node has no owner: a user sees every node; only an admin
+			// drains one.
+			ActNodesRead: all, ActNodeDrain: no,
 			// Every role signs in to the page and out of it.
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
@@ -44,6 +48,7 @@ func TestAuthorizeMatrix(t *testing.T) {
 			// Logs can hold secrets: a viewer reads jobs, not their logs.
 			ActJobSubmit: no, ActJobRead: all, ActJobCancel: no, ActJobHold: no, ActJobLogs: no, ActJobRequeue: no,
 			ActFairShareRead: all, ActBudgetLift: no,
+			ActNodesRead: all, ActNodeDrain: no,
 			ActSessionStart: all, ActSessionRead: all, ActSessionEnd: all,
 		},
 		"": {
@@ -51,6 +56,7 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
 			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no, ActJobRequeue: no,
 			ActFairShareRead: no, ActBudgetLift: no,
+			ActNodesRead: no, ActNodeDrain: no,
 			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},
 		"root": {
@@ -58,6 +64,7 @@ func TestAuthorizeMatrix(t *testing.T) {
 			ActWasteRead: no, ActContainerStop: no, ActAuditRead: no,
 			ActJobSubmit: no, ActJobRead: no, ActJobCancel: no, ActJobHold: no, ActJobLogs: no, ActJobRequeue: no,
 			ActFairShareRead: no, ActBudgetLift: no,
+			ActNodesRead: no, ActNodeDrain: no,
 			ActSessionStart: no, ActSessionRead: no, ActSessionEnd: no,
 		},
 	}

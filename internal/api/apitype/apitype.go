@@ -62,6 +62,12 @@ const (
 	// CodeLedgerUnavailable: the ledger's database cannot be reached; the
 	// answer is a 503 with Retry-After, and nothing was done.
 	CodeLedgerUnavailable = "ledger_unavailable"
+	// CodeFleetOff (503): the agent is not in a fleet (queue.fleet),
+	// so it has no nodes to show or drain.
+	CodeFleetOff = "fleet_off"
+	// CodeNodeNotFound (404): no node of that name registered in the
+	// ledger.
+	CodeNodeNotFound = "node_not_found"
 )
 
 // Outcomes of API calls in the audit log: a request that was let in or

@@ -53,7 +53,7 @@ func TestREADMEListsJobCodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	codes := []string{CodeQueueOff, CodeFairShareOff, CodeRefused, CodeConflict, CodeBadRequest, CodeLedgerUnavailable}
+	codes := []string{CodeQueueOff, CodeFairShareOff, CodeFleetOff, CodeNodeNotFound, CodeRefused, CodeConflict, CodeBadRequest, CodeLedgerUnavailable}
 	for _, r := range spec.Reasons {
 		codes = append(codes, string(r))
 	}

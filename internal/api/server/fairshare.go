@@ -63,6 +63,31 @@ func (s *server) fairShare(w http.ResponseWriter, r *http.Request, c *call) {
 	writeJSON(w, fs)
 }
 
+// namedAction checks what an action on a thing the path names (a team's
+// budget, a node) brings: no parameters, no body but {}, and a name of 1
+// to 255 bytes, which field names. It observes and answers a refusal,
+// and returns false.
+func (s *server) namedAction(w http.ResponseWriter, r *http.Request, c *call, target, field, name string) bool {
+	if r.URL.RawQuery != "" {
+		msg := r.URL.Path + " takes no parameters"
+		s.observe(r, c, target, http.StatusBadRequest, msg)
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, msg)
+		return false
+	}
+	var none struct{}
+	if status, err := decodeJSON(w, r, &none); err != nil {
+		s.observe(r, c, target, status, err.Error())
+		return false
+	}
+	if name == "" || len(name) > 255 {
+		msg := field + ": " + strconv.Quote(name) + " is not a " + field + " name"
+		s.observe(r, c, target, http.StatusBadRequest, msg)
+		writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: field})
+		return false
+	}
+	return true
+}
+
 // ownRows narrows fs to what user may see: their own row, their team's
 // (as their row names it) and the totals.
 func ownRows(fs apitype.FairShare, user string) apitype.FairShare {
@@ -89,21 +114,7 @@ func (s *server) liftBudget(w http.ResponseWriter, r *http.Request, c *call) {
 	if s.fairShareOff(w, r, c, true) {
 		return
 	}
-	if r.URL.RawQuery != "" {
-		msg := r.URL.Path + " takes no parameters"
-		s.observe(r, c, target, http.StatusBadRequest, msg)
-		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, msg)
-		return
-	}
-	var none struct{}
-	if status, err := decodeJSON(w, r, &none); err != nil {
-		s.observe(r, c, target, status, err.Error())
-		return
-	}
-	if team == "" || len(team) > 255 {
-		msg := "team: " + strconv.Quote(team) + " is not a team name"
-		s.observe(r, c, target, http.StatusBadRequest, msg)
-		writeErrorBody(w, http.StatusBadRequest, apitype.Error{Code: apitype.CodeBadRequest, Message: msg, Field: "team"})
+	if !s.namedAction(w, r, c, target, "team", team) {
 		return
 	}
 	ev := s.event(r, c, target, http.StatusOK, "")

@@ -85,6 +85,9 @@ type Config struct {
 	// FairShare is the fair share of the queue; nil: it is off
 	// (fairshare_off).
 	FairShare FairShare
+	// Nodes is the fleet's nodes (*run.Nodes); nil: the agent is not in
+	// a fleet (fleet_off).
+	Nodes Nodes
 	// History is the GPUs' figures over time; nil: not kept.
 	History History
 	// WhatIf replays the ledger's history and advises from it; nil: the
@@ -234,6 +237,7 @@ func New(cfg Config) http.Handler {
 	routes = append(routes, s.jobRoutes()...)
 	routes = append(routes, s.arrayRoutes()...)
 	routes = append(routes, s.fairShareRoutes()...)
+	routes = append(routes, s.nodeRoutes()...)
 	routes = append(routes, s.historyRoutes()...)
 	routes = append(routes, s.whatifRoutes()...)
 	routes = append(routes, s.sessionRoutes()...)

@@ -60,7 +60,7 @@ var (
 // gets in, the error the rest get, and the one audit event each refusal
 // leaves.
 func TestEndpointsByRole(t *testing.T) {
-	f := servertest.NewFixture(t, nil)
+	f, nodes := newNodesFixture(t)
 	now := f.Clock.Now()
 	stopPath := "/api/v1/containers/alice-train/stop"
 	endpoints := []struct {
@@ -80,6 +80,9 @@ func TestEndpointsByRole(t *testing.T) {
 		{"GET", "/api/v1/snapshot", "", auth.ActGPUsRead, nil},
 		{"GET", "/api/v1/audit", "", auth.ActAuditRead, map[string]bool{servertest.AsAlice: true, servertest.AsBob: true, servertest.AsViewer: true}},
 		{"POST", stopPath, `{"reason":"done"}`, auth.ActContainerStop, map[string]bool{servertest.AsBob: true, servertest.AsViewer: true}},
+		{"GET", "/api/v1/nodes", "", auth.ActNodesRead, nil},
+		{"POST", "/api/v1/nodes/gpu-a/drain", "", auth.ActNodeDrain, map[string]bool{servertest.AsAlice: true, servertest.AsBob: true, servertest.AsViewer: true}},
+		{"POST", "/api/v1/nodes/gpu-a/undrain", "", auth.ActNodeDrain, map[string]bool{servertest.AsAlice: true, servertest.AsBob: true, servertest.AsViewer: true}},
 	}
 	unauthenticated := map[string]struct {
 		code, caller string
@@ -133,6 +136,14 @@ func TestEndpointsByRole(t *testing.T) {
 						e.Error, e.Target = "reason: done", "container "+servertest.AliceTrain+" (alice-train)"
 					}
 					want = []audit.Event{e}
+					if ep.act == auth.ActNodeDrain {
+						// The store writes a drain's event with the drain,
+						// in its transaction.
+						want = nil
+						if n := len(nodes.calls); n == 0 || !strings.HasPrefix(nodes.calls[n-1], "gpu-a ") {
+							t.Errorf("drains %v, want gpu-a's", nodes.calls)
+						}
+					}
 				}
 				if diff := cmp.Diff(want, events); diff != "" {
 					t.Errorf("audit events (-want +got):\n%s", diff)

@@ -5,20 +5,23 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
 )
 
 // This file turns the domain's audit events, waste findings, usage
-// reports, fair share and GPU history into their wire shapes in apitype:
-// one function per concept, which every answer that carries the concept goes through
-// (the CLI's too, when it reads the ledger or a file itself and prints
-// what the API would). Each but the fair share's keeps the domain value's
+// reports, fair share, GPU history and the fleet's nodes into their wire
+// shapes in apitype: one function per concept, which every answer that
+// carries the concept goes through (the CLI's too, when it reads the
+// ledger or a file itself and prints what the API would). The audit
+// events', the findings' and the reports' keep the domain value's
 // encoding byte for byte, nil slices as null included; wire_test.go holds
-// them to it. The fair share's and the history's domain types are not
-// encoded: the fair share's conversion writes the half-life in the units
-// grammar and a budget of 0 as null, the history's renames the fields.
+// them to it. The others' domain types are not encoded: the fair share's
+// conversion writes the half-life in the units grammar and a budget of 0
+// as null, the history's renames the fields, the nodes' writes the
+// lease's age in seconds and leaves out which job holds a GPU.
 
 // AuditFromLog is events on the wire; none is [], not null.
 func AuditFromLog(events []audit.Event) []apitype.AuditEvent {
@@ -114,6 +117,21 @@ func fairShareRow(r fairshare.Row) apitype.FairShareRow {
 	if r.Budget > 0 {
 		b := r.Budget
 		out.BudgetGPUHours = &b
+	}
+	return out
+}
+
+// NodesFromView is the fleet's nodes on the wire; no nodes, and a node
+// without GPUs, are [], not null.
+func NodesFromView(views []run.NodeView) apitype.Nodes {
+	out := apitype.Nodes{Nodes: make([]apitype.Node, 0, len(views))}
+	for _, v := range views {
+		n := apitype.Node{Node: v.Node, State: string(v.State), LeaseAgeSeconds: v.LeaseAge.Seconds(), AgentVersion: v.AgentVersion,
+			Score: v.Score, SMUtil: v.SMUtil, GPUs: make([]apitype.NodeGPU, 0, len(v.GPUs))}
+		for _, g := range v.GPUs {
+			n.GPUs = append(n.GPUs, apitype.NodeGPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, State: string(g.State)})
+		}
+		out.Nodes = append(out.Nodes, n)
 	}
 	return out
 }

@@ -1,0 +1,58 @@
+package apitype
+
+// Nodes is the body of GET /api/v1/nodes: every node of the fleet that
+// registered in the ledger, by name. It is a contract: fields may be
+// added, never changed.
+type Nodes struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// The states of a Node.
+const (
+	NodeUp       = "up"
+	NodeDraining = "draining"
+	NodeLost     = "lost"
+)
+
+// Node is one node of the fleet.
+type Node struct {
+	Node string `json:"node"`
+	// State is up, draining (an admin drained it: its running jobs
+	// finish, no new one starts there) or lost (its ledger lease may be
+	// taken over: its agent has been silent for longer than
+	// ledger.lease_takeover).
+	State string `json:"state"`
+	// LeaseAgeSeconds is the time since its ledger lease's heartbeat.
+	LeaseAgeSeconds float64 `json:"lease_age_s"`
+	AgentVersion    string  `json:"agent_version"`
+	// Score is the node score 100 × (1 − |sm_util − queue.target_utilization|).
+	Score float64 `json:"score"`
+	// SMUtil is the mean of its GPUs' SM utilisation (0..1).
+	SMUtil float64   `json:"sm_util"`
+	GPUs   []NodeGPU `json:"gpus"`
+}
+
+// The states of a NodeGPU.
+const (
+	GPUFree    = "free"
+	GPUHeld    = "held"
+	GPUOutside = "outside"
+)
+
+// NodeGPU is one GPU of a node.
+type NodeGPU struct {
+	UUID        string `json:"uuid"`
+	Index       int    `json:"index"`
+	Model       string `json:"model"`
+	MemoryBytes uint64 `json:"memory_bytes"`
+	// State is free, held (a job holds it) or outside (a container or
+	// processes outside the queue use it).
+	State string `json:"state"`
+}
+
+// NodeDrain is the answer to POST /api/v1/nodes/{node}/drain and
+// /undrain: the node, and whether it is drained now.
+type NodeDrain struct {
+	Node    string `json:"node"`
+	Drained bool   `json:"drained"`
+}

@@ -1,0 +1,173 @@
+package run
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// NodeState is what a registered node of the fleet is to the scheduler.
+type NodeState string
+
+// The states of a node.
+const (
+	// NodeUp: its agent holds its ledger lease, and jobs may start there.
+	NodeUp NodeState = "up"
+	// NodeDraining: an admin drained it; its running jobs finish, no new
+	// one starts there.
+	NodeDraining NodeState = "draining"
+	// NodeLost: its lease may be taken over (its agent has been silent
+	// for longer than ledger.lease_takeover, or let the lease go).
+	NodeLost NodeState = "lost"
+)
+
+// GPUState is what a node's GPU is to the queue.
+type GPUState string
+
+// The states of a node's GPU.
+const (
+	GPUFree GPUState = "free"
+	// GPUHeld: a job holds it (an allocation, or a memory job on a
+	// shared GPU).
+	GPUHeld GPUState = "held"
+	// GPUOutside: a container outside the queue holds it, or processes
+	// outside the queue use more than the threshold of its memory.
+	GPUOutside GPUState = "outside"
+)
+
+// NodeView is one registered node as `gpumeter nodes` shows it.
+type NodeView struct {
+	Node  string
+	State NodeState
+	// LeaseAge is the time since its ledger lease's heartbeat, by the
+	// store's clock.
+	LeaseAge     time.Duration
+	AgentVersion string
+	// SMUtil is the mean of its GPUs' measured SM utilisation (0..1) when
+	// its agent last registered; 0 for a node without GPUs.
+	SMUtil float64
+	// Score is the node score 100 × (1 − |SMUtil − target|).
+	Score float64
+	GPUs  []NodeGPUView
+}
+
+// NodeGPUView is one GPU of a node.
+type NodeGPUView struct {
+	UUID        string
+	Index       int
+	Model       string
+	MemoryBytes uint64
+	State       GPUState
+	// Job is the job that holds it when it is held; for a shared GPU,
+	// the first of its memory jobs.
+	Job string
+}
+
+// Nodes is the fleet's nodes as the API and the command line show them:
+// the ledger's registrations and leases, the active allocations and the
+// jobs that hold GPUs, read on every call (nothing is cached: a drain is
+// seen at once).
+type Nodes struct {
+	Fleet ledger.Fleet
+	Jobs  ledger.JobStore
+	// Takeover is the node lease's takeover time the agent runs with
+	// (ledger.lease_takeover, or its default): a node silent for longer
+	// is lost.
+	Takeover time.Duration
+	// Target is queue.target_utilization; 0 is
+	// queue.DefaultTargetUtilization.
+	Target float64
+	// OutsideThreshold is queue.outside_memory_threshold, a fraction of
+	// a GPU's memory; 0 is queue.DefaultOutsideMemoryThreshold.
+	OutsideThreshold float64
+}
+
+// NodeNotFound is the sentence for a node the ledger has no registration
+// of.
+func NodeNotFound(node string) string {
+	return "node " + strconv.Quote(node) + " is not in the fleet: `gpumeter nodes` lists the nodes that registered"
+}
+
+// Nodes returns every registered node, by name.
+func (n *Nodes) Nodes(ctx context.Context) ([]NodeView, error) {
+	statuses, err := n.Fleet.Nodes(ctx, n.Takeover)
+	if err != nil {
+		return nil, fmt.Errorf("nodes: %w", err)
+	}
+	allocs, err := n.Fleet.Allocations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("allocations: %w", err)
+	}
+	if allocs == nil {
+		allocs = map[ledger.NodeGPUKey]string{}
+	}
+	// A memory job on a shared GPU holds no exclusive allocation: the
+	// jobs themselves say which GPUs they hold.
+	active, err := n.Jobs.ActiveJobs(ctx, queue.Starting, queue.Running)
+	if err != nil {
+		return nil, fmt.Errorf("active jobs: %w", err)
+	}
+	for _, j := range active {
+		for _, uuid := range j.GPUs {
+			k := ledger.NodeGPUKey{Node: j.Node, UUID: uuid}
+			if _, ok := allocs[k]; !ok {
+				allocs[k] = j.ID
+			}
+		}
+	}
+	target := n.Target
+	if target <= 0 {
+		target = queue.DefaultTargetUtilization
+	}
+	threshold := n.OutsideThreshold
+	if threshold <= 0 {
+		threshold = queue.DefaultOutsideMemoryThreshold
+	}
+	out := make([]NodeView, 0, len(statuses))
+	for _, s := range statuses {
+		v := NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, GPUs: []NodeGPUView{}}
+		var util float64
+		for _, g := range s.GPUs {
+			util += g.Util
+			gv := NodeGPUView{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, State: GPUFree}
+			switch job, held := allocs[ledger.NodeGPUKey{Node: s.Node, UUID: g.UUID}]; {
+			case held:
+				gv.State, gv.Job = GPUHeld, job
+			case g.OutsideContainer != "" || float64(g.MemoryUsedOutside) > threshold*float64(g.MemoryBytes):
+				gv.State = GPUOutside
+			}
+			v.GPUs = append(v.GPUs, gv)
+		}
+		if len(s.GPUs) > 0 {
+			v.SMUtil = util / float64(len(s.GPUs))
+		}
+		v.Score = 100 * (1 - math.Abs(v.SMUtil-target))
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// nodeState is s's state: lost before draining, since a lost node runs
+// nothing whether drained or not.
+func nodeState(s ledger.NodeStatus) NodeState {
+	switch {
+	case s.Lost:
+		return NodeLost
+	case s.Drained:
+		return NodeDraining
+	}
+	return NodeUp
+}
+
+// SetDrained drains node (no new job starts there; its running jobs
+// finish) or undrains it, writing ev in the same transaction. An unknown
+// node is an error wrapping ledger.ErrNodeNotFound.
+func (n *Nodes) SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error {
+	return n.Fleet.SetDrained(ctx, node, drained, ev)
+}
