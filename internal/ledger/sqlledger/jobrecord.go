@@ -42,6 +42,9 @@ type requestRow struct {
 	RequeueFailed bool       `json:"requeue_failed,omitempty"`
 	RequeueOf     string     `json:"requeue_of,omitempty"`
 	Attempt       int        `json:"attempt,omitempty"`
+	// A fleet's placement constraints (patterns).
+	Node  string `json:"node,omitempty"`
+	Model string `json:"model,omitempty"`
 }
 
 type arrayRow struct {
@@ -70,6 +73,7 @@ func requestColumn(j queue.Job) (string, error) {
 		ShmSize: r.ShmSize, Pids: r.Pids, Publish: r.Publish, Labels: r.Labels, Command: j.Command, Notify: r.Notify,
 		Array: arrayColumn(r.Array), After: afterColumn(r.After), Preemptible: r.Preemptible,
 		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt,
+		Node: r.Node, Model: r.Model,
 	})
 	return string(b), err
 }
@@ -109,6 +113,7 @@ func requestOf(s string) *queue.Request {
 		Publish: r.Publish, Labels: r.Labels, Notify: r.Notify,
 		Array: arrayOf(r.Array), After: afterOf(r.After), Preemptible: r.Preemptible,
 		RequeueFailed: r.RequeueFailed, RequeueOf: r.RequeueOf, Attempt: r.Attempt,
+		Node: r.Node, Model: r.Model,
 	}
 }
 
