@@ -132,6 +132,8 @@ Sizes take B, KiB, MiB, GiB or TiB (32GiB); durations s, m, h and d (4h, 1d12h).
 	f.StringVar(&req.Array, "array", "", "make an array job of one task per index: 0-99, 1,3,5, 0-99:4, with %N to run at most N at once (0-99%8)")
 	f.StringArrayVar(&after, "after", nil, "TYPE:ID[,ID...]: start only after these jobs end: ok (succeeded), any (ended), fail (ended otherwise) (repeatable)")
 	f.BoolVar(&req.Requeue, "requeue", false, "put the job back in the queue when it exits non-zero, at most queue.max_requeue times")
+	f.StringVar(&req.Node, "node", "", "in a fleet, run on this node, or on one whose name matches this pattern (gpu-[1-3])")
+	f.StringVar(&req.Model, "model", "", "in a fleet, run on GPUs whose model matches this pattern (*H100*)")
 	f.BoolVar(&req.Preemptible, "preemptible", false, "let the job use GPUs others wait for: when one of them has waited queue.preempt_after, the job gets SIGTERM, queue.preempt_grace to checkpoint (GPUMETER_PREEMPT_GRACE, in seconds), a kill, and goes back to the queue keeping its place by age (whole GPUs only)")
 	return cmd
 }
@@ -142,7 +144,7 @@ var flagOf = map[string]string{
 	"mounts": "--mount", "workdir": "--workdir", "cpus": "--cpus", "memory": "--memory", "shm_size": "--shm-size", "pids": "--pids",
 	"publish": "--publish", "labels": "--label", "notify": "--notify", "as_user": "--as", "array": "--array", "command": "the command",
 	"after": "--after", "requeue": "--requeue",
-	"preemptible": "--preemptible",
+	"preemptible": "--preemptible", "node": "--node", "model": "--model",
 }
 
 // flagError names the flag a request field error is about.

@@ -59,6 +59,7 @@ type Agent struct {
 	docker   *docker.Inventory
 	store    ledger.Ledger
 	lease    ledger.Lease // this agent's lease of its node in store
+	takeover time.Duration // how long the lease may be silent (ledger.lease_takeover)
 	recorder *record.Recorder
 	waste    *liveWaste
 	policy   *policy.Engine
@@ -246,6 +247,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 		if takeover == 0 {
 			takeover = record.DefaultLeaseTakeover(cfg.FlushInterval)
 		}
+		a.takeover = takeover
 		if a.lease, err = record.Acquire(ctx, store, node, takeover); err != nil {
 			return nil, err
 		}

@@ -139,6 +139,10 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		HighUsers:           cfg.Queue.Priority.HighUsers,
 		Logger:              a.log.With("part", "queue"),
 	}
+	if cfg.Queue.Fleet {
+		rc.Fleet = &run.FleetConfig{Store: a.store, Instance: a.lease.Instance, Takeover: a.takeover,
+			AgentVersion: a.version, API: cfg.Queue.FleetAPI, Images: cfg.Queue.Images}
+	}
 	if a.jobNotices != nil {
 		notices := a.jobNotices
 		rc.OnEvent = notices.Notify
@@ -280,6 +284,9 @@ func (a *Agent) queueStats() (exporter.QueueStats, bool) {
 	for _, h := range s.StartSteps {
 		st.StartSteps = append(st.StartSteps, exporter.StepHistogram{Step: h.Step, Bounds: h.Bounds,
 			Counts: h.Counts[:min(len(h.Counts), len(h.Bounds))], Sum: h.Sum, Count: h.Count})
+	}
+	if f := s.Fleet; f != nil {
+		st.Fleet = &exporter.FleetStats{Leader: f.Leader, Nodes: f.Nodes, PassSum: f.PassSum, PassCount: f.PassCount}
 	}
 	return st, true
 }

@@ -132,6 +132,8 @@ func Keys() []Key {
 		thresholdKey("queue.shared_memory_fraction", "fraction (0, 1] of a shared GPU's memory its memory jobs plus use outside the queue may fill", func(c *Config) *float64 { return &c.Queue.SharedMemoryFraction }),
 		durationKey("queue.memory_overrun_grace", "how long a memory job may use more GPU memory than it asked for before queue.memory_overrun_action", func(c *Config) *time.Duration { return &c.Queue.MemoryOverrunGrace }),
 		enumKey("queue.memory_overrun_action", "what is done to a memory job over its GPU memory after the grace", func(c *Config) *string { return (*string)(&c.Queue.MemoryOverrunAction) }, string(OverrunStop), string(OverrunWarn)),
+		boolKey("queue.fleet", "make this node one of a fleet sharing the PostgreSQL ledger's queue (ledger.dsn): one agent at a time schedules every node's GPUs, each node starts the jobs placed on it, and a node whose ledger lease expires (ledger.lease_takeover) is lost and its jobs requeue", func(c *Config) *bool { return &c.Queue.Fleet }),
+		stringKey("queue.fleet_api", "URL other agents of the fleet reach this agent's API at (https://gpu-1.lab:9400), for the logs of jobs that run here; empty: none", func(c *Config) *string { return &c.Queue.FleetAPI }),
 		durationKey("queue.placement_window", "window of measured SM utilisation placement target scores GPUs on (at most 1h)", func(c *Config) *time.Duration { return &c.Queue.PlacementWindow }),
 		thresholdKey("queue.target_utilization", "SM utilisation (0, 1] placement target aims each GPU at", func(c *Config) *float64 { return &c.Queue.TargetUtilization }),
 		entryKey("auth.tokens", "API tokens by name: \"user=NAME role=admin|user|viewer sha256=HASH [expires=TIME]\", as \"gpumeter token create\" prints them", "name=token",

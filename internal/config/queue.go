@@ -141,6 +141,13 @@ type Queue struct {
 	// TargetUtilization is the SM utilisation (0, 1] placement target
 	// aims each GPU at.
 	TargetUtilization float64
+	// Fleet makes the node one of a fleet that shares the PostgreSQL
+	// ledger's queue: one agent at a time schedules every node's GPUs,
+	// and each node starts the jobs placed on it.
+	Fleet bool
+	// FleetAPI is the URL other agents of the fleet reach this one's
+	// API at ("" none), for the logs of a job that runs here.
+	FleetAPI string
 }
 
 // FairShare is how past use is counted for the queue's order.
@@ -484,6 +491,12 @@ func (c *Config) QueueErrors() []error {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			errs = append(errs, errors.New("queue."+line))
 		}
+	}
+	if c.Queue.Fleet && (!c.Queue.Enabled || !c.LedgerEnabled || c.LedgerDSN == "") {
+		errs = append(errs, errors.New("queue.fleet: a fleet shares one queue in a PostgreSQL ledger; set queue.enabled, ledger.enabled and ledger.dsn (postgres://...) too"))
+	}
+	if c.Queue.FleetAPI != "" && !strings.HasPrefix(c.Queue.FleetAPI, "http://") && !strings.HasPrefix(c.Queue.FleetAPI, "https://") {
+		errs = append(errs, fmt.Errorf("queue.fleet_api: %q is not an http:// or https:// URL", c.Queue.FleetAPI))
 	}
 	if c.Queue.Enabled && !c.DockerEnabled {
 		errs = append(errs, errors.New("queue.enabled: the queue runs its jobs in Docker; set docker.enabled too"))

@@ -28,6 +28,23 @@ type QueueStats struct {
 	// death of the container that freed its GPUs to the engine's answer
 	// to start), each as the wait histogram is.
 	StartSteps []StepHistogram
+	// Fleet is the agent's part in a fleet (queue.fleet); nil on one
+	// node, which serves no gpumeter_fleet_* series.
+	Fleet *FleetStats
+}
+
+// FleetStats are a fleet agent's figures.
+type FleetStats struct {
+	// Leader is set while the agent holds the scheduler lease.
+	Leader bool
+	// Nodes counts the fleet's nodes by state (up, draining, lost) as
+	// the scheduler's last pass read them; only the scheduler serves
+	// them, so that a sum over agents counts each node once.
+	Nodes map[string]int
+	// PassSum and PassCount add up the scheduler's passes: seconds, and
+	// how many.
+	PassSum   float64
+	PassCount uint64
 }
 
 // StepHistogram is one start step's histogram: Counts as WaitCounts.
@@ -43,6 +60,9 @@ var (
 	famQueueJobs = family{"gpumeter_queue_jobs", "Jobs of the GPU queue in each state (queued, starting, running and the ended ones).", "gauge"}
 	famQueueWait = family{"gpumeter_queue_wait_seconds", "How long jobs of the GPU queue waited from submission to start.", "histogram"}
 	famQueueStep = family{"gpumeter_queue_start_step_seconds", "How long each step of a queue job's start took, from the death of the container that freed its GPUs to the engine's answer to start.", "histogram"}
+	famFleetNodes  = family{"gpumeter_fleet_nodes", "The fleet's nodes by state (up, draining, lost), from the scheduler's last pass; served by the agent that holds the scheduler lease.", "gauge"}
+	famFleetLeader = family{"gpumeter_fleet_scheduler_leader", "1 while this agent holds the fleet's scheduler lease, else 0.", "gauge"}
+	famFleetPass   = family{"gpumeter_fleet_pass_seconds", "Seconds the fleet's scheduling passes took on this agent while it held the scheduler lease.", "summary"}
 	famQueueGPUs = family{"gpumeter_queue_gpus", "GPUs by what the queue may do with them: held by a job, free to start one, or kept out by use outside the queue.", "gauge"}
 )
 
@@ -93,6 +113,23 @@ func RenderQueue(b []byte, node string, q QueueStats) []byte {
 		n     int
 	}{{"free", q.GPUsFree}, {"held", q.GPUsHeld}, {"outside", q.GPUsOutside}} {
 		w.sample(famQueueGPUs.name, w.labels(nil, "Hostname", node, "state", g.state), float64(g.n))
+	}
+	if f := q.Fleet; f != nil {
+		w.family(famFleetLeader)
+		leader := 0.0
+		if f.Leader {
+			leader = 1
+		}
+		w.sample(famFleetLeader.name, nodeLabel, leader)
+		w.family(famFleetPass)
+		w.sample(famFleetPass.name+"_sum", nodeLabel, f.PassSum)
+		w.sample(famFleetPass.name+"_count", nodeLabel, float64(f.PassCount))
+		if f.Leader {
+			w.family(famFleetNodes)
+			for _, st := range []string{"draining", "lost", "up"} {
+				w.sample(famFleetNodes.name, w.labels(nil, "Hostname", node, "state", st), float64(f.Nodes[st]))
+			}
+		}
 	}
 	return w.b
 }

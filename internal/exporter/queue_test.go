@@ -197,3 +197,36 @@ func TestRenderQueueStartSteps(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderFleet: a fleet agent serves whether it leads, its passes and,
+// as the leader, the nodes by state; a single node serves none of them.
+func TestRenderFleet(t *testing.T) {
+	if got := string(RenderQueue(nil, "lab-1", queueStats())); strings.Contains(got, "gpumeter_fleet_") {
+		t.Errorf("one node serves fleet series:\n%s", got)
+	}
+	q := queueStats()
+	q.Fleet = &FleetStats{Leader: true, Nodes: map[string]int{"up": 2, "lost": 1}, PassSum: 0.25, PassCount: 10}
+	fams := parse(t, string(RenderQueue(nil, "lab-1", q)))
+	if v := fams["gpumeter_fleet_scheduler_leader"].GetMetric()[0].GetGauge().GetValue(); v != 1 {
+		t.Errorf("leader: gpumeter_fleet_scheduler_leader %v, want 1", v)
+	}
+	nodes := map[string]float64{}
+	for _, m := range fams["gpumeter_fleet_nodes"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "state" {
+				nodes[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if nodes["up"] != 2 || nodes["lost"] != 1 || nodes["draining"] != 0 || len(nodes) != 3 {
+		t.Errorf("gpumeter_fleet_nodes by state: %v, want up 2, lost 1, draining 0", nodes)
+	}
+	if s := fams["gpumeter_fleet_pass_seconds"].GetMetric()[0].GetSummary(); s.GetSampleCount() != 10 || s.GetSampleSum() != 0.25 {
+		t.Errorf("gpumeter_fleet_pass_seconds: %v, want 10 passes, 0.25 s", s)
+	}
+	q.Fleet.Leader = false
+	fams = parse(t, string(RenderQueue(nil, "lab-1", q)))
+	if fams["gpumeter_fleet_nodes"] != nil || fams["gpumeter_fleet_scheduler_leader"].GetMetric()[0].GetGauge().GetValue() != 0 {
+		t.Error("a follower serves the nodes, or says it leads")
+	}
+}

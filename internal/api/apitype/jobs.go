@@ -57,6 +57,11 @@ type JobRequest struct {
 	// Requeue puts the job back in the queue when it exits non-zero,
 	// within queue.max_requeue.
 	Requeue bool `json:"requeue,omitempty"`
+	// Node and Model constrain where a fleet places the job: a node
+	// name or a shell pattern of node names, and a pattern of GPU model
+	// names ("" any).
+	Node  string `json:"node,omitempty"`
+	Model string `json:"model,omitempty"`
 }
 
 // Dependency is one job another waits for: type ok (it succeeded), any
@@ -200,6 +205,12 @@ type Job struct {
 	// failure or a preemption is not the job's fault and counts none.
 	Requeues    int  `json:"requeues"`
 	Preemptible bool `json:"preemptible"`
+	// Node is the node the job runs or ran on; "" while a fleet's job
+	// is queued. NodeConstraint and ModelConstraint are the --node and
+	// --model it was submitted with ("" none).
+	Node            string `json:"node"`
+	NodeConstraint  string `json:"node_constraint"`
+	ModelConstraint string `json:"model_constraint"`
 }
 
 // Placement is the scheduler's choice of GPU for a job and the score of

@@ -133,7 +133,7 @@ func (s *server) submitJob(w http.ResponseWriter, r *http.Request, c *call) {
 	// queue.priority.high_users.
 	high := c.id.Role == config.RoleAdmin
 	job, err := s.cfg.Jobs.Submit(r.Context(), run.Submission{Request: req, User: user, Notify: body.Notify, High: high, Audit: ev,
-		Admin: high, After: dependencies(body.After), RequeueFailed: body.Requeue, Array: array})
+		Admin: high, After: dependencies(body.After), RequeueFailed: body.Requeue, Array: array, Node: body.Node, Model: body.Model})
 	if err != nil {
 		s.jobError(w, r, c, "", err)
 		return
@@ -459,7 +459,9 @@ func jobJSON(j queue.Job) apitype.Job {
 			out.Attempt = r.Attempt
 		}
 		out.RequeueOf, out.Preemptible = r.RequeueOf, r.Preemptible
+		out.NodeConstraint, out.ModelConstraint = r.Node, r.Model
 	}
+	out.Node = j.Node
 	if j.ExitCode != nil {
 		code := *j.ExitCode
 		out.ExitCode = &code

@@ -19,8 +19,9 @@ type Standing func(ctx context.Context, users, teams []string) (factor, expected
 
 // reqInfo is what the scheduler needs of a job's stored request.
 type reqInfo struct {
-	memory uint64
-	class  queue.Class
+	memory      uint64
+	class       queue.Class
+	node, model string // the placement's constraints (globs)
 }
 
 // rank is a queued job's place after the last pass, and why it waits:
@@ -38,7 +39,7 @@ type rank struct {
 // class, and its start is refused.
 func info(j queue.Job) reqInfo {
 	if r := j.Request; r != nil {
-		return reqInfo{memory: r.GPUMemory, class: r.Class}
+		return reqInfo{memory: r.GPUMemory, class: r.Class, node: r.Node, model: r.Model}
 	}
 	return reqInfo{}
 }

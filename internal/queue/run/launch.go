@@ -52,6 +52,14 @@ func (q *Launcher) start(ctx context.Context, l *loop, j queue.Job, gpus []strin
 		return time.Time{}
 	}
 	tr.mark(q.now())
+	return q.launchIntent(ctx, l, intent, tr)
+}
+
+// launchIntent starts the container of job intent, which is starting on its
+// GPUs: this agent's own intent, or one the fleet's scheduler wrote and
+// this node claimed. It returns as start does.
+func (q *Launcher) launchIntent(ctx context.Context, l *loop, intent queue.Job, tr *startTrace) time.Time {
+	j, gpus := intent, intent.GPUs
 	s, err := q.buildSpec(intent, gpus)
 	if err != nil {
 		q.failStart(ctx, l, intent, queue.Starting, err)

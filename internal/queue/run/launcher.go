@@ -50,6 +50,9 @@ type Launcher struct {
 	metrics *metrics
 	ranks   *ranking
 	deps    *depCache
+	// fleet is set when the node is one of a fleet; only Run's goroutine
+	// touches it.
+	fleet *fleetState
 }
 
 var _ launch = (*Launcher)(nil)

@@ -195,11 +195,18 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		if ctx.Err() == nil {
 			q.log.Error("load the queue's jobs", "err", err)
 		}
+		if q.fleet != nil {
+			q.fence(ctx, l)
+		}
 		return q.now().Add(faultRetry)
 	}
 	now := q.now()
 	var next time.Time
 	obs, cfg := q.settings.forPass()
+	if f := q.fleet; f != nil {
+		f.lastOK, f.fenced = now, false
+		q.register(ctx, obs, cfg)
+	}
 
 	cfg.SharedGPUs = resolveShared(cfg.SharedGPUs, obs.GPUs)
 	in := queue.Input{GPUs: obs.GPUs, Outside: obs.Outside, Config: cfg, Now: now, Util: obs.Util}
@@ -209,7 +216,9 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		byID[j.ID] = j
 		switch j.State {
 		case queue.Lost:
-			q.resolveLost(ctx, j)
+			if q.mine(j) || q.fleet.token != 0 {
+				q.resolveLost(ctx, j)
+			}
 		case queue.Queued:
 			if s := q.stops.pending(j.ID); s != nil {
 				q.cancelQueued(ctx, j, s)
@@ -218,11 +227,11 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 			ri := info(j)
 			array, arrayMax := arrayCap(j)
 			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
-				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax})
+				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax, Node: ri.node, Model: ri.model})
 		case queue.Starting, queue.Running:
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
-				GPUMemory: info(j).memory, Array: arrayOf(j)})
-			if j.State == queue.Running {
+				GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node})
+			if j.State == queue.Running && q.mine(j) {
 				next = minTime(next, q.enforce(ctx, l, j, now))
 				if mem := info(j).memory; mem > 0 {
 					memJobs[j.ID] = mem
@@ -242,10 +251,25 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		in.FairShare, in.Expected, in.OverBudget = q.standing(ctx, users, teams)
 	}
 	preemptInput(&in, byID)
-	plan := queue.Schedule(in)
+	var plan queue.Plan
+	if q.fleet != nil {
+		var due time.Time
+		plan, due = q.fleetPass(ctx, l, in, byID)
+		next = minTime(next, due)
+		if now.Sub(q.fleet.reconciled) >= fleetReconcile {
+			q.fleet.reconciled = now
+			l.reconciled = false
+			next = minTime(next, now.Add(faultRetry))
+		}
+	} else {
+		plan = queue.Schedule(in)
+		next = minTime(next, q.preempt(ctx, l, plan, byID))
+	}
 	plan.Waits = append(plan.Waits, depWaits...)
-	next = minTime(next, q.preempt(ctx, l, plan, byID))
 	for _, s := range plan.Starts {
+		if q.fleet != nil {
+			break // written as intents; the nodes start them
+		}
 		if l.engineDown {
 			// Nothing starts while the engine is away; the job says why.
 			plan.Waits = append(plan.Waits, queue.Wait{JobID: s.JobID, Reason: queue.ReasonEngineUnavailable})

@@ -26,7 +26,7 @@ func ObservationOf(t *sampler.Tick) Observation {
 	}
 	gpus := make([]queue.GPU, 0, len(t.Sample.Devices))
 	for _, d := range t.Sample.Devices {
-		gpus = append(gpus, queue.GPU{UUID: d.UUID, Index: d.Index, MemoryTotal: d.MemoryTotal,
+		gpus = append(gpus, queue.GPU{UUID: d.UUID, Index: d.Index, MemoryTotal: d.MemoryTotal, Model: d.Model,
 			NVLink: d.Topology.NVLink, PCIeSwitch: d.Topology.PCIeSwitch})
 	}
 	jobs := map[string]string{} // container id -> job id

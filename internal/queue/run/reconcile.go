@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/queue"
@@ -34,6 +35,12 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 	active, err := q.store.ActiveJobs(ctx, queue.Starting, queue.Running)
 	if err != nil {
 		return err
+	}
+	if q.fleet != nil {
+		// In a fleet the ledger holds every node's jobs: this node
+		// settles its own.
+		active = slices.DeleteFunc(active, func(j queue.Job) bool { return !q.mine(j) })
+		q.fleet.reconciled = q.now()
 	}
 	byJob := make(map[string]container.JobContainer, len(cs))
 	for _, c := range cs {

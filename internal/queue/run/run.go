@@ -114,6 +114,9 @@ type Config struct {
 	// Audited writes an event the store already committed (in a job's
 	// own transaction) to the audit log's file too; nil: nothing more.
 	Audited func(ctx context.Context, e audit.Event)
+	// Fleet makes the queue one node of a fleet sharing the ledger's
+	// queue (queue.fleet); nil: the node schedules its own GPUs alone.
+	Fleet *FleetConfig
 	// EnvDir keeps the environment values of jobs (0700 directory, 0600
 	// files), which the ledger never holds; a job's file is removed when
 	// the job ends.
@@ -231,6 +234,18 @@ func New(cfg Config) (*Queue, error) {
 		ranks:   newRanking(),
 		deps:    newDepCache(),
 	}
+	if cfg.Fleet != nil {
+		switch {
+		case cfg.Fleet.Store == nil:
+			return nil, errors.New("queue.fleet: no fleet store (the ledger)")
+		case cfg.Fleet.Instance == "":
+			return nil, errors.New("queue.fleet: no agent instance to hold the scheduler lease under")
+		case cfg.Fleet.Takeover <= 0:
+			return nil, errors.New("queue.fleet: ledger.lease_takeover must be positive")
+		}
+		l.fleet = &fleetState{FleetConfig: *cfg.Fleet}
+		l.metrics.setLeader(false)
+	}
 	l.memory = &memoryEnforcer{
 		writer: w, onEvent: cfg.OnEvent, stops: l.stops, poke: l.poke,
 		grace: cfg.MemoryOverrunGrace, action: cmp.Or(cfg.MemoryOverrunAction, config.OverrunStop),
@@ -241,7 +256,7 @@ func New(cfg Config) (*Queue, error) {
 	}
 	s := &Service{
 		writer: w, log: log, identity: cfg.Identity, highUsers: append([]string(nil), cfg.HighUsers...),
-		stageRefusal: stageRefusal, notices: cfg.OnEvent != nil,
+		stageRefusal: stageRefusal, notices: cfg.OnEvent != nil, fleet: cfg.Fleet != nil,
 		settings: set, env: env, holds: holds, launch: l, ranks: l.ranks,
 	}
 	return &Queue{Service: s, Launcher: l}, nil

@@ -22,6 +22,7 @@ type Service struct {
 	highUsers    []string
 	stageRefusal string // why jobs with mounts are refused; "": they are not
 	notices      bool   // a job's start and end can be notified (Config.OnEvent)
+	fleet        bool   // the node is one of a fleet (Config.Fleet)
 
 	settings *settings
 	env      *envStore

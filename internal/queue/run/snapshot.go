@@ -40,6 +40,21 @@ type Snapshot struct {
 	// StartSteps are the histograms of each step of a job's start, from
 	// the death that freed its GPUs to the engine's answer to start.
 	StartSteps []StepHistogram
+	// Fleet is the agent's part in a fleet; nil on one node.
+	Fleet *FleetSnapshot
+}
+
+// FleetSnapshot is a fleet agent's state for metrics.
+type FleetSnapshot struct {
+	// Leader is set while the agent holds the scheduler lease.
+	Leader bool
+	// Nodes counts the fleet's nodes by state (up, draining, lost), as
+	// the scheduler's last pass read them; empty on any other agent.
+	Nodes map[string]int
+	// PassSum and PassCount are the seconds the scheduler's passes
+	// took, summed, and how many there were.
+	PassSum   float64
+	PassCount uint64
 }
 
 // waitBounds are the histogram's upper bounds in seconds: a second to a
@@ -74,6 +89,7 @@ type metrics struct {
 	endedCounts map[queue.State]int
 	steps       stepHistograms
 	stepSums    []float64
+	fleet       *FleetSnapshot // nil on one node
 }
 
 func newMetrics() *metrics {
@@ -98,6 +114,11 @@ func (m *metrics) snapshot() Snapshot {
 	}
 	s.WaitSum, s.WaitCount = m.wait.sum, m.wait.n
 	s.StartSteps = m.startStepHistograms()
+	if m.fleet != nil {
+		f := *m.fleet
+		f.Nodes = maps.Clone(m.fleet.Nodes)
+		s.Fleet = &f
+	}
 	return s
 }
 
@@ -109,6 +130,36 @@ func (m *metrics) set(s Snapshot) {
 	}
 	m.snap = s
 	m.mu.Unlock()
+}
+
+// setLeader records whether the agent holds the scheduler lease.
+func (m *metrics) setLeader(on bool) {
+	m.mu.Lock()
+	m.fleetState().Leader = on
+	if !on {
+		m.fleet.Nodes = map[string]int{}
+	}
+	m.mu.Unlock()
+}
+
+// fleetPass records a scheduler's pass: how long it took and the nodes by
+// state.
+func (m *metrics) fleetPass(d time.Duration, nodes map[string]int) {
+	m.mu.Lock()
+	f := m.fleetState()
+	f.PassSum += d.Seconds()
+	f.PassCount++
+	f.Nodes = nodes
+	m.mu.Unlock()
+}
+
+// fleetState returns the fleet's part, made on first use; the caller
+// holds m.mu.
+func (m *metrics) fleetState() *FleetSnapshot {
+	if m.fleet == nil {
+		m.fleet = &FleetSnapshot{Nodes: map[string]int{}}
+	}
+	return m.fleet
 }
 
 // countEnded counts the ended jobs js, loaded once by Run.

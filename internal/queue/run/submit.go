@@ -38,6 +38,9 @@ type Submission struct {
 	// Array, when set, makes the submission an array job of its tasks
 	// (see submitArray).
 	Array *queue.ArraySpec
+	// Node and Model constrain where a fleet places the job: patterns
+	// (path.Match) of node names and GPU model names; "" any.
+	Node, Model string
 }
 
 // requestOf is what the job store keeps of req beyond the job's own
@@ -124,7 +127,10 @@ func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.
 	if err := q.checkAfter(ctx, s.After, s.User, s.Admin); err != nil {
 		return queue.Job{}, err
 	}
-	if exclusive >= 0 && req.GPUs > exclusive {
+	if err := q.placeRefusal(s); err != nil {
+		return queue.Job{}, err
+	}
+	if exclusive >= 0 && req.GPUs > exclusive && !q.fleet {
 		// Within queue.max_gpus, but more than this node has for whole
 		// GPU jobs: it could never start here.
 		return queue.Job{}, &spec.Refusal{Reason: spec.TooBig, Field: "gpus",
@@ -142,13 +148,24 @@ func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.
 	now := q.now().UTC()
 	request := requestOf(req, notify)
 	request.After, request.RequeueFailed = slices.Clone(s.After), s.RequeueFailed
+	request.Node, request.Model = s.Node, s.Model
 	if lineage != nil {
 		lineage(request)
 	}
 	// A memory job asks for no whole GPU: GPUsRequested stays 0, and its
 	// memory is in the request.
+	node := q.node
+	if q.fleet {
+		// Placed by the fleet's scheduler; until then, on no node.
+		node = ""
+		if len(req.Env) > 0 && request.Node == "" {
+			// The values stay in this node's env store, which no other
+			// node reads: the job runs here.
+			request.Node = escapeGlob(q.node)
+		}
+	}
 	job := queue.Job{
-		Node: q.node, Name: req.Name, User: s.User, Team: s.Team,
+		Node: node, Name: req.Name, User: s.User, Team: s.Team,
 		State: queue.Queued, Reason: queue.ReasonResources, ReasonText: submittedText,
 		GPUsRequested: req.GPUs, Image: req.Image, Command: slices.Clone(req.Command), EnvKeys: keys,
 		Request: request, TimeLimit: req.TimeLimit, SubmittedAt: now,
@@ -194,4 +211,33 @@ func notifyList(in []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// placeRefusal checks the submission's placement constraints: patterns,
+// and only in a fleet.
+func (q *Service) placeRefusal(s Submission) error {
+	for _, c := range []struct{ field, flag, v string }{{"node", "--node", s.Node}, {"model", "--model", s.Model}} {
+		if c.v == "" {
+			continue
+		}
+		if !q.fleet {
+			return &BadRequest{Field: c.field, Text: "this node is not in a fleet (queue.fleet), so there is no choice of " + c.field + "; submit without " + c.flag}
+		}
+		if err := queue.ValidNodeGlob(c.v); err != nil {
+			return &BadRequest{Field: c.field, Text: err.Error()}
+		}
+	}
+	return nil
+}
+
+// escapeGlob is name as a pattern that matches name alone.
+func escapeGlob(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if strings.ContainsRune(`*?[]\\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

@@ -83,8 +83,15 @@ type agent struct {
 // (YAML under queue:) added to its queue section.
 func newHost(t *testing.T, extra string) *host {
 	t.Helper()
-	cli := dockertest.Client(t)
 	dockertest.LockGPUs(t)
+	return makeHost(t, extra)
+}
+
+// makeHost is newHost for a test that holds the GPU lock already: one
+// whose hosts share the engine (a fleet).
+func makeHost(t *testing.T, extra string) *host {
+	t.Helper()
+	cli := dockertest.Client(t)
 	suffix := make([]byte, 4)
 	_, _ = rand.Read(suffix)
 	h := &host{cli: cli, image: dockertest.SleeperImage(t, cli), node: "e2e-q-" + hex.EncodeToString(suffix), dir: t.TempDir(), port: freePort(t)}

@@ -1,0 +1,341 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/config"
+	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// The fleet (queue.fleet): every agent of a ledger many nodes share
+// registers its node and starts only its own node's jobs; the one agent
+// that holds the scheduler lease runs the pass over every node's GPUs and
+// writes start intents under the lease's fencing token; each node claims
+// the intents that name it and launches them as its own starts. Nothing
+// else changes: the job states, the reconciliation and the container
+// specs are a single node's.
+
+// DefaultFleetPoll is how often an agent of a fleet looks for intents and,
+// as the scheduler, makes a pass, when nothing woke it sooner.
+const DefaultFleetPoll = 2 * time.Second
+
+// fleetReconcile is how often an agent of a fleet reconciles its job
+// containers with the ledger even when its engine's events never broke:
+// the fleet's scheduler may have requeued its jobs while the agent could
+// not reach the ledger.
+const fleetReconcile = 30 * time.Second
+
+// FleetConfig makes the queue one node of a fleet.
+type FleetConfig struct {
+	Store ledger.Fleet
+	// Instance is the agent's node-lease instance; it names the agent
+	// as the scheduler and as the claimer of its intents.
+	Instance string
+	// Takeover is ledger.lease_takeover: a node whose lease is silent
+	// for longer is lost, and so is a scheduler.
+	Takeover time.Duration
+	// Poll is how often the loop looks for intents and passes when
+	// nothing woke it; 0: DefaultFleetPoll.
+	Poll time.Duration
+	// AgentVersion, API and Images go into the node's registration.
+	AgentVersion string
+	API          string
+	Images       []string
+}
+
+// fleetState is the loop's part of the fleet.
+type fleetState struct {
+	FleetConfig
+	// token is the scheduler lease's fencing token while this agent
+	// holds it, 0 otherwise.
+	token int64
+	// registered is when the node last registered, and regKey what.
+	registered time.Time
+	regKey     string
+	// reconciled is when the loop last reconciled; lastOK is when the
+	// store last answered a pass.
+	reconciled, lastOK time.Time
+	// fenced is set once the agent stopped its jobs for having been
+	// out of the ledger's reach for longer than the takeover time.
+	fenced bool
+}
+
+// registerEvery is how often a node registers when nothing changed, so
+// that its GPUs' utilisation reaches the scheduler.
+const registerEvery = 10 * time.Second
+
+// register writes the node's registration from what the latest tick saw,
+// when it changed or registerEvery has passed.
+func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Config) {
+	f := q.fleet
+	shared := resolveShared(cfg.SharedGPUs, obs.GPUs)
+	n := ledger.NodeInfo{Node: q.node, AgentVersion: f.AgentVersion, API: f.API, Images: f.Images}
+	outside := map[string]string{}
+	for _, c := range obs.Outside.Containers {
+		for _, g := range c.GPUs {
+			outside[g] = c.Name
+		}
+	}
+	for _, g := range obs.GPUs {
+		n.GPUs = append(n.GPUs, ledger.NodeGPU{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryTotal,
+			NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Shared: slices.Contains(shared, g.UUID), Util: obs.Util[g.UUID],
+			MemoryUsedOutside: obs.Outside.MemoryUsed[g.UUID], OutsideContainer: outside[g.UUID]})
+	}
+	key := fmt.Sprint(n)
+	now := q.now()
+	if key == f.regKey && now.Sub(f.registered) < registerEvery {
+		return
+	}
+	if err := f.Store.RegisterNode(ctx, n); err != nil {
+		if ctx.Err() == nil {
+			q.log.Warn("register the node with the fleet", "err", err)
+		}
+		return
+	}
+	f.registered, f.regKey = now, key
+}
+
+// lead takes or renews the scheduler lease, and reports whether this
+// agent holds it.
+func (q *Launcher) lead(ctx context.Context) bool {
+	f := q.fleet
+	lease, err := f.Store.AcquireScheduler(ctx, f.Instance, q.node, f.Takeover)
+	if err != nil {
+		var held *ledger.SchedulerHeldError
+		if !errors.As(err, &held) && ctx.Err() == nil {
+			q.log.Warn("take the fleet's scheduler lease", "err", err)
+		}
+		if f.token != 0 {
+			q.log.Info("no longer the fleet's scheduler", "err", err)
+		}
+		f.token = 0
+		q.metrics.setLeader(false)
+		return false
+	}
+	if f.token != lease.Token {
+		q.log.Info("now the fleet's scheduler", "token", lease.Token)
+	}
+	f.token = lease.Token
+	q.metrics.setLeader(true)
+	return true
+}
+
+// fleetPass is the fleet's part of a pass: as the scheduler, it loses the
+// jobs of lost nodes, schedules every node's GPUs and writes the starts
+// as intents; then it launches the intents that name this node. in holds
+// the queued and running jobs the pass read, with the dependencies and
+// the fair share applied. It returns the plan the scheduler made (empty
+// on any other agent) and when the next pass is due.
+func (q *Launcher) fleetPass(ctx context.Context, l *loop, in queue.Input, byID map[string]queue.Job) (queue.Plan, time.Time) {
+	f := q.fleet
+	now := q.now()
+	next := now.Add(cmpPoll(f.Poll))
+	var plan queue.Plan
+	if q.lead(ctx) {
+		plan = q.schedulePass(ctx, in, byID)
+	}
+	if l.engineDown {
+		return plan, next
+	}
+	claimed, err := f.Store.ClaimIntents(ctx, q.node, f.Instance)
+	if err != nil {
+		if ctx.Err() == nil {
+			q.log.Warn("claim this node's start intents", "err", err)
+		}
+		return plan, next
+	}
+	for _, j := range claimed {
+		tr := l.trace.start()
+		tr.mark(q.now())
+		if j.Held {
+			// Held after the scheduler read it: it keeps its place.
+			q.backToQueue(ctx, j, "held while the fleet's scheduler placed it; back in the queue")
+			continue
+		}
+		next = minTime(next, q.launchIntent(ctx, l, j, tr))
+	}
+	return plan, next
+}
+
+func cmpPoll(d time.Duration) time.Duration {
+	if d <= 0 {
+		return DefaultFleetPoll
+	}
+	return d
+}
+
+// schedulePass is the scheduler's pass over the fleet.
+func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[string]queue.Job) queue.Plan {
+	f := q.fleet
+	began := q.now()
+	nodes, err := f.Store.Nodes(ctx, f.Takeover)
+	if err != nil {
+		q.log.Warn("read the fleet's nodes", "err", err)
+		return queue.Plan{}
+	}
+	states := map[string]int{string(NodeUp): 0, string(NodeDraining): 0, string(NodeLost): 0}
+	for _, n := range nodes {
+		states[string(nodeState(n))]++
+	}
+	defer func() { q.metrics.fleetPass(q.now().Sub(began), states) }()
+	lost := map[string]bool{}
+	in.GPUs, in.Util = nil, map[string]float64{}
+	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
+	in.Drained = map[string]bool{}
+	in.Config.SharedGPUs = nil
+	for _, n := range nodes {
+		if n.Lost {
+			lost[n.Node] = true
+			continue
+		}
+		if n.Drained {
+			in.Drained[n.Node] = true
+		}
+		for _, g := range n.GPUs {
+			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
+			in.Util[g.UUID] = g.Util
+			if g.MemoryUsedOutside > 0 {
+				in.Outside.MemoryUsed[g.UUID] = g.MemoryUsedOutside
+			}
+			if g.OutsideContainer != "" {
+				in.Outside.Containers = append(in.Outside.Containers, queue.OutsideContainer{Name: g.OutsideContainer, GPUs: []string{g.UUID}})
+			}
+			if g.Shared {
+				in.Config.SharedGPUs = append(in.Config.SharedGPUs, g.UUID)
+			}
+		}
+	}
+	// The jobs of a lost node are lost: they go back to the queue (by
+	// queue.requeue_on) and the node's GPUs leave the pool.
+	running := in.Running[:0:0]
+	for _, r := range in.Running {
+		j := byID[r.ID]
+		if lost[j.Node] {
+			q.nodeLost(ctx, j)
+			continue
+		}
+		running = append(running, r)
+	}
+	in.Running = running
+	plan := queue.Schedule(in)
+	if len(plan.Starts) == 0 {
+		return plan
+	}
+	intents := make([]ledger.Intent, 0, len(plan.Starts))
+	evs := make([]audit.Event, 0, len(plan.Starts))
+	for _, s := range plan.Starts {
+		intents = append(intents, ledger.Intent{JobID: s.JobID, Node: s.Node, GPUs: s.GPUs, Shared: info(byID[s.JobID]).memory > 0, Placement: s.Placement})
+		evs = append(evs, q.queueEvent("jobs.start", s.JobID))
+	}
+	q.writeIntents(ctx, intents, evs)
+	return plan
+}
+
+// writeIntents writes the pass's intents in one transaction; when that is
+// refused for one of them (a job cancelled or held meanwhile, a GPU the
+// pass took for free that is not), each is written alone, so that one
+// stale decision holds up no other.
+func (q *Launcher) writeIntents(ctx context.Context, intents []ledger.Intent, evs []audit.Event) {
+	f := q.fleet
+	err := f.Store.WriteIntents(ctx, f.token, intents, evs)
+	if err == nil || len(intents) == 1 {
+		q.intentsWritten(intents, err)
+		return
+	}
+	if errors.Is(err, ledger.ErrStaleToken) {
+		q.intentsWritten(intents, err)
+		return
+	}
+	for i := range intents {
+		err := f.Store.WriteIntents(ctx, f.token, intents[i:i+1], evs[i:i+1])
+		q.intentsWritten(intents[i:i+1], err)
+		if errors.Is(err, ledger.ErrStaleToken) {
+			return
+		}
+	}
+}
+
+// intentsWritten logs how a write of intents went.
+func (q *Launcher) intentsWritten(intents []ledger.Intent, err error) {
+	var se *ledger.JobStateError
+	switch {
+	case err == nil:
+		for _, in := range intents {
+			q.log.Debug("start intent", "job", in.JobID, "node", in.Node, "gpus", strings.Join(in.GPUs, ","))
+		}
+	case errors.Is(err, ledger.ErrStaleToken):
+		q.log.Info("another agent became the fleet's scheduler; this pass's intents were refused")
+		q.fleet.token = 0
+		q.metrics.setLeader(false)
+	case errors.As(err, &se), errors.Is(err, ledger.ErrDoubleAllocation):
+		q.log.Info("a start intent was refused; the next pass decides again", "job", intents[0].JobID, "err", err)
+	default:
+		q.log.Warn("write start intents", "jobs", len(intents), "err", err)
+	}
+}
+
+// nodeLost marks a starting or running job of a lost node lost, and
+// requeues or fails it as queue.requeue_on says.
+func (q *Launcher) nodeLost(ctx context.Context, j queue.Job) {
+	out, err := q.update(ctx, j.ID, j.State, queue.Lost, func(j *queue.Job) {
+		j.ReasonText = "its node " + j.Node + " was lost (its agent's ledger lease expired)"
+	}, q.queueEvent("jobs.lost", j.ID))
+	if err != nil {
+		var se *ledger.JobStateError
+		if !errors.As(err, &se) {
+			q.log.Error("mark a lost node's job lost", "job", j.ID, "node", j.Node, "err", err)
+		}
+		return
+	}
+	if !q.requeueOn[config.RequeueNodeFailure] {
+		q.fail(ctx, out, queue.Lost, queue.ReasonRequeueLimit,
+			"its node "+j.Node+" was lost; not requeued, as queue.requeue_on leaves out node_failure", out.Attempts)
+		return
+	}
+	_, err = q.update(ctx, out.ID, queue.Lost, queue.Queued, func(j *queue.Job) {
+		j.GPUs, j.ContainerID, j.StartedAt, j.Node = nil, "", time.Time{}, ""
+		j.Reason = queue.ReasonLostRequeued
+		j.ReasonText = "its node " + out.Node + " was lost (its agent's ledger lease expired); back in the queue, no requeue counted"
+	}, q.queueEvent("jobs.requeue", out.ID))
+	if err != nil {
+		q.log.Error("requeue a lost node's job", "job", out.ID, "err", err)
+	}
+}
+
+// mine reports whether job j is this node's to run: always on one node,
+// and in a fleet when the job was placed here.
+func (q *Launcher) mine(j queue.Job) bool { return q.fleet == nil || j.Node == q.node }
+
+// fence stops this node's running job containers once the agent has been
+// out of the ledger's reach for longer than the takeover time: the fleet
+// has taken its node for lost and may start its jobs elsewhere, and a job
+// must never run twice. The reconciliation that follows, once the
+// ledger answers, settles the jobs.
+func (q *Launcher) fence(ctx context.Context, l *loop) {
+	f := q.fleet
+	if f.fenced || f.lastOK.IsZero() || q.now().Sub(f.lastOK) < f.Takeover {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	cs, err := q.engine.List(lctx)
+	if err != nil {
+		return
+	}
+	f.fenced = true
+	for _, c := range cs {
+		if !c.Running {
+			continue
+		}
+		q.log.Warn("out of the ledger's reach for longer than ledger.lease_takeover: the fleet may start this job elsewhere; stopping its container", "container", c.ID, "job", c.JobID)
+		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger"})
+	}
+	l.reconciled = false
+}

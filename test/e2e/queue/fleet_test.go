@@ -1,0 +1,297 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/moby/moby/client"
+
+	"github.com/gpumeter/gpumeter/internal/api/apitype"
+	"github.com/gpumeter/gpumeter/internal/dockertest"
+	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
+)
+
+// fleetTakeover is the fleet's ledger.lease_takeover in these tests: how
+// long a killed agent's node stays up before it is lost.
+const fleetTakeover = "5s"
+
+// fleet is three agents, one per node, on one PostgreSQL ledger and one
+// engine, each with four simulated GPUs, its own data directory and its
+// own jobs network.
+type fleet struct {
+	dsn    string
+	hosts  []*host
+	agents []*agent
+}
+
+// newFleet makes the hosts of a fleet of n nodes; start starts them.
+func newFleet(t *testing.T, n int) *fleet {
+	t.Helper()
+	f := &fleet{dsn: pgtest.DSN(t)}
+	dockertest.LockGPUs(t)
+	for range n {
+		h := makeHost(t, "  fleet: true\n  log_retention: 1h\n")
+		// Each node's simulated GPUs take their UUIDs from its name.
+		sc := strings.Replace(scenario, "node: e2e-queue", "node: "+h.node, 1)
+		if err := os.WriteFile(filepath.Join(h.dir, "scenario.yaml"), []byte(sc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := os.ReadFile(h.config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(cfg) + fmt.Sprintf("ledger:\n  dsn: %q\n  flush_interval: 1s\n  lease_takeover: %s\n", f.dsn, fleetTakeover)
+		if err := os.WriteFile(h.config, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f.hosts = append(f.hosts, h)
+	}
+	return f
+}
+
+func (f *fleet) start(t *testing.T) {
+	t.Helper()
+	f.agents = nil
+	for _, h := range f.hosts {
+		f.agents = append(f.agents, h.start(t))
+	}
+}
+
+// nodes asks agent a for the fleet's nodes.
+func (f *fleet) nodes(t *testing.T, a *agent) apitype.Nodes {
+	t.Helper()
+	status, body := a.call(t, http.MethodGet, "/api/v1/nodes", a.h.admin, nil)
+	if status != http.StatusOK {
+		t.Fatalf("GET /api/v1/nodes: %d %s", status, body)
+	}
+	var ns apitype.Nodes
+	if err := json.Unmarshal(body, &ns); err != nil {
+		t.Fatalf("GET /api/v1/nodes: %v: %s", err, body)
+	}
+	return ns
+}
+
+// leader is the node whose agent holds the scheduler lease now, as the
+// ledger says.
+func (f *fleet) leader(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, f.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var node string
+	if err := conn.QueryRow(ctx, `SELECT node FROM scheduler_lease WHERE NOT released`).Scan(&node); err != nil {
+		t.Fatalf("read the scheduler lease: %v", err)
+	}
+	return node
+}
+
+// run is one of a job's containers, as the engine keeps it.
+type run struct {
+	job, node, id string
+	gpus          []string
+	from, to      time.Time
+	exit          int
+}
+
+// runs are every job container of the fleet's nodes.
+func (f *fleet) runs(t *testing.T) []run {
+	t.Helper()
+	var out []run
+	for _, h := range f.hosts {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		res, err := h.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+			Filters: make(client.Filters).Add("label", spec.NodeLabel+"="+h.node)})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range res.Items {
+			in := dockertest.Inspect(t, h.cli, c.ID)
+			r := run{job: in.Config.Labels["gpumeter.job"], node: h.node, id: c.ID}
+			for _, kv := range in.Config.Env {
+				if v, ok := strings.CutPrefix(kv, "NVIDIA_VISIBLE_DEVICES="); ok && v != "" && v != "none" {
+					r.gpus = strings.Split(v, ",")
+				}
+			}
+			r.from, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
+			r.to, _ = time.Parse(time.RFC3339Nano, in.State.FinishedAt)
+			if in.State.Running || r.to.Year() < 2000 {
+				r.to = time.Now().Add(time.Hour)
+			}
+			r.exit = in.State.ExitCode
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// TestFleetOneQueue: three agents share one queue on PostgreSQL. Jobs
+// submitted through one agent run on every node, a 4-GPU job on one
+// node, a --node job where it asked; the scheduler is killed with SIGKILL
+// mid-run and another agent takes over; its node's jobs requeue once its
+// lease expires, and when it comes back nothing runs twice. From the
+// engine's own records: no two containers ever held one GPU of one node
+// at once, and every job succeeded in exactly one run that ended.
+func TestFleetOneQueue(t *testing.T) {
+	f := newFleet(t, 3)
+	f.start(t)
+	a := f.agents[0]
+	dockertest.WaitFor(t, time.Minute, "three nodes up", func() (bool, string) {
+		ns := f.nodes(t, a)
+		up := 0
+		for _, n := range ns.Nodes {
+			if n.State == "up" && len(n.GPUs) == 4 {
+				up++
+			}
+		}
+		return up == 3, fmt.Sprint(ns)
+	})
+
+	var ids []string
+	submit := func(token string, req apitype.JobRequest) apitype.Job {
+		j := a.submit(t, token, req)
+		ids = append(ids, j.ID)
+		return j
+	}
+	job := func(gpus int, d string) apitype.JobRequest { return a.h.request(gpus, "5m", "exit-after", d, "0", "done") }
+	for i := range 12 {
+		submit(a.h.alice, job(1+i%2, "3s"))
+		submit(a.h.bob, job(1, "2s"))
+	}
+	big := submit(a.h.bob, job(4, "2s"))
+	pinned := job(1, "1s")
+	pinned.Node = f.hosts[2].node
+	pin := submit(a.h.alice, pinned)
+	chain := job(1, "1s")
+	first := submit(a.h.alice, chain)
+	chain.After = []apitype.Dependency{{Type: "ok", ID: first.ID}}
+	second := submit(a.h.alice, chain)
+
+	// Kill the scheduler once jobs run.
+	dockertest.WaitFor(t, time.Minute, "a job running", func() (bool, string) {
+		for _, r := range f.runs(t) {
+			if r.to.After(time.Now()) {
+				return true, ""
+			}
+		}
+		return false, "none yet"
+	})
+	leader := f.leader(t)
+	k := slices.IndexFunc(f.hosts, func(h *host) bool { return h.node == leader })
+	if k < 0 {
+		t.Fatalf("the scheduler lease names node %q, none of the fleet's", leader)
+	}
+	f.agents[k].Kill(t)
+	killed := time.Now()
+	live := f.agents[(k+1)%3]
+	for _, id := range ids {
+		j := live.await(t, id, 3*time.Minute, "succeeded", "failed", "cancelled", "timeout")
+		if j.State != "succeeded" {
+			t.Errorf("%s ended %s (%s): %s", id, j.State, j.Reason, j.ReasonText)
+		}
+	}
+	if next := f.leader(t); next == leader {
+		t.Errorf("the scheduler lease stayed with the killed agent's node %s", leader)
+	}
+	// The killed agent comes back and reconciles; more jobs run.
+	f.agents[k] = f.hosts[k].start(t)
+	for range 6 {
+		j := live.submit(t, live.h.alice, job(1, "1s"))
+		ids = append(ids, j.ID)
+	}
+	for _, id := range ids[len(ids)-6:] {
+		if j := live.await(t, id, 3*time.Minute, "succeeded", "failed"); j.State != "succeeded" {
+			t.Errorf("%s ended %s: %s", id, j.State, j.ReasonText)
+		}
+	}
+
+	jobs := map[string]apitype.Job{}
+	for _, id := range ids {
+		jobs[id] = live.job(t, id)
+	}
+	if j := jobs[big.ID]; len(j.GPUs) != 4 {
+		t.Errorf("%s asked for 4 GPUs and holds %v", big.ID, j.GPUs)
+	}
+	if j := jobs[pin.ID]; j.Node != f.hosts[2].node || j.NodeConstraint != f.hosts[2].node {
+		t.Errorf("%s asked for node %s and ran on %q (constraint %q)", pin.ID, f.hosts[2].node, j.Node, j.NodeConstraint)
+	}
+	if s, e := jobs[second.ID], jobs[first.ID]; s.StartedAt == nil || e.EndedAt == nil || s.StartedAt.Before(*e.EndedAt) {
+		t.Errorf("%s waits for %s, and started at %v, before it ended at %v", second.ID, first.ID, s.StartedAt, e.EndedAt)
+	}
+	nodesUsed := map[string]bool{}
+	for _, j := range jobs {
+		nodesUsed[j.Node] = true
+	}
+	if len(nodesUsed) < 2 {
+		t.Errorf("every job ran on %v: one queue over three nodes should use more than one", nodesUsed)
+	}
+
+	// The engine's record: per (node, GPU), the runs never overlap; per
+	// job, exactly one run succeeded, and no two of its runs overlap.
+	runs := f.runs(t)
+	byGPU := map[string][]run{}
+	byJob := map[string][]run{}
+	for _, r := range runs {
+		if r.from.IsZero() {
+			continue // created, never started
+		}
+		byJob[r.job] = append(byJob[r.job], r)
+		for _, g := range r.gpus {
+			byGPU[r.node+"/"+g] = append(byGPU[r.node+"/"+g], r)
+		}
+	}
+	for key, rs := range byGPU {
+		if o := overlap(rs); o != "" {
+			t.Errorf("GPU %s held by two containers at once: %s", key, o)
+		}
+	}
+	for _, id := range ids {
+		rs, j := byJob[id], jobs[id]
+		for _, r := range rs {
+			switch {
+			case r.id == j.ContainerID:
+				if r.exit != 0 || !r.to.Before(time.Now()) {
+					t.Errorf("%s: its container %.12s on %s exited %d at %v, want 0, ended", id, r.id, r.node, r.exit, r.to)
+				}
+			case r.node != leader || !r.from.Before(killed):
+				// Only the killed agent's node may hold an earlier run:
+				// the one its death orphaned, requeued after its lease.
+				t.Errorf("%s ran in container %.12s on %s besides %.12s on %s", id, r.id, r.node, j.ContainerID, j.Node)
+			}
+		}
+		if !slices.ContainsFunc(rs, func(r run) bool { return r.id == j.ContainerID }) {
+			t.Errorf("%s: the engine has no container %.12s, which the job names", id, j.ContainerID)
+		}
+		if o := overlap(rs); o != "" && !slices.ContainsFunc(rs, func(r run) bool { return r.node == leader }) {
+			t.Errorf("%s ran twice at once: %s", id, o)
+		}
+	}
+}
+
+// overlap names two runs of rs that overlap in time, "" when none do.
+func overlap(rs []run) string {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].from.Before(rs[j].from) })
+	for i := 1; i < len(rs); i++ {
+		if rs[i].from.Before(rs[i-1].to) {
+			p, q := rs[i-1], rs[i]
+			return fmt.Sprintf("%s on %s %s..%s and %s on %s %s..%s", p.job, p.node, p.from.Format("15:04:05.000"), p.to.Format("15:04:05.000"),
+				q.job, q.node, q.from.Format("15:04:05.000"), q.to.Format("15:04:05.000"))
+		}
+	}
+	return ""
+}
