@@ -58,7 +58,7 @@ type Agent struct {
 	metrics  atomic.Pointer[exporter.MetricsHandler]
 	docker   *docker.Inventory
 	store    ledger.Ledger
-	lease    ledger.Lease // this agent's lease of its node in store
+	lease    ledger.Lease  // this agent's lease of its node in store
 	takeover time.Duration // how long the lease may be silent (ledger.lease_takeover)
 	recorder *record.Recorder
 	waste    *liveWaste

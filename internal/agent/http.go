@@ -17,6 +17,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/web"
 	"github.com/gpumeter/gpumeter/internal/whatif"
@@ -92,6 +93,10 @@ func (a *Agent) Handler() http.Handler {
 		ac.Jobs = a.queue
 		ac.FairShare = a.fair
 		ac.Ranks = a.queue
+		if a.cfg.Queue.Fleet {
+			ac.Nodes = &run.Nodes{Fleet: a.store, Jobs: a.store, Takeover: a.takeover,
+				Target: a.cfg.Queue.TargetUtilization, OutsideThreshold: a.cfg.Queue.OutsideMemoryThreshold}
+		}
 	}
 	apiHandler := server.New(ac)
 	// MaxAge: a stuck sampler does not freeze the process metrics.

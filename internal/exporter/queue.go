@@ -57,13 +57,13 @@ type StepHistogram struct {
 }
 
 var (
-	famQueueJobs = family{"gpumeter_queue_jobs", "Jobs of the GPU queue in each state (queued, starting, running and the ended ones).", "gauge"}
-	famQueueWait = family{"gpumeter_queue_wait_seconds", "How long jobs of the GPU queue waited from submission to start.", "histogram"}
-	famQueueStep = family{"gpumeter_queue_start_step_seconds", "How long each step of a queue job's start took, from the death of the container that freed its GPUs to the engine's answer to start.", "histogram"}
+	famQueueJobs   = family{"gpumeter_queue_jobs", "Jobs of the GPU queue in each state (queued, starting, running and the ended ones).", "gauge"}
+	famQueueWait   = family{"gpumeter_queue_wait_seconds", "How long jobs of the GPU queue waited from submission to start.", "histogram"}
+	famQueueStep   = family{"gpumeter_queue_start_step_seconds", "How long each step of a queue job's start took, from the death of the container that freed its GPUs to the engine's answer to start.", "histogram"}
 	famFleetNodes  = family{"gpumeter_fleet_nodes", "The fleet's nodes by state (up, draining, lost), from the scheduler's last pass; served by the agent that holds the scheduler lease.", "gauge"}
 	famFleetLeader = family{"gpumeter_fleet_scheduler_leader", "1 while this agent holds the fleet's scheduler lease, else 0.", "gauge"}
 	famFleetPass   = family{"gpumeter_fleet_pass_seconds", "Seconds the fleet's scheduling passes took on this agent while it held the scheduler lease.", "summary"}
-	famQueueGPUs = family{"gpumeter_queue_gpus", "GPUs by what the queue may do with them: held by a job, free to start one, or kept out by use outside the queue.", "gauge"}
+	famQueueGPUs   = family{"gpumeter_queue_gpus", "GPUs by what the queue may do with them: held by a job, free to start one, or kept out by use outside the queue.", "gauge"}
 )
 
 // RenderQueue appends the queue's metrics, labelled with the node, in the

@@ -70,7 +70,8 @@ type JobStore interface {
 	// the job's state is still from; otherwise it returns a
 	// *JobStateError naming the state the job is in, and writes nothing.
 	// change may set State, Reason, ReasonText, GPUs, StartedAt, EndedAt,
-	// ExitCode, ContainerID, Held, Attempts, Requeues and Placement;
+	// ExitCode, ContainerID, Held, Attempts, Requeues, Placement and Node
+	// (a fleet's job leaves its lost node as it goes back to the queue);
 	// other fields are kept. A job it leaves starting or running holds
 	// its GPUs on its node in the same transaction (Fleet's allocations),
 	// and one it moves out of those states lets them go: a GPU that

@@ -214,7 +214,7 @@ func (l Ledger) updateJob(ctx context.Context, tx Tx, id string, from queue.Stat
 	j.GPUs = append([]string(nil), j.GPUs...)
 	change(&j)
 	// What the store assigns is kept, whatever change did.
-	j.ID, j.Seq, j.Node, j.Name, j.User, j.Team = cur.ID, cur.Seq, cur.Node, cur.Name, cur.User, cur.Team
+	j.ID, j.Seq, j.Name, j.User, j.Team = cur.ID, cur.Seq, cur.Name, cur.User, cur.Team
 	j.GPUsRequested, j.Image, j.Command, j.EnvKeys, j.Request = cur.GPUsRequested, cur.Image, cur.Command, cur.EnvKeys, cur.Request
 	j.TimeLimit, j.SubmittedAt = cur.TimeLimit, cur.SubmittedAt
 	if node != nil {
