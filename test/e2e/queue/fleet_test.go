@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/client"
 
@@ -38,10 +39,21 @@ type fleet struct {
 // newFleet makes the hosts of a fleet of n nodes; start starts them.
 func newFleet(t *testing.T, n int) *fleet {
 	t.Helper()
+	return newFleetWith(t, n, "")
+}
+
+// newFleetWith is newFleet with extra (YAML under queue:) added to every
+// node's queue section.
+func newFleetWith(t *testing.T, n int, extra string) *fleet {
+	t.Helper()
 	f := &fleet{dsn: pgtest.DSN(t)}
 	dockertest.LockGPUs(t)
+	// The lock may be waited for behind other checkouts' tests: what
+	// the test itself takes is from here to its last cleanup.
+	locked := time.Now()
+	t.Cleanup(func() { t.Logf("the fleet held the GPU lock for %s", time.Since(locked).Round(100*time.Millisecond)) })
 	for range n {
-		h := makeHost(t, "  fleet: true\n  log_retention: 1h\n")
+		h := makeHost(t, "  fleet: true\n  log_retention: 1h\n"+extra)
 		// Each node's simulated GPUs take their UUIDs from its name.
 		sc := strings.Replace(scenario, "node: e2e-queue", "node: "+h.node, 1)
 		if err := os.WriteFile(filepath.Join(h.dir, "scenario.yaml"), []byte(sc), 0o644); err != nil {
@@ -58,6 +70,27 @@ func newFleet(t *testing.T, n int) *fleet {
 		f.hosts = append(f.hosts, h)
 	}
 	return f
+}
+
+// throughProxy points host i's ledger.dsn at a pgtest proxy in front of
+// the fleet's database, so that a test can cut that agent off from
+// PostgreSQL and let it back; call it before start.
+func (f *fleet) throughProxy(t *testing.T, i int) *pgtest.Proxy {
+	t.Helper()
+	proxy, via := pgtest.NewProxy(t, f.dsn)
+	h := f.hosts[i]
+	cfg, err := os.ReadFile(h.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := fmt.Sprintf("dsn: %q", f.dsn), fmt.Sprintf("dsn: %q", via)
+	if !strings.Contains(string(cfg), from) {
+		t.Fatalf("%s has no %s", h.config, from)
+	}
+	if err := os.WriteFile(h.config, []byte(strings.Replace(string(cfg), from, to, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return proxy
 }
 
 func (f *fleet) start(t *testing.T) {
@@ -121,7 +154,16 @@ func (f *fleet) runs(t *testing.T) []run {
 			t.Fatal(err)
 		}
 		for _, c := range res.Items {
-			in := dockertest.Inspect(t, h.cli, c.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			res, err := h.cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+			cancel()
+			if cerrdefs.IsNotFound(err) {
+				continue // removed since the list: an agent reconciled it away
+			}
+			if err != nil {
+				t.Fatalf("inspect %.12s: %v", c.ID, err)
+			}
+			in := res.Container
 			r := run{job: in.Config.Labels["gpumeter.job"], node: h.node, id: c.ID}
 			for _, kv := range in.Config.Env {
 				if v, ok := strings.CutPrefix(kv, "NVIDIA_VISIBLE_DEVICES="); ok && v != "" && v != "none" {
