@@ -49,6 +49,9 @@ type NodeView struct {
 	// store's clock.
 	LeaseAge     time.Duration
 	AgentVersion string
+	// API is the base URL other agents reach the node's agent at
+	// (queue.fleet_api there); "" when it serves none.
+	API string
 	// SMUtil is the mean of its GPUs' measured SM utilisation (0..1) when
 	// its agent last registered; 0 for a node without GPUs.
 	SMUtil float64
@@ -131,7 +134,7 @@ func (n *Nodes) Nodes(ctx context.Context) ([]NodeView, error) {
 	}
 	out := make([]NodeView, 0, len(statuses))
 	for _, s := range statuses {
-		v := NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, GPUs: []NodeGPUView{}}
+		v := NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, API: s.API, GPUs: []NodeGPUView{}}
 		var util float64
 		for _, g := range s.GPUs {
 			util += g.Util
