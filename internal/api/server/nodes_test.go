@@ -238,9 +238,10 @@ func TestNodesOnTheWire(t *testing.T) {
 		t.Errorf("on the wire (-want +got):\n%s", diff)
 	}
 	// The job that holds a GPU is the jobs' to show, where the caller's
-	// role narrows them; the nodes show only that it is held.
+	// role narrows them; the nodes show only that it is held. A node's
+	// API is what agents forward to, not the wire's.
 	for typ, copied := range map[reflect.Type][]string{
-		reflect.TypeFor[run.NodeView]():    {"Node", "State", "LeaseAge", "AgentVersion", "SMUtil", "Score", "GPUs"},
+		reflect.TypeFor[run.NodeView]():    {"Node", "State", "LeaseAge", "AgentVersion", "API", "SMUtil", "Score", "GPUs"},
 		reflect.TypeFor[run.NodeGPUView](): {"UUID", "Index", "Model", "MemoryBytes", "State", "Job"},
 	} {
 		var fields []string
