@@ -343,20 +343,7 @@ func age(t *time.Time, now time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return since(now.Sub(*t))
-}
-
-// since writes an age in its largest whole unit: 42s, 5m, 30h, 3d.
-func since(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return strconv.Itoa(max(0, int(d/time.Second))) + "s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d/time.Minute)) + "m"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d/time.Hour)) + "h"
-	}
-	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	return units.FormatAge(now.Sub(*t))
 }
 
 // writeJob prints one job in full, its reason's sentence whole.
