@@ -1,6 +1,7 @@
 package web
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/gpumeter/gpumeter/internal/auth"
@@ -66,6 +67,11 @@ func (s *handler) nodePage(r *http.Request, c *Visitor, f Frame) (any, error) {
 // the reader may see them.
 func (s *handler) nodeTiles(r *http.Request, c *Visitor) ([]NodeTile, error) {
 	views, err := s.cfg.Nodes.Nodes(r.Context())
+	if errors.Is(err, ledger.ErrUnavailable) {
+		// Nothing is wrong with the agent: the page comes back with the
+		// database.
+		return nil, &pageError{http.StatusServiceUnavailable, "the fleet's database cannot be reached; try again in a few seconds"}
+	}
 	if err != nil {
 		return nil, err
 	}

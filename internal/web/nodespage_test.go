@@ -2,10 +2,12 @@ package web_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,5 +208,37 @@ func TestNodesPageOutsideFleet(t *testing.T) {
 	}
 	if status, body := page(t, f.Fixture, servertest.AsAdmin, "/nodes/gpu-a"); status != http.StatusNotFound || !strings.Contains(message(body), "not in a fleet") {
 		t.Errorf("/nodes/gpu-a outside a fleet: %d %q", status, message(body))
+	}
+}
+
+// downFleet is a fleet whose database cannot be reached: a fake, as
+// the store's own tests make the outage real.
+type downFleet struct{}
+
+func (downFleet) Nodes(context.Context) ([]run.NodeView, error) {
+	return nil, fmt.Errorf("nodes: %w", ledger.ErrUnavailable)
+}
+
+func (downFleet) SetDrained(context.Context, string, bool, audit.Event) error {
+	return fmt.Errorf("drain: %w", ledger.ErrUnavailable)
+}
+
+func (downFleet) Consolidate(context.Context) ([]queue.ConsolidateAdvice, error) {
+	return nil, fmt.Errorf("consolidate: %w", ledger.ErrUnavailable)
+}
+
+// TestNodesPageLedgerDown: a fleet's database out of reach is a 503 that
+// says to try again, on both pages, and the jobs page still lists the
+// jobs.
+func TestNodesPageLedgerDown(t *testing.T) {
+	f := servertest.NewJobsFixtureServer(t, nil, func(c *server.Config) { c.Nodes = downFleet{} })
+	for _, path := range []string{"/nodes", "/nodes/gpu-a"} {
+		if status, body := page(t, f.Fixture, servertest.AsAdmin, path); status != http.StatusServiceUnavailable || !strings.Contains(message(body), "try again") {
+			t.Errorf("%s with the fleet's database down: %d %q, want 503 saying to try again", path, status, message(body))
+		}
+	}
+	j := f.Submit(t, servertest.AsAlice, servertest.GoodJob)
+	if got := jobIDs(checkHTMLPage(t, f.Get(t, servertest.AsAdmin, "/jobs"), http.StatusOK)); !slices.Equal(got, []string{j.ID}) {
+		t.Errorf("jobs %v with the fleet's database down, want %s", got, j.ID)
 	}
 }
