@@ -314,6 +314,11 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 		if !ok {
 			return
 		}
+		if verb == "cancel" && (job.State == queue.Starting || job.State == queue.Running) && s.forwards(r, job) {
+			// Its container is on another node: that node's agent stops it.
+			s.forward(w, r, c, job, []byte("{}"))
+			return
+		}
 		ev := s.event(r, c, job.ID, http.StatusOK, "")
 		ev.Owner = job.User
 		// What is asked is done even if the caller hangs up; a cancel
@@ -480,7 +485,10 @@ func placementJSON(p *queue.PlacementRecord) *apitype.Placement {
 		out.Candidates = make([]apitype.PlacementCandidate, 0, len(p.Candidates))
 	}
 	for _, c := range p.Candidates {
-		out.Candidates = append(out.Candidates, apitype.PlacementCandidate{UUID: c.UUID, Index: c.Index, Score: c.Score, Util: c.Util, Chosen: c.Chosen})
+		out.Candidates = append(out.Candidates, apitype.PlacementCandidate{UUID: c.UUID, Index: c.Index, Score: c.Score, Util: c.Util, Chosen: c.Chosen, Node: c.Node})
+	}
+	for _, n := range p.Nodes {
+		out.Nodes = append(out.Nodes, apitype.PlacementNode{Node: n.Node, Score: n.Score, Util: n.Util, Chosen: n.Chosen})
 	}
 	return out
 }
