@@ -139,6 +139,13 @@ type Fleet interface {
 	// skipping those another transaction is claiming (FOR UPDATE SKIP
 	// LOCKED on PostgreSQL): each intent is returned once.
 	ClaimIntents(ctx context.Context, node, instance string) ([]queue.Job, error)
+	// Listen returns a channel that receives a value, soon after, when
+	// an agent of the fleet committed a change a pass may act on (a
+	// submission, freed GPUs, intents, a drain), and once after each
+	// reconnection (changes may have been missed), until ctx ends. It is
+	// a hint: callers poll behind it. PostgreSQL's LISTEN/NOTIFY, on a
+	// connection of its own; SQLite, which runs no fleet, never sends.
+	Listen(ctx context.Context) <-chan struct{}
 	// Allocations returns the active exclusive allocations: (node, GPU
 	// UUID) -> job ID.
 	Allocations(ctx context.Context) (map[NodeGPUKey]string, error)

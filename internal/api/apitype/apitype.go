@@ -68,6 +68,10 @@ const (
 	// CodeNodeNotFound (404): no node of that name registered in the
 	// ledger.
 	CodeNodeNotFound = "node_not_found"
+	// CodeNodeLost (503): the job's container is on a node of the fleet
+	// that is lost (its agent's lease expired), or whose agent cannot
+	// be reached; what acts on the container waits until it is back.
+	CodeNodeLost = "node_lost"
 )
 
 // Outcomes of API calls in the audit log: a request that was let in or

@@ -314,6 +314,11 @@ func (s *server) jobAction(verb string) func(w http.ResponseWriter, r *http.Requ
 		if !ok {
 			return
 		}
+		if verb == "cancel" && (job.State == queue.Starting || job.State == queue.Running) && s.forwards(r, job) {
+			// Its container is on another node: that node's agent stops it.
+			s.forward(w, r, c, job, []byte("{}"))
+			return
+		}
 		ev := s.event(r, c, job.ID, http.StatusOK, "")
 		ev.Owner = job.User
 		// What is asked is done even if the caller hangs up; a cancel

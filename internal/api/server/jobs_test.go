@@ -117,7 +117,7 @@ func TestJobJSONContract(t *testing.T) {
 	}
 	slices.Sort(keys)
 	want := []string{"after", "array_count", "array_id", "array_index", "array_max_running", "attempt", "class", "command", "container_id", "ended_at", "env_keys", "estimated_start", "exit_code", "gpu_memory_requested", "gpus", "gpus_requested",
-		"held", "id", "image", "name", "placement", "position", "preemptible", "priority", "reason", "reason_text", "requeue_of", "requeues", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
+		"held", "id", "image", "model_constraint", "name", "node", "node_constraint", "placement", "position", "preemptible", "priority", "reason", "reason_text", "requeue_of", "requeues", "started_at", "state", "submitted_at", "team", "time_limit", "user"}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("job fields (-want +got):\n%s", diff)
 	}

@@ -28,6 +28,10 @@ func (s *server) jobLogs(w http.ResponseWriter, r *http.Request, c *call) {
 	if !ok {
 		return
 	}
+	if s.forwards(r, job) {
+		s.forward(w, r, c, job, nil)
+		return
+	}
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), window: writeWindow(r)}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

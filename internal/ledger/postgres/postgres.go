@@ -83,6 +83,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		WriteTx:         func(ctx context.Context, fn func(sqlledger.Tx) error) error { return unavailable(s.jobTx(ctx, fn)) },
 		Now:             serverNow,
 		RowLocks:        true,
+		Notify:          notify,
 		UniqueViolation: uniqueViolation,
 		LockGPUs:        lockGPUs,
 	})

@@ -76,6 +76,9 @@ func (l Ledger) SubmitArray(ctx context.Context, template queue.Job, indices []i
 			ev.Evidence = map[string]float64{}
 		}
 		ev.Evidence["tasks"] = float64(len(indices))
+		if err := l.notify(ctx, tx); err != nil {
+			return err
+		}
 		return insertAudit(ctx, tx, ev)
 	})
 	if err != nil {

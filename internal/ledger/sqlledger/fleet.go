@@ -252,6 +252,9 @@ func (l Ledger) SetDrained(ctx context.Context, node string, drained bool, ev au
 		if n == 0 {
 			return ledger.ErrNodeNotFound
 		}
+		if err := l.notify(ctx, tx); err != nil {
+			return err
+		}
 		if ev.Kind == "" {
 			return nil
 		}
@@ -393,6 +396,9 @@ func (l Ledger) WriteIntents(ctx context.Context, token int64, intents []ledger.
 			if err := l.writeIntent(ctx, tx, token, now, in); err != nil {
 				return err
 			}
+		}
+		if err := l.notify(ctx, tx); err != nil {
+			return err
 		}
 		for _, ev := range events {
 			if ev.Kind == "" {

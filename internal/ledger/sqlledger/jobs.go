@@ -60,6 +60,9 @@ func (l Ledger) SubmitJob(ctx context.Context, job queue.Job, audit audit.Event)
 				return err
 			}
 		}
+		if err := l.notify(ctx, tx); err != nil {
+			return err
+		}
 		if audit.Target == "" {
 			audit.Target = j.ID
 		}
@@ -253,6 +256,14 @@ func (l Ledger) updateJob(ctx context.Context, tx Tx, id string, from queue.Stat
 	}
 	if j.State != cur.State || j.Node != cur.Node || !slices.Equal(j.GPUs, cur.GPUs) {
 		if err := l.allocate(ctx, tx, j, activeState(cur.State)); err != nil {
+			return queue.Job{}, err
+		}
+	}
+	// GPUs freed, a job back in the queue or released: a pass may start
+	// something.
+	freed := activeState(cur.State) && !activeState(j.State)
+	if freed || j.State == queue.Queued && (cur.State != queue.Queued || cur.Held && !j.Held) {
+		if err := l.notify(ctx, tx); err != nil {
 			return queue.Job{}, err
 		}
 	}

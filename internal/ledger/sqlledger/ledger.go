@@ -51,6 +51,20 @@ type Backend struct {
 	// holder beside memory jobs' shares. Nil for a database that runs
 	// one write transaction at a time.
 	LockGPUs func(ctx context.Context, tx Tx, node string, gpus []string) error
+	// Notify, where set, tells the fleet's agents through tx that the
+	// queue changed in a way a pass may act on (a job submitted, GPUs
+	// freed, intents written, a node drained or undrained): sent when
+	// tx commits, never when it rolls back. Nil for a database without
+	// notifications (SQLite, where a fleet cannot run).
+	Notify func(ctx context.Context, tx Tx) error
+}
+
+// notify sends the queue's wake-up through tx, where the backend has one.
+func (l Ledger) notify(ctx context.Context, tx Tx) error {
+	if l.b.Notify == nil {
+		return nil
+	}
+	return l.b.Notify(ctx, tx)
 }
 
 // Ledger is the part of ledger.Ledger that the SQL backends share: the

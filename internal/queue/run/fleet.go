@@ -185,33 +185,7 @@ func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[st
 		states[string(nodeState(n))]++
 	}
 	defer func() { q.metrics.fleetPass(q.now().Sub(began), states) }()
-	lost := map[string]bool{}
-	in.GPUs, in.Util = nil, map[string]float64{}
-	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
-	in.Drained = map[string]bool{}
-	in.Config.SharedGPUs = nil
-	for _, n := range nodes {
-		if n.Lost {
-			lost[n.Node] = true
-			continue
-		}
-		if n.Drained {
-			in.Drained[n.Node] = true
-		}
-		for _, g := range n.GPUs {
-			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
-			in.Util[g.UUID] = g.Util
-			if g.MemoryUsedOutside > 0 {
-				in.Outside.MemoryUsed[g.UUID] = g.MemoryUsedOutside
-			}
-			if g.OutsideContainer != "" {
-				in.Outside.Containers = append(in.Outside.Containers, queue.OutsideContainer{Name: g.OutsideContainer, GPUs: []string{g.UUID}})
-			}
-			if g.Shared {
-				in.Config.SharedGPUs = append(in.Config.SharedGPUs, g.UUID)
-			}
-		}
-	}
+	lost := fleetInput(nodes, &in)
 	// The jobs of a lost node are lost: they go back to the queue (by
 	// queue.requeue_on) and the node's GPUs leave the pool.
 	running := in.Running[:0:0]
@@ -338,4 +312,38 @@ func (q *Launcher) fence(ctx context.Context, l *loop) {
 		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger"})
 	}
 	l.reconciled = false
+}
+
+// fleetInput sets in's GPUs, their use and the drained nodes from the
+// nodes' registrations, leaving the lost nodes out, and returns the lost
+// ones.
+func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]bool) {
+	lost = map[string]bool{}
+	in.GPUs, in.Util = nil, map[string]float64{}
+	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
+	in.Drained = map[string]bool{}
+	in.Config.SharedGPUs = nil
+	for _, n := range nodes {
+		if n.Lost {
+			lost[n.Node] = true
+			continue
+		}
+		if n.Drained {
+			in.Drained[n.Node] = true
+		}
+		for _, g := range n.GPUs {
+			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
+			in.Util[g.UUID] = g.Util
+			if g.MemoryUsedOutside > 0 {
+				in.Outside.MemoryUsed[g.UUID] = g.MemoryUsedOutside
+			}
+			if g.OutsideContainer != "" {
+				in.Outside.Containers = append(in.Outside.Containers, queue.OutsideContainer{Name: g.OutsideContainer, GPUs: []string{g.UUID}})
+			}
+			if g.Shared {
+				in.Config.SharedGPUs = append(in.Config.SharedGPUs, g.UUID)
+			}
+		}
+	}
+	return lost
 }

@@ -75,7 +75,11 @@ func (q *Launcher) Run(ctx context.Context) error {
 		ping: engineBackoff, unsure: map[string]bool{}, stale: map[string]string{}, pendingEnds: map[string]container.JobContainer{},
 		killChecks: map[string]killCheck{}, killVerdict: map[string]bool{}}
 	defer l.stops.Wait()
-	evs := q.engine.Events(ctx) // before the reconciliation, so no death is missed
+	evs := q.engine.Events(ctx)   // before the reconciliation, so no death is missed
+	var fleetWake <-chan struct{} // nil, which never receives, on one node
+	if q.fleet != nil {
+		fleetWake = q.fleet.Store.Listen(ctx)
+	}
 	q.env.cleanTemps(time.Hour)
 	q.countEnded(ctx)
 	timer := time.NewTimer(time.Hour)
@@ -112,6 +116,7 @@ func (q *Launcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-q.wake:
+		case <-fleetWake:
 		case <-timer.C:
 		case id := <-l.stopped:
 			q.died(ctx, l, id)
@@ -123,6 +128,7 @@ func (q *Launcher) Run(ctx context.Context) error {
 		for drained := false; !drained; {
 			select {
 			case <-q.wake:
+			case <-fleetWake:
 			case id := <-l.stopped:
 				q.died(ctx, l, id)
 			case id, ok := <-evs:

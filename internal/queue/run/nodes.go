@@ -49,6 +49,9 @@ type NodeView struct {
 	// store's clock.
 	LeaseAge     time.Duration
 	AgentVersion string
+	// API is the base URL other agents reach the node's agent at
+	// (queue.fleet_api there); "" when it serves none.
+	API string
 	// SMUtil is the mean of its GPUs' measured SM utilisation (0..1) when
 	// its agent last registered; 0 for a node without GPUs.
 	SMUtil float64
@@ -131,7 +134,7 @@ func (n *Nodes) Nodes(ctx context.Context) ([]NodeView, error) {
 	}
 	out := make([]NodeView, 0, len(statuses))
 	for _, s := range statuses {
-		v := NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, GPUs: []NodeGPUView{}}
+		v := NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, API: s.API, GPUs: []NodeGPUView{}}
 		var util float64
 		for _, g := range s.GPUs {
 			util += g.Util
@@ -170,4 +173,29 @@ func nodeState(s ledger.NodeStatus) NodeState {
 // node is an error wrapping ledger.ErrNodeNotFound.
 func (n *Nodes) SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error {
 	return n.Fleet.SetDrained(ctx, node, drained, ev)
+}
+
+// Consolidate says which nodes could be drained now: those whose running
+// jobs would all fit on the other nodes at the target utilisation (see
+// queue.Consolidate). Lost nodes are left out, as the scheduler leaves
+// them out.
+func (n *Nodes) Consolidate(ctx context.Context) ([]queue.ConsolidateAdvice, error) {
+	statuses, err := n.Fleet.Nodes(ctx, n.Takeover)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := n.Jobs.ActiveJobs(ctx, queue.Starting, queue.Running)
+	if err != nil {
+		return nil, err
+	}
+	in := queue.Input{Config: queue.Config{Placement: queue.Target, TargetUtilization: n.Target, OutsideMemoryThreshold: n.OutsideThreshold}}
+	lost := fleetInput(statuses, &in)
+	for _, j := range jobs {
+		if lost[j.Node] {
+			continue
+		}
+		in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt,
+			TimeLimit: j.TimeLimit, GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node})
+	}
+	return queue.Consolidate(in), nil
 }

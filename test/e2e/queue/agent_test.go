@@ -71,6 +71,9 @@ type host struct {
 	// The secrets of the tokens of the test's users, and the admin's.
 	alice, bob, viewer, rooty, admin string
 	agent                            *agent
+	// listen, when set, is the address the agent serves on (a fleet's
+	// agents give theirs to each other); else a free one each start.
+	listen string
 }
 
 // agent is one run of `gpumeter serve` on a host.
@@ -183,7 +186,11 @@ func freePort(t *testing.T) int {
 // stopped when the test ends unless the test ended it.
 func (h *host) start(t *testing.T) *agent {
 	t.Helper()
-	a := harness.Launch(t, h.dataDir, "--config", h.config, "--sim", filepath.Join(h.dir, "scenario.yaml"), "--interval", "200ms")
+	args := []string{"--config", h.config, "--sim", filepath.Join(h.dir, "scenario.yaml"), "--interval", "200ms"}
+	if h.listen != "" {
+		args = append(args, "--listen", h.listen)
+	}
+	a := harness.Launch(t, h.dataDir, args...)
 	// One the test did not end gets SIGTERM and must exit cleanly, jobs
 	// running or not (before Launch's own cleanup, which would kill it).
 	t.Cleanup(func() {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/client"
 
@@ -41,7 +42,9 @@ func newFleet(t *testing.T, n int) *fleet {
 	f := &fleet{dsn: pgtest.DSN(t)}
 	dockertest.LockGPUs(t)
 	for range n {
-		h := makeHost(t, "  fleet: true\n  log_retention: 1h\n")
+		port := freePort(t)
+		h := makeHost(t, fmt.Sprintf("  fleet: true\n  log_retention: 1h\n  fleet_api: http://127.0.0.1:%d\n", port))
+		h.listen = fmt.Sprintf("127.0.0.1:%d", port)
 		// Each node's simulated GPUs take their UUIDs from its name.
 		sc := strings.Replace(scenario, "node: e2e-queue", "node: "+h.node, 1)
 		if err := os.WriteFile(filepath.Join(h.dir, "scenario.yaml"), []byte(sc), 0o644); err != nil {
@@ -52,12 +55,32 @@ func newFleet(t *testing.T, n int) *fleet {
 			t.Fatal(err)
 		}
 		text := string(cfg) + fmt.Sprintf("ledger:\n  dsn: %q\n  flush_interval: 1s\n  lease_takeover: %s\n", f.dsn, fleetTakeover)
+		if len(f.hosts) > 0 {
+			// One fleet, one set of tokens: a request an agent passes on
+			// to the job's node is checked there with the caller's own.
+			first := f.hosts[0]
+			text = tokensOf(t, first.config) + text[strings.Index(text, "queue:\n"):]
+			text = strings.Replace(text, "hostname: "+first.node, "hostname: "+h.node, 1)
+			h.alice, h.bob, h.viewer, h.rooty = first.alice, first.bob, first.viewer, first.rooty
+		}
 		if err := os.WriteFile(h.config, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		f.hosts = append(f.hosts, h)
 	}
 	return f
+}
+
+// tokensOf is the config at path up to its queue section: the host
+// files and the tokens.
+func tokensOf(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	return text[:strings.Index(text, "queue:\n")]
 }
 
 func (f *fleet) start(t *testing.T) {
@@ -121,7 +144,16 @@ func (f *fleet) runs(t *testing.T) []run {
 			t.Fatal(err)
 		}
 		for _, c := range res.Items {
-			in := dockertest.Inspect(t, h.cli, c.ID)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			res, err := h.cli.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+			cancel()
+			if cerrdefs.IsNotFound(err) {
+				continue // removed since the listing: a start that failed, never run
+			}
+			if err != nil {
+				t.Fatalf("inspect %.12s: %v", c.ID, err)
+			}
+			in := res.Container
 			r := run{job: in.Config.Labels["gpumeter.job"], node: h.node, id: c.ID}
 			for _, kv := range in.Config.Env {
 				if v, ok := strings.CutPrefix(kv, "NVIDIA_VISIBLE_DEVICES="); ok && v != "" && v != "none" {
@@ -171,6 +203,22 @@ func TestFleetOneQueue(t *testing.T) {
 	job := func(gpus int, d string) apitype.JobRequest {
 		return a.h.request(gpus, "5m", "exit-after", d, "0", "done")
 	}
+	// One job on each node first, whose logs every agent then shows.
+	var onNode []apitype.Job
+	for _, h := range f.hosts {
+		req := job(1, "100ms")
+		req.Node = h.node
+		onNode = append(onNode, submit(a.h.alice, req))
+	}
+	for i, j := range onNode {
+		if j = a.await(t, j.ID, time.Minute, "succeeded", "failed"); j.State != "succeeded" || j.Node != f.hosts[i].node {
+			t.Fatalf("%s asked for node %s: %s on %q: %s", j.ID, f.hosts[i].node, j.State, j.Node, j.ReasonText)
+		}
+		status, body := a.call(t, http.MethodGet, "/api/v1/jobs/"+j.ID+"/logs", a.h.alice, nil)
+		if status != http.StatusOK || strings.TrimSpace(string(body)) != "done" {
+			t.Errorf("logs of %s (node %s) through %s: %d %q, want its output", j.ID, j.Node, a.h.node, status, body)
+		}
+	}
 	for i := range 12 {
 		submit(a.h.alice, job(1+i%2, "3s"))
 		submit(a.h.bob, job(1, "2s"))
@@ -199,8 +247,18 @@ func TestFleetOneQueue(t *testing.T) {
 		t.Fatalf("the scheduler lease names node %q, none of the fleet's", leader)
 	}
 	f.agents[k].Kill(t)
-	killed := time.Now()
 	live := f.agents[(k+1)%3]
+	dockertest.WaitFor(t, time.Minute, "the killed agent's node lost", func() (bool, string) {
+		for _, n := range f.nodes(t, live).Nodes {
+			if n.Node == leader {
+				return n.State == "lost", n.State
+			}
+		}
+		return false, "not listed"
+	})
+	if status, body := live.call(t, http.MethodGet, "/api/v1/jobs/"+onNode[k].ID+"/logs", live.h.alice, nil); status != http.StatusServiceUnavailable || !strings.Contains(string(body), `"node_lost"`) {
+		t.Errorf("logs of %s, on the lost node %s: %d %s, want 503 node_lost", onNode[k].ID, leader, status, body)
+	}
 	for _, id := range ids {
 		j := live.await(t, id, 3*time.Minute, "succeeded", "failed", "cancelled", "timeout")
 		if j.State != "succeeded" {
@@ -211,6 +269,7 @@ func TestFleetOneQueue(t *testing.T) {
 		t.Errorf("the scheduler lease stayed with the killed agent's node %s", leader)
 	}
 	// The killed agent comes back and reconciles; more jobs run.
+	restarted := time.Now()
 	f.agents[k] = f.hosts[k].start(t)
 	for range 6 {
 		j := live.submit(t, live.h.alice, job(1, "1s"))
@@ -220,6 +279,19 @@ func TestFleetOneQueue(t *testing.T) {
 		if j := live.await(t, id, 3*time.Minute, "succeeded", "failed"); j.State != "succeeded" {
 			t.Errorf("%s ended %s: %s", id, j.State, j.ReasonText)
 		}
+	}
+	// A job running on another node is cancelled through this agent: the
+	// job's node stops it.
+	other := f.hosts[(slices.Index(f.agents, live)+1)%3]
+	long := live.h.request(1, "5m", "exit-after", "5m", "0")
+	long.Node = other.node
+	lj := live.submit(t, live.h.alice, long)
+	live.await(t, lj.ID, time.Minute, "running")
+	if status, e := live.post(t, lj.ID, "cancel", live.h.alice); status != http.StatusOK {
+		t.Errorf("cancel %s, running on %s, through %s: %d %+v", lj.ID, other.node, live.h.node, status, e)
+	}
+	if j := live.await(t, lj.ID, time.Minute, "cancelled", "succeeded", "failed"); j.State != "cancelled" {
+		t.Errorf("%s: %s after its cancel, want cancelled: %s", lj.ID, j.State, j.ReasonText)
 	}
 
 	jobs := map[string]apitype.Job{}
@@ -271,9 +343,10 @@ func TestFleetOneQueue(t *testing.T) {
 				if r.exit != 0 || !r.to.Before(time.Now()) {
 					t.Errorf("%s: its container %.12s on %s exited %d at %v, want 0, ended", id, r.id, r.node, r.exit, r.to)
 				}
-			case r.node != leader || !r.from.Before(killed):
+			case r.node != leader || !r.from.Before(restarted):
 				// Only the killed agent's node may hold an earlier run:
-				// the one its death orphaned, requeued after its lease.
+				// the one its death orphaned (a start the engine made
+				// as the agent died included), requeued after its lease.
 				t.Errorf("%s ran in container %.12s on %s besides %.12s on %s", id, r.id, r.node, j.ContainerID, j.Node)
 			}
 		}
