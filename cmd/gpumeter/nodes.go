@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 func newNodes() *cobra.Command {
@@ -60,19 +61,9 @@ func writeNodes(w io.Writer, ns apitype.Nodes) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tLEASE-AGE\tVERSION\tSCORE\tSM\tGPUS\tFREE/HELD/OUTSIDE")
 	for _, n := range ns.Nodes {
-		var free, held, outside int
-		for _, g := range n.GPUs {
-			switch g.State {
-			case apitype.GPUFree:
-				free++
-			case apitype.GPUHeld:
-				held++
-			case apitype.GPUOutside:
-				outside++
-			}
-		}
+		free, held, outside := n.GPUCounts()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f%%\t%d\t%d/%d/%d\n", client.Clean(n.Node), client.Clean(n.State),
-			since(time.Duration(n.LeaseAgeSeconds*float64(time.Second))), dash(client.Clean(n.AgentVersion)), n.Score, 100*n.SMUtil,
+			units.FormatAge(time.Duration(n.LeaseAgeSeconds*float64(time.Second))), dash(client.Clean(n.AgentVersion)), n.Score, 100*n.SMUtil,
 			len(n.GPUs), free, held, outside)
 	}
 	if len(ns.Nodes) == 0 {

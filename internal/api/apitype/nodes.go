@@ -32,6 +32,21 @@ type Node struct {
 	GPUs   []NodeGPU `json:"gpus"`
 }
 
+// GPUCounts counts n's GPUs in each state.
+func (n Node) GPUCounts() (free, held, outside int) {
+	for _, g := range n.GPUs {
+		switch g.State {
+		case GPUFree:
+			free++
+		case GPUHeld:
+			held++
+		case GPUOutside:
+			outside++
+		}
+	}
+	return free, held, outside
+}
+
 // The states of a NodeGPU.
 const (
 	GPUFree    = "free"

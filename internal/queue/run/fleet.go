@@ -127,18 +127,19 @@ func (q *Launcher) lead(ctx context.Context) bool {
 	return true
 }
 
-// fleetPass is the fleet's part of a pass: as the scheduler, it loses the
+// fleetPass is the fleet's part of a pass: as the scheduler (leader: the
+// pass began by taking or renewing the lease), it loses the
 // jobs of lost nodes, schedules every node's GPUs and writes the starts
 // as intents; then it launches the intents that name this node. in holds
 // the queued and running jobs the pass read, with the dependencies and
 // the fair share applied. It returns the plan the scheduler made (empty
 // on any other agent) and when the next pass is due.
-func (q *Launcher) fleetPass(ctx context.Context, l *loop, in queue.Input, byID map[string]queue.Job) (queue.Plan, time.Time) {
+func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue.Input, byID map[string]queue.Job) (queue.Plan, time.Time) {
 	f := q.fleet
 	now := q.now()
 	next := now.Add(cmpPoll(f.Poll))
 	var plan queue.Plan
-	if q.lead(ctx) {
+	if leader {
 		plan = q.schedulePass(ctx, in, byID)
 	}
 	if l.engineDown {

@@ -301,6 +301,12 @@ func TestFleetOneQueue(t *testing.T) {
 	if j := jobs[big.ID]; len(j.GPUs) != 4 {
 		t.Errorf("%s asked for 4 GPUs and holds %v", big.ID, j.GPUs)
 	}
+	for _, j := range jobs {
+		p := j.Placement
+		if p == nil || len(p.Nodes) == 0 || !p.Nodes[0].Chosen || p.Nodes[0].Node != j.Node {
+			t.Errorf("%s ran on %s; its placement's nodes, the chosen first: %+v", j.ID, j.Node, p)
+		}
+	}
 	if j := jobs[pin.ID]; j.Node != f.hosts[2].node || j.NodeConstraint != f.hosts[2].node {
 		t.Errorf("%s asked for node %s and ran on %q (constraint %q)", pin.ID, f.hosts[2].node, j.Node, j.NodeConstraint)
 	}
