@@ -166,11 +166,10 @@ func build() (dashboard.Dashboard, error) {
 		WithPanel(single("Nodes draining", "Nodes drained with gpumeter node drain: no new job starts there; running ones finish.", "short", `max(gpumeter_fleet_nodes{state="draining"})`).Span(6)).
 		WithPanel(single("Nodes lost", "Nodes whose agent has been silent for longer than ledger.lease_takeover: their jobs went back to the queue.", "short", `max(gpumeter_fleet_nodes{state="lost"})`).Span(6)).
 		WithPanel(single("Schedulers", "Agents that hold the fleet's scheduler lease: 1, or 0 for at most the takeover time after the scheduler died.", "short", `sum(gpumeter_fleet_scheduler_leader)`).Span(6)).
-		// Every agent of a fleet reads the one queue, so its
-		// gpumeter_queue_jobs counts the fleet's jobs: a node's are its
-		// running job containers.
-		WithPanel(series("Jobs running per node", "Queue jobs whose containers run on each node.", "short", 12, true,
-			query(`count by (Hostname) (gpumeter_container_running{`+fHost+`, job_id=~"j-.+"} == 1)`, "{{Hostname}}"))).
+		// In a fleet each agent counts the starting and running jobs of
+		// its own node.
+		WithPanel(series("Jobs running per node", "Queue jobs running on each node.", "short", 12, true,
+			query(`sum by (Hostname) (gpumeter_queue_jobs{`+fHost+`, state="running"})`, "{{Hostname}}"))).
 		WithPanel(series("Utilisation per node", "Mean SM utilisation of each node's GPUs, against the 0.7 that queue.placement: target aims each GPU at (queue.target_utilization's default).", "percentunit", 12, false,
 			query(`avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{`+fGPU+`}) / 100`, "{{Hostname}}"),
 			query(`vector(0.7)`, "target")))
