@@ -63,7 +63,7 @@ type fleetState struct {
 	// store last answered a pass.
 	reconciled, lastOK time.Time
 	// fenced is set once the agent stopped its jobs for having been
-	// out of the ledger's reach for longer than the takeover time.
+	// out of the ledger's reach for too long (see fence).
 	fenced bool
 }
 
@@ -311,7 +311,7 @@ func (q *Launcher) fence(ctx context.Context, l *loop) {
 		if !c.Running {
 			continue
 		}
-		q.log.Warn("out of the ledger's reach for "+after.String()+": the fleet may take this node for lost and start this job elsewhere; stopping its container",
+		q.log.Warn("out of the ledger's reach for "+after.Round(100*time.Millisecond).String()+": the fleet may take this node for lost and start this job elsewhere; stopping its container",
 			"container", c.ID, "job", c.JobID, "grace", grace)
 		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger", grace: grace})
 	}
