@@ -63,7 +63,7 @@ type fleetState struct {
 	// store last answered a pass.
 	reconciled, lastOK time.Time
 	// fenced is set once the agent stopped its jobs for having been
-	// out of the ledger's reach for longer than the takeover time.
+	// out of the ledger's reach for too long (see fence).
 	fenced bool
 }
 
@@ -289,13 +289,15 @@ func (q *Launcher) nodeLost(ctx context.Context, j queue.Job) {
 func (q *Launcher) mine(j queue.Job) bool { return q.fleet == nil || j.Node == q.node }
 
 // fence stops this node's running job containers once the agent has been
-// out of the ledger's reach for longer than the takeover time: the fleet
-// has taken its node for lost and may start its jobs elsewhere, and a job
-// must never run twice. The reconciliation that follows, once the
+// out of the ledger's reach for so long that the fleet may soon take its
+// node for lost and start its jobs elsewhere: a job must never run twice,
+// so each container is stopped, its grace included, before the takeover
+// can come (see fenceTimes). The reconciliation that follows, once the
 // ledger answers, settles the jobs.
 func (q *Launcher) fence(ctx context.Context, l *loop) {
 	f := q.fleet
-	if f.fenced || f.lastOK.IsZero() || q.now().Sub(f.lastOK) < f.Takeover {
+	after, grace := fenceTimes(f.Takeover, q.stopGrace)
+	if f.fenced || f.lastOK.IsZero() || q.now().Sub(f.lastOK) < after {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -309,10 +311,27 @@ func (q *Launcher) fence(ctx context.Context, l *loop) {
 		if !c.Running {
 			continue
 		}
-		q.log.Warn("out of the ledger's reach for longer than ledger.lease_takeover: the fleet may start this job elsewhere; stopping its container", "container", c.ID, "job", c.JobID)
-		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger"})
+		q.log.Warn("out of the ledger's reach for "+after.Round(100*time.Millisecond).String()+": the fleet may take this node for lost and start this job elsewhere; stopping its container",
+			"container", c.ID, "job", c.JobID, "grace", grace)
+		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger", grace: grace})
 	}
 	l.reconciled = false
+}
+
+// fenceTimes are how long after the ledger last answered a pass the fence
+// stops this node's job containers, and the grace it gives each: both
+// within ledger.lease_takeover, so that the containers are gone before the
+// fleet may take the node for lost. The others judge the node by its
+// lease's heartbeat, which the ledger writer renews every
+// ledger.flush_interval, so it may be up to that much older than the
+// pass's last answer; the config keeps the interval within a third of the
+// takeover. The fence leaves that third to it, gives the stop at most
+// another third (queue.stop_grace when shorter), and stops what is left
+// earlier: at the soonest a third of the takeover after the ledger went
+// away.
+func fenceTimes(takeover, stopGrace time.Duration) (after, grace time.Duration) {
+	grace = min(stopGrace, takeover/3)
+	return takeover - takeover/3 - grace, grace
 }
 
 // fleetInput sets in's GPUs, their use and the drained nodes from the

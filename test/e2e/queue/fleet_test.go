@@ -39,11 +39,22 @@ type fleet struct {
 // newFleet makes the hosts of a fleet of n nodes; start starts them.
 func newFleet(t *testing.T, n int) *fleet {
 	t.Helper()
+	return newFleetWith(t, n, "")
+}
+
+// newFleetWith is newFleet with extra (YAML under queue:) added to every
+// node's queue section.
+func newFleetWith(t *testing.T, n int, extra string) *fleet {
+	t.Helper()
 	f := &fleet{dsn: pgtest.DSN(t)}
 	dockertest.LockGPUs(t)
+	// The lock may be waited for behind other checkouts' tests: what
+	// the test itself takes is from here to its last cleanup.
+	locked := time.Now()
+	t.Cleanup(func() { t.Logf("the fleet held the GPU lock for %s", time.Since(locked).Round(100*time.Millisecond)) })
 	for range n {
 		port := freePort(t)
-		h := makeHost(t, fmt.Sprintf("  fleet: true\n  log_retention: 1h\n  fleet_api: http://127.0.0.1:%d\n", port))
+		h := makeHost(t, fmt.Sprintf("  fleet: true\n  log_retention: 1h\n  fleet_api: http://127.0.0.1:%d\n", port)+extra)
 		h.listen = fmt.Sprintf("127.0.0.1:%d", port)
 		// Each node's simulated GPUs take their UUIDs from its name.
 		sc := strings.Replace(scenario, "node: e2e-queue", "node: "+h.node, 1)
@@ -81,6 +92,27 @@ func tokensOf(t *testing.T, path string) string {
 	}
 	text := string(b)
 	return text[:strings.Index(text, "queue:\n")]
+}
+
+// throughProxy points host i's ledger.dsn at a pgtest proxy in front of
+// the fleet's database, so that a test can cut that agent off from
+// PostgreSQL and let it back; call it before start.
+func (f *fleet) throughProxy(t *testing.T, i int) *pgtest.Proxy {
+	t.Helper()
+	proxy, via := pgtest.NewProxy(t, f.dsn)
+	h := f.hosts[i]
+	cfg, err := os.ReadFile(h.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := fmt.Sprintf("dsn: %q", f.dsn), fmt.Sprintf("dsn: %q", via)
+	if !strings.Contains(string(cfg), from) {
+		t.Fatalf("%s has no %s", h.config, from)
+	}
+	if err := os.WriteFile(h.config, []byte(strings.Replace(string(cfg), from, to, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return proxy
 }
 
 func (f *fleet) start(t *testing.T) {
