@@ -93,7 +93,9 @@ func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Conf
 	if key == f.regKey && now.Sub(f.registered) < registerEvery {
 		return
 	}
-	if err := f.Store.RegisterNode(ctx, n); err != nil {
+	cctx, cancel := f.call(ctx)
+	defer cancel()
+	if err := f.Store.RegisterNode(cctx, n); err != nil {
 		if ctx.Err() == nil {
 			q.log.Warn("register the node with the fleet", "err", err)
 		}
@@ -103,10 +105,13 @@ func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Conf
 }
 
 // lead takes or renews the scheduler lease, and reports whether this
-// agent holds it.
-func (q *Launcher) lead(ctx context.Context) bool {
+// agent holds it; err is set when the ledger did not answer (another
+// agent holding the lease is no error).
+func (q *Launcher) lead(ctx context.Context) (leader bool, err error) {
 	f := q.fleet
-	lease, err := f.Store.AcquireScheduler(ctx, f.Instance, q.node, f.Takeover)
+	cctx, cancel := f.call(ctx)
+	lease, err := f.Store.AcquireScheduler(cctx, f.Instance, q.node, f.Takeover)
+	cancel()
 	if err != nil {
 		var held *ledger.SchedulerHeldError
 		if !errors.As(err, &held) && ctx.Err() == nil {
@@ -117,14 +122,17 @@ func (q *Launcher) lead(ctx context.Context) bool {
 		}
 		f.token = 0
 		q.metrics.setLeader(false)
-		return false
+		if errors.As(err, &held) {
+			err = nil // another agent schedules: nothing is wrong
+		}
+		return false, err
 	}
 	if f.token != lease.Token {
 		q.log.Info("now the fleet's scheduler", "token", lease.Token)
 	}
 	f.token = lease.Token
 	q.metrics.setLeader(true)
-	return true
+	return true, nil
 }
 
 // fleetPass is the fleet's part of a pass: as the scheduler (leader: the
@@ -145,7 +153,9 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue
 	if l.engineDown {
 		return plan, next
 	}
-	claimed, err := f.Store.ClaimIntents(ctx, q.node, f.Instance)
+	cctx, cancel := f.call(ctx)
+	claimed, err := f.Store.ClaimIntents(cctx, q.node, f.Instance)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Warn("claim this node's start intents", "err", err)
@@ -176,7 +186,9 @@ func cmpPoll(d time.Duration) time.Duration {
 func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[string]queue.Job) queue.Plan {
 	f := q.fleet
 	began := q.now()
-	nodes, err := f.Store.Nodes(ctx, f.Takeover)
+	cctx, cancel := f.call(ctx)
+	nodes, err := f.Store.Nodes(cctx, f.Takeover)
+	cancel()
 	if err != nil {
 		q.log.Warn("read the fleet's nodes", "err", err)
 		return queue.Plan{}
@@ -219,7 +231,9 @@ func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[st
 // stale decision holds up no other.
 func (q *Launcher) writeIntents(ctx context.Context, intents []ledger.Intent, evs []audit.Event) {
 	f := q.fleet
-	err := f.Store.WriteIntents(ctx, f.token, intents, evs)
+	cctx, cancel := f.call(ctx)
+	err := f.Store.WriteIntents(cctx, f.token, intents, evs)
+	cancel()
 	if err == nil || len(intents) == 1 {
 		q.intentsWritten(intents, err)
 		return
@@ -229,7 +243,9 @@ func (q *Launcher) writeIntents(ctx context.Context, intents []ledger.Intent, ev
 		return
 	}
 	for i := range intents {
-		err := f.Store.WriteIntents(ctx, f.token, intents[i:i+1], evs[i:i+1])
+		cctx, cancel := f.call(ctx)
+		err := f.Store.WriteIntents(cctx, f.token, intents[i:i+1], evs[i:i+1])
+		cancel()
 		q.intentsWritten(intents[i:i+1], err)
 		if errors.Is(err, ledger.ErrStaleToken) {
 			return
@@ -366,4 +382,12 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 		}
 	}
 	return lost
+}
+
+// call bounds one of the fleet's reads or writes of the ledger to a third
+// of the takeover time: a partition that drops packets rather than
+// breaking connections must end the call in time for the fence, not hang
+// the loop until TCP gives up.
+func (f *fleetState) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.Takeover/3)
 }
