@@ -358,6 +358,7 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 	in.GPUs, in.Util = nil, map[string]float64{}
 	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
 	in.Drained = map[string]bool{}
+	in.NodeImages = map[string][]string{}
 	in.Config.SharedGPUs = nil
 	for _, n := range nodes {
 		if n.Lost {
@@ -367,6 +368,7 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 		if n.Drained {
 			in.Drained[n.Node] = true
 		}
+		in.NodeImages[n.Node] = n.Images
 		for _, g := range n.GPUs {
 			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
 			in.Util[g.UUID] = g.Util

@@ -262,7 +262,8 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 			ri := info(j)
 			array, arrayMax := arrayCap(j)
 			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
-				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax, Node: ri.node, Model: ri.model})
+				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax, Node: ri.node, Model: ri.model,
+				Image: j.Image})
 		case queue.Starting, queue.Running:
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
 				GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node})
