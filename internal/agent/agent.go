@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -60,9 +61,12 @@ type Agent struct {
 	store    ledger.Ledger
 	lease    ledger.Lease  // this agent's lease of its node in store
 	takeover time.Duration // how long the lease may be silent (ledger.lease_takeover)
-	recorder *record.Recorder
-	waste    *liveWaste
-	policy   *policy.Engine
+	// fleetRoots check the other agents' https queue.fleet_api
+	// (queue.fleet_ca_file); nil: the system's roots.
+	fleetRoots *x509.CertPool
+	recorder   *record.Recorder
+	waste      *liveWaste
+	policy     *policy.Engine
 	// queue is the GPU job queue, nil when queue.enabled is off;
 	// jobNotices sends its job events to the webhook.
 	queue      *run.Queue

@@ -96,6 +96,7 @@ func (a *Agent) Handler() http.Handler {
 		if a.cfg.Queue.Fleet {
 			ac.Nodes = &run.Nodes{Fleet: a.store, Jobs: a.store, Takeover: a.takeover,
 				Target: a.cfg.Queue.TargetUtilization, OutsideThreshold: a.cfg.Queue.OutsideMemoryThreshold}
+			ac.Forward = server.ForwardClient(a.fleetRoots)
 		}
 	}
 	apiHandler := server.New(ac)

@@ -6,6 +6,7 @@ package agent
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -138,6 +139,16 @@ func (a *Agent) newQueue(ctx context.Context, cfg config.Config, node string, si
 		Standing:            a.fair.Standing,
 		HighUsers:           cfg.Queue.Priority.HighUsers,
 		Logger:              a.log.With("part", "queue"),
+	}
+	if cfg.Queue.Fleet && cfg.Queue.FleetCAFile != "" {
+		pem, err := os.ReadFile(cfg.Queue.FleetCAFile)
+		if err != nil {
+			return fmt.Errorf("queue.fleet_ca_file: %w", err)
+		}
+		a.fleetRoots = x509.NewCertPool()
+		if !a.fleetRoots.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("queue.fleet_ca_file %s: no PEM certificate in it", cfg.Queue.FleetCAFile)
+		}
 	}
 	if cfg.Queue.Fleet {
 		rc.Fleet = &run.FleetConfig{Store: a.store, Instance: a.lease.Instance, Takeover: a.takeover,

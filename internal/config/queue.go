@@ -148,6 +148,9 @@ type Queue struct {
 	// FleetAPI is the URL other agents of the fleet reach this one's
 	// API at ("" none), for the logs of a job that runs here.
 	FleetAPI string
+	// FleetCAFile is the CA bundle (PEM) the other agents' https
+	// fleet_api certificates are checked against; "": the system's.
+	FleetCAFile string
 }
 
 // FairShare is how past use is counted for the queue's order.

@@ -13,7 +13,7 @@ import (
 func TestFleetImages(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	in := Input{Now: now,
-		GPUs: []GPU{{UUID: "a0", Node: "a", MemoryTotal: 80 << 30}, {UUID: "b0", Node: "b", MemoryTotal: 80 << 30}, {UUID: "b1", Node: "b", MemoryTotal: 80 << 30}},
+		GPUs:       []GPU{{UUID: "a0", Node: "a", MemoryTotal: 80 << 30}, {UUID: "b0", Node: "b", MemoryTotal: 80 << 30}, {UUID: "b1", Node: "b", MemoryTotal: 80 << 30}},
 		NodeImages: map[string][]string{"a": {"train:*"}, "b": {"eval:*"}},
 		Queued: []QueuedJob{
 			{ID: "j-000001", User: "alice", GPUs: 1, Image: "eval:2", SubmittedAt: now, TimeLimit: time.Hour},

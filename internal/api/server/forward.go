@@ -3,6 +3,8 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"net"
 	"net/http"
@@ -31,12 +33,19 @@ const forwardedHeader = "X-Gpumeter-Forwarded-By"
 // itself may stream for as long as a followed log does.
 const forwardConnect = 10 * time.Second
 
-var forwardClient = &http.Client{Transport: &http.Transport{
-	Proxy:                 http.ProxyFromEnvironment,
-	DialContext:           (&net.Dialer{Timeout: forwardConnect}).DialContext,
-	TLSHandshakeTimeout:   forwardConnect,
-	ResponseHeaderTimeout: jobActionTimeout,
-}}
+// ForwardClient is the client an agent passes requests on to the other
+// agents of its fleet with: roots, when not nil, are the CA bundle their
+// https certificates are checked against (queue.fleet_ca_file), else the
+// system's.
+func ForwardClient(roots *x509.CertPool) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: forwardConnect}).DialContext,
+		TLSClientConfig:       &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout:   forwardConnect,
+		ResponseHeaderTimeout: jobActionTimeout,
+	}}
+}
 
 // forwards reports whether job's container is another node's, so that the
 // request is that node's agent's to answer.
@@ -95,7 +104,11 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, c *call, job qu
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := forwardClient.Do(req)
+	fc := s.cfg.Forward
+	if fc == nil {
+		fc = ForwardClient(nil)
+	}
+	resp, err := fc.Do(req)
 	if err != nil {
 		lost("job " + job.ID + " is on node " + strconv.Quote(job.Node) + ", whose agent at " + node.API + " does not answer: " + err.Error())
 		return

@@ -88,6 +88,9 @@ type Config struct {
 	// Nodes is the fleet's nodes (*run.Nodes); nil: the agent is not in
 	// a fleet (fleet_off).
 	Nodes Nodes
+	// Forward is the client requests about another node's job go to that
+	// node's agent with (see forward.go); nil: ForwardClient(nil).
+	Forward *http.Client
 	// History is the GPUs' figures over time; nil: not kept.
 	History History
 	// WhatIf replays the ledger's history and advises from it; nil: the
