@@ -65,7 +65,16 @@ type fleetState struct {
 	// fenced is set once the agent stopped its jobs for having been
 	// out of the ledger's reach for longer than the takeover time.
 	fenced bool
+	// takeable is when another agent's scheduler lease may be taken
+	// over, as the latest try to take it saw; zero when this agent holds
+	// it or the try failed otherwise.
+	takeable time.Time
 }
+
+// takeoverMargin is how long after a held lease may be taken over the
+// loop tries: the lease is taken only once it has been silent for longer
+// than the takeover time, by the database's clock.
+const takeoverMargin = 50 * time.Millisecond
 
 // registerEvery is how often a node registers when nothing changed, so
 // that its GPUs' utilisation reaches the scheduler.
@@ -103,13 +112,19 @@ func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Conf
 }
 
 // lead takes or renews the scheduler lease, and reports whether this
-// agent holds it.
+// agent holds it. When another agent holds it, f.takeable is when its
+// lease may be taken over: the loop tries again then, rather than at its
+// next poll, so that a dead scheduler is replaced within the takeover
+// time and not up to a poll later.
 func (q *Launcher) lead(ctx context.Context) bool {
 	f := q.fleet
+	f.takeable = time.Time{}
 	lease, err := f.Store.AcquireScheduler(ctx, f.Instance, q.node, f.Takeover)
 	if err != nil {
 		var held *ledger.SchedulerHeldError
-		if !errors.As(err, &held) && ctx.Err() == nil {
+		if errors.As(err, &held) {
+			f.takeable = q.now().Add(f.Takeover - held.Silent + takeoverMargin)
+		} else if ctx.Err() == nil {
 			q.log.Warn("take the fleet's scheduler lease", "err", err)
 		}
 		if f.token != 0 {
@@ -141,6 +156,7 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, in queue.Input, byID 
 	if q.lead(ctx) {
 		plan = q.schedulePass(ctx, in, byID)
 	}
+	next = minTime(next, f.takeable)
 	if l.engineDown {
 		return plan, next
 	}
