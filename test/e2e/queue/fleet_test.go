@@ -37,13 +37,17 @@ type fleet struct {
 }
 
 // newFleet makes the hosts of a fleet of n nodes; start starts them.
-func newFleet(t *testing.T, n int) *fleet {
+func newFleet(t *testing.T, n int) *fleet { return newFleetWith(t, n, "") }
+
+// newFleetWith is newFleet with extra (YAML under queue:) added to every
+// node's queue section.
+func newFleetWith(t *testing.T, n int, extra string) *fleet {
 	t.Helper()
 	f := &fleet{dsn: pgtest.DSN(t)}
 	dockertest.LockGPUs(t)
 	for range n {
 		port := freePort(t)
-		h := makeHost(t, fmt.Sprintf("  fleet: true\n  log_retention: 1h\n  fleet_api: http://127.0.0.1:%d\n", port))
+		h := makeHost(t, fmt.Sprintf("  fleet: true\n  log_retention: 1h\n  fleet_api: http://127.0.0.1:%d\n", port)+extra)
 		h.listen = fmt.Sprintf("127.0.0.1:%d", port)
 		// Each node's simulated GPUs take their UUIDs from its name.
 		sc := strings.Replace(scenario, "node: e2e-queue", "node: "+h.node, 1)
@@ -127,8 +131,10 @@ func (f *fleet) leader(t *testing.T) string {
 type run struct {
 	job, node, id string
 	gpus          []string
-	from, to      time.Time
-	exit          int
+	// created is when the engine created the container; from and to
+	// when it started and ended.
+	created, from, to time.Time
+	exit              int
 }
 
 // runs are every job container of the fleet's nodes.
@@ -160,6 +166,7 @@ func (f *fleet) runs(t *testing.T) []run {
 					r.gpus = strings.Split(v, ",")
 				}
 			}
+			r.created, _ = time.Parse(time.RFC3339Nano, in.Created)
 			r.from, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
 			r.to, _ = time.Parse(time.RFC3339Nano, in.State.FinishedAt)
 			if in.State.Running || r.to.Year() < 2000 {
