@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,26 +246,23 @@ func (f *fleet) failover(t *testing.T, rounds int) {
 	for round := range rounds {
 		k := slices.IndexFunc(f.hosts, func(h *host) bool { return h.node == f.leader(t) })
 		live := f.agents[(k+1)%len(f.agents)]
-		// A queue of two-second jobs that outlasts the round.
+		// A queue of six-second jobs that outlasts the round.
 		for i := range 40 {
 			tok := live.h.alice
 			if i%2 == 1 {
 				tok = live.h.bob
 			}
-			live.submit(t, tok, live.h.request(1, "5m", "exit-after", "2s", "0"))
+			live.submit(t, tok, live.h.request(1, "5m", "exit-after", "6s", "0"))
 		}
-		dockertest.WaitFor(t, time.Minute, "the fleet busy", func() (bool, string) {
-			n := len(live.list(t, live.h.admin, "state=running&all_users=1"))
-			return n >= 4*len(f.hosts)-1, fmt.Sprint(n, " running")
-		})
-		var token int64
-		if err := conn.QueryRow(ctx, `SELECT token FROM scheduler_lease`).Scan(&token); err != nil {
+		f.awaitBusy(t, live)
+		var token, heartbeat int64
+		if err := conn.QueryRow(ctx, `SELECT token, heartbeat_us FROM scheduler_lease`).Scan(&token, &heartbeat); err != nil {
 			t.Fatal(err)
 		}
 		killed := time.Now()
 		f.agents[k].Kill(t)
 		// Poll the intents for the first written under a newer token:
-		// an intent lives until its job ends, two seconds at least.
+		// an intent lives until its job ends, six seconds at least.
 		var placed []string
 		var acquired int64
 		dockertest.WaitFor(t, time.Minute, "a start under a new scheduler", func() (bool, string) {
@@ -303,7 +301,17 @@ func (f *fleet) failover(t *testing.T, rounds int) {
 		}
 		toStart = append(toStart, first.Sub(killed))
 		toTakeover = append(toTakeover, time.UnixMicro(acquired).Sub(killed))
-		figure(t, "failover %d: killed the scheduler on %s; lease taken over after %s, next start after %s", round+1, f.hosts[k].node, ms(toTakeover[round]), ms(toStart[round]))
+		figure(t, "failover %d: killed the scheduler on %s, its lease last renewed %s before; lease taken over after %s (%s after that renewal), next start after %s",
+			round+1, f.hosts[k].node, ms(killed.Sub(time.UnixMicro(heartbeat))), ms(toTakeover[round]), ms(time.UnixMicro(acquired).Sub(time.UnixMicro(heartbeat))), ms(toStart[round]))
+		// The node's own lease must lapse before its agent may start again.
+		dockertest.WaitFor(t, time.Minute, "the killed agent's node lost", func() (bool, string) {
+			for _, n := range f.nodes(t, live).Nodes {
+				if n.Node == f.hosts[k].node {
+					return n.State == "lost", n.State
+				}
+			}
+			return false, "not listed"
+		})
 		f.agents[k] = f.hosts[k].start(t)
 		f.awaitUp(t)
 	}
@@ -317,6 +325,36 @@ func (f *fleet) failover(t *testing.T, rounds int) {
 		n := len(a.list(t, a.h.admin, "state=queued&all_users=1")) + len(a.list(t, a.h.admin, "state=running&all_users=1")) + len(a.list(t, a.h.admin, "state=starting&all_users=1"))
 		return n == 0, fmt.Sprint(n, " active")
 	})
+}
+
+// awaitBusy waits until all but two of the fleet's GPUs run jobs; if
+// they never do, it says why the first waiting job waits, and has every
+// agent print its goroutines (SIGQUIT) into its log before failing.
+func (f *fleet) awaitBusy(t *testing.T, live *agent) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n := len(live.list(t, live.h.admin, "state=running&all_users=1"))
+		if n >= 4*len(f.hosts)-2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	starting := live.list(t, live.h.admin, "state=starting&all_users=1")
+	queued := live.list(t, live.h.admin, "state=queued&all_users=1")
+	why := ""
+	for _, id := range append(starting, queued...)[:min(3, len(starting)+len(queued))] {
+		j := live.job(t, id)
+		why += fmt.Sprintf("; %s %s on %q: %s %s", j.ID, j.State, j.Node, j.Reason, j.ReasonText)
+	}
+	for _, a := range f.agents {
+		_ = a.Cmd.Process.Signal(syscall.SIGQUIT)
+	}
+	time.Sleep(2 * time.Second)
+	t.Fatalf("the fleet never got busy: %d starting, %d queued%s", len(starting), len(queued), why)
 }
 
 // passCost is the scheduler's mean pass time, from the summary on its
