@@ -235,21 +235,41 @@ func writeJSONOut(w io.Writer, v any) error {
 // writeJobs prints one row per job; a waiting job's row ends with why it
 // waits, an ended one's with why it ended. The tasks of an array in fold
 // are one row, its state "array" and its reason the count of its tasks
-// in each state; nil folds none.
+// in each state; nil folds none. A NODE column says where each job runs
+// or ran when the jobs span nodes (a fleet); on one host it would say
+// the same on every row, and is left out.
 func writeJobs(w io.Writer, jobs []apitype.Job, now time.Time, fold map[string]apitype.ArrayJob) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\tPRI\tPOS\tAGE\tREASON")
+	nodes := spansNodes(jobs)
+	node := func(n string) string {
+		if !nodes {
+			return ""
+		}
+		return dash(client.Clean(n)) + "\t"
+	}
+	fmt.Fprintln(tw, "ID\tNAME\tUSER\tSTATE\tGPUS\t"+node("NODE")+"PRI\tPOS\tAGE\tREASON")
 	rows, arrays := foldJobs(jobs, fold)
 	for k, j := range rows {
 		if a, ok := arrays[k]; ok {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(a.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
-				"array", gpusWord(j), "-", "-", age(j.SubmittedAt, now), arrayLine(a))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\t%s\t%s\t%s\n", client.Clean(a.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
+				"array", gpusWord(j), node(""), "-", "-", age(j.SubmittedAt, now), arrayLine(a))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
-			stateWord(j), gpusWord(j), priorityWord(j.Priority), positionWord(j.Position), age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s%s\t%s\t%s\t%s\n", client.Clean(j.ID), dash(client.Clean(j.Name)), client.Clean(j.User),
+			stateWord(j), gpusWord(j), node(j.Node), priorityWord(j.Priority), positionWord(j.Position), age(j.SubmittedAt, now), client.Clean(reasonWords(j)))
 	}
 	return tw.Flush()
+}
+
+// spansNodes says whether the jobs name more than one node, counting a
+// fleet's waiting job, which has none yet, as one more.
+func spansNodes(jobs []apitype.Job) bool {
+	seen, named := map[string]bool{}, false
+	for _, j := range jobs {
+		seen[j.Node] = true
+		named = named || j.Node != ""
+	}
+	return named && len(seen) > 1
 }
 
 // writeNoJobsLine says, under a table with no rows, what the list left
@@ -323,20 +343,7 @@ func age(t *time.Time, now time.Time) string {
 	if t == nil {
 		return "-"
 	}
-	return since(now.Sub(*t))
-}
-
-// since writes an age in its largest whole unit: 42s, 5m, 30h, 3d.
-func since(d time.Duration) string {
-	switch {
-	case d < time.Minute:
-		return strconv.Itoa(max(0, int(d/time.Second))) + "s"
-	case d < time.Hour:
-		return strconv.Itoa(int(d/time.Minute)) + "m"
-	case d < 48*time.Hour:
-		return strconv.Itoa(int(d/time.Hour)) + "h"
-	}
-	return strconv.Itoa(int(d/(24*time.Hour))) + "d"
+	return units.FormatAge(now.Sub(*t))
 }
 
 // writeJob prints one job in full, its reason's sentence whole.

@@ -45,6 +45,13 @@ func TestMessagesGolden(t *testing.T) {
 		write func(b *bytes.Buffer) error
 	}{
 		{"jobs", func(b *bytes.Buffer) error { return writeJobs(b, jobs, now, nil) }},
+		// In a fleet the jobs span nodes: a NODE column, "-" for a job
+		// that waits to be placed.
+		{"jobsfleet", func(b *bytes.Buffer) error {
+			fleet := append([]apitype.Job(nil), jobs...)
+			fleet[0].Node, fleet[1].Node, fleet[3].Node = "gpu-a", "gpu-b", "gpu-a"
+			return writeJobs(b, fleet, now, nil)
+		}},
 		{"wait", func(b *bytes.Buffer) error {
 			for _, j := range ended {
 				b.WriteString(j.ID + " " + j.State + ": " + endWords(j) + "\n")

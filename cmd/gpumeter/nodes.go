@@ -13,12 +13,14 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/units"
 )
 
 func newNodes() *cobra.Command {
 	var (
-		cf     clientFlags
-		format string
+		cf          clientFlags
+		format      string
+		consolidate bool
 	)
 	cmd := &cobra.Command{
 		Use:   "nodes",
@@ -29,11 +31,25 @@ running jobs finish) or lost (its agent has been silent for longer than
 ledger.lease_takeover); how long ago its agent last renewed its ledger
 lease; its agent's version; its score, 100 × (1 − |SM − target|) on its
 GPUs' mean SM utilisation and queue.target_utilization; and how many of its
-GPUs are free, held by jobs, or taken by use outside the queue.`,
+GPUs are free, held by jobs, or taken by use outside the queue.
+
+With --consolidate, advice for quiet hours instead: which nodes could be
+drained (gpumeter node drain) because every job running there would fit on
+the other nodes without taking them past queue.target_utilization, and
+where each job would go. Nothing moves: drained nodes' jobs finish where
+they are.`,
 		Args: noArgs("nodes"),
-		RunE: showBody(&cf, &format, func(ctx context.Context, c *agentClient) (apitype.Nodes, error) { return c.Nodes(ctx) }, writeNodes),
+	}
+	show := showBody(&cf, &format, func(ctx context.Context, c *agentClient) (apitype.Nodes, error) { return c.Nodes(ctx) }, writeNodes)
+	advise := showBody(&cf, &format, func(ctx context.Context, c *agentClient) (apitype.Consolidation, error) { return c.Consolidate(ctx) }, writeConsolidation)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if consolidate {
+			return advise(cmd, args)
+		}
+		return show(cmd, args)
 	}
 	cf.register(cmd)
+	cmd.Flags().BoolVar(&consolidate, "consolidate", false, "say which nodes could be drained: their jobs fit on the others at queue.target_utilization")
 	cmd.Flags().StringVar(&format, "format", "table", "output format: table or json")
 	completeValues(cmd, "format", "table", "json")
 	return cmd
@@ -45,23 +61,34 @@ func writeNodes(w io.Writer, ns apitype.Nodes) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSTATE\tLEASE-AGE\tVERSION\tSCORE\tSM\tGPUS\tFREE/HELD/OUTSIDE")
 	for _, n := range ns.Nodes {
-		var free, held, outside int
-		for _, g := range n.GPUs {
-			switch g.State {
-			case apitype.GPUFree:
-				free++
-			case apitype.GPUHeld:
-				held++
-			case apitype.GPUOutside:
-				outside++
-			}
-		}
+		free, held, outside := n.GPUCounts()
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%.0f%%\t%d\t%d/%d/%d\n", client.Clean(n.Node), client.Clean(n.State),
-			since(time.Duration(n.LeaseAgeSeconds*float64(time.Second))), dash(client.Clean(n.AgentVersion)), n.Score, 100*n.SMUtil,
+			units.FormatAge(time.Duration(n.LeaseAgeSeconds*float64(time.Second))), dash(client.Clean(n.AgentVersion)), n.Score, 100*n.SMUtil,
 			len(n.GPUs), free, held, outside)
 	}
 	if len(ns.Nodes) == 0 {
 		fmt.Fprintln(tw, "no node has registered in the ledger yet")
+	}
+	return tw.Flush()
+}
+
+// writeConsolidation prints a row per node: whether it could be drained,
+// its jobs, and why.
+func writeConsolidation(w io.Writer, c apitype.Consolidation) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADVICE\tJOBS\tWHY")
+	for _, a := range c.Advice {
+		advice := "keep"
+		switch {
+		case a.Drained:
+			advice = "drained"
+		case a.Drain:
+			advice = "drain"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", client.Clean(a.Node), advice, len(a.Jobs), client.Clean(a.Why))
+	}
+	if len(c.Advice) == 0 {
+		fmt.Fprintln(tw, "no node is up to advise on")
 	}
 	return tw.Flush()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
 
@@ -28,9 +29,14 @@ import (
 type tableNodes struct {
 	views  []run.NodeView
 	drains []string
+	advice []queue.ConsolidateAdvice
 }
 
 func (n *tableNodes) Nodes(context.Context) ([]run.NodeView, error) { return n.views, nil }
+
+func (n *tableNodes) Consolidate(context.Context) ([]queue.ConsolidateAdvice, error) {
+	return n.advice, nil
+}
 
 func (n *tableNodes) SetDrained(_ context.Context, node string, drained bool, ev audit.Event) error {
 	if ev.Action != "nodes.drain" {
@@ -180,5 +186,35 @@ func TestNodeDrainOverTheLedger(t *testing.T) {
 	}
 	if len(events) != 1 || events[0].Action != "nodes.drain" || events[0].Target != "drain node gpu-a" || events[0].Caller != "alice (token laptop)" {
 		t.Errorf("audit rows %+v, want the one drain", events)
+	}
+}
+
+// TestNodesConsolidateCommand: nodes --consolidate prints a row of advice
+// per node, and the API's body with --format json.
+func TestNodesConsolidateCommand(t *testing.T) {
+	startNodesAgent(t, &tableNodes{advice: []queue.ConsolidateAdvice{
+		{Node: "gpu-a", Drain: true, Jobs: []string{"j-000004"}, Moves: []queue.Move{{JobID: "j-000004", Node: "gpu-b"}}, Why: "its 1 job fits on gpu-b"},
+		{Node: "gpu-b", Jobs: []string{"j-000002", "j-000003"}, Why: "it takes gpu-a's jobs"},
+		{Node: "gpu-c", Drained: true, Why: "drained already"},
+	}}, config.RoleUser)
+	out, _, err := runCmd(t, "nodes", "--consolidate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`^NODE +ADVICE +JOBS +WHY
+gpu-a +drain +1 +its 1 job fits on gpu-b
+gpu-b +keep +2 +it takes gpu-a's jobs
+gpu-c +drained +0 +drained already
+$`)
+	if !want.MatchString(out) {
+		t.Errorf("nodes --consolidate:\n%s", out)
+	}
+	out, _, err = runCmd(t, "nodes", "--consolidate", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got apitype.Consolidation
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Advice) != 3 || got.Advice[0].Moves[0] != (apitype.ConsolidateMove{Job: "j-000004", Node: "gpu-b"}) {
+		t.Errorf("nodes --consolidate --format json: %v\n%s", err, out)
 	}
 }

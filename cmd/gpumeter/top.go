@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	tea "charm.land/bubbletea/v2"
 	"github.com/charmbracelet/x/term"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/api/client"
+	"github.com/gpumeter/gpumeter/internal/config"
 	"github.com/gpumeter/gpumeter/internal/top"
 	"github.com/gpumeter/gpumeter/internal/units"
 )
@@ -19,7 +21,7 @@ import (
 func newTop() *cobra.Command {
 	var (
 		cf                       clientFlags
-		once, reverse            bool
+		once, reverse, fleet     bool
 		interval, group, sortCol string
 		user                     string
 		width                    int
@@ -38,7 +40,14 @@ step the sort column, r reverses it, / filters by user, the arrows move,
 enter shows the detail of a row, esc goes back. When the agent stops
 answering top says so and keeps trying.
 
---once prints one frame as plain text and exits, for scripts.`,
+--once prints one frame as plain text and exits, for scripts.
+
+--fleet watches the fleet instead (the agents that share one PostgreSQL
+ledger, queue.fleet: true): a row per node with its state (up, draining,
+lost), the age of its ledger lease, its score, its GPUs free, held by jobs
+and used outside the queue, and its jobs running, from GET /api/v1/nodes
+and the jobs list, asked once per redraw; enter shows a node's GPUs and
+the job holding each. On an agent outside a fleet it exits 1 saying so.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := units.ParseDuration(interval)
@@ -61,6 +70,14 @@ answering top says so and keeps trying.
 				return err
 			}
 			ctx := cmd.Context()
+			if fleet {
+				for _, name := range []string{"group", "sort", "reverse", "user"} {
+					if cmd.Flags().Changed(name) {
+						return fmt.Errorf("--%s is for the node's own view: --fleet shows a row per node", name)
+					}
+				}
+				return topFleet(cmd, c, d, once, width)
+			}
 			fetch := func() (apitype.Snapshot, error) {
 				s, err := c.Snapshot(ctx)
 				if client.IsUnauthorized(err) || client.IsForbidden(err) {
@@ -91,6 +108,7 @@ answering top says so and keeps trying.
 	cf.register(cmd)
 	f := cmd.Flags()
 	f.BoolVar(&once, "once", false, "print one frame as plain text and exit")
+	f.BoolVar(&fleet, "fleet", false, "watch the fleet's nodes instead of this agent's GPUs (queue.fleet)")
 	f.StringVar(&interval, "interval", "1s", "time between redraws, each one call to the agent; at least 1s")
 	f.StringVar(&group, "group", "container", "one row per container, user or process")
 	f.StringVar(&sortCol, "sort", "sm", "the column to sort on: name, user, gpu, sm, mem, cpu, time, job or waste")
@@ -102,6 +120,75 @@ answering top says so and keeps trying.
 	return cmd
 }
 
+// topFleet runs `top --fleet`: the first look at the fleet is taken
+// before the view starts, so that an agent outside a fleet, or a token
+// it refuses, ends top with the agent's sentence and status 1 before the
+// terminal is taken over.
+func topFleet(cmd *cobra.Command, c *agentClient, interval time.Duration, once bool, width int) error {
+	ctx := cmd.Context()
+	if _, err := c.Nodes(ctx); err != nil {
+		return c.explain(err)
+	}
+	// Admins and viewers see every user's jobs; a user their own, and
+	// asking for more would only put a refusal in the audit log each
+	// second.
+	who, err := c.Whoami(ctx)
+	if err != nil {
+		return c.explain(err)
+	}
+	q := client.JobsQuery{AllUsers: who.Role == string(config.RoleAdmin) || who.Role == string(config.RoleViewer)}
+	fetch := func() (top.Fleet, error) {
+		ns, err := c.Nodes(ctx)
+		if err == nil {
+			var jobs []apitype.Job
+			if jobs, err = c.Jobs(ctx, q); err == nil {
+				return cleanFleet(top.Fleet{Nodes: ns.Nodes, Jobs: jobs, At: time.Now()}), nil
+			}
+		}
+		// Asking again will not change the agent's mind, nor put it in a
+		// fleet.
+		var se *client.StatusError
+		if client.IsUnauthorized(err) || client.IsForbidden(err) || errors.As(err, &se) && se.Code == apitype.CodeFleetOff {
+			return top.Fleet{}, top.Fatal(c.explain(err))
+		}
+		return top.Fleet{}, err
+	}
+	m, err := top.NewFleet(top.FleetOptions{Interval: interval, Fetch: fetch, Width: width})
+	if err != nil {
+		return fmt.Errorf("--interval: %w", err)
+	}
+	if once {
+		fl, err := fetch()
+		if err != nil {
+			return c.explain(err)
+		}
+		next, _ := m.Update(top.FleetMsg{Fleet: fl})
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), next.(top.FleetModel).Plain())
+		return err
+	}
+	if !term.IsTerminal(os.Stdout.Fd()) {
+		return errors.New("top draws on a terminal and standard output is not one; --once prints one frame as plain text")
+	}
+	return runTop(ctx, m)
+}
+
+// cleanFleet is fl with what other callers may have put in it (node
+// names, job names) made safe to print on a terminal.
+func cleanFleet(fl top.Fleet) top.Fleet {
+	for i := range fl.Nodes {
+		n := &fl.Nodes[i]
+		n.Node, n.State, n.AgentVersion = client.Clean(n.Node), client.Clean(n.State), client.Clean(n.AgentVersion)
+		for k := range n.GPUs {
+			n.GPUs[k].Model = client.Clean(n.GPUs[k].Model)
+		}
+	}
+	for i := range fl.Jobs {
+		j := &fl.Jobs[i]
+		j.ID, j.Name, j.User, j.Node, j.State = client.Clean(j.ID), client.Clean(j.Name), client.Clean(j.User), client.Clean(j.Node), client.Clean(j.State)
+	}
+	return fl
+}
+
 // runTop runs the view on the terminal until q, ctrl-c, a fatal error or
 // a signal, and Bubble Tea restores the terminal on each. A SIGTERM or
 // SIGINT reaches Bubble Tea's own handler, and both quit as q does. The
@@ -111,7 +198,7 @@ answering top says so and keeps trying.
 // read loop still runs (a data race, charmbracelet/bubbletea#1599, fixed
 // after that release). The fetches still run under ctx, so none outlives
 // the signal.
-func runTop(ctx context.Context, m top.Model) error {
+func runTop(ctx context.Context, m tea.Model) error {
 	quitOnInterrupt := func(_ tea.Model, msg tea.Msg) tea.Msg {
 		if _, ok := msg.(tea.InterruptMsg); ok {
 			return tea.QuitMsg{}
@@ -126,7 +213,7 @@ func runTop(ctx context.Context, m top.Model) error {
 		}
 		return fmt.Errorf("terminal: %w", err)
 	}
-	if fm, ok := final.(top.Model); ok && fm.Err() != nil {
+	if fm, ok := final.(interface{ Err() error }); ok && fm.Err() != nil {
 		return fm.Err()
 	}
 	return nil

@@ -120,6 +120,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger, version st
 	demo := cfg.Source == "demo"
 	if demo {
 		cfg.Cost = withDemoPrices(cfg.Cost)
+		// The demo keeps to a ledger of its own; it joins no fleet.
+		cfg.Queue.Fleet = false
 	}
 	a := &Agent{cfg: cfg, log: logger, version: version, socketOptional: demo}
 	defer func() {

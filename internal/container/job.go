@@ -36,4 +36,7 @@ type JobContainer struct {
 	FinishedAt      time.Time // zero while it runs or never ran
 	// Mounts are the mounts as the runtime made them, for spec.Verify.
 	Mounts []mcontainer.MountPoint
+	// GPUs are the GPUs the runtime gives it, as its spec asked for them
+	// (the queue's specs name GPU UUIDs).
+	GPUs GPURequest
 }

@@ -79,6 +79,7 @@ func (j *Jobs) Inspect(ctx context.Context, id string) (container.JobContainer, 
 	c := container.JobContainer{ID: r.ID, Name: strings.TrimPrefix(r.Name, "/"), Mounts: r.Mounts}
 	if r.Config != nil {
 		c.JobID = r.Config.Labels[spec.JobLabel]
+		c.GPUs = GPURequestFrom(r.HostConfig, r.Config.Env)
 	}
 	if st := r.State; st != nil {
 		c.Running = st.Running

@@ -2,7 +2,8 @@
 // an agent: a bar and a sparkline per GPU, then a table of containers,
 // users or processes. It is a Bubble Tea model: Update is pure and takes
 // the snapshots and keys as messages; the one API call per redraw runs in
-// a command, as the Fetch the caller gives.
+// a command, as the Fetch the caller gives. FleetModel is `top --fleet`,
+// the same over a fleet: a row per node and the detail of its GPUs.
 package top
 
 import (
@@ -63,12 +64,8 @@ type Options struct {
 type Model struct {
 	opts Options
 
-	snap     *apitype.Snapshot
-	fetching bool
-	// err is the last failed fetch, failures how many failed in a row.
-	err      error
-	failures int
-	fatal    error
+	snap *apitype.Snapshot
+	poll poll
 
 	// history is the recent figures of each GPU by UUID.
 	history map[string]gpuHistory
@@ -107,7 +104,7 @@ func New(o Options) (Model, error) {
 	if o.Fetch == nil {
 		return Model{}, errors.New("top: no Fetch to take snapshots with")
 	}
-	return Model{opts: o, group: o.Group, sort: o.Sort, reverse: o.Reverse, user: o.User, width: o.Width,
+	return Model{opts: o, poll: poll{interval: o.Interval}, group: o.Group, sort: o.Sort, reverse: o.Reverse, user: o.User, width: o.Width,
 		history: map[string]gpuHistory{}, cpu: map[string]float64{}, cpuSeen: map[string]cpuSample{}}, nil
 }
 
@@ -116,10 +113,6 @@ type SnapshotMsg struct {
 	Snapshot apitype.Snapshot
 	Err      error
 }
-
-// refreshMsg says that the interval has passed: time for the next
-// snapshot.
-type refreshMsg struct{}
 
 // Init takes the first snapshot.
 func (m Model) Init() tea.Cmd { return m.fetch() }
@@ -133,7 +126,7 @@ func (m Model) fetch() tea.Cmd {
 }
 
 // Err is the error top ended with, if it ended with one.
-func (m Model) Err() error { return m.fatal }
+func (m Model) Err() error { return m.poll.fatal }
 
 // Update takes one message: a snapshot, a key or the terminal's size.
 func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
@@ -141,11 +134,7 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	case SnapshotMsg:
 		return m.snapshot(msg)
 	case refreshMsg:
-		if m.fetching {
-			return m, nil
-		}
-		m.fetching = true
-		return m, m.fetch()
+		return m, m.poll.refresh(m.fetch())
 	case tea.WindowSizeMsg:
 		m.width, m.height = msg.Width, msg.Height
 		m.scroll()
@@ -159,27 +148,16 @@ func (m Model) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 // snapshot takes a fetch's outcome and asks for the next after the
 // interval: one call at a time, and one per interval at most.
 func (m Model) snapshot(msg SnapshotMsg) (tea.Model, tea.Cmd) {
-	m.fetching = false
-	if msg.Err != nil {
-		if isFatal(msg.Err) {
-			m.fatal = msg.Err
-			return m, tea.Quit
-		}
-		m.err = msg.Err
-		m.failures++
-		return m, m.next()
+	keep, next := m.poll.answered(msg.Err)
+	if !keep {
+		return m, next
 	}
-	m.err, m.failures = nil, 0
 	s := msg.Snapshot
 	m.snap = &s
 	m.history = pushHistory(m.history, s.GPUs)
 	m.cpu, m.cpuSeen = cpuRates(m.cpuSeen, &s)
 	m.rebuild()
-	return m, m.next()
-}
-
-func (m Model) next() tea.Cmd {
-	return tea.Tick(m.opts.Interval, func(time.Time) tea.Msg { return refreshMsg{} })
+	return m, next
 }
 
 // cpuRates is each container's CPU use in cores since the snapshot seen,
@@ -241,19 +219,7 @@ func (m *Model) tableRows() int {
 
 // scroll keeps the selected row in view.
 func (m *Model) scroll() {
-	n := m.tableRows()
-	if n == 0 {
-		m.offset = 0
-		return
-	}
-	i := max(m.index(), 0)
-	if i < m.offset {
-		m.offset = i
-	}
-	if i >= m.offset+n {
-		m.offset = i - n + 1
-	}
-	m.offset = max(0, min(m.offset, len(m.rows)-n))
+	m.offset = scrolled(m.offset, m.index(), m.tableRows(), len(m.rows))
 }
 
 func (m Model) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {

@@ -82,26 +82,27 @@ func (d *driven) send(msg tea.Msg) tea.Cmd {
 func (d *driven) press(keys ...string) {
 	d.t.Helper()
 	for _, k := range keys {
-		var msg tea.KeyPressMsg
-		switch k {
-		case "enter":
-			msg = tea.KeyPressMsg{Code: tea.KeyEnter}
-		case "esc":
-			msg = tea.KeyPressMsg{Code: tea.KeyEscape}
-		case "down":
-			msg = tea.KeyPressMsg{Code: tea.KeyDown}
-		case "up":
-			msg = tea.KeyPressMsg{Code: tea.KeyUp}
-		case "backspace":
-			msg = tea.KeyPressMsg{Code: tea.KeyBackspace}
-		case "ctrl+c":
-			msg = tea.KeyPressMsg{Code: 'c', Mod: tea.ModCtrl}
-		default:
-			r := []rune(k)[0]
-			msg = tea.KeyPressMsg{Code: r, Text: k}
-		}
-		d.send(msg)
+		d.send(keyMsg(k))
 	}
+}
+
+// keyMsg is the key press tmux's send-keys would name k.
+func keyMsg(k string) tea.KeyPressMsg {
+	switch k {
+	case "enter":
+		return tea.KeyPressMsg{Code: tea.KeyEnter}
+	case "esc":
+		return tea.KeyPressMsg{Code: tea.KeyEscape}
+	case "down":
+		return tea.KeyPressMsg{Code: tea.KeyDown}
+	case "up":
+		return tea.KeyPressMsg{Code: tea.KeyUp}
+	case "backspace":
+		return tea.KeyPressMsg{Code: tea.KeyBackspace}
+	case "ctrl+c":
+		return tea.KeyPressMsg{Code: 'c', Mod: tea.ModCtrl}
+	}
+	return tea.KeyPressMsg{Code: []rune(k)[0], Text: k}
 }
 
 // names are the first column of the table's rows, as shown.

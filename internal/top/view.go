@@ -44,10 +44,7 @@ var (
 
 // View draws the frame in the alternate screen.
 func (m Model) View() tea.View {
-	v := tea.NewView(m.frame())
-	v.AltScreen = true
-	v.WindowTitle = "gpumeter top"
-	return v
+	return altView(m.frame(), "gpumeter top")
 }
 
 // Plain is the frame as plain text, without escape codes: what
@@ -60,7 +57,7 @@ func (m Model) frame() string {
 	lines = append(lines, m.status())
 	if m.snap == nil {
 		lines = append(lines, "", m.helpLine())
-		return m.fit(lines)
+		return fitLines(lines, m.width)
 	}
 	for _, g := range m.snap.GPUs {
 		lines = append(lines, m.gpuLine(g))
@@ -72,17 +69,7 @@ func (m Model) frame() string {
 		lines = append(lines, m.table()...)
 	}
 	lines = append(lines, m.helpLine())
-	return m.fit(lines)
-}
-
-// fit cuts lines to the terminal's width.
-func (m Model) fit(lines []string) string {
-	if m.width > 0 {
-		for i, l := range lines {
-			lines[i] = ansi.Truncate(l, m.width, "")
-		}
-	}
-	return strings.Join(lines, "\n")
+	return fitLines(lines, m.width)
 }
 
 func (m Model) title() string {
@@ -118,15 +105,12 @@ func (m Model) title() string {
 
 // status says how the view is set, or that the agent does not answer.
 func (m Model) status() string {
-	if m.err != nil {
-		// What to expect comes first: the agent's error may be long, and
-		// the line is cut at the terminal's width.
-		msg := fmt.Sprintf("agent not answering (%d failed, retrying every %s", m.failures, m.opts.Interval)
-		if m.snap != nil {
-			msg += ", showing the snapshot of " + m.snap.Time.UTC().Format("15:04:05")
-		}
-		msg += fmt.Sprintf("): %v", m.err)
-		return errorStyle.Render(msg)
+	showing := ""
+	if m.snap != nil {
+		showing = "the snapshot of " + m.snap.Time.UTC().Format("15:04:05")
+	}
+	if f := m.poll.failure(showing); f != "" {
+		return f
 	}
 	if m.snap == nil {
 		return "waiting for the agent's first snapshot…"

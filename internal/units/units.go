@@ -88,6 +88,20 @@ func FormatDuration(d time.Duration) string {
 	return s
 }
 
+// FormatAge writes an age as the tables show one, in its largest whole
+// unit: 42s, 5m, 30h (up to two days), 3d; a negative age is 0s.
+func FormatAge(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return strconv.Itoa(max(0, int(d/time.Second))) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	case d < 2*day:
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	}
+	return strconv.Itoa(int(d/day)) + "d"
+}
+
 // ParseTime reads RFC 3339 times, times to the minute (2026-11-02T15:04)
 // and plain dates (taken as UTC midnight), and gives them in UTC.
 func ParseTime(s string) (time.Time, error) {

@@ -92,6 +92,20 @@ func TestFormatDuration(t *testing.T) {
 	}
 }
 
+func TestFormatAge(t *testing.T) {
+	for _, tt := range []struct {
+		in   time.Duration
+		want string
+	}{
+		{-time.Second, "0s"}, {0, "0s"}, {2500 * time.Millisecond, "2s"}, {59 * time.Second, "59s"},
+		{time.Minute, "1m"}, {90 * time.Minute, "1h"}, {47 * time.Hour, "47h"}, {2 * day, "2d"}, {400 * day, "400d"},
+	} {
+		if got := FormatAge(tt.in); got != tt.want {
+			t.Errorf("FormatAge(%s) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
 func TestParseSize(t *testing.T) {
 	tests := []struct {
 		in      string

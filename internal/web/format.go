@@ -24,6 +24,7 @@ var funcs = template.FuncMap{
 	"money":   FormatMoney,
 	"dur":     FormatSeconds,
 	"num":     func(v float64) string { return trim(v, 2) },
+	"num0":    func(v float64) string { return trim(v, 0) },
 	"add":     func(a, b int) int { return a + b },
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -143,6 +144,11 @@ type UsageSeries interface {
 	UsageByOwner(ctx context.Context, from, to time.Time) ([]ledger.OwnerHour, error)
 }
 
+// Fleet reads the fleet's nodes from the ledger; *run.Nodes is one.
+type Fleet interface {
+	Nodes(ctx context.Context) ([]run.NodeView, error)
+}
+
 // Config is what the console draws from and who lets its readers in.
 type Config struct {
 	API   API
@@ -163,6 +169,10 @@ type Config struct {
 	// Stops says that the agent manages containers (docker.enabled), so
 	// that the waste page may offer to stop them.
 	Stops bool
+	// Nodes reads the fleet's nodes; nil when the agent is not in a
+	// fleet (queue.fleet: false), and then the console has no nodes page
+	// in its navigation.
+	Nodes Fleet
 	// MaxAuditEvents is the most audit events the API returns at once
 	// (api.max_audit_events); the audit page asks for no more.
 	MaxAuditEvents int
@@ -178,7 +188,7 @@ type handler struct {
 }
 
 // Mount puts the console on mux: the pages at /, /gpus, /usage, /waste,
-// /jobs and /audit, the sign-in form at /signin and the static files
+// /jobs, /audit and /nodes, the sign-in form at /signin and the static files
 // under /static/. The API server mounts it on its own mux, so that a
 // path or method neither serves is answered as it would be by one. The
 // templates are in the binary and a test renders every page, so that an

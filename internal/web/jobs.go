@@ -18,16 +18,21 @@ type Jobs struct {
 	// Filters are the links that change the filter, the current one
 	// marked.
 	Filters []NavItem
-	Jobs    []JobRow
+	// Fleet says the agent is in a fleet: each job runs on a node,
+	// which the list shows.
+	Fleet bool
+	Jobs  []JobRow
 }
 
 // JobRow is one job.
 type JobRow struct {
 	ID, Name, User, Team, State string
-	Held                        bool
-	Reason, ReasonText          string
-	GPUsRequested               int
-	GPUMemory                   uint64 // bytes on one shared GPU; 0 for whole GPUs
+	// Node is where the job runs or ran in a fleet; "" while it waits.
+	Node               string
+	Held               bool
+	Reason, ReasonText string
+	GPUsRequested      int
+	GPUMemory          uint64 // bytes on one shared GPU; 0 for whole GPUs
 	// GPUs are the GPUs the job holds, by index; the UUID is in the
 	// title.
 	GPUs                      []JobGPU

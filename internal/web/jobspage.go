@@ -57,11 +57,26 @@ func (s *handler) jobsPage(r *http.Request, c *Visitor, f Frame) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names gpuNames
+	names := gpuNames{}
 	if t := s.cfg.Ticks.Latest(); t != nil {
-		names = make(gpuNames, len(t.Sample.Devices))
 		for _, d := range t.Sample.Devices {
 			names[d.UUID] = "GPU " + strconv.Itoa(d.Index)
+		}
+	}
+	if s.cfg.Nodes != nil {
+		v.Fleet = true
+		// A job on another node holds that node's GPUs: named by its
+		// registration, since this node's tick does not know them.
+		views, err := s.cfg.Nodes.Nodes(r.Context())
+		if err != nil {
+			s.cfg.Logger.Warn("jobs page: the fleet's nodes", "err", err)
+		}
+		for _, n := range views {
+			for _, g := range n.GPUs {
+				if _, ok := names[g.UUID]; !ok {
+					names[g.UUID] = "GPU " + strconv.Itoa(g.Index)
+				}
+			}
 		}
 	}
 	v.Jobs = make([]JobRow, 0, len(jobs))
@@ -146,7 +161,7 @@ func (n gpuNames) replace(text string) string {
 // and the state as the queue's state machine allows.
 func jobRow(j apitype.Job, names gpuNames, c *Visitor, canAct bool) JobRow {
 	row := JobRow{
-		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State, Held: j.Held,
+		ID: j.ID, Name: j.Name, User: j.User, Team: j.Team, State: j.State, Held: j.Held, Node: j.Node,
 		Reason: j.Reason, ReasonText: names.replace(j.ReasonText), GPUsRequested: j.GPUsRequested, GPUMemory: j.GPUMemoryRequested,
 		Image: j.Image, Command: j.Command, TimeLimit: j.TimeLimit, Class: j.Class,
 		Submitted: j.SubmittedAt, Started: j.StartedAt, Ended: j.EndedAt, Estimated: j.EstimatedStart, ExitCode: j.ExitCode,

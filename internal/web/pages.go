@@ -91,7 +91,18 @@ func (s *handler) morePages() []pageDef {
 	pages = append(pages, s.whatifPages()...)
 	pages = append(pages, s.jobsPages()...)
 	pages = append(pages, s.auditPages()...)
+	pages = append(pages, s.nodesPages()...)
 	return pages
+}
+
+// navPath is the navigation's link a page's route is under: a
+// drill-down (/nodes/{node}) is under its list (/nodes).
+func navPath(route string) string {
+	route = strings.TrimSuffix(route, "{$}")
+	if i := strings.Index(route, "/{"); i > 0 {
+		return route[:i]
+	}
+	return route
 }
 
 // setPageHeaders are the headers of every page: nothing but the agent's
@@ -196,7 +207,7 @@ func (s *handler) pageGuard(console *Console, p pageDef) http.Handler {
 				return
 			}
 			f.User, f.Role, f.Method = id.User, string(id.Role), id.Method
-			f.Nav = Nav("", f.Role)
+			f.Nav = Nav("", f.Role, s.cfg.Nodes != nil)
 			f.Message = "this page is not for you: " + err.Error()
 			s.renderPage(w, console, http.StatusForbidden, PageError, &errorView{f})
 			return
@@ -206,7 +217,7 @@ func (s *handler) pageGuard(console *Console, p pageDef) http.Handler {
 		if id.Method == auth.MethodSession {
 			f.CSRF = ses.CSRF
 		}
-		f.Nav = Nav(strings.TrimSuffix(p.path, "{$}"), f.Role)
+		f.Nav = Nav(navPath(p.path), f.Role, s.cfg.Nodes != nil)
 		f.Refresh = p.refresh
 		name := p.name
 		v, err := p.view(r, c, f)

@@ -16,7 +16,7 @@ func usageView() *Usage {
 	held := 2.0
 	starts := []time.Time{from, from.Add(time.Hour)}
 	return &Usage{
-		Frame: Frame{Page: PageUsage, Title: "Usage", Loc: loc, Zone: "Europe/Berlin", Now: to, User: "root", Role: "admin", Method: "token", Nav: Nav("/usage", "admin")},
+		Frame: Frame{Page: PageUsage, Title: "Usage", Loc: loc, Zone: "Europe/Berlin", Now: to, User: "root", Role: "admin", Method: "token", Nav: Nav("/usage", "admin", false)},
 		From:  from, To: to, Window: "24h", By: "user", Groupings: []string{"user", "team"},
 		Presets:  []Link{{Label: "24 h", Href: "/usage?window=24h", Current: true}, {Label: "7 days", Href: "/usage?window=7d"}},
 		FromDate: "2026-11-01", ToDate: "2026-11-02", FilterTeam: `"><b>team`,

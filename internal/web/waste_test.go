@@ -50,7 +50,7 @@ func TestRenderJobsWasteAudit(t *testing.T) {
 	}
 	now := time.Date(2026, 11, 2, 12, 0, 0, 0, time.UTC)
 	frame := func(page string) Frame {
-		return Frame{Page: page, Title: page, Now: now, User: "root", Role: "admin", Method: "session", CSRF: "tok", Nav: Nav("/"+page, "admin")}
+		return Frame{Page: page, Title: page, Now: now, User: "root", Role: "admin", Method: "session", CSRF: "tok", Nav: Nav("/"+page, "admin", false)}
 	}
 	evil := "<script>alert(1)</script>"
 	stop := &Button{Label: "Stop", Method: "POST", Path: "/api/v1/containers/x/stop", Body: `{"reason":"waste: idle"}`, Confirm: "Stop " + evil + "?", Danger: true}

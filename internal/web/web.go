@@ -35,6 +35,8 @@ const (
 	PageWaste    = "waste"
 	PageJobs     = "jobs"
 	PageAudit    = "audit"
+	PageNodes    = "nodes"
+	PageNode     = "node"
 	PageSignIn   = "signin"
 	PageError    = "error"
 )
@@ -200,10 +202,13 @@ func (f *Frame) loc() *time.Location {
 }
 
 // Nav is the console's navigation for a role: the audit log is for
-// admins.
-func Nav(current, role string) []NavItem {
+// admins, and the nodes are there only on an agent in a fleet.
+func Nav(current, role string, fleet bool) []NavItem {
 	items := []NavItem{{"/", "Overview", false}, {"/gpus", "GPUs", false}, {"/usage", "Usage", false},
 		{"/waste", "Waste", false}, {"/whatif", "What-if", false}, {"/jobs", "Jobs", false}}
+	if fleet {
+		items = append(items, NavItem{"/nodes", "Nodes", false})
+	}
 	if role == "admin" {
 		items = append(items, NavItem{"/audit", "Audit", false})
 	}

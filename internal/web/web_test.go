@@ -149,7 +149,7 @@ func TestRenderEscapes(t *testing.T) {
 		t.Fatal(err)
 	}
 	evil := `<script>alert(1)</script>`
-	f := Frame{Page: PageOverview, Title: "Overview", Node: evil, User: evil, Role: "admin", Method: "session", CSRF: `"><x`, Now: time.Now(), Nav: Nav("/", "admin")}
+	f := Frame{Page: PageOverview, Title: "Overview", Node: evil, User: evil, Role: "admin", Method: "session", CSRF: `"><x`, Now: time.Now(), Nav: Nav("/", "admin", false)}
 	v := &Overview{Frame: f, Tiles: []Tile{{Index: 0, Model: evil, Holders: []string{evil}}}}
 	var b strings.Builder
 	if err := c.Render(&b, PageOverview, v); err != nil {

@@ -158,5 +158,21 @@ func build() (dashboard.Dashboard, error) {
 			query(`histogram_quantile(0.9, sum by (le) (rate(gpumeter_queue_wait_seconds_bucket{`+fHost+`}[$__rate_interval])))`, "p90"),
 			query(`sum(rate(gpumeter_queue_wait_seconds_sum{`+fHost+`}[$__rate_interval])) / sum(rate(gpumeter_queue_wait_seconds_count{`+fHost+`}[$__rate_interval]))`, "mean")))
 
+	// The fleet's own series: gpumeter_fleet_nodes comes from the agent
+	// that holds the scheduler lease only, and the leader series from
+	// each agent, so these ignore the host variable.
+	b = b.WithRow(dashboard.NewRowBuilder("Fleet nodes")).
+		WithPanel(single("Nodes up", "Nodes of the fleet (queue.fleet) whose agent renews its ledger lease and that are not drained, from the scheduler's last pass.", "short", `max(gpumeter_fleet_nodes{state="up"})`).Span(6)).
+		WithPanel(single("Nodes draining", "Nodes drained with gpumeter node drain: no new job starts there; running ones finish.", "short", `max(gpumeter_fleet_nodes{state="draining"})`).Span(6)).
+		WithPanel(single("Nodes lost", "Nodes whose agent has been silent for longer than ledger.lease_takeover: their jobs went back to the queue.", "short", `max(gpumeter_fleet_nodes{state="lost"})`).Span(6)).
+		WithPanel(single("Schedulers", "Agents that hold the fleet's scheduler lease: 1, or 0 for at most the takeover time after the scheduler died.", "short", `sum(gpumeter_fleet_scheduler_leader)`).Span(6)).
+		// In a fleet each agent counts the starting and running jobs of
+		// its own node.
+		WithPanel(series("Jobs running per node", "Queue jobs running on each node.", "short", 12, true,
+			query(`sum by (Hostname) (gpumeter_queue_jobs{`+fHost+`, state="running"})`, "{{Hostname}}"))).
+		WithPanel(series("Utilisation per node", "Mean SM utilisation of each node's GPUs, against the 0.7 that queue.placement: target aims each GPU at (queue.target_utilization's default).", "percentunit", 12, false,
+			query(`avg by (Hostname) (DCGM_FI_DEV_GPU_UTIL{`+fGPU+`}) / 100`, "{{Hostname}}"),
+			query(`vector(0.7)`, "target")))
+
 	return b.Build()
 }

@@ -219,6 +219,10 @@ type Placement struct {
 	// Policy is queue.placement: binpack, spread or target.
 	Policy     string               `json:"policy"`
 	Candidates []PlacementCandidate `json:"candidates"`
+	// Nodes are, in a fleet, the nodes the job could have gone to, the
+	// chosen one first; Candidates are then the chosen node's GPUs.
+	// Absent on one host.
+	Nodes []PlacementNode `json:"nodes,omitempty"`
 }
 
 // PlacementCandidate is one GPU the job fitted on.
@@ -228,6 +232,18 @@ type PlacementCandidate struct {
 	Score float64 `json:"score"`
 	// Util is the GPU's measured SM utilisation over
 	// queue.placement_window, 0 to 1.
+	Util   float64 `json:"util"`
+	Chosen bool    `json:"chosen"`
+	// Node is the GPU's node in a fleet; absent on one host.
+	Node string `json:"node,omitempty"`
+}
+
+// PlacementNode is one node a fleet's job could have gone to: the node
+// score (target) or binpack's or spread's rank of the node, its mean
+// utilisation with the job's expected share, and whether it was chosen.
+type PlacementNode struct {
+	Node   string  `json:"node"`
+	Score  float64 `json:"score"`
 	Util   float64 `json:"util"`
 	Chosen bool    `json:"chosen"`
 }

@@ -32,6 +32,21 @@ type Node struct {
 	GPUs   []NodeGPU `json:"gpus"`
 }
 
+// GPUCounts counts n's GPUs in each state.
+func (n Node) GPUCounts() (free, held, outside int) {
+	for _, g := range n.GPUs {
+		switch g.State {
+		case GPUFree:
+			free++
+		case GPUHeld:
+			held++
+		case GPUOutside:
+			outside++
+		}
+	}
+	return free, held, outside
+}
+
 // The states of a NodeGPU.
 const (
 	GPUFree    = "free"
@@ -55,4 +70,33 @@ type NodeGPU struct {
 type NodeDrain struct {
 	Node    string `json:"node"`
 	Drained bool   `json:"drained"`
+}
+
+// Consolidation is the body of GET /api/v1/nodes/consolidate: for every
+// node that is not lost, whether it could be drained now, its running
+// jobs fitting on the other nodes at queue.target_utilization. Advice
+// only: nothing moves.
+type Consolidation struct {
+	Advice []ConsolidateAdvice `json:"advice"`
+}
+
+// ConsolidateAdvice is the advice on one node.
+type ConsolidateAdvice struct {
+	Node string `json:"node"`
+	// Drain is true when the node could be drained, with every node
+	// advised before it.
+	Drain bool `json:"drain"`
+	// Drained is true for a node drained already.
+	Drained bool `json:"drained"`
+	// Jobs are the queue's jobs running there; [] when none.
+	Jobs []string `json:"jobs"`
+	// Moves say where each job would fit, when Drain; [] otherwise.
+	Moves []ConsolidateMove `json:"moves"`
+	Why   string            `json:"why"`
+}
+
+// ConsolidateMove is a running job and the node it would fit on.
+type ConsolidateMove struct {
+	Job  string `json:"job"`
+	Node string `json:"node"`
 }

@@ -16,6 +16,14 @@ func (c *Client) Nodes(ctx context.Context) (apitype.Nodes, error) {
 	return out, err
 }
 
+// Consolidate asks which nodes could be drained now: their running jobs
+// fit on the other nodes at queue.target_utilization.
+func (c *Client) Consolidate(ctx context.Context) (apitype.Consolidation, error) {
+	var out apitype.Consolidation
+	err := c.getJSON(ctx, "/api/v1/nodes/consolidate", nil, liveTimeout, &out)
+	return out, err
+}
+
 // SetDrained drains node (no new job starts there; its running jobs
 // finish) or undrains it; admins only. An unknown node is a 404 with code
 // node_not_found.

@@ -21,7 +21,7 @@ func (s *server) mountConsole() {
 	err := web.Mount(s.mux, web.Config{
 		API: consoleAPI{s}, Ticks: cfg.Ticks, Reports: cfg.Reports, Waste: cfg.Waste, Jobs: cfg.Jobs,
 		Audit: cfg.Audit, Usage: cfg.Usage, WhatIf: cfg.WhatIf, Stops: cfg.Stopper != nil, MaxAuditEvents: cfg.Limits.MaxAuditEvents,
-		Node: cfg.Node, Now: cfg.Now, Logger: cfg.Logger,
+		Nodes: cfg.Nodes, Node: cfg.Node, Now: cfg.Now, Logger: cfg.Logger,
 	})
 	if err != nil {
 		// The console's templates are in the binary, and a test renders

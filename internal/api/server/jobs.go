@@ -485,7 +485,10 @@ func placementJSON(p *queue.PlacementRecord) *apitype.Placement {
 		out.Candidates = make([]apitype.PlacementCandidate, 0, len(p.Candidates))
 	}
 	for _, c := range p.Candidates {
-		out.Candidates = append(out.Candidates, apitype.PlacementCandidate{UUID: c.UUID, Index: c.Index, Score: c.Score, Util: c.Util, Chosen: c.Chosen})
+		out.Candidates = append(out.Candidates, apitype.PlacementCandidate{UUID: c.UUID, Index: c.Index, Score: c.Score, Util: c.Util, Chosen: c.Chosen, Node: c.Node})
+	}
+	for _, n := range p.Nodes {
+		out.Nodes = append(out.Nodes, apitype.PlacementNode{Node: n.Node, Score: n.Score, Util: n.Util, Chosen: n.Chosen})
 	}
 	return out
 }

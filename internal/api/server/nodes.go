@@ -11,6 +11,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
 
@@ -21,6 +22,8 @@ import (
 type Nodes interface {
 	Nodes(ctx context.Context) ([]run.NodeView, error)
 	SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error
+	// Consolidate says which nodes could be drained now.
+	Consolidate(ctx context.Context) ([]queue.ConsolidateAdvice, error)
 }
 
 var _ Nodes = (*run.Nodes)(nil)
@@ -28,6 +31,7 @@ var _ Nodes = (*run.Nodes)(nil)
 func (s *server) nodeRoutes() []route {
 	return []route{
 		{method: "GET", pattern: "/api/v1/nodes", act: auth.ActNodesRead, h: s.nodes},
+		{method: "GET", pattern: "/api/v1/nodes/consolidate", act: auth.ActNodesRead, h: s.consolidate},
 		{method: "POST", pattern: "/api/v1/nodes/{node}/drain", act: auth.ActNodeDrain, mutating: true, h: s.drainNode(true)},
 		{method: "POST", pattern: "/api/v1/nodes/{node}/undrain", act: auth.ActNodeDrain, mutating: true, h: s.drainNode(false)},
 	}
@@ -59,6 +63,32 @@ func (s *server) nodes(w http.ResponseWriter, r *http.Request, c *call) {
 		return
 	}
 	writeJSON(w, NodesFromView(views))
+}
+
+// consolidate answers which nodes could be drained now.
+func (s *server) consolidate(w http.ResponseWriter, r *http.Request, c *call) {
+	if s.fleetOff(w, r, c, "", false) {
+		return
+	}
+	if r.URL.RawQuery != "" {
+		writeError(w, http.StatusBadRequest, apitype.CodeBadRequest, r.URL.Path+" takes no parameters")
+		return
+	}
+	advice, err := s.cfg.Nodes.Consolidate(r.Context())
+	if err != nil {
+		s.nodesFailed(w, c, "advise on consolidation", err)
+		return
+	}
+	out := apitype.Consolidation{Advice: []apitype.ConsolidateAdvice{}}
+	for _, a := range advice {
+		ca := apitype.ConsolidateAdvice{Node: a.Node, Drain: a.Drain, Drained: a.Drained, Jobs: append([]string{}, a.Jobs...),
+			Moves: []apitype.ConsolidateMove{}, Why: a.Why}
+		for _, m := range a.Moves {
+			ca.Moves = append(ca.Moves, apitype.ConsolidateMove{Job: m.JobID, Node: m.Node})
+		}
+		out.Advice = append(out.Advice, ca)
+	}
+	writeJSON(w, out)
 }
 
 // drainNode drains the node the path names, or undrains it.

@@ -22,6 +22,7 @@ import (
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 	"github.com/gpumeter/gpumeter/internal/ledger/postgres"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
 
@@ -39,6 +40,10 @@ type fixedNodes struct {
 }
 
 func (f *fixedNodes) Nodes(context.Context) ([]run.NodeView, error) { return f.views, f.err }
+
+func (f *fixedNodes) Consolidate(context.Context) ([]queue.ConsolidateAdvice, error) {
+	return []queue.ConsolidateAdvice{{Node: "n1", Drain: true, Jobs: []string{"j-000001"}, Moves: []queue.Move{{JobID: "j-000001", Node: "n2"}}, Why: "fits on n2"}}, f.err
+}
 
 func (f *fixedNodes) SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error {
 	if f.err != nil {
@@ -306,4 +311,17 @@ func TestNodesOverPostgres(t *testing.T) {
 	if len(ns.Nodes) != 1 {
 		t.Errorf("nodes after the outage: %+v", ns)
 	}
+}
+
+// TestNodesConsolidateRoute: every role reads the advice, in the wire's
+// shape; it takes no parameters.
+func TestNodesConsolidateRoute(t *testing.T) {
+	f, _ := newNodesFixture(t)
+	want := `{"advice":[{"node":"n1","drain":true,"drained":false,"jobs":["j-000001"],"moves":[{"job":"j-000001","node":"n2"}],"why":"fits on n2"}]}` + "\n"
+	for _, caller := range []string{servertest.AsAdmin, servertest.AsViewer, servertest.AsAlice} {
+		if a := f.Get(t, caller, "/api/v1/nodes/consolidate"); a.Status != http.StatusOK || string(a.Body) != want {
+			t.Errorf("as %s: %d\n%s\nwant\n%s", caller, a.Status, a.Body, want)
+		}
+	}
+	f.Get(t, servertest.AsAlice, "/api/v1/nodes/consolidate?node=n1").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
 }

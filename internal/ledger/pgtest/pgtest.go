@@ -123,6 +123,11 @@ type server struct {
 	cmd      *exec.Cmd
 	exited   chan struct{}
 	log      *os.File
+	// How postgres was started, so that Restart starts it alike.
+	bin  string
+	cred *syscall.Credential
+	env  []string
+	port int
 }
 
 func (s *server) exec(ctx context.Context, sql string) error {
@@ -188,27 +193,37 @@ func (s *server) run(bin string, cred *syscall.Credential) error {
 	if s.log, err = os.Create(filepath.Join(s.dir, "postgres.log")); err != nil {
 		return err
 	}
-	s.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-p", strconv.Itoa(port), "-k", s.dir,
+	s.bin, s.cred, s.env, s.port = bin, cred, env, port
+	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)
+	return s.launch()
+}
+
+// launch starts postgres on the cluster initdb made and waits until it
+// answers.
+func (s *server) launch() error {
+	data := filepath.Join(s.dir, "data")
+	s.cmd = exec.Command(filepath.Join(s.bin, "postgres"), "-D", data,
+		"-p", strconv.Itoa(s.port), "-k", s.dir,
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200")
-	s.cmd.Env = env
+	s.cmd.Env = s.env
 	s.cmd.Dir = s.dir
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// If this test binary dies without stopping the server, the kernel
 	// asks the server to shut down fast (SIGINT).
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	s.exited = make(chan struct{})
+	exited := make(chan struct{})
+	s.exited = exited
+	cmd := s.cmd
 	go func() {
-		s.cmd.Wait()
-		close(s.exited)
+		cmd.Wait()
+		close(exited)
 	}()
 
-	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", port)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -237,8 +252,29 @@ func (s *server) logTail() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// stop shuts the server down fast and removes its directory.
-func (s *server) stop() {
+// Restart stops the test server and starts it again on the same port
+// and cluster, as an operator's restart of PostgreSQL would: every
+// session ends (their transactions roll back, their locks and LISTENs go),
+// new connections are refused until it is up, and then the databases are
+// as they were. It fails the test when the server is not one this package
+// started (one $GPUMETER_TEST_PG_DSN names), and must not run while a
+// test that does not expect it uses the server.
+func Restart(t testing.TB) {
+	t.Helper()
+	if srv == nil || srvErr != nil {
+		t.Fatal("pgtest.Restart: no test server; call DSN first")
+	}
+	if srv.external {
+		t.Fatalf("pgtest.Restart: the server %s names is not this package's to restart", EnvDSN)
+	}
+	srv.halt()
+	if err := srv.launch(); err != nil {
+		t.Fatalf("pgtest.Restart: %v", err)
+	}
+}
+
+// halt shuts the server down fast (SIGINT) and waits for it to exit.
+func (s *server) halt() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGINT)
 		select {
@@ -248,6 +284,11 @@ func (s *server) stop() {
 			<-s.exited
 		}
 	}
+}
+
+// stop shuts the server down fast and removes its directory.
+func (s *server) stop() {
+	s.halt()
 	if s.log != nil {
 		s.log.Close()
 	}

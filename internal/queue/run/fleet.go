@@ -63,7 +63,7 @@ type fleetState struct {
 	// store last answered a pass.
 	reconciled, lastOK time.Time
 	// fenced is set once the agent stopped its jobs for having been
-	// out of the ledger's reach for longer than the takeover time.
+	// out of the ledger's reach for too long (see fence).
 	fenced bool
 	// takeable is when another agent's scheduler lease may be taken
 	// over, as the latest try to take it saw; zero when this agent holds
@@ -142,18 +142,19 @@ func (q *Launcher) lead(ctx context.Context) bool {
 	return true
 }
 
-// fleetPass is the fleet's part of a pass: as the scheduler, it loses the
+// fleetPass is the fleet's part of a pass: as the scheduler (leader: the
+// pass began by taking or renewing the lease), it loses the
 // jobs of lost nodes, schedules every node's GPUs and writes the starts
 // as intents; then it launches the intents that name this node. in holds
 // the queued and running jobs the pass read, with the dependencies and
 // the fair share applied. It returns the plan the scheduler made (empty
 // on any other agent) and when the next pass is due.
-func (q *Launcher) fleetPass(ctx context.Context, l *loop, in queue.Input, byID map[string]queue.Job) (queue.Plan, time.Time) {
+func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue.Input, byID map[string]queue.Job) (queue.Plan, time.Time) {
 	f := q.fleet
 	now := q.now()
 	next := now.Add(cmpPoll(f.Poll))
 	var plan queue.Plan
-	if q.lead(ctx) {
+	if leader {
 		plan = q.schedulePass(ctx, in, byID)
 	}
 	next = minTime(next, f.takeable)
@@ -201,33 +202,7 @@ func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[st
 		states[string(nodeState(n))]++
 	}
 	defer func() { q.metrics.fleetPass(q.now().Sub(began), states) }()
-	lost := map[string]bool{}
-	in.GPUs, in.Util = nil, map[string]float64{}
-	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
-	in.Drained = map[string]bool{}
-	in.Config.SharedGPUs = nil
-	for _, n := range nodes {
-		if n.Lost {
-			lost[n.Node] = true
-			continue
-		}
-		if n.Drained {
-			in.Drained[n.Node] = true
-		}
-		for _, g := range n.GPUs {
-			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
-			in.Util[g.UUID] = g.Util
-			if g.MemoryUsedOutside > 0 {
-				in.Outside.MemoryUsed[g.UUID] = g.MemoryUsedOutside
-			}
-			if g.OutsideContainer != "" {
-				in.Outside.Containers = append(in.Outside.Containers, queue.OutsideContainer{Name: g.OutsideContainer, GPUs: []string{g.UUID}})
-			}
-			if g.Shared {
-				in.Config.SharedGPUs = append(in.Config.SharedGPUs, g.UUID)
-			}
-		}
-	}
+	lost := fleetInput(nodes, &in)
 	// The jobs of a lost node are lost: they go back to the queue (by
 	// queue.requeue_on) and the node's GPUs leave the pool.
 	running := in.Running[:0:0]
@@ -330,13 +305,15 @@ func (q *Launcher) nodeLost(ctx context.Context, j queue.Job) {
 func (q *Launcher) mine(j queue.Job) bool { return q.fleet == nil || j.Node == q.node }
 
 // fence stops this node's running job containers once the agent has been
-// out of the ledger's reach for longer than the takeover time: the fleet
-// has taken its node for lost and may start its jobs elsewhere, and a job
-// must never run twice. The reconciliation that follows, once the
+// out of the ledger's reach for so long that the fleet may soon take its
+// node for lost and start its jobs elsewhere: a job must never run twice,
+// so each container is stopped, its grace included, before the takeover
+// can come (see fenceTimes). The reconciliation that follows, once the
 // ledger answers, settles the jobs.
 func (q *Launcher) fence(ctx context.Context, l *loop) {
 	f := q.fleet
-	if f.fenced || f.lastOK.IsZero() || q.now().Sub(f.lastOK) < f.Takeover {
+	after, grace := fenceTimes(f.Takeover, q.stopGrace)
+	if f.fenced || f.lastOK.IsZero() || q.now().Sub(f.lastOK) < after {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, opTimeout)
@@ -350,8 +327,59 @@ func (q *Launcher) fence(ctx context.Context, l *loop) {
 		if !c.Running {
 			continue
 		}
-		q.log.Warn("out of the ledger's reach for longer than ledger.lease_takeover: the fleet may start this job elsewhere; stopping its container", "container", c.ID, "job", c.JobID)
-		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger"})
+		q.log.Warn("out of the ledger's reach for "+after.Round(100*time.Millisecond).String()+": the fleet may take this node for lost and start this job elsewhere; stopping its container",
+			"container", c.ID, "job", c.JobID, "grace", grace)
+		q.sendStop(ctx, l, c.ID, &stop{state: queue.Lost, reason: queue.ReasonLostRequeued, text: "its node lost the ledger", grace: grace})
 	}
 	l.reconciled = false
+}
+
+// fenceTimes are how long after the ledger last answered a pass the fence
+// stops this node's job containers, and the grace it gives each: both
+// within ledger.lease_takeover, so that the containers are gone before the
+// fleet may take the node for lost. The others judge the node by its
+// lease's heartbeat, which the ledger writer renews every
+// ledger.flush_interval, so it may be up to that much older than the
+// pass's last answer; the config keeps the interval within a third of the
+// takeover. The fence leaves that third to it, gives the stop at most
+// another third (queue.stop_grace when shorter), and stops what is left
+// earlier: at the soonest a third of the takeover after the ledger went
+// away.
+func fenceTimes(takeover, stopGrace time.Duration) (after, grace time.Duration) {
+	grace = min(stopGrace, takeover/3)
+	return takeover - takeover/3 - grace, grace
+}
+
+// fleetInput sets in's GPUs, their use and the drained nodes from the
+// nodes' registrations, leaving the lost nodes out, and returns the lost
+// ones.
+func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]bool) {
+	lost = map[string]bool{}
+	in.GPUs, in.Util = nil, map[string]float64{}
+	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
+	in.Drained = map[string]bool{}
+	in.Config.SharedGPUs = nil
+	for _, n := range nodes {
+		if n.Lost {
+			lost[n.Node] = true
+			continue
+		}
+		if n.Drained {
+			in.Drained[n.Node] = true
+		}
+		for _, g := range n.GPUs {
+			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
+			in.Util[g.UUID] = g.Util
+			if g.MemoryUsedOutside > 0 {
+				in.Outside.MemoryUsed[g.UUID] = g.MemoryUsedOutside
+			}
+			if g.OutsideContainer != "" {
+				in.Outside.Containers = append(in.Outside.Containers, queue.OutsideContainer{Name: g.OutsideContainer, GPUs: []string{g.UUID}})
+			}
+			if g.Shared {
+				in.Config.SharedGPUs = append(in.Config.SharedGPUs, g.UUID)
+			}
+		}
+	}
+	return lost
 }

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,8 +25,12 @@ const faultRetry = time.Second
 // engineBackoff spaces the pings of an engine that went away.
 var engineBackoff = retry.Backoff{Initial: 250 * time.Millisecond, Max: 5 * time.Second}
 
-// live are the states a pass loads.
-var live = []queue.State{queue.Queued, queue.Starting, queue.Running, queue.Lost}
+// live are the states a pass loads; following, those a fleet's agent
+// loads while another agent schedules.
+var (
+	live      = []queue.State{queue.Queued, queue.Starting, queue.Running, queue.Lost}
+	following = []queue.State{queue.Starting, queue.Running, queue.Lost}
+)
 
 // loop is the state only Run's goroutine touches.
 type loop struct {
@@ -188,6 +193,8 @@ func (q *Launcher) countEnded(ctx context.Context) {
 		q.log.Warn("count the ended jobs for metrics", "err", err)
 		return
 	}
+	// In a fleet, each agent counts the jobs that ended on its node.
+	js = slices.DeleteFunc(js, func(j queue.Job) bool { return !q.mine(j) })
 	q.metrics.countEnded(js)
 }
 
@@ -196,7 +203,16 @@ func (q *Launcher) countEnded(ctx context.Context) {
 func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 	l.trace.passBegan(q.now())
 	defer l.trace.passEnded()
-	jobs, err := q.store.ActiveJobs(ctx, live...)
+	states, leader := live, false
+	if q.fleet != nil {
+		// In a fleet only the scheduler needs the queued jobs; another
+		// agent reads them only while a stop it was asked for may find
+		// one of its own back in the queue.
+		if leader = q.lead(ctx); !leader && !q.stops.any() {
+			states = following
+		}
+	}
+	jobs, err := q.store.ActiveJobs(ctx, states...)
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Error("load the queue's jobs", "err", err)
@@ -222,12 +238,15 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		byID[j.ID] = j
 		switch j.State {
 		case queue.Lost:
-			if q.mine(j) || q.fleet.token != 0 {
+			if q.mine(j) || leader {
 				q.resolveLost(ctx, j)
 			}
 		case queue.Queued:
 			if s := q.stops.pending(j.ID); s != nil {
 				q.cancelQueued(ctx, j, s)
+				continue
+			}
+			if q.fleet != nil && !leader {
 				continue
 			}
 			ri := info(j)
@@ -260,7 +279,7 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 	var plan queue.Plan
 	if q.fleet != nil {
 		var due time.Time
-		plan, due = q.fleetPass(ctx, l, in, byID)
+		plan, due = q.fleetPass(ctx, l, leader, in, byID)
 		next = minTime(next, due)
 		if now.Sub(q.fleet.reconciled) >= fleetReconcile {
 			q.fleet.reconciled = now
@@ -396,14 +415,23 @@ func (q *Launcher) updateSnapshot(ctx context.Context, obs Observation, cfg queu
 	s := emptySnapshot()
 	held := map[string]bool{}
 	placed := make(map[string]bool, len(holding))
+	// In a fleet an agent counts the jobs that hold its node's GPUs, and
+	// the scheduler alone the queued and lost ones, so that a sum over
+	// the agents counts each job once.
 	for _, j := range holding {
-		s.Jobs[j.State]++
 		placed[j.ID] = true
+		if !q.mine(j) {
+			continue
+		}
+		s.Jobs[j.State]++
 		for _, g := range j.GPUs {
 			held[g] = true
 		}
 	}
 	for _, j := range passed {
+		if q.fleet != nil && q.fleet.token == 0 {
+			break
+		}
 		if (j.State == queue.Queued || j.State == queue.Lost) && !placed[j.ID] {
 			s.Jobs[j.State]++
 		}

@@ -174,3 +174,28 @@ func nodeState(s ledger.NodeStatus) NodeState {
 func (n *Nodes) SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error {
 	return n.Fleet.SetDrained(ctx, node, drained, ev)
 }
+
+// Consolidate says which nodes could be drained now: those whose running
+// jobs would all fit on the other nodes at the target utilisation (see
+// queue.Consolidate). Lost nodes are left out, as the scheduler leaves
+// them out.
+func (n *Nodes) Consolidate(ctx context.Context) ([]queue.ConsolidateAdvice, error) {
+	statuses, err := n.Fleet.Nodes(ctx, n.Takeover)
+	if err != nil {
+		return nil, err
+	}
+	jobs, err := n.Jobs.ActiveJobs(ctx, queue.Starting, queue.Running)
+	if err != nil {
+		return nil, err
+	}
+	in := queue.Input{Config: queue.Config{Placement: queue.Target, TargetUtilization: n.Target, OutsideMemoryThreshold: n.OutsideThreshold}}
+	lost := fleetInput(statuses, &in)
+	for _, j := range jobs {
+		if lost[j.Node] {
+			continue
+		}
+		in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt,
+			TimeLimit: j.TimeLimit, GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node})
+	}
+	return queue.Consolidate(in), nil
+}

@@ -245,3 +245,73 @@ func TestNodesScoreTarget(t *testing.T) {
 
 // approx compares float64s to a millionth, as the means are sums.
 var approx = gocmp.Comparer(func(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 })
+
+// TestNodesConsolidate: over a real store, the least loaded node, whose
+// one running job fits on another node at the target, is advised to
+// drain, with the move, and the node it gives to is kept; a lost node is
+// left out of the advice.
+func TestNodesConsolidate(t *testing.T) {
+	for _, b := range fleetBackends {
+		t.Run(b.name, func(t *testing.T) {
+			store := b.open(t)
+			ctx := context.Background()
+			gpus := func(node string) []ledger.NodeGPU {
+				var out []ledger.NodeGPU
+				for i := range 4 {
+					out = append(out, ledger.NodeGPU{UUID: node + "-g" + string(rune('0'+i)), Index: i, Model: "H100", MemoryBytes: 80 << 30, Util: 0.1})
+				}
+				return out
+			}
+			for _, n := range []string{"x", "y", "gone"} {
+				if err := store.RegisterNode(ctx, ledger.NodeInfo{Node: n, GPUs: gpus(n)}); err != nil {
+					t.Fatal(err)
+				}
+				l, err := store.Acquire(ctx, ledger.Lease{Node: n, Instance: n + "-1", Host: n, PID: os.Getpid()}, takeover)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n == "gone" {
+					if err := store.Release(ctx, l); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			running := func(node, gpu string) string {
+				j, err := store.SubmitJob(ctx, queue.Job{Node: node, Name: "train", User: "alice", State: queue.Queued, GPUsRequested: 1,
+					Image: "img", Command: []string{"run"}, Request: &queue.Request{}}, audit.Event{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := store.UpdateJob(ctx, j.ID, queue.Queued, func(j *queue.Job) {
+					j.State, j.GPUs, j.StartedAt = queue.Running, []string{gpu}, time.Now()
+				}, audit.Event{}); err != nil {
+					t.Fatal(err)
+				}
+				return j.ID
+			}
+			moved := running("x", "x-g0")
+			for _, g := range []string{"y-g0", "y-g1", "y-g2"} {
+				running("y", g)
+			}
+			n := &Nodes{Fleet: store, Jobs: store, Takeover: takeover}
+			advice, err := n.Consolidate(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			byNode := map[string]queue.ConsolidateAdvice{}
+			for _, a := range advice {
+				byNode[a.Node] = a
+			}
+			if _, ok := byNode["gone"]; ok {
+				t.Errorf("the lost node is advised on: %+v", byNode["gone"])
+			}
+			// The least loaded node gives; the one it gives to keeps.
+			if x := byNode["x"]; !x.Drain || len(x.Moves) != 1 || x.Moves[0] != (queue.Move{JobID: moved, Node: "y"}) {
+				t.Errorf("x, running %s on one of its four GPUs, beside y running three: %+v, want drain with the job moved to y", moved, x)
+			}
+			if y := byNode["y"]; y.Drain || len(y.Jobs) != 3 {
+				t.Errorf("y, running three jobs and taking x's: %+v, want it kept", y)
+			}
+		})
+	}
+}

@@ -19,6 +19,9 @@ import (
 //     was never created, goes back to the queue: it never ran, so it
 //     cannot run twice;
 //   - a running job whose container is gone is lost (requeued or failed);
+//   - in a fleet, a running container of a job the fleet requeued when
+//     this node was lost, and has not started elsewhere, is adopted (see
+//     adopt);
 //   - a container whose job is not starting or running is stopped when it
 //     runs (no job runs twice), and removed once past log retention;
 //   - the staged mounts of every job that is not starting or running are
@@ -86,6 +89,8 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 		}
 		ended := j.State.Ended()
 		switch {
+		case c.Running && q.adopt(ctx, l, j, c):
+			isActive[j.ID] = true // its staged mounts stay
 		case c.Running:
 			q.log.Warn("a job container runs while its job does not; stopping it", "container", c.ID, "job", c.JobID, "state", j.State)
 			q.removeContainer(ctx, c.ID)

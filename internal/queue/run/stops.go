@@ -59,6 +59,13 @@ func (r *stopRequests) ask(id string, s *stop) <-chan struct{} {
 	return s.done
 }
 
+// any reports whether a stop is asked for any job.
+func (r *stopRequests) any() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.byJob) > 0
+}
+
 // pending returns the stop asked for job id, or nil.
 func (r *stopRequests) pending(id string) *stop {
 	r.mu.Lock()

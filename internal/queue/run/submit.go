@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"slices"
 	"strings"
 
@@ -129,6 +130,12 @@ func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.
 	}
 	if err := q.placeRefusal(s); err != nil {
 		return queue.Job{}, err
+	}
+	if q.fleet && len(req.Env) > 0 && s.Node != "" {
+		if ok, _ := path.Match(s.Node, q.node); !ok {
+			return queue.Job{}, &BadRequest{Field: "node", Text: fmt.Sprintf("a job with --env values runs on the node it is submitted to (%s), which keeps its values; --node %s leaves that node out: submit on that node's agent, or without --env", q.node, s.Node)}
+		}
+		s.Node = escapeGlob(q.node)
 	}
 	if exclusive >= 0 && req.GPUs > exclusive && !q.fleet {
 		// Within queue.max_gpus, but more than this node has for whole

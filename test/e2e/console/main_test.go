@@ -67,7 +67,9 @@ type page struct {
 }
 
 // pages are the console's pages. Keep in step with web.Nav and
-// internal/api/server's pageRoutes.
+// internal/api/server's pageRoutes. The nodes pages, which an agent has
+// only in a fleet, are visited over a fleet of their own
+// (TestConsoleNodes).
 var pages = []page{
 	{name: "overview", path: "/", bad: "/?window=nonsense", xss: "/",
 		userSees: []string{"alice-llama-finetune", "another user"}},

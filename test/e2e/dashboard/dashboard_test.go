@@ -19,11 +19,17 @@ import (
 	"github.com/gpumeter/gpumeter/test/e2e/harness"
 )
 
-// emptyOnDemo are the panels meant to show no data on the demo: none,
-// once the outside-use rule's window is cut to seconds and a job waits in
-// the queue. The test checks a panel listed here is indeed empty, so the
-// list stays true.
-var emptyOnDemo = map[string]string{}
+// emptyOnDemo are the panels meant to show no data on the demo: those of
+// a fleet's series alone, once the outside-use rule's window is cut to
+// seconds and a job waits in the queue. The test checks a panel listed
+// here is indeed empty, so the list stays true; TestDashboardFleet checks
+// them on a fleet.
+var emptyOnDemo = map[string]string{
+	"Nodes up":       "a fleet's",
+	"Nodes draining": "a fleet's",
+	"Nodes lost":     "a fleet's",
+	"Schedulers":     "a fleet's",
+}
 
 // The recording rules meant to be empty on the demo: none.
 var emptyRulesOnDemo = map[string]string{}
@@ -43,12 +49,15 @@ type target struct {
 	Range   bool   `json:"range"`
 }
 
+// panel is a panel of the dashboard, or a row (Type "row").
+type panel struct {
+	Type    string   `json:"type"`
+	Title   string   `json:"title"`
+	Targets []target `json:"targets"`
+}
+
 type dash struct {
-	Panels []struct {
-		Type    string   `json:"type"`
-		Title   string   `json:"title"`
-		Targets []target `json:"targets"`
-	} `json:"panels"`
+	Panels     []panel `json:"panels"`
 	Templating struct {
 		List []struct {
 			Name       string `json:"name"`
@@ -125,8 +134,10 @@ waste:
     window: 2s
     grace: 1s
 `, 0o600)
-	a := harness.Launch(t, dataDir, "--demo", "--config", cfg, "--interval", "200ms")
-	env := []string{"GPUMETER_URL=unix://" + filepath.Join(dataDir, "api.sock"), "GPUMETER_DATA_DIR=" + dataDir}
+	// The demo serves its socket from a directory of its own unless told.
+	sock := filepath.Join(dataDir, "api.sock")
+	a := harness.Launch(t, dataDir, "--demo", "--config", cfg, "--interval", "200ms", "--api-socket", sock)
+	env := []string{"GPUMETER_URL=unix://" + sock, "GPUMETER_DATA_DIR=" + dataDir}
 	out, errOut, code := harness.RunCLI(t, env, "submit", "--gpus", "1", "--time-limit", "1h", "--image", image, "--", "sleep", "600")
 	if code != 0 || !strings.HasPrefix(strings.TrimSpace(out), "j-") {
 		t.Fatalf("submit: exit %d, stdout %q, stderr %s", code, out, errOut)

@@ -44,6 +44,8 @@ scrape_configs:
 // series is one element of a query's answer.
 type series struct {
 	Metric map[string]string `json:"metric"`
+	// Value is an instant answer's [time, "value"].
+	Value []any `json:"value"`
 }
 
 // get asks the HTTP API path with params and decodes data into out,

@@ -31,7 +31,8 @@ func dockerCompose(t *testing.T, dir string, env []string, args ...string) (stdo
 	cmd.Dir = dir
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains([]string{"GPUMETER_HOSTNAME", "DOCKER_GID", "GPUMETER_VERSION", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_FILE", "COMPOSE_PROJECT_NAME"}, k) {
+		if !slices.Contains([]string{"GPUMETER_HOSTNAME", "DOCKER_GID", "GPUMETER_VERSION", "GRAFANA_ADMIN_PASSWORD", "COMPOSE_FILE", "COMPOSE_PROJECT_NAME",
+			"GPUMETER_PG_HOST", "GPUMETER_PG_PORT", "GPUMETER_PG_PASSWORD", "GPUMETER_PG_SSLMODE", "GPUMETER_LEDGER_LEASE_TAKEOVER", "GPUMETER_QUEUE_FLEET_API"}, k) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -61,6 +62,8 @@ type composeService struct {
 	Tmpfs       []string          `yaml:"tmpfs"`
 	Volumes     []string          `yaml:"volumes"`
 	Command     []string          `yaml:"command"`
+	Profiles    []string          `yaml:"profiles"`
+	Ports       []composePort     `yaml:"ports"`
 	Deploy      struct {
 		Resources struct {
 			Reservations struct {
@@ -72,6 +75,12 @@ type composeService struct {
 			} `yaml:"reservations"`
 		} `yaml:"resources"`
 	} `yaml:"deploy"`
+}
+
+// composePort is a published port as docker-compose config writes it.
+type composePort struct {
+	Published int `yaml:"published"`
+	Target    int `yaml:"target"`
 }
 
 // TestComposeConfig validates the compose stack with docker-compose

@@ -387,18 +387,7 @@ func jobContainers(t *testing.T, cli *client.Client, node, id string) []mcontain
 // node's isolated network, which an agent killed before it could remove
 // it leaves behind.
 func removeJobContainers(t *testing.T, cli *client.Client, node string) {
-	defer dockertest.RemoveNetwork(t, cli, spec.NetworkName(node))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
-		Filters: make(client.Filters).Add("label", spec.NodeLabel+"="+node)})
-	if err != nil {
-		t.Errorf("list the job containers of %s: %v", node, err)
-		return
-	}
-	for _, c := range res.Items {
-		dockertest.Remove(t, cli, c.ID)
-	}
+	harness.RemoveNodeJobs(t, cli, node)
 }
 
 // detachBelow detaches every mount below dir, deepest first.

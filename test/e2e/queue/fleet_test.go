@@ -43,8 +43,19 @@ func newFleet(t *testing.T, n int) *fleet { return newFleetWith(t, n, "") }
 // node's queue section.
 func newFleetWith(t *testing.T, n int, extra string) *fleet {
 	t.Helper()
+	return newFleetWith(t, n, "")
+}
+
+// newFleetWith is newFleet with extra (YAML under queue:) added to every
+// node's queue section.
+func newFleetWith(t *testing.T, n int, extra string) *fleet {
+	t.Helper()
 	f := &fleet{dsn: pgtest.DSN(t)}
 	dockertest.LockGPUs(t)
+	// The lock may be waited for behind other checkouts' tests: what
+	// the test itself takes is from here to its last cleanup.
+	locked := time.Now()
+	t.Cleanup(func() { t.Logf("the fleet held the GPU lock for %s", time.Since(locked).Round(100*time.Millisecond)) })
 	for range n {
 		port := freePort(t)
 		h := makeHost(t, fmt.Sprintf("  fleet: true\n  log_retention: 1h\n  fleet_api: http://127.0.0.1:%d\n", port)+extra)
@@ -85,6 +96,27 @@ func tokensOf(t *testing.T, path string) string {
 	}
 	text := string(b)
 	return text[:strings.Index(text, "queue:\n")]
+}
+
+// throughProxy points host i's ledger.dsn at a pgtest proxy in front of
+// the fleet's database, so that a test can cut that agent off from
+// PostgreSQL and let it back; call it before start.
+func (f *fleet) throughProxy(t *testing.T, i int) *pgtest.Proxy {
+	t.Helper()
+	proxy, via := pgtest.NewProxy(t, f.dsn)
+	h := f.hosts[i]
+	cfg, err := os.ReadFile(h.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := fmt.Sprintf("dsn: %q", f.dsn), fmt.Sprintf("dsn: %q", via)
+	if !strings.Contains(string(cfg), from) {
+		t.Fatalf("%s has no %s", h.config, from)
+	}
+	if err := os.WriteFile(h.config, []byte(strings.Replace(string(cfg), from, to, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return proxy
 }
 
 func (f *fleet) start(t *testing.T) {
@@ -307,6 +339,12 @@ func TestFleetOneQueue(t *testing.T) {
 	}
 	if j := jobs[big.ID]; len(j.GPUs) != 4 {
 		t.Errorf("%s asked for 4 GPUs and holds %v", big.ID, j.GPUs)
+	}
+	for _, j := range jobs {
+		p := j.Placement
+		if p == nil || len(p.Nodes) == 0 || !p.Nodes[0].Chosen || p.Nodes[0].Node != j.Node {
+			t.Errorf("%s ran on %s; its placement's nodes, the chosen first: %+v", j.ID, j.Node, p)
+		}
 	}
 	if j := jobs[pin.ID]; j.Node != f.hosts[2].node || j.NodeConstraint != f.hosts[2].node {
 		t.Errorf("%s asked for node %s and ran on %q (constraint %q)", pin.ID, f.hosts[2].node, j.Node, j.NodeConstraint)

@@ -1,0 +1,61 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
+	"github.com/gpumeter/gpumeter/internal/queue"
+)
+
+// TestSubmitInAFleet: a fleet's job waits on no node until placed, keeps
+// its --node and --model patterns, and a bad pattern is refused naming
+// its field; a job with --env values is pinned to the node it was
+// submitted to, whose env store keeps them, and one whose --node leaves
+// that node out is refused. One host refuses --node and --model: there is
+// no choice to make.
+func TestSubmitInAFleet(t *testing.T) {
+	fleet := newEnv(t, func(c *Config) {
+		c.Fleet = &FleetConfig{Store: c.Store.(*sqlite.Store), Instance: "i-1", Takeover: time.Minute}
+	})
+	ctx := context.Background()
+	submit := func(e *env, s Submission) (queue.Job, error) {
+		s.User = "alice"
+		if s.Request.Image == "" {
+			s.Request = request()
+		}
+		return e.q.Submit(ctx, s)
+	}
+	j, err := submit(fleet, Submission{Node: "gpu-[12]", Model: "*H100*"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Node != "" || j.Request.Node != "gpu-[12]" || j.Request.Model != "*H100*" {
+		t.Errorf("a fleet's job: node %q, constraints %q %q; want no node yet and the patterns kept", j.Node, j.Request.Node, j.Request.Model)
+	}
+	var br *BadRequest
+	if _, err := submit(fleet, Submission{Node: "gpu-["}); !errors.As(err, &br) || br.Field != "node" {
+		t.Errorf("--node gpu-[: %v, want a bad request on node", err)
+	}
+	withEnv := request()
+	withEnv.Env = []string{"TOKEN=s3cret"}
+	j, err = submit(fleet, Submission{Request: withEnv})
+	if err != nil || j.Request.Node != "node1" {
+		t.Errorf("a job with --env: %v, node constraint %q; want it pinned to node1", err, j.Request.Node)
+	}
+	if _, err := submit(fleet, Submission{Request: withEnv, Node: "node1"}); err != nil {
+		t.Errorf("--env with --node naming this node: %v", err)
+	}
+	if _, err := submit(fleet, Submission{Request: withEnv, Node: "gpu-2"}); !errors.As(err, &br) || br.Field != "node" {
+		t.Errorf("--env with --node gpu-2, submitted on node1: %v, want a bad request on node", err)
+	}
+
+	one := newEnv(t, nil)
+	for _, s := range []Submission{{Node: "gpu-1"}, {Model: "*H100*"}} {
+		if _, err := submit(one, s); !errors.As(err, &br) || (br.Field != "node" && br.Field != "model") {
+			t.Errorf("one host, %+v: %v, want a bad request", s, err)
+		}
+	}
+}
