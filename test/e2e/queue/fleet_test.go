@@ -37,11 +37,7 @@ type fleet struct {
 }
 
 // newFleet makes the hosts of a fleet of n nodes; start starts them.
-func newFleet(t *testing.T, n int) *fleet { return newFleetWith(t, n, "") }
-
-// newFleetWith is newFleet with extra (YAML under queue:) added to every
-// node's queue section.
-func newFleetWith(t *testing.T, n int, extra string) *fleet {
+func newFleet(t *testing.T, n int) *fleet {
 	t.Helper()
 	return newFleetWith(t, n, "")
 }
