@@ -123,18 +123,23 @@ func (sc *scope) mask(gs []gpuState, nodes []fleetNode, on bool) {
 	}
 }
 
-// scopeKey is a job's pair of constraints.
-type scopeKey struct{ node, model string }
+// scopeKey is a job's constraints: its globs, and its image where the
+// nodes' image allowlists differ (Input.NodeImages).
+type scopeKey struct{ node, model, image string }
 
 // scopeFor returns the scope of job j's constraints, made once a pass.
 func (p *pass) scopeFor(j *QueuedJob) *scope {
-	if j.Node == "" && j.Model == "" {
+	image := ""
+	if len(p.in.NodeImages) > 0 {
+		image = j.Image
+	}
+	if j.Node == "" && j.Model == "" && image == "" {
 		if p.anyScope == nil {
-			p.anyScope = p.newScope("", "")
+			p.anyScope = p.newScope("", "", "")
 		}
 		return p.anyScope
 	}
-	k := scopeKey{j.Node, j.Model}
+	k := scopeKey{j.Node, j.Model, image}
 	if p.lastScope != nil && p.lastScopeKey == k {
 		return p.lastScope
 	}
@@ -143,7 +148,7 @@ func (p *pass) scopeFor(j *QueuedJob) *scope {
 		if p.scopes == nil {
 			p.scopes = map[scopeKey]*scope{}
 		}
-		sc = p.newScope(j.Node, j.Model)
+		sc = p.newScope(j.Node, j.Model, image)
 		p.scopes[k] = sc
 	}
 	p.lastScope, p.lastScopeKey = sc, k
@@ -161,17 +166,21 @@ func match(glob, name string) bool {
 }
 
 // newScope makes the scope of the jobs with the globs given: the nodes
-// that match nodeGlob and have a GPU that matches modelGlob, less the
-// drained ones.
-func (p *pass) newScope(nodeGlob, modelGlob string) *scope {
+// that match nodeGlob, have a GPU that matches modelGlob and allow image
+// ("": any node), less the drained ones.
+func (p *pass) newScope(nodeGlob, modelGlob, image string) *scope {
 	sc := &scope{nodeOK: make([]bool, len(p.nodes)), groupOK: make([]bool, len(p.groups)), mostNode: -1}
 	if modelGlob != "" {
 		sc.gpu = make([]bool, len(p.gs))
 	}
-	var drained []string
+	var drained, refusing []string
 	for ni := range p.nodes {
 		nd := &p.nodes[ni]
 		if !match(nodeGlob, nd.name) {
+			continue
+		}
+		if image != "" && !p.allowsImage(nd.name, image) {
+			refusing = append(refusing, nd.name)
 			continue
 		}
 		exclusive, all := 0, 0
@@ -204,8 +213,26 @@ func (p *pass) newScope(nodeGlob, modelGlob string) *scope {
 	}
 	if len(sc.nodes) == 0 {
 		sc.text = p.constraintText(nodeGlob, modelGlob, drained)
+		if len(refusing) > 0 && len(drained) == 0 {
+			sc.text = fmt.Sprintf("its image %s is allowed on no node that could run it: %s refuse it (their queue.images)", image, namesText(refusing))
+		}
 	}
 	return sc
+}
+
+// allowsImage reports whether node's queue.images allow image: a node
+// Input.NodeImages does not name allows every image.
+func (p *pass) allowsImage(node, image string) bool {
+	globs, ok := p.in.NodeImages[node]
+	if !ok {
+		return true
+	}
+	for _, g := range globs {
+		if match(g, image) && g != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // constraintText is the node_constraint sentence of a job with the

@@ -211,7 +211,7 @@ func bind(gs []gpuState, picks []int, jobID string) Start {
 func waitText(n int, gs []gpuState, running []RunningJob, now time.Time, threshold float64) (Reason, string) {
 	p := &pass{in: Input{Running: running, Now: now, Config: Config{OutsideMemoryThreshold: threshold}}, gs: gs}
 	p.buildNodes()
-	return p.waitFor(n, p.newScope("", ""))
+	return p.waitFor(n, p.newScope("", "", ""))
 }
 
 // waitFor says why a job asking for n GPUs within scope sc cannot

@@ -81,6 +81,9 @@ type QueuedJob struct {
 	// ArrayMax how many of its tasks may hold GPUs at once (0: no cap).
 	Array    string
 	ArrayMax int
+	// Image is the job's image, which a fleet places only on the nodes
+	// whose image allowlist takes it (Input.NodeImages).
+	Image string
 	// Node is a glob (path.Match syntax, see ValidNodeGlob) on the name
 	// of the node the job must run on: one name (--node NAME) or a
 	// pattern; "" is any node.
@@ -228,6 +231,11 @@ type Input struct {
 	// Drained are the nodes where no job starts (gpumeter node drain):
 	// the jobs running there go on, and count against caps and arrays.
 	Drained map[string]bool
+	// NodeImages are, by node, the image globs (path.Match) its
+	// queue.images allow: a job goes only to a node that allows its
+	// image. A node it does not name allows every image; nil on one
+	// host, whose submit checks the image.
+	NodeImages map[string][]string
 	// Outside is the use of the GPUs outside the queue.
 	Outside Outside
 	// Config holds the settings.

@@ -102,7 +102,9 @@ func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Conf
 	if key == f.regKey && now.Sub(f.registered) < registerEvery {
 		return
 	}
-	if err := f.Store.RegisterNode(ctx, n); err != nil {
+	cctx, cancel := f.call(ctx)
+	defer cancel()
+	if err := f.Store.RegisterNode(cctx, n); err != nil {
 		if ctx.Err() == nil {
 			q.log.Warn("register the node with the fleet", "err", err)
 		}
@@ -112,14 +114,17 @@ func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Conf
 }
 
 // lead takes or renews the scheduler lease, and reports whether this
-// agent holds it. When another agent holds it, f.takeable is when its
-// lease may be taken over: the loop tries again then, rather than at its
-// next poll, so that a dead scheduler is replaced within the takeover
-// time and not up to a poll later.
-func (q *Launcher) lead(ctx context.Context) bool {
+// agent holds it; err is set when the ledger did not answer (another
+// agent holding the lease is no error). When another agent holds it,
+// f.takeable is when its lease may be taken over: the loop tries again
+// then, rather than at its next poll, so that a dead scheduler is
+// replaced within the takeover time and not up to a poll later.
+func (q *Launcher) lead(ctx context.Context) (leader bool, err error) {
 	f := q.fleet
 	f.takeable = time.Time{}
-	lease, err := f.Store.AcquireScheduler(ctx, f.Instance, q.node, f.Takeover)
+	cctx, cancel := f.call(ctx)
+	lease, err := f.Store.AcquireScheduler(cctx, f.Instance, q.node, f.Takeover)
+	cancel()
 	if err != nil {
 		var held *ledger.SchedulerHeldError
 		if errors.As(err, &held) {
@@ -132,14 +137,17 @@ func (q *Launcher) lead(ctx context.Context) bool {
 		}
 		f.token = 0
 		q.metrics.setLeader(false)
-		return false
+		if errors.As(err, &held) {
+			err = nil // another agent schedules: nothing is wrong
+		}
+		return false, err
 	}
 	if f.token != lease.Token {
 		q.log.Info("now the fleet's scheduler", "token", lease.Token)
 	}
 	f.token = lease.Token
 	q.metrics.setLeader(true)
-	return true
+	return true, nil
 }
 
 // fleetPass is the fleet's part of a pass: as the scheduler (leader: the
@@ -161,7 +169,9 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue
 	if l.engineDown {
 		return plan, next
 	}
-	claimed, err := f.Store.ClaimIntents(ctx, q.node, f.Instance)
+	cctx, cancel := f.call(ctx)
+	claimed, err := f.Store.ClaimIntents(cctx, q.node, f.Instance)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Warn("claim this node's start intents", "err", err)
@@ -192,7 +202,9 @@ func cmpPoll(d time.Duration) time.Duration {
 func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[string]queue.Job) queue.Plan {
 	f := q.fleet
 	began := q.now()
-	nodes, err := f.Store.Nodes(ctx, f.Takeover)
+	cctx, cancel := f.call(ctx)
+	nodes, err := f.Store.Nodes(cctx, f.Takeover)
+	cancel()
 	if err != nil {
 		q.log.Warn("read the fleet's nodes", "err", err)
 		return queue.Plan{}
@@ -235,7 +247,9 @@ func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[st
 // stale decision holds up no other.
 func (q *Launcher) writeIntents(ctx context.Context, intents []ledger.Intent, evs []audit.Event) {
 	f := q.fleet
-	err := f.Store.WriteIntents(ctx, f.token, intents, evs)
+	cctx, cancel := f.call(ctx)
+	err := f.Store.WriteIntents(cctx, f.token, intents, evs)
+	cancel()
 	if err == nil || len(intents) == 1 {
 		q.intentsWritten(intents, err)
 		return
@@ -245,7 +259,9 @@ func (q *Launcher) writeIntents(ctx context.Context, intents []ledger.Intent, ev
 		return
 	}
 	for i := range intents {
-		err := f.Store.WriteIntents(ctx, f.token, intents[i:i+1], evs[i:i+1])
+		cctx, cancel := f.call(ctx)
+		err := f.Store.WriteIntents(cctx, f.token, intents[i:i+1], evs[i:i+1])
+		cancel()
 		q.intentsWritten(intents[i:i+1], err)
 		if errors.Is(err, ledger.ErrStaleToken) {
 			return
@@ -358,6 +374,7 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 	in.GPUs, in.Util = nil, map[string]float64{}
 	in.Outside = queue.Outside{MemoryUsed: map[string]uint64{}}
 	in.Drained = map[string]bool{}
+	in.NodeImages = map[string][]string{}
 	in.Config.SharedGPUs = nil
 	for _, n := range nodes {
 		if n.Lost {
@@ -367,6 +384,7 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 		if n.Drained {
 			in.Drained[n.Node] = true
 		}
+		in.NodeImages[n.Node] = n.Images
 		for _, g := range n.GPUs {
 			in.GPUs = append(in.GPUs, queue.GPU{UUID: g.UUID, Index: g.Index, MemoryTotal: g.MemoryBytes, NVLink: g.NVLink, PCIeSwitch: g.PCIeSwitch, Node: n.Node, Model: g.Model})
 			in.Util[g.UUID] = g.Util
@@ -382,4 +400,12 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 		}
 	}
 	return lost
+}
+
+// call bounds one of the fleet's reads or writes of the ledger to a third
+// of the takeover time: a partition that drops packets rather than
+// breaking connections must end the call in time for the fence, not hang
+// the loop until TCP gives up.
+func (f *fleetState) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.Takeover/3)
 }

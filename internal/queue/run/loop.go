@@ -208,11 +208,21 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		// In a fleet only the scheduler needs the queued jobs; another
 		// agent reads them only while a stop it was asked for may find
 		// one of its own back in the queue.
-		if leader = q.lead(ctx); !leader && !q.stops.any() {
+		var err error
+		if leader, err = q.lead(ctx); err != nil {
+			q.fence(ctx, l)
+			return q.now().Add(faultRetry)
+		}
+		if !leader && !q.stops.any() {
 			states = following
 		}
 	}
-	jobs, err := q.store.ActiveJobs(ctx, states...)
+	actx, cancel := ctx, context.CancelFunc(func() {})
+	if q.fleet != nil {
+		actx, cancel = q.fleet.call(ctx)
+	}
+	jobs, err := q.store.ActiveJobs(actx, states...)
+	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Error("load the queue's jobs", "err", err)
@@ -252,7 +262,8 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 			ri := info(j)
 			array, arrayMax := arrayCap(j)
 			in.Queued = append(in.Queued, queue.QueuedJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUsRequested, SubmittedAt: j.SubmittedAt, Held: j.Held,
-				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax, Node: ri.node, Model: ri.model})
+				GPUMemory: ri.memory, Class: ri.class, TimeLimit: j.TimeLimit, Array: array, ArrayMax: arrayMax, Node: ri.node, Model: ri.model,
+				Image: j.Image})
 		case queue.Starting, queue.Running:
 			in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt, TimeLimit: j.TimeLimit,
 				GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node})
