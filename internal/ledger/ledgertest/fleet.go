@@ -631,3 +631,31 @@ func BenchJobLifecycle(b *testing.B, s ledger.Ledger) {
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 }
+
+// BenchNodes measures the fleet scheduler's read of every node at the top
+// of its pass: n nodes of 8 GPUs registered, each holding its node lease,
+// as that many agents would leave them; it reports nodes/s.
+func BenchNodes(b *testing.B, s ledger.Ledger, n int) {
+	ctx := context.Background()
+	for i := range n {
+		node := fmt.Sprintf("node-%03d", i)
+		gpus := make([]string, 8)
+		for g := range gpus {
+			gpus[g] = fmt.Sprintf("GPU-%03d-%d", i, g)
+		}
+		if err := s.RegisterNode(ctx, nodeInfo(node, "1.0.0", gpus...)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, ledger.Lease{Node: node, Instance: "bench-" + node, Host: node, PID: 1}, time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for b.Loop() {
+		ns, err := s.Nodes(ctx, time.Minute)
+		if err != nil || len(ns) != n {
+			b.Fatalf("%d nodes, %v", len(ns), err)
+		}
+	}
+	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "nodes/s")
+}

@@ -93,3 +93,14 @@ func BenchmarkGPUSeries30Days(b *testing.B) {
 	rawExec(b, dsn, "ANALYZE")
 	ledgertest.BenchGPUSeries(b, s, m)
 }
+
+// go test -run '^$' -bench 'BenchmarkNodes' ./internal/ledger/postgres/
+func BenchmarkNodes16(b *testing.B) { ledgertest.BenchNodes(b, open(b, pgtest.DSN(b)), 16) }
+
+// go test -run '^$' -bench 'BenchmarkNodes' ./internal/ledger/postgres/
+func BenchmarkNodes100(b *testing.B) { ledgertest.BenchNodes(b, open(b, pgtest.DSN(b)), 100) }
+
+// go test -run '^$' -bench BenchmarkActiveJobs10k ./internal/ledger/postgres/
+func BenchmarkActiveJobs10k(b *testing.B) {
+	ledgertest.BenchActiveJobs10k(b, open(b, pgtest.DSN(b)))
+}

@@ -220,3 +220,13 @@ func BenchmarkQuickCheck30Days(b *testing.B) {
 func BenchmarkActiveJobs10k(b *testing.B) {
 	ledgertest.BenchActiveJobs10k(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
 }
+
+// go test -run '^$' -bench 'BenchmarkNodes' ./internal/ledger/sqlite/
+func BenchmarkNodes16(b *testing.B) {
+	ledgertest.BenchNodes(b, open(b, filepath.Join(b.TempDir(), "ledger.db")), 16)
+}
+
+// go test -run '^$' -bench 'BenchmarkNodes' ./internal/ledger/sqlite/
+func BenchmarkNodes100(b *testing.B) {
+	ledgertest.BenchNodes(b, open(b, filepath.Join(b.TempDir(), "ledger.db")), 100)
+}

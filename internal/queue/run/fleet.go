@@ -65,7 +65,16 @@ type fleetState struct {
 	// fenced is set once the agent stopped its jobs for having been
 	// out of the ledger's reach for too long (see fence).
 	fenced bool
+	// takeable is when another agent's scheduler lease may be taken
+	// over, as the latest try to take it saw; zero when this agent holds
+	// it or the try failed otherwise.
+	takeable time.Time
 }
+
+// takeoverMargin is how long after a held lease may be taken over the
+// loop tries: the lease is taken only once it has been silent for longer
+// than the takeover time, by the database's clock.
+const takeoverMargin = 50 * time.Millisecond
 
 // registerEvery is how often a node registers when nothing changed, so
 // that its GPUs' utilisation reaches the scheduler.
@@ -106,15 +115,21 @@ func (q *Launcher) register(ctx context.Context, obs Observation, cfg queue.Conf
 
 // lead takes or renews the scheduler lease, and reports whether this
 // agent holds it; err is set when the ledger did not answer (another
-// agent holding the lease is no error).
+// agent holding the lease is no error). When another agent holds it,
+// f.takeable is when its lease may be taken over: the loop tries again
+// then, rather than at its next poll, so that a dead scheduler is
+// replaced within the takeover time and not up to a poll later.
 func (q *Launcher) lead(ctx context.Context) (leader bool, err error) {
 	f := q.fleet
+	f.takeable = time.Time{}
 	cctx, cancel := f.call(ctx)
 	lease, err := f.Store.AcquireScheduler(cctx, f.Instance, q.node, f.Takeover)
 	cancel()
 	if err != nil {
 		var held *ledger.SchedulerHeldError
-		if !errors.As(err, &held) && ctx.Err() == nil {
+		if errors.As(err, &held) {
+			f.takeable = q.now().Add(f.Takeover - held.Silent + takeoverMargin)
+		} else if ctx.Err() == nil {
 			q.log.Warn("take the fleet's scheduler lease", "err", err)
 		}
 		if f.token != 0 {
@@ -150,6 +165,7 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue
 	if leader {
 		plan = q.schedulePass(ctx, in, byID)
 	}
+	next = minTime(next, f.takeable)
 	if l.engineDown {
 		return plan, next
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -67,7 +66,7 @@ func ServeWith(t *testing.T, o ServeOptions) *Agent {
 	cmd := exec.Command(Binary(t), args...)
 	// Each agent keeps its ledger in the test's own directory unless the
 	// test says otherwise.
-	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+t.TempDir())
+	cmd.Env = append(Environ(), "GPUMETER_DATA_DIR="+t.TempDir())
 	a := &Agent{Cmd: cmd, Stderr: &LockedBuffer{}}
 	if !hasEnv(o.Env, "GPUMETER_AUTH_TOKENS") {
 		cmd.Env = append(cmd.Env, AdminEnv())
@@ -103,7 +102,7 @@ func Launch(t *testing.T, dataDir string, args ...string) *Agent {
 	t.Helper()
 	args = append([]string{"serve", "--listen", "127.0.0.1:0"}, args...)
 	cmd := exec.Command(Binary(t), args...)
-	cmd.Env = append(os.Environ(), "GPUMETER_DATA_DIR="+dataDir, AdminEnv())
+	cmd.Env = append(Environ(), "GPUMETER_DATA_DIR="+dataDir, AdminEnv())
 	a := &Agent{Token: adminToken, Cmd: cmd, Stderr: &LockedBuffer{}}
 	pr := a.start(t)
 	t.Cleanup(func() {

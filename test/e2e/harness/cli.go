@@ -21,7 +21,7 @@ func RunCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, 
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(Environ(), env...)
 	return runCmd(t, ctx, cmd)
 }
 
@@ -46,7 +46,7 @@ func RunAsNobody(t *testing.T, env []string, args ...string) (stdout, stderr str
 	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout(t))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", bin}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(Environ(), env...)
 	cmd.Dir = "/"
 	return runCmd(t, ctx, cmd)
 }
@@ -130,7 +130,7 @@ func GoTest(t *testing.T, env []string, args ...string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goTool, append([]string{"test"}, args...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go test %s: %v\n%s", strings.Join(args, " "), err, out)

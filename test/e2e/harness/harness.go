@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -91,3 +93,10 @@ func RepoFile(rel string) string { return filepath.Join(root, filepath.FromSlash
 // Testdata is the absolute path of rel in test/e2e/testdata, the
 // scenarios and configs that tests of several areas play.
 func Testdata(rel string) string { return RepoFile(filepath.Join("test/e2e/testdata", rel)) }
+
+// Environ is the test's environment for a gpumeter command it runs, less
+// GPUMETER_LOAD: the switch of the load runs, which the binary, strict
+// about its GPUMETER_ variables, would refuse as naming no setting.
+func Environ() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GPUMETER_LOAD=") })
+}

@@ -159,8 +159,10 @@ func (f *fleet) leader(t *testing.T) string {
 type run struct {
 	job, node, id string
 	gpus          []string
-	from, to      time.Time
-	exit          int
+	// created is when the engine created the container; from and to
+	// when it started and ended.
+	created, from, to time.Time
+	exit              int
 }
 
 // runs are every job container of the fleet's nodes.
@@ -192,6 +194,7 @@ func (f *fleet) runs(t *testing.T) []run {
 					r.gpus = strings.Split(v, ",")
 				}
 			}
+			r.created, _ = time.Parse(time.RFC3339Nano, in.Created)
 			r.from, _ = time.Parse(time.RFC3339Nano, in.State.StartedAt)
 			r.to, _ = time.Parse(time.RFC3339Nano, in.State.FinishedAt)
 			if in.State.Running || r.to.Year() < 2000 {

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -46,47 +47,19 @@ func envInt(t *testing.T, name string, def int) int {
 // that each waits (and each submission wakes a scheduling pass over all
 // of them, as on a busy host).
 func testSubmitLoad(t *testing.T) {
-	n := envInt(t, "SUBMITS", 2000)
-	conc := envInt(t, "CONCURRENCY", 16)
+	t.Logf("FIGURE submit: %s", singleSubmitLoad(t, envInt(t, "SUBMITS", 2000), envInt(t, "CONCURRENCY", 16)))
+}
+
+// singleSubmitLoad is submitLoad on a host of its own whose four GPUs
+// long jobs hold.
+func singleSubmitLoad(t *testing.T, n, conc int) string {
 	h := newHost(t, "  max_gpus_per_user: {default: 8}\n")
 	a := h.start(t)
 	for range 4 {
 		j := a.submit(t, h.bob, h.request(1, "1h", long...))
 		a.await(t, j.ID, 30*time.Second, "running")
 	}
-	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = conc
-	var next, failed atomic.Int64
-	lat := make([]time.Duration, n)
-	var wg sync.WaitGroup
-	begin := time.Now()
-	for range conc {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				t0 := time.Now()
-				status, body := a.call(t, http.MethodPost, "/api/v1/jobs", h.alice, h.request(1, "1h", long...))
-				lat[i] = time.Since(t0)
-				if status != http.StatusOK && status != http.StatusCreated {
-					if failed.Add(1) == 1 {
-						t.Errorf("submit: %d %s", status, body)
-					}
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(begin)
-	slices.Sort(lat)
-	t.Logf("FIGURE submit: %d jobs from %d clients in %s: %.0f jobs/s; latency p50 %s, p99 %s; %d failed",
-		n, conc, el.Round(time.Millisecond), float64(n)/el.Seconds(), lat[n/2].Round(time.Microsecond), lat[n*99/100].Round(time.Microsecond), failed.Load())
-	if got := len(a.list(t, h.alice, "state=queued")); got != n {
-		t.Errorf("alice has %d queued jobs after %d submissions", got, n)
-	}
+	return submitLoad(t, a, n, conc)
 }
 
 // testReleaseToStart: 4 GPUs, RELEASES+4 one-GPU jobs of about a second
@@ -127,4 +100,42 @@ func testReleaseToStart(t *testing.T) {
 	slices.Sort(lat)
 	p := func(q int) time.Duration { return lat[min(len(lat)-1, len(lat)*q/100)].Round(time.Millisecond) }
 	t.Logf("FIGURE release to start: %d releases: p50 %s, p90 %s, p99 %s, max %s", len(lat), p(50), p(90), p(99), lat[len(lat)-1].Round(time.Millisecond))
+}
+
+// submitLoad posts n jobs from conc clients to a, each with one request
+// in flight, and says how fast; every job must wait.
+func submitLoad(t *testing.T, a *agent, n, conc int) string {
+	t.Helper()
+	h := a.h
+	http.DefaultTransport.(*http.Transport).MaxIdleConnsPerHost = conc
+	var next, failed atomic.Int64
+	lat := make([]time.Duration, n)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				status, body := a.call(t, http.MethodPost, "/api/v1/jobs", h.alice, h.request(1, "1h", long...))
+				lat[i] = time.Since(t0)
+				if status != http.StatusOK && status != http.StatusCreated {
+					if failed.Add(1) == 1 {
+						t.Errorf("submit: %d %s", status, body)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(begin)
+	slices.Sort(lat)
+	if got := len(a.list(t, h.alice, "state=queued")); got != n {
+		t.Errorf("alice has %d queued jobs after %d submissions", got, n)
+	}
+	return fmt.Sprintf("%d jobs from %d clients in %s: %.0f jobs/s; latency p50 %s, p99 %s; %d failed",
+		n, conc, ms(el), float64(n)/el.Seconds(), lat[n/2].Round(time.Microsecond), lat[n*99/100].Round(time.Microsecond), failed.Load())
 }
