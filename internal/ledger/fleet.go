@@ -139,6 +139,10 @@ type Fleet interface {
 	// skipping those another transaction is claiming (FOR UPDATE SKIP
 	// LOCKED on PostgreSQL): each intent is returned once.
 	ClaimIntents(ctx context.Context, node, instance string) ([]queue.Job, error)
+	// Unclaimed returns the IDs of the jobs of node's intents that no
+	// instance has claimed yet: starting jobs without a container that
+	// are waiting for their claim, not lost in a start.
+	Unclaimed(ctx context.Context, node string) (map[string]bool, error)
 	// Listen returns a channel that receives a value, soon after, when
 	// an agent of the fleet committed a change a pass may act on (a
 	// submission, freed GPUs, intents, a drain), and once after each

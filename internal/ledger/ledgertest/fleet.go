@@ -528,7 +528,8 @@ func testAllocationsFollowState(t *testing.T, s ledger.Ledger) {
 	}
 }
 
-// testClaimIntents checks that a node claims its own intents, each once.
+// testClaimIntents checks that a node claims its own intents, each once,
+// and that Unclaimed names them until then.
 func testClaimIntents(t *testing.T, s ledger.Ledger) {
 	ctx := context.Background()
 	a1, b1, a2 := submit(t, s, newJob("alice")), submit(t, s, newJob("bob")), submit(t, s, newJob("carol"))
@@ -536,9 +537,26 @@ func testClaimIntents(t *testing.T, s ledger.Ledger) {
 	if err := s.WriteIntents(ctx, l.Token, []ledger.Intent{intent(a2, nodeA, gpuB), intent(b1, nodeB, gpuA), intent(a1, nodeA, gpuA)}, nil); err != nil {
 		t.Fatal(err)
 	}
+	unclaimed := func(node string) map[string]bool {
+		t.Helper()
+		u, err := s.Unclaimed(ctx, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	if d := gocmp.Diff(map[string]bool{a1.ID: true, a2.ID: true}, unclaimed(nodeA)); d != "" {
+		t.Errorf("node-a's unclaimed intents before its claim (-want +got):\n%s", d)
+	}
 	got := claim(t, s, nodeA, "agent-a")
 	if d := gocmp.Diff([]string{a1.ID, a2.ID}, ids(got)); d != "" {
 		t.Fatalf("node-a's claim (-want +got):\n%s", d)
+	}
+	if u := unclaimed(nodeA); len(u) != 0 {
+		t.Errorf("node-a's unclaimed intents after its claim: %v, want none", u)
+	}
+	if u := unclaimed(nodeB); !u[b1.ID] || len(u) != 1 {
+		t.Errorf("node-b's unclaimed intents: %v, want %s", u, b1.ID)
 	}
 	readBack(t, s, "ClaimIntents", got)
 	if again := claim(t, s, nodeA, "agent-a2"); len(again) != 0 {

@@ -534,3 +534,24 @@ func (l Ledger) Allocations(ctx context.Context) (map[ledger.NodeGPUKey]string, 
 		return out, rows.Err()
 	})
 }
+
+// Unclaimed returns the jobs of node's intents not claimed yet.
+func (l Ledger) Unclaimed(ctx context.Context, node string) (map[string]bool, error) {
+	return read(ctx, l, "the unclaimed intents from", func(q Querier) (map[string]bool, error) {
+		rows, err := q.Query(ctx, `SELECT j.id FROM job_intents i JOIN jobs j ON j.seq = i.job_seq
+			WHERE i.node = $1 AND i.claimed_by = ''`, node)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		out := map[string]bool{}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				return nil, err
+			}
+			out[id] = true
+		}
+		return out, rows.Err()
+	})
+}

@@ -41,8 +41,15 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 	}
 	if q.fleet != nil {
 		// In a fleet the ledger holds every node's jobs: this node
-		// settles its own.
-		active = slices.DeleteFunc(active, func(j queue.Job) bool { return !q.mine(j) })
+		// settles its own, but for the starting ones whose intents wait
+		// for this node's claim: no start of theirs was lost.
+		cctx, cancel := q.fleet.call(ctx)
+		waiting, err := q.fleet.Store.Unclaimed(cctx, q.node)
+		cancel()
+		if err != nil {
+			return err
+		}
+		active = slices.DeleteFunc(active, func(j queue.Job) bool { return !q.mine(j) || waiting[j.ID] })
 		q.fleet.reconciled = q.now()
 	}
 	byJob := make(map[string]container.JobContainer, len(cs))
