@@ -178,7 +178,15 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue
 		}
 		return plan, next
 	}
+	renewed := q.now()
 	for _, j := range claimed {
+		if leader && q.now().Sub(renewed) > f.Takeover/4 {
+			// Many starts take a while: the scheduler renews its lease
+			// between them, so that it is not taken for dead.
+			if leader, _ = q.lead(ctx); leader {
+				renewed = q.now()
+			}
+		}
 		tr := l.trace.start()
 		tr.mark(q.now())
 		if j.Held {
