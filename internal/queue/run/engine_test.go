@@ -103,7 +103,10 @@ func newEngineEnvAt(t testing.TB, n int, host func(*client.Client) string, edit 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dcli.Close() })
-	jobs := docker.NewJobs(dcli, "", nil)
+	// The queue's node, newEnv's node1: the engine shows it the job
+	// containers of node1 only, never those other packages' tests make
+	// for their own nodes at the same time.
+	jobs := docker.NewJobs(dcli, "node1", nil)
 	eng := &labelled{Jobs: jobs}
 	e := &engineEnv{cli: cli, engine: eng, image: img}
 	e.env = newEnv(t, func(c *Config) {
@@ -152,13 +155,15 @@ func (e *engineEnv) restart(t testing.TB, n int) {
 	e.run(t)
 }
 
-// removeJobContainers removes the job containers tests left.
+// removeJobContainers removes the job containers this package's tests
+// left: those of their node (newEnv's node1), never another package's,
+// whose tests may make job containers of their own nodes meanwhile.
 func removeJobContainers(t testing.TB, cli *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true,
-		Filters: make(client.Filters).Add("label", spec.JobLabel).Add("label", dockertest.Label+"=1")})
+		Filters: make(client.Filters).Add("label", spec.JobLabel).Add("label", dockertest.Label+"=1").Add("label", spec.NodeLabel+"=node1")})
 	if err != nil {
 		t.Fatalf("list job containers: %v", err)
 	}

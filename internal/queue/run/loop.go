@@ -292,6 +292,7 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		var due time.Time
 		plan, due = q.fleetPass(ctx, l, leader, in, byID)
 		next = minTime(next, due)
+		next = minTime(next, q.preempt(ctx, l, plan, byID))
 		if now.Sub(q.fleet.reconciled) >= fleetReconcile {
 			q.fleet.reconciled = now
 			l.reconciled = false

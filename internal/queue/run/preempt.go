@@ -46,9 +46,13 @@ func preemptInput(in *queue.Input, byID map[string]queue.Job) {
 // preempt acts on the plan's preemptions, and takes up again those whose
 // intent a former life of the agent wrote but did not finish. It returns
 // when the next pass is due for a preemption (zero: none).
+//
+// In a fleet the scheduler writes the intent of every preemption its pass
+// makes, on any node, and each node stops its own jobs whose intent it
+// finds: the intent in the store is how the one tells the other.
 func (q *Launcher) preempt(ctx context.Context, l *loop, plan queue.Plan, byID map[string]queue.Job) time.Time {
 	for _, j := range byID {
-		if j.State == queue.Running && j.Reason == queue.ReasonPreempted && q.stops.pending(j.ID) == nil {
+		if j.State == queue.Running && j.Reason == queue.ReasonPreempted && q.stops.pending(j.ID) == nil && q.mine(j) {
 			q.askPreempt(ctx, l, j)
 		}
 	}
@@ -71,8 +75,10 @@ func (q *Launcher) preempt(ctx context.Context, l *loop, plan queue.Plan, byID m
 			}
 			continue
 		}
-		q.log.Info("preempting a job", "job", j.ID, "for", p.For, "grace", q.preemptGrace)
-		q.askPreempt(ctx, l, out)
+		q.log.Info("preempting a job", "job", j.ID, "node", j.Node, "for", p.For, "grace", q.preemptGrace)
+		if q.mine(out) {
+			q.askPreempt(ctx, l, out)
+		}
 	}
 	return plan.PreemptAt
 }

@@ -412,3 +412,62 @@ func overlap(rs []run) string {
 	}
 	return ""
 }
+
+// TestFleetPreempts: the scheduler preempts a preemptible job that runs
+// on another node than its own: it writes the preemption on the job, the
+// job's node stops its container with the preempt grace and puts it back
+// in the queue, the waiting job starts there, and the preempted one runs
+// again to its end.
+func TestFleetPreempts(t *testing.T) {
+	f := newFleetWith(t, 2, preemptConfig("1s")+"  max_gpus_per_user: {default: 8}\n")
+	f.start(t)
+	a := f.agents[0]
+	var leader string
+	dockertest.WaitFor(t, time.Minute, "two nodes up and a scheduler", func() (bool, string) {
+		up := 0
+		for _, n := range f.nodes(t, a).Nodes {
+			if n.State == "up" && len(n.GPUs) == 4 {
+				up++
+			}
+		}
+		if up < 2 {
+			return false, fmt.Sprintf("%d up", up)
+		}
+		leader = f.leader(t)
+		return true, ""
+	})
+	other := f.hosts[0].node
+	if other == leader {
+		other = f.hosts[1].node
+	}
+	// The scheduler's node is full with a job that may not be preempted;
+	// the other node's with one that may.
+	held := a.h.request(4, "5m", "exit-after", "5m", "0")
+	held.Node = leader
+	hj := a.submit(t, a.h.bob, held)
+	victim := a.h.request(4, "5m", "exit-after", "20s", "0")
+	victim.Node, victim.Preemptible = other, true
+	vj := a.submit(t, a.h.bob, victim)
+	first := a.await(t, vj.ID, time.Minute, "running")
+	a.await(t, hj.ID, time.Minute, "running")
+
+	w := a.submit(t, a.h.alice, a.h.request(4, "5m", "exit-after", "1s", "0"))
+	back := a.await(t, vj.ID, time.Minute, "queued")
+	if back.Reason != "preempted" {
+		t.Errorf("%s back in the queue: reason %q (%s), want preempted", vj.ID, back.Reason, back.ReasonText)
+	}
+	done := a.await(t, w.ID, time.Minute, "succeeded", "failed")
+	if done.State != "succeeded" || done.Node != other {
+		t.Errorf("%s, waiting for the preempted GPUs: %s on %q, want succeeded on %s", w.ID, done.State, done.Node, other)
+	}
+	end := a.await(t, vj.ID, 2*time.Minute, "succeeded", "failed")
+	if end.State != "succeeded" || end.ContainerID == first.ContainerID {
+		t.Errorf("%s after its preemption: %s in %.12s (first run %.12s), want succeeded in a new container", vj.ID, end.State, end.ContainerID, first.ContainerID)
+	}
+	if j := a.job(t, hj.ID); j.State != "running" || j.ContainerID == "" {
+		t.Errorf("%s, not preemptible, on the scheduler's node: %s, want it still running", hj.ID, j.State)
+	}
+	if _, e := a.post(t, hj.ID, "cancel", a.h.admin); e.Code != "" {
+		t.Errorf("cancel %s: %+v", hj.ID, e)
+	}
+}
