@@ -27,12 +27,12 @@ import (
 // only: the view is tested in run against the store. It keeps the drains
 // it was asked for.
 type tableNodes struct {
-	views  []run.NodeView
+	views  []queue.NodeView
 	drains []string
 	advice []queue.ConsolidateAdvice
 }
 
-func (n *tableNodes) Nodes(context.Context) ([]run.NodeView, error) { return n.views, nil }
+func (n *tableNodes) Nodes(context.Context) ([]queue.NodeView, error) { return n.views, nil }
 
 func (n *tableNodes) Consolidate(context.Context) ([]queue.ConsolidateAdvice, error) {
 	return n.advice, nil
@@ -58,19 +58,19 @@ func startNodesAgent(t *testing.T, nodes server.Nodes, role config.Role) {
 	startAPIAgent(t, server.Config{Nodes: nodes, Node: "gpu-a"}, role)
 }
 
-func nodesTable() []run.NodeView {
-	gpus := func(states ...run.GPUState) []run.NodeGPUView {
-		out := []run.NodeGPUView{}
+func nodesTable() []queue.NodeView {
+	gpus := func(states ...queue.GPUState) []queue.NodeGPUView {
+		out := []queue.NodeGPUView{}
 		for i, s := range states {
-			out = append(out, run.NodeGPUView{UUID: fmt.Sprintf("GPU-%d", i), Index: i, Model: "H100", MemoryBytes: 80 << 30, State: s})
+			out = append(out, queue.NodeGPUView{UUID: fmt.Sprintf("GPU-%d", i), Index: i, Model: "H100", MemoryBytes: 80 << 30, State: s})
 		}
 		return out
 	}
-	return []run.NodeView{
-		{Node: "gpu-a", State: run.NodeUp, LeaseAge: 2 * time.Second, AgentVersion: "1.4.0", SMUtil: 0.65, Score: 95,
-			GPUs: gpus(run.GPUHeld, run.GPUHeld, run.GPUFree, run.GPUOutside)},
-		{Node: "gpu-b", State: run.NodeDraining, LeaseAge: 4 * time.Second, AgentVersion: "1.4.0", Score: 30, GPUs: gpus(run.GPUFree, run.GPUFree)},
-		{Node: "gpu-c", State: run.NodeLost, LeaseAge: 3 * time.Hour, Score: 30, GPUs: gpus()},
+	return []queue.NodeView{
+		{Node: "gpu-a", State: queue.NodeUp, LeaseAge: 2 * time.Second, AgentVersion: "1.4.0", SMUtil: 0.65, Score: 95,
+			GPUs: gpus(queue.GPUHeld, queue.GPUHeld, queue.GPUFree, queue.GPUOutside)},
+		{Node: "gpu-b", State: queue.NodeDraining, LeaseAge: 4 * time.Second, AgentVersion: "1.4.0", Score: 30, GPUs: gpus(queue.GPUFree, queue.GPUFree)},
+		{Node: "gpu-c", State: queue.NodeLost, LeaseAge: 3 * time.Hour, Score: 30, GPUs: gpus()},
 	}
 }
 
@@ -127,8 +127,8 @@ func TestNodeDrainCommand(t *testing.T) {
 		t.Errorf("drains (-want +got):\n%s", diff)
 	}
 	// An unknown node fails (main exits 1) with the agent's sentence.
-	if _, _, err := runCmd(t, "node", "drain", "gpu-z"); err == nil || !strings.Contains(err.Error(), run.NodeNotFound("gpu-z")) {
-		t.Errorf("node drain gpu-z: %v, want %q", err, run.NodeNotFound("gpu-z"))
+	if _, _, err := runCmd(t, "node", "drain", "gpu-z"); err == nil || !strings.Contains(err.Error(), queue.NodeNotFound("gpu-z")) {
+		t.Errorf("node drain gpu-z: %v, want %q", err, queue.NodeNotFound("gpu-z"))
 	}
 	for _, args := range [][]string{{"node", "drain"}, {"node", "undrain"}} {
 		if _, _, err := runCmd(t, args...); err == nil || !strings.Contains(err.Error(), "needs a node") {

@@ -12,7 +12,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
-	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/sampler"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -146,7 +145,7 @@ type UsageSeries interface {
 
 // Fleet reads the fleet's nodes from the ledger; *run.Nodes is one.
 type Fleet interface {
-	Nodes(ctx context.Context) ([]run.NodeView, error)
+	Nodes(ctx context.Context) ([]queue.NodeView, error)
 }
 
 // Config is what the console draws from and who lets its readers in.

@@ -7,7 +7,6 @@ import (
 	"github.com/gpumeter/gpumeter/internal/auth"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
-	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
 
 // fleetOffNote is what the nodes pages say on an agent that is not in a
@@ -60,7 +59,7 @@ func (s *handler) nodePage(r *http.Request, c *Visitor, f Frame) (any, error) {
 			return &NodeDetail{Frame: f, Tile: t}, nil
 		}
 	}
-	return nil, &pageError{http.StatusNotFound, run.NodeNotFound(name) + ", as /nodes does"}
+	return nil, &pageError{http.StatusNotFound, queue.NodeNotFound(name) + ", as /nodes does"}
 }
 
 // nodeTiles are the fleet's nodes, with the jobs that hold their GPUs as
@@ -99,11 +98,11 @@ func (s *handler) nodeTiles(r *http.Request, c *Visitor) ([]NodeTile, error) {
 		for _, g := range v.GPUs {
 			ng := NodeGPU{Index: g.Index, UUID: g.UUID, Model: g.Model, MemoryBytes: g.MemoryBytes, State: string(g.State)}
 			switch g.State {
-			case run.GPUFree:
+			case queue.GPUFree:
 				t.Free++
-			case run.GPUHeld:
+			case queue.GPUHeld:
 				t.Held++
-			case run.GPUOutside:
+			case queue.GPUOutside:
 				t.Outside++
 			}
 			if g.Job != "" {

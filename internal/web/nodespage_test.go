@@ -215,7 +215,7 @@ func TestNodesPageOutsideFleet(t *testing.T) {
 // the store's own tests make the outage real.
 type downFleet struct{}
 
-func (downFleet) Nodes(context.Context) ([]run.NodeView, error) {
+func (downFleet) Nodes(context.Context) ([]queue.NodeView, error) {
 	return nil, fmt.Errorf("nodes: %w", ledger.ErrUnavailable)
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/queue"
-	"github.com/gpumeter/gpumeter/internal/queue/run"
 )
 
 // In a fleet the ledger holds every node's jobs, so any agent answers for
@@ -67,14 +66,14 @@ func (s *server) forward(w http.ResponseWriter, r *http.Request, c *call, job qu
 		s.jobError(w, r, c, target, err)
 		return
 	}
-	var node *run.NodeView
+	var node *queue.NodeView
 	for i := range nodes {
 		if nodes[i].Node == job.Node {
 			node = &nodes[i]
 		}
 	}
 	switch {
-	case node == nil || node.State == run.NodeLost:
+	case node == nil || node.State == queue.NodeLost:
 		lost("job " + job.ID + " is on node " + strconv.Quote(job.Node) + ", which is lost (its agent's ledger lease expired): its container is out of reach until the agent is back")
 		return
 	case node.API == "":

@@ -20,7 +20,7 @@ import (
 // transaction; an unknown node is an error wrapping
 // ledger.ErrNodeNotFound, which the API answers with 404 node_not_found.
 type Nodes interface {
-	Nodes(ctx context.Context) ([]run.NodeView, error)
+	Nodes(ctx context.Context) ([]queue.NodeView, error)
 	SetDrained(ctx context.Context, node string, drained bool, ev audit.Event) error
 	// Consolidate says which nodes could be drained now.
 	Consolidate(ctx context.Context) ([]queue.ConsolidateAdvice, error)
@@ -112,7 +112,7 @@ func (s *server) drainNode(drained bool) func(w http.ResponseWriter, r *http.Req
 		defer cancel()
 		if err := s.cfg.Nodes.SetDrained(ctx, node, drained, ev); err != nil {
 			if errors.Is(err, ledger.ErrNodeNotFound) {
-				msg := run.NodeNotFound(node)
+				msg := queue.NodeNotFound(node)
 				s.observe(r, c, target, http.StatusNotFound, msg)
 				writeError(w, http.StatusNotFound, apitype.CodeNodeNotFound, msg)
 				return

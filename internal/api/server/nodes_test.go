@@ -31,7 +31,7 @@ import (
 // the store. Its drains are real, though: each writes its audit event to
 // a SQLite ledger, as the store does in its transaction.
 type fixedNodes struct {
-	views []run.NodeView
+	views []queue.NodeView
 	store *sqlite.Store
 	// err, when set, is what every call fails with.
 	err   error
@@ -39,7 +39,7 @@ type fixedNodes struct {
 	calls []string
 }
 
-func (f *fixedNodes) Nodes(context.Context) ([]run.NodeView, error) { return f.views, f.err }
+func (f *fixedNodes) Nodes(context.Context) ([]queue.NodeView, error) { return f.views, f.err }
 
 func (f *fixedNodes) Consolidate(context.Context) ([]queue.ConsolidateAdvice, error) {
 	return []queue.ConsolidateAdvice{{Node: "n1", Drain: true, Jobs: []string{"j-000001"}, Moves: []queue.Move{{JobID: "j-000001", Node: "n2"}}, Why: "fits on n2"}}, f.err
@@ -65,15 +65,15 @@ func (f *fixedNodes) SetDrained(ctx context.Context, node string, drained bool, 
 	return nil
 }
 
-func fleetViews() []run.NodeView {
-	gpu := func(i int, state run.GPUState) run.NodeGPUView {
-		return run.NodeGPUView{UUID: fmt.Sprintf("GPU-%d", i), Index: i, Model: "H100", MemoryBytes: 80 << 30, State: state}
+func fleetViews() []queue.NodeView {
+	gpu := func(i int, state queue.GPUState) queue.NodeGPUView {
+		return queue.NodeGPUView{UUID: fmt.Sprintf("GPU-%d", i), Index: i, Model: "H100", MemoryBytes: 80 << 30, State: state}
 	}
-	return []run.NodeView{
-		{Node: "gpu-a", State: run.NodeUp, LeaseAge: 2500 * time.Millisecond, AgentVersion: "1.4.0", SMUtil: 0.5, Score: 80,
-			GPUs: []run.NodeGPUView{gpu(0, run.GPUHeld), gpu(1, run.GPUFree)}},
-		{Node: "gpu-b", State: run.NodeDraining, LeaseAge: time.Second, AgentVersion: "1.4.0", Score: 30, GPUs: []run.NodeGPUView{gpu(0, run.GPUOutside)}},
-		{Node: "gpu-c", State: run.NodeLost, LeaseAge: time.Hour, AgentVersion: "1.3.2", Score: 30, GPUs: []run.NodeGPUView{}},
+	return []queue.NodeView{
+		{Node: "gpu-a", State: queue.NodeUp, LeaseAge: 2500 * time.Millisecond, AgentVersion: "1.4.0", SMUtil: 0.5, Score: 80,
+			GPUs: []queue.NodeGPUView{gpu(0, queue.GPUHeld), gpu(1, queue.GPUFree)}},
+		{Node: "gpu-b", State: queue.NodeDraining, LeaseAge: time.Second, AgentVersion: "1.4.0", Score: 30, GPUs: []queue.NodeGPUView{gpu(0, queue.GPUOutside)}},
+		{Node: "gpu-c", State: queue.NodeLost, LeaseAge: time.Hour, AgentVersion: "1.3.2", Score: 30, GPUs: []queue.NodeGPUView{}},
 	}
 }
 
@@ -140,8 +140,8 @@ func TestNodeDrain(t *testing.T) {
 		}
 	}
 	e := f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/nodes/gpu-z/drain", nil, "").APIError(t, http.StatusNotFound, apitype.CodeNodeNotFound)
-	if e.Message != run.NodeNotFound("gpu-z") || !strings.Contains(e.Message, `"gpu-z"`) {
-		t.Errorf("drain of an unknown node: %q, want run.NodeNotFound's sentence naming it", e.Message)
+	if e.Message != queue.NodeNotFound("gpu-z") || !strings.Contains(e.Message, `"gpu-z"`) {
+		t.Errorf("drain of an unknown node: %q, want queue.NodeNotFound's sentence naming it", e.Message)
 	}
 	checkOwnWords(t, e.Message)
 	f.Do(t, servertest.AsAdmin, http.MethodPost, "/api/v1/nodes/gpu-a/drain", strings.NewReader(`{"force":true}`), "").APIError(t, http.StatusBadRequest, apitype.CodeBadRequest)
@@ -175,7 +175,7 @@ func TestNodeDrain(t *testing.T) {
 			notFound = append(notFound, ev)
 		}
 	}
-	if len(notFound) != 1 || notFound[0].Target != "drain node gpu-z" || notFound[0].Error != run.NodeNotFound("gpu-z") || notFound[0].Outcome != audit.OutcomeFailed {
+	if len(notFound) != 1 || notFound[0].Target != "drain node gpu-z" || notFound[0].Error != queue.NodeNotFound("gpu-z") || notFound[0].Outcome != audit.OutcomeFailed {
 		t.Errorf("observed 404s %+v, want the drain of gpu-z", notFound)
 	}
 }
@@ -226,14 +226,14 @@ func TestNodesOff(t *testing.T) {
 
 // TestNodesOnTheWire: the nodes' wire shape writes no nodes and no GPUs
 // as [], and carries every field of the view but a GPU's job: a field
-// added to run.NodeView or NodeGPUView fails here until the wire has it
+// added to queue.NodeView or NodeGPUView fails here until the wire has it
 // (or this test says why not).
 func TestNodesOnTheWire(t *testing.T) {
 	if b := compact(t, server.NodesFromView(nil)); string(b) != `{"nodes":[]}` {
 		t.Errorf("no nodes: %s", b)
 	}
-	got := server.NodesFromView([]run.NodeView{{Node: "n1", State: run.NodeUp, LeaseAge: 1500 * time.Millisecond, AgentVersion: "v1", SMUtil: 0.7, Score: 100,
-		GPUs: []run.NodeGPUView{{UUID: "GPU-a", Index: 3, Model: "A100", MemoryBytes: 40 << 30, State: run.GPUHeld, Job: "j-000001"}}}, {Node: "n2"}})
+	got := server.NodesFromView([]queue.NodeView{{Node: "n1", State: queue.NodeUp, LeaseAge: 1500 * time.Millisecond, AgentVersion: "v1", SMUtil: 0.7, Score: 100,
+		GPUs: []queue.NodeGPUView{{UUID: "GPU-a", Index: 3, Model: "A100", MemoryBytes: 40 << 30, State: queue.GPUHeld, Job: "j-000001"}}}, {Node: "n2"}})
 	want := apitype.Nodes{Nodes: []apitype.Node{
 		{Node: "n1", State: apitype.NodeUp, LeaseAgeSeconds: 1.5, AgentVersion: "v1", SMUtil: 0.7, Score: 100,
 			GPUs: []apitype.NodeGPU{{UUID: "GPU-a", Index: 3, Model: "A100", MemoryBytes: 40 << 30, State: apitype.GPUHeld}}},
@@ -246,8 +246,8 @@ func TestNodesOnTheWire(t *testing.T) {
 	// role narrows them; the nodes show only that it is held. A node's
 	// API is what agents forward to, not the wire's.
 	for typ, copied := range map[reflect.Type][]string{
-		reflect.TypeFor[run.NodeView]():    {"Node", "State", "LeaseAge", "AgentVersion", "API", "SMUtil", "Score", "GPUs"},
-		reflect.TypeFor[run.NodeGPUView](): {"UUID", "Index", "Model", "MemoryBytes", "State", "Job"},
+		reflect.TypeFor[queue.NodeView]():    {"Node", "State", "LeaseAge", "AgentVersion", "API", "SMUtil", "Score", "GPUs"},
+		reflect.TypeFor[queue.NodeGPUView](): {"UUID", "Index", "Model", "MemoryBytes", "State", "Job"},
 	} {
 		var fields []string
 		for f := range typ.Fields() {
@@ -261,8 +261,8 @@ func TestNodesOnTheWire(t *testing.T) {
 	}
 	// The states' words are the wire's.
 	for _, tt := range [][2]string{
-		{string(run.NodeUp), apitype.NodeUp}, {string(run.NodeDraining), apitype.NodeDraining}, {string(run.NodeLost), apitype.NodeLost},
-		{string(run.GPUFree), apitype.GPUFree}, {string(run.GPUHeld), apitype.GPUHeld}, {string(run.GPUOutside), apitype.GPUOutside},
+		{string(queue.NodeUp), apitype.NodeUp}, {string(queue.NodeDraining), apitype.NodeDraining}, {string(queue.NodeLost), apitype.NodeLost},
+		{string(queue.GPUFree), apitype.GPUFree}, {string(queue.GPUHeld), apitype.GPUHeld}, {string(queue.GPUOutside), apitype.GPUOutside},
 	} {
 		if tt[0] != tt[1] {
 			t.Errorf("run writes %q, the wire says %q", tt[0], tt[1])

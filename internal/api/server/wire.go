@@ -4,8 +4,8 @@ import (
 	"github.com/gpumeter/gpumeter/internal/api/apitype"
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/fairshare"
-	"github.com/gpumeter/gpumeter/internal/queue/run"
 	"github.com/gpumeter/gpumeter/internal/report"
 	"github.com/gpumeter/gpumeter/internal/units"
 	"github.com/gpumeter/gpumeter/internal/waste"
@@ -123,7 +123,7 @@ func fairShareRow(r fairshare.Row) apitype.FairShareRow {
 
 // NodesFromView is the fleet's nodes on the wire; no nodes, and a node
 // without GPUs, are [], not null.
-func NodesFromView(views []run.NodeView) apitype.Nodes {
+func NodesFromView(views []queue.NodeView) apitype.Nodes {
 	out := apitype.Nodes{Nodes: make([]apitype.Node, 0, len(views))}
 	for _, v := range views {
 		n := apitype.Node{Node: v.Node, State: string(v.State), LeaseAgeSeconds: v.LeaseAge.Seconds(), AgentVersion: v.AgentVersion,

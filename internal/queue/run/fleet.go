@@ -217,7 +217,7 @@ func (q *Launcher) schedulePass(ctx context.Context, in queue.Input, byID map[st
 		q.log.Warn("read the fleet's nodes", "err", err)
 		return queue.Plan{}
 	}
-	states := map[string]int{string(NodeUp): 0, string(NodeDraining): 0, string(NodeLost): 0}
+	states := map[string]int{string(queue.NodeUp): 0, string(queue.NodeDraining): 0, string(queue.NodeLost): 0}
 	for _, n := range nodes {
 		states[string(nodeState(n))]++
 	}

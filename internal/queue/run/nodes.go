@@ -4,73 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
 	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
-
-// NodeState is what a registered node of the fleet is to the scheduler.
-type NodeState string
-
-// The states of a node.
-const (
-	// NodeUp: its agent holds its ledger lease, and jobs may start there.
-	NodeUp NodeState = "up"
-	// NodeDraining: an admin drained it; its running jobs finish, no new
-	// one starts there.
-	NodeDraining NodeState = "draining"
-	// NodeLost: its lease may be taken over (its agent has been silent
-	// for longer than ledger.lease_takeover, or let the lease go).
-	NodeLost NodeState = "lost"
-)
-
-// GPUState is what a node's GPU is to the queue.
-type GPUState string
-
-// The states of a node's GPU.
-const (
-	GPUFree GPUState = "free"
-	// GPUHeld: a job holds it (an allocation, or a memory job on a
-	// shared GPU).
-	GPUHeld GPUState = "held"
-	// GPUOutside: a container outside the queue holds it, or processes
-	// outside the queue use more than the threshold of its memory.
-	GPUOutside GPUState = "outside"
-)
-
-// NodeView is one registered node as `gpumeter nodes` shows it.
-type NodeView struct {
-	Node  string
-	State NodeState
-	// LeaseAge is the time since its ledger lease's heartbeat, by the
-	// store's clock.
-	LeaseAge     time.Duration
-	AgentVersion string
-	// API is the base URL other agents reach the node's agent at
-	// (queue.fleet_api there); "" when it serves none.
-	API string
-	// SMUtil is the mean of its GPUs' measured SM utilisation (0..1) when
-	// its agent last registered; 0 for a node without GPUs.
-	SMUtil float64
-	// Score is the node score 100 × (1 − |SMUtil − target|).
-	Score float64
-	GPUs  []NodeGPUView
-}
-
-// NodeGPUView is one GPU of a node.
-type NodeGPUView struct {
-	UUID        string
-	Index       int
-	Model       string
-	MemoryBytes uint64
-	State       GPUState
-	// Job is the job that holds it when it is held; for a shared GPU,
-	// the first of its memory jobs.
-	Job string
-}
 
 // Nodes is the fleet's nodes as the API and the command line show them:
 // the ledger's registrations and leases, the active allocations and the
@@ -91,14 +30,8 @@ type Nodes struct {
 	OutsideThreshold float64
 }
 
-// NodeNotFound is the sentence for a node the ledger has no registration
-// of.
-func NodeNotFound(node string) string {
-	return "node " + strconv.Quote(node) + " is not in the fleet: `gpumeter nodes` lists the nodes that registered"
-}
-
 // Nodes returns every registered node, by name.
-func (n *Nodes) Nodes(ctx context.Context) ([]NodeView, error) {
+func (n *Nodes) Nodes(ctx context.Context) ([]queue.NodeView, error) {
 	statuses, err := n.Fleet.Nodes(ctx, n.Takeover)
 	if err != nil {
 		return nil, fmt.Errorf("nodes: %w", err)
@@ -132,18 +65,18 @@ func (n *Nodes) Nodes(ctx context.Context) ([]NodeView, error) {
 	if threshold <= 0 {
 		threshold = queue.DefaultOutsideMemoryThreshold
 	}
-	out := make([]NodeView, 0, len(statuses))
+	out := make([]queue.NodeView, 0, len(statuses))
 	for _, s := range statuses {
-		v := NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, API: s.API, GPUs: []NodeGPUView{}}
+		v := queue.NodeView{Node: s.Node, State: nodeState(s), LeaseAge: s.LeaseAge, AgentVersion: s.AgentVersion, API: s.API, GPUs: []queue.NodeGPUView{}}
 		var util float64
 		for _, g := range s.GPUs {
 			util += g.Util
-			gv := NodeGPUView{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, State: GPUFree}
+			gv := queue.NodeGPUView{UUID: g.UUID, Index: g.Index, Model: g.Model, MemoryBytes: g.MemoryBytes, State: queue.GPUFree}
 			switch job, held := allocs[ledger.NodeGPUKey{Node: s.Node, UUID: g.UUID}]; {
 			case held:
-				gv.State, gv.Job = GPUHeld, job
+				gv.State, gv.Job = queue.GPUHeld, job
 			case g.OutsideContainer != "" || float64(g.MemoryUsedOutside) > threshold*float64(g.MemoryBytes):
-				gv.State = GPUOutside
+				gv.State = queue.GPUOutside
 			}
 			v.GPUs = append(v.GPUs, gv)
 		}
@@ -158,14 +91,14 @@ func (n *Nodes) Nodes(ctx context.Context) ([]NodeView, error) {
 
 // nodeState is s's state: lost before draining, since a lost node runs
 // nothing whether drained or not.
-func nodeState(s ledger.NodeStatus) NodeState {
+func nodeState(s ledger.NodeStatus) queue.NodeState {
 	switch {
 	case s.Lost:
-		return NodeLost
+		return queue.NodeLost
 	case s.Drained:
-		return NodeDraining
+		return queue.NodeDraining
 	}
-	return NodeUp
+	return queue.NodeUp
 }
 
 // SetDrained drains node (no new job starts there; its running jobs

@@ -102,13 +102,13 @@ func startOn(t *testing.T, store ledger.Ledger, node string, gpus []string, memo
 }
 
 // states is each node's state and its GPUs' by UUID.
-func states(t *testing.T, n *Nodes) (map[string]NodeState, map[string]GPUState) {
+func states(t *testing.T, n *Nodes) (map[string]queue.NodeState, map[string]queue.GPUState) {
 	t.Helper()
 	views, err := n.Nodes(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, gpus := map[string]NodeState{}, map[string]GPUState{}
+	nodes, gpus := map[string]queue.NodeState{}, map[string]queue.GPUState{}
 	for _, v := range views {
 		nodes[v.Node] = v.State
 		for _, g := range v.GPUs {
@@ -138,7 +138,7 @@ func testNodesView(t *testing.T, store ledger.Ledger) {
 	}
 	type row struct {
 		Node, Version string
-		State         NodeState
+		State         queue.NodeState
 		SMUtil, Score float64
 		GPUs          int
 	}
@@ -152,14 +152,14 @@ func testNodesView(t *testing.T, store ledger.Ledger) {
 	// gpu-a's mean is 0.6 (score 90 at the default target 0.7), gpu-b's
 	// 0.7 (100); gpu-c has no GPUs and never took a lease.
 	want := []row{
-		{"gpu-a", "1.4.0", NodeUp, 0.6, 90, 4},
-		{"gpu-b", "1.4.1", NodeUp, 0.7, 100, 2},
-		{"gpu-c", "1.3.0", NodeLost, 0, 30, 0},
+		{"gpu-a", "1.4.0", queue.NodeUp, 0.6, 90, 4},
+		{"gpu-b", "1.4.1", queue.NodeUp, 0.7, 100, 2},
+		{"gpu-c", "1.3.0", queue.NodeLost, 0, 30, 0},
 	}
 	if diff := gocmp.Diff(want, got, approx); diff != "" {
 		t.Errorf("nodes (-want +got):\n%s", diff)
 	}
-	if g := views[0].GPUs[1]; g != (NodeGPUView{UUID: "GPU-a1", Index: 1, Model: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, State: GPUFree}) {
+	if g := views[0].GPUs[1]; g != (queue.NodeGPUView{UUID: "GPU-a1", Index: 1, Model: "NVIDIA H100 80GB HBM3", MemoryBytes: 80 << 30, State: queue.GPUFree}) {
 		t.Errorf("gpu-a's GPU 1: %+v", g)
 	}
 
@@ -168,9 +168,9 @@ func testNodesView(t *testing.T, store ledger.Ledger) {
 	whole := startOn(t, store, "gpu-a", []string{"GPU-a0", "GPU-a1"}, 0)
 	mem := startOn(t, store, "gpu-b", []string{"GPU-b1"}, 8<<30)
 	_, gpus := states(t, n)
-	wantGPUs := map[string]GPUState{
-		"GPU-a0": GPUHeld, "GPU-a1": GPUHeld, "GPU-a2": GPUOutside, "GPU-a3": GPUOutside,
-		"GPU-b0": GPUFree, "GPU-b1": GPUHeld,
+	wantGPUs := map[string]queue.GPUState{
+		"GPU-a0": queue.GPUHeld, "GPU-a1": queue.GPUHeld, "GPU-a2": queue.GPUOutside, "GPU-a3": queue.GPUOutside,
+		"GPU-b0": queue.GPUFree, "GPU-b1": queue.GPUHeld,
 	}
 	if diff := gocmp.Diff(wantGPUs, gpus); diff != "" {
 		t.Errorf("GPUs with two jobs running (-want +got):\n%s", diff)
@@ -194,7 +194,7 @@ func testNodesView(t *testing.T, store ledger.Ledger) {
 	if _, err := store.UpdateJob(ctx, whole.ID, queue.Running, func(j *queue.Job) { j.State = queue.Succeeded }, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, gpus := states(t, n); gpus["GPU-a0"] != GPUFree || gpus["GPU-a1"] != GPUFree {
+	if _, gpus := states(t, n); gpus["GPU-a0"] != queue.GPUFree || gpus["GPU-a1"] != queue.GPUFree {
 		t.Errorf("after the job ended: %v, want GPU-a0 and GPU-a1 free", gpus)
 	}
 
@@ -207,7 +207,7 @@ func testNodesView(t *testing.T, store ledger.Ledger) {
 		t.Fatal(err)
 	}
 	nodes, _ := states(t, n)
-	if diff := gocmp.Diff(map[string]NodeState{"gpu-a": NodeDraining, "gpu-b": NodeUp, "gpu-c": NodeLost}, nodes); diff != "" {
+	if diff := gocmp.Diff(map[string]queue.NodeState{"gpu-a": queue.NodeDraining, "gpu-b": queue.NodeUp, "gpu-c": queue.NodeLost}, nodes); diff != "" {
 		t.Errorf("after drains of gpu-a and gpu-c (-want +got):\n%s", diff)
 	}
 	if err := store.Release(ctx, ledger.Lease{Node: "gpu-b", Instance: "gpu-b-1", Host: "gpu-b", PID: os.Getpid()}); err != nil {
@@ -217,7 +217,7 @@ func testNodesView(t *testing.T, store ledger.Ledger) {
 		t.Fatal(err)
 	}
 	nodes, _ = states(t, n)
-	if diff := gocmp.Diff(map[string]NodeState{"gpu-a": NodeUp, "gpu-b": NodeLost, "gpu-c": NodeLost}, nodes); diff != "" {
+	if diff := gocmp.Diff(map[string]queue.NodeState{"gpu-a": queue.NodeUp, "gpu-b": queue.NodeLost, "gpu-c": queue.NodeLost}, nodes); diff != "" {
 		t.Errorf("after gpu-b let its lease go and gpu-a was undrained (-want +got):\n%s", diff)
 	}
 
@@ -238,7 +238,7 @@ func TestNodesScoreTarget(t *testing.T) {
 	}
 	// gpu-a's mean 0.6 is 0.3 from 0.9; 10 GiB of 80 is under a 20%
 	// threshold.
-	if !gocmp.Equal(views[0].Score, 70.0, approx) || views[0].GPUs[3].State != GPUFree {
+	if !gocmp.Equal(views[0].Score, 70.0, approx) || views[0].GPUs[3].State != queue.GPUFree {
 		t.Errorf("gpu-a at target 0.9: score %v, GPU 3 %s; want 70 and free", views[0].Score, views[0].GPUs[3].State)
 	}
 }
