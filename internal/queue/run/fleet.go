@@ -417,3 +417,29 @@ func fleetInput(nodes []ledger.NodeStatus, in *queue.Input) (lost map[string]boo
 func (f *fleetState) call(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.Takeover/3)
 }
+
+// fleetMemory is the most GPU memory a memory job may ask for in the
+// fleet: the largest shared GPU's of any node that is not lost, times
+// queue.shared_memory_fraction; local, this node's own figure, where the
+// ledger cannot say.
+func (q *Service) fleetMemory(ctx context.Context, local uint64) uint64 {
+	nodes, err := q.fleetStore.Nodes(ctx, q.takeover)
+	if err != nil {
+		return local
+	}
+	_, cfg := q.settings.forPass()
+	cfg.SharedGPUs = nil
+	var gpus []queue.GPU
+	for _, n := range nodes {
+		if n.Lost {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if g.Shared {
+				gpus = append(gpus, queue.GPU{UUID: g.UUID, MemoryTotal: g.MemoryBytes})
+				cfg.SharedGPUs = append(cfg.SharedGPUs, g.UUID)
+			}
+		}
+	}
+	return max(local, maxGPUMemory(cfg, gpus))
+}

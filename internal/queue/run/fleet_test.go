@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue"
+	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
 
 // TestSubmitInAFleet: a fleet's job waits on no node until placed, keeps
@@ -50,6 +52,25 @@ func TestSubmitInAFleet(t *testing.T) {
 	}
 	if _, err := submit(fleet, Submission{Request: withEnv, Node: "gpu-2"}); !errors.As(err, &br) || br.Field != "node" {
 		t.Errorf("--env with --node gpu-2, submitted on node1: %v, want a bad request on node", err)
+	}
+
+	// A memory job may ask for what another node's shared GPU gives,
+	// though this node shares none.
+	if err := fleet.store.RegisterNode(ctx, ledger.NodeInfo{Node: "gpu-9", GPUs: []ledger.NodeGPU{{UUID: "GPU-9", MemoryBytes: 80 << 30, Shared: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.store.Acquire(ctx, ledger.Lease{Node: "gpu-9", Instance: "gpu-9-1", Host: "gpu-9", PID: 1}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	mem := request()
+	mem.GPUs, mem.GPUMemory = 0, 10<<30
+	if _, err := submit(fleet, Submission{Request: mem}); err != nil {
+		t.Errorf("a 10 GiB memory job, gpu-9 sharing an 80 GiB GPU: %v", err)
+	}
+	mem.GPUMemory = 79 << 30
+	var rf *spec.Refusal
+	if _, err := submit(fleet, Submission{Request: mem}); !errors.As(err, &rf) || rf.Reason != spec.TooBig {
+		t.Errorf("a 79 GiB memory job, over the shared fraction of gpu-9's 80 GiB: %v, want too_big", err)
 	}
 
 	one := newEnv(t, nil)

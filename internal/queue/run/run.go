@@ -259,6 +259,9 @@ func New(cfg Config) (*Queue, error) {
 		stageRefusal: stageRefusal, notices: cfg.OnEvent != nil, fleet: cfg.Fleet != nil,
 		settings: set, env: env, holds: holds, launch: l, ranks: l.ranks,
 	}
+	if cfg.Fleet != nil {
+		s.fleetStore, s.takeover = cfg.Fleet.Store, cfg.Fleet.Takeover
+	}
 	return &Queue{Service: s, Launcher: l}, nil
 }
 

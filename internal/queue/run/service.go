@@ -5,7 +5,9 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/queue"
 	"github.com/gpumeter/gpumeter/internal/queue/spec"
 )
@@ -23,6 +25,10 @@ type Service struct {
 	stageRefusal string // why jobs with mounts are refused; "": they are not
 	notices      bool   // a job's start and end can be notified (Config.OnEvent)
 	fleet        bool   // the node is one of a fleet (Config.Fleet)
+	// fleetStore and takeover read the fleet's nodes for what a job may
+	// ask of any of them; nil on one node.
+	fleetStore ledger.Fleet
+	takeover   time.Duration
 
 	settings *settings
 	env      *envStore

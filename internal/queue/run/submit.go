@@ -93,6 +93,11 @@ func (q *Service) Submit(ctx context.Context, s Submission) (queue.Job, error) {
 // nil: what Requeue records of the job it was made from.
 func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.Request)) (queue.Job, error) {
 	rules, defaultLimit, exclusive := q.settings.forSubmit()
+	if q.fleetStore != nil && s.Request.GPUMemory > 0 {
+		// A memory job may go to any node's shared GPUs, not only this
+		// node's.
+		rules.MaxGPUMemory = q.fleetMemory(ctx, rules.MaxGPUMemory)
+	}
 
 	req := s.Request
 	if s.User == "" {
