@@ -115,7 +115,9 @@ func TestFleetLoadMix(t *testing.T) {
 		if prev != "" {
 			c.After = []apitype.Dependency{{Type: "ok", ID: prev}}
 		}
-		prev = submit(c).ID
+		// The chain is one user's: a job waits only for its user's own.
+		prev = f.agents[0].submit(t, f.agents[0].h.alice, c).ID
+		ids = append(ids, prev)
 		chain = append(chain, prev)
 	}
 	t.Logf("%d jobs submitted (%d memory jobs, an array of 17, a chain of 3)", len(ids), len(memory))
