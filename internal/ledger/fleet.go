@@ -135,10 +135,11 @@ type Fleet interface {
 	// whole.
 	WriteIntents(ctx context.Context, token int64, intents []Intent, audit []audit.Event) error
 	// ClaimIntents returns the jobs of node's intents that no instance
-	// has claimed yet, oldest first, and marks them claimed by instance,
-	// skipping those another transaction is claiming (FOR UPDATE SKIP
-	// LOCKED on PostgreSQL): each intent is returned once.
-	ClaimIntents(ctx context.Context, node, instance string) ([]queue.Job, error)
+	// has claimed yet, oldest first, at most limit of them (0: all), and
+	// marks them claimed by instance, skipping those another transaction
+	// is claiming (FOR UPDATE SKIP LOCKED on PostgreSQL): each intent is
+	// returned once.
+	ClaimIntents(ctx context.Context, node, instance string, limit int) ([]queue.Job, error)
 	// Unclaimed returns the IDs of the jobs of node's intents that no
 	// instance has claimed yet: starting jobs without a container that
 	// are waiting for their claim, not lost in a start.
@@ -153,6 +154,25 @@ type Fleet interface {
 	// Allocations returns the active exclusive allocations: (node, GPU
 	// UUID) -> job ID.
 	Allocations(ctx context.Context) (map[NodeGPUKey]string, error)
+	// PublishRanks replaces the fleet's ranking of its queued jobs (the
+	// scheduler's last plan, encoded by queue.AppendRanking) under token
+	// and returns its new version; it fails with an error wrapping
+	// ErrStaleToken when token is no longer the lease's or the lease was
+	// released.
+	PublishRanks(ctx context.Context, token int64, body []byte) (version int64, err error)
+	// Ranks returns the fleet's ranking when its version is newer than
+	// since; else Ranks.Body is nil. Version 0 is none published yet.
+	Ranks(ctx context.Context, since int64) (Ranks, error)
+}
+
+// Ranks is the fleet's ranking of its queued jobs as its scheduler last
+// published it, so that every agent's API can say where a queued job
+// stands and why it waits.
+type Ranks struct {
+	Version   int64
+	Token     int64 // the scheduler lease's token it was published under
+	Published time.Time
+	Body      []byte
 }
 
 // NodeGPUKey names one GPU of one node.

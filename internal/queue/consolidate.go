@@ -184,16 +184,23 @@ func (p *pass) consolidateNode(ni int, jobs []*RunningJob, gives []bool, target 
 	for _, r := range jobs {
 		use := p.jobUse(r)
 		best, bestFree, gpus := -1, 0, []int(nil)
-		over := ""
+		over, barred := "", 0
 		for ri := range p.nodes {
 			nd := &p.nodes[ri]
 			if ri == ni || gives[ri] {
+				continue
+			}
+			if !match(r.NodeGlob, nd.name) || r.Image != "" && !p.allowsImage(nd.name, r.Image) {
+				barred++ // the job could not have started there
 				continue
 			}
 			var picks []int
 			free := 0
 			for q := nd.lo; q < nd.hi; q++ {
 				g := &p.gs[q]
+				if !match(r.ModelGlob, g.gpu.Model) {
+					continue
+				}
 				switch {
 				case r.GPUMemory == 0 && g.free():
 					free++
@@ -226,6 +233,10 @@ func (p *pass) consolidateNode(ni int, jobs []*RunningJob, gives []bool, target 
 			}
 			if over != "" {
 				return nil, fmt.Sprintf("%s would take every other node with room past the %s target utilisation (%s, queue.target_utilization)", what, percentText(target), over)
+			}
+			if barred > 0 {
+				return nil, fmt.Sprintf("%s fits on no other node's free GPUs that it may run on (its --node or --model, or the nodes' queue.images: %s barred)",
+					what, nodesText(barred))
 			}
 			return nil, fmt.Sprintf("%s fits on no other node's free GPUs", what)
 		}
@@ -281,4 +292,12 @@ func jobsText(n int) string {
 		return "1 job"
 	}
 	return fmt.Sprintf("%d jobs", n)
+}
+
+// nodesText says "1 node" or "n nodes".
+func nodesText(n int) string {
+	if n == 1 {
+		return "1 node"
+	}
+	return fmt.Sprintf("%d nodes", n)
 }

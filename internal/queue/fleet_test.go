@@ -451,6 +451,49 @@ func TestConsolidate(t *testing.T) {
 	}
 }
 
+// TestConsolidateKeepsConstraints: a job is moved only to a node it could
+// have started on: its --node and --model, and the nodes' queue.images.
+func TestConsolidateKeepsConstraints(t *testing.T) {
+	gs := slices.Concat(fleet("a", 4), nodeGPUs("b", 4, "A100"), fleet("c", 4))
+	base := func(r RunningJob) Input {
+		r.ID, r.User, r.GPUs, r.Node, r.Image = "j-a1", "ann", []string{"a-0"}, "a", "lab/train:1"
+		// b and c run a job each, so that neither is advised first and
+		// gives rather than takes.
+		return Input{GPUs: gs, Running: []RunningJob{r,
+			{ID: "j-b1", User: "bob", GPUs: []string{"b-0"}, Node: "b"}, {ID: "j-c1", User: "cat", GPUs: []string{"c-0"}, Node: "c"}},
+			Config: Config{TargetUtilization: 0.7}}
+	}
+	advice := func(in Input) ConsolidateAdvice {
+		for _, a := range Consolidate(in) {
+			if a.Node == "a" {
+				return a
+			}
+		}
+		t.Fatal("no advice for node a")
+		return ConsolidateAdvice{}
+	}
+	// Unconstrained, a's job goes to b: the fewest free GPUs, then the name.
+	if a := advice(base(RunningJob{})); !a.Drain || !cmp.Equal(a.Moves, []Move{{"j-a1", "b"}}) {
+		t.Fatalf("unconstrained: %+v", a)
+	}
+	pinned := advice(base(RunningJob{NodeGlob: "a"}))
+	if pinned.Drain || pinned.Why != "j-a1 (1 GPU) fits on no other node's free GPUs that it may run on (its --node or --model, or the nodes' queue.images: 2 nodes barred)" {
+		t.Errorf("--node a: %+v", pinned)
+	}
+	if a := advice(base(RunningJob{ModelGlob: "*H100*"})); !a.Drain || !cmp.Equal(a.Moves, []Move{{"j-a1", "c"}}) {
+		t.Errorf("--model *H100*: %+v, want it moved to c, not to b's A100s", a)
+	}
+	images := base(RunningJob{})
+	images.NodeImages = map[string][]string{"b": {"other/*"}, "c": {"lab/*"}}
+	if a := advice(images); !a.Drain || !cmp.Equal(a.Moves, []Move{{"j-a1", "c"}}) {
+		t.Errorf("b refusing the image: %+v, want it moved to c", a)
+	}
+	images.NodeImages["c"] = []string{"other/*"}
+	if a := advice(images); a.Drain {
+		t.Errorf("every other node refusing the image: %+v, want no drain", a)
+	}
+}
+
 // TestFleetDeterministic: the GPUs' and jobs' order in the input does not
 // change a fleet's plan, nor does Schedule change its input.
 func TestFleetDeterministic(t *testing.T) {

@@ -121,6 +121,10 @@ type RunningJob struct {
 	Array string
 	// Node is the node the job runs on; "" on one host.
 	Node string
+	// NodeGlob, ModelGlob and Image are the job's --node and --model
+	// constraints and its image: where it may run. Only Consolidate
+	// reads them, to move a job only where it could have started.
+	NodeGlob, ModelGlob, Image string
 }
 
 // GPU is one GPU of a node. UUIDs are unique across the fleet (NVIDIA's

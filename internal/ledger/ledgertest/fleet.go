@@ -289,7 +289,7 @@ func auditActions(t *testing.T, s ledger.Ledger) []string {
 
 func claim(t *testing.T, s ledger.Ledger, node, instance string) []queue.Job {
 	t.Helper()
-	js, err := s.ClaimIntents(context.Background(), node, instance)
+	js, err := s.ClaimIntents(context.Background(), node, instance, 0)
 	if err != nil {
 		t.Fatalf("ClaimIntents(%s, %s): %v", node, instance, err)
 	}
@@ -568,7 +568,7 @@ func testClaimIntents(t *testing.T, s ledger.Ledger) {
 	if got := claim(t, s, "node-c", "agent-c"); len(got) != 0 {
 		t.Errorf("node-c's claim: %v, want none", ids(got))
 	}
-	if _, err := s.ClaimIntents(ctx, nodeA, ""); err == nil {
+	if _, err := s.ClaimIntents(ctx, nodeA, "", 0); err == nil {
 		t.Error("a claim without an instance succeeded")
 	}
 	// A job requeued and placed again is claimed again.
@@ -580,6 +580,25 @@ func testClaimIntents(t *testing.T, s ledger.Ledger) {
 	}
 	if got := claim(t, s, nodeA, "agent-a"); len(got) != 1 || got[0].ID != a1.ID {
 		t.Errorf("claim after a second placement: %v, want %s", ids(got), a1.ID)
+	}
+	if _, err := s.ClaimIntents(ctx, nodeA, "agent-a", -1); err == nil {
+		t.Error("a claim with a limit of -1 succeeded")
+	}
+
+	// A limited claim takes the oldest intents first, and the next the
+	// rest.
+	c1, c2, c3 := submit(t, s, newJob("alice")), submit(t, s, newJob("bob")), submit(t, s, newJob("carol"))
+	if err := s.WriteIntents(ctx, l.Token, []ledger.Intent{intent(c3, "node-c", gpuA), intent(c1, "node-c", gpuB), intent(c2, "node-c", "GPU-c3")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]string{{c1.ID, c2.ID}, {c3.ID}, nil} {
+		got, err := s.ClaimIntents(ctx, "node-c", "agent-c", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := gocmp.Diff(want, ids(got), cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("node-c's claims of at most 2 (-want +got):\n%s", d)
+		}
 	}
 }
 
@@ -676,4 +695,64 @@ func BenchNodes(b *testing.B, s ledger.Ledger, n int) {
 		}
 	}
 	b.ReportMetric(float64(b.N*n)/time.Since(start).Seconds(), "nodes/s")
+}
+
+// testFleetRanks checks the fleet's ranking: published under the
+// scheduler lease's token, read when newer, refused under a stale one.
+func testFleetRanks(t *testing.T, s ledger.Ledger) {
+	ctx := context.Background()
+	r, err := s.Ranks(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Version != 0 || r.Body != nil {
+		t.Errorf("before any publish: version %d, body %q; want 0 and none", r.Version, r.Body)
+	}
+	old := acquireScheduler(t, s, "one", nodeA, fresh)
+	v1, err := s.PublishRanks(ctx, old.Token, []byte("first\x00\xff"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2, err := s.PublishRanks(ctx, old.Token, []byte("second"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1 <= 0 || v2 <= v1 {
+		t.Errorf("versions %d then %d: want them to rise from 1", v1, v2)
+	}
+	for _, tc := range []struct {
+		since int64
+		want  string
+		body  bool
+	}{{0, "second", true}, {v1, "second", true}, {v2, "", false}, {v2 + 5, "", false}} {
+		r, err := s.Ranks(ctx, tc.since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Version != v2 || r.Token != old.Token || (r.Body != nil) != tc.body || string(r.Body) != tc.want || r.Published.IsZero() {
+			t.Errorf("Ranks(%d) = version %d, token %d, body %q (published %v); want %d, %d, %q", tc.since,
+				r.Version, r.Token, r.Body, r.Published, v2, old.Token, tc.want)
+		}
+	}
+	time.Sleep(aged)
+	cur := acquireScheduler(t, s, "two", nodeB, shortWait)
+	if _, err := s.PublishRanks(ctx, old.Token, []byte("stale")); !errors.Is(err, ledger.ErrStaleToken) {
+		t.Errorf("PublishRanks under the old token = %v, want ErrStaleToken", err)
+	}
+	if r, err := s.Ranks(ctx, v2); err != nil || r.Body != nil {
+		t.Errorf("after a stale publish: %q, %v; want no newer ranking", r.Body, err)
+	}
+	v3, err := s.PublishRanks(ctx, cur.Token, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Ranks(ctx, v2); err != nil || r.Version != v3 || r.Body == nil || len(r.Body) != 0 {
+		t.Errorf("an empty ranking reads as %q (version %d), %v; want empty, version %d", r.Body, r.Version, err, v3)
+	}
+	if err := s.ReleaseScheduler(ctx, cur.Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PublishRanks(ctx, cur.Token, []byte("after")); !errors.Is(err, ledger.ErrStaleToken) {
+		t.Errorf("PublishRanks after the lease's release = %v, want ErrStaleToken", err)
+	}
 }

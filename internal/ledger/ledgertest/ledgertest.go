@@ -79,6 +79,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"SharedAllocations", testSharedAllocations},
 		{"AllocationsFollowState", testAllocationsFollowState},
 		{"ClaimIntents", testClaimIntents},
+		{"FleetRanks", testFleetRanks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

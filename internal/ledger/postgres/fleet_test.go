@@ -229,7 +229,7 @@ func TestFleetClaimRace(t *testing.T) {
 					done = true
 				default:
 				}
-				js, err := as[c].ClaimIntents(ctx, fleetNode, fmt.Sprintf("agent-%d", c))
+				js, err := as[c].ClaimIntents(ctx, fleetNode, fmt.Sprintf("agent-%d", c), 0)
 				if err != nil {
 					t.Errorf("claimer %d: %v", c, err)
 					return
@@ -243,7 +243,7 @@ func TestFleetClaimRace(t *testing.T) {
 	}
 	wg.Wait()
 	// Whatever a claim skipped while another held it is left for this one.
-	rest, err := sched.ClaimIntents(ctx, fleetNode, "last")
+	rest, err := sched.ClaimIntents(ctx, fleetNode, "last", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

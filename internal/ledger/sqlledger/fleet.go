@@ -380,17 +380,9 @@ func (l Ledger) WriteIntents(ctx context.Context, token int64, intents []ledger.
 		}
 	}
 	err := l.b.WriteTx(ctx, func(tx Tx) error {
-		now, err := l.now(ctx, tx)
+		now, err := l.renewUnder(ctx, tx, token)
 		if err != nil {
 			return err
-		}
-		n, err := tx.Exec(ctx, "UPDATE scheduler_lease SET heartbeat_us = $1 WHERE id = 1 AND token = $2 AND NOT released",
-			now.UnixMicro(), token)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			return fmt.Errorf("token %d: %w", token, ledger.ErrStaleToken)
 		}
 		for _, in := range intents {
 			if err := l.writeIntent(ctx, tx, token, now, in); err != nil {
@@ -418,6 +410,26 @@ func (l Ledger) WriteIntents(ctx context.Context, token int64, intents []ledger.
 		return fmt.Errorf("write %d intents to %s: %w", len(intents), l.b.Name, err)
 	}
 	return nil
+}
+
+// renewUnder renews the scheduler lease's heartbeat in tx while token is
+// its, and returns the store's time; a token no longer the lease's, or a
+// released lease, is an error wrapping ErrStaleToken. Where the database
+// locks rows, the lease's row stays locked until tx ends.
+func (l Ledger) renewUnder(ctx context.Context, tx Tx, token int64) (time.Time, error) {
+	now, err := l.now(ctx, tx)
+	if err != nil {
+		return now, err
+	}
+	n, err := tx.Exec(ctx, "UPDATE scheduler_lease SET heartbeat_us = $1 WHERE id = 1 AND token = $2 AND NOT released",
+		now.UnixMicro(), token)
+	if err != nil {
+		return now, err
+	}
+	if n == 0 {
+		return now, fmt.Errorf("token %d: %w", token, ledger.ErrStaleToken)
+	}
+	return now, nil
 }
 
 // writeIntent moves in's job from queued to starting on in's node and
@@ -463,11 +475,18 @@ func (l Ledger) writeIntent(ctx context.Context, tx Tx, token int64, now time.Ti
 // returns their jobs. Where the database locks rows, intents that
 // another transaction is claiming are skipped (FOR UPDATE SKIP LOCKED),
 // so claims at once never return one job twice and never wait.
-func (l Ledger) ClaimIntents(ctx context.Context, node, instance string) ([]queue.Job, error) {
+func (l Ledger) ClaimIntents(ctx context.Context, node, instance string, limit int) ([]queue.Job, error) {
 	if instance == "" {
 		return nil, fmt.Errorf("claim node %q's intents in %s: a claim needs an instance", node, l.b.Name)
 	}
+	if limit < 0 {
+		return nil, fmt.Errorf("claim node %q's intents in %s: a limit of %d", node, l.b.Name, limit)
+	}
 	unclaimed := "SELECT job_seq FROM job_intents WHERE node = $1 AND claimed_by = ''"
+	if limit > 0 {
+		// The number is ours, not a caller's: written as a literal.
+		unclaimed += " ORDER BY job_seq LIMIT " + strconv.Itoa(limit)
+	}
 	if l.b.RowLocks {
 		unclaimed += " FOR UPDATE SKIP LOCKED"
 	}
@@ -553,5 +572,68 @@ func (l Ledger) Unclaimed(ctx context.Context, node string) (map[string]bool, er
 			out[id] = true
 		}
 		return out, rows.Err()
+	})
+}
+
+// PublishRanks replaces the fleet's ranking under token, renewing the
+// lease first as WriteIntents does.
+func (l Ledger) PublishRanks(ctx context.Context, token int64, body []byte) (int64, error) {
+	var version int64
+	err := l.b.WriteTx(ctx, func(tx Tx) error {
+		now, err := l.renewUnder(ctx, tx, token)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `UPDATE fleet_ranks SET version = version + 1, token = $1, published_us = $2, body = $3
+			WHERE id = 1 RETURNING version`, token, now.UnixMicro(), orEmpty(body))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return errors.New("the fleet's ranking's row is missing")
+		}
+		if err := rows.Scan(&version); err != nil {
+			return err
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return 0, fmt.Errorf("publish the fleet's ranking (%d bytes) to %s: %w", len(body), l.b.Name, err)
+	}
+	return version, nil
+}
+
+// Ranks returns the fleet's ranking when it is newer than since.
+func (l Ledger) Ranks(ctx context.Context, since int64) (ledger.Ranks, error) {
+	return read(ctx, l, "the fleet's ranking from", func(q Querier) (ledger.Ranks, error) {
+		var r ledger.Ranks
+		rows, err := q.Query(ctx, `SELECT version, token, published_us, CASE WHEN version > $1 THEN body END
+			FROM fleet_ranks WHERE id = 1`, since)
+		if err != nil {
+			return r, err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return r, err
+			}
+			return r, errors.New("the fleet's ranking's row is missing")
+		}
+		var published int64
+		var body []byte
+		if err := rows.Scan(&r.Version, &r.Token, &published, &body); err != nil {
+			return r, err
+		}
+		if r.Version > since {
+			r.Body = orEmpty(body)
+		}
+		if published != 0 {
+			r.Published = time.UnixMicro(published).UTC()
+		}
+		return r, rows.Err()
 	})
 }

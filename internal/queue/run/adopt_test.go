@@ -75,3 +75,83 @@ func TestFleetAdoptsWhatKeptRunning(t *testing.T) {
 		t.Errorf("the queue created %d containers, want 2: one per job, none again", n)
 	}
 }
+
+// TestFleetStartsAnewOnOtherGPUs: node1's agent dies with a job running;
+// the fleet requeues the job and places it on node1 again, but on
+// another GPU, before node1's agent is back. The agent claims the intent:
+// the container from before, on the old GPU, is removed and the job
+// starts anew on the GPU the scheduler gave it, so that the record and
+// the container agree and the old GPU is not held behind the fleet's
+// back.
+func TestFleetStartsAnewOnOtherGPUs(t *testing.T) {
+	t.Run("Restart", func(t *testing.T) { testStartsAnewOnOtherGPUs(t, false) })
+	t.Run("Claim", func(t *testing.T) { testStartsAnewOnOtherGPUs(t, true) })
+}
+
+func testStartsAnewOnOtherGPUs(t *testing.T, direct bool) {
+	e := newEngineEnv(t, 2, nil)
+	old := e.waitState(t, e.submit(t, "alice", e.sleeper()).ID, queue.Running)
+	e.stop()
+	other := "GPU-test-0"
+	if slices.Contains(old.GPUs, other) {
+		other = "GPU-test-1"
+	}
+
+	ctx := context.Background()
+	if _, err := e.store.UpdateJob(ctx, old.ID, queue.Running, func(j *queue.Job) { j.State = queue.Lost }, audit.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.UpdateJob(ctx, old.ID, queue.Lost, func(j *queue.Job) {
+		j.State, j.GPUs, j.ContainerID, j.StartedAt, j.Node, j.Reason = queue.Queued, nil, "", time.Time{}, "", queue.ReasonLostRequeued
+	}, audit.Event{}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := e.store.AcquireScheduler(ctx, "sched", "node2", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.WriteIntents(ctx, lease.Token, []ledger.Intent{{JobID: old.ID, Node: "node1", GPUs: []string{other}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Acquire(ctx, ledger.Lease{Node: "node1", Instance: "node1-2", Host: "node1", PID: os.Getpid()}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.Fleet = &FleetConfig{Store: e.store, Instance: "node1-2", Takeover: time.Hour}
+	if direct {
+		// The claim's own path, which a reconciliation before it
+		// otherwise takes first (it removes a container whose job waits
+		// for its claim): the start finds the old container.
+		q, err := New(e.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.q = q
+		q.Observe(Observation{GPUs: gpus(2)})
+		claimed, err := e.store.ClaimIntents(ctx, "node1", "node1-2", 0)
+		if err != nil || len(claimed) != 1 {
+			t.Fatalf("claim: %d intents, %v", len(claimed), err)
+		}
+		l := newLoop()
+		q.launchIntent(ctx, l, claimed[0], l.trace.start())
+		e.run(t)
+	} else {
+		e.restart(t, 2)
+	}
+
+	got := e.waitState(t, old.ID, queue.Running)
+	if got.ContainerID == old.ContainerID || !slices.Equal(got.GPUs, []string{other}) {
+		t.Errorf("%s runs in %.12s on %v; want a new container on %s, not %.12s on %v", old.ID, got.ContainerID, got.GPUs, other, old.ContainerID, old.GPUs)
+	}
+	for _, c := range e.jobContainers(t, old.ID) {
+		if c.ID == old.ContainerID {
+			t.Errorf("the container from before, %.12s (%s), is still there", c.ID, c.State)
+		}
+	}
+	jc, err := e.engine.Inspect(ctx, got.ContainerID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(jc.GPUs.IDs, []string{other}) {
+		t.Errorf("the new container holds %v, want %s", jc.GPUs.IDs, other)
+	}
+}

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -69,7 +70,24 @@ type fleetState struct {
 	// over, as the latest try to take it saw; zero when this agent holds
 	// it or the try failed otherwise.
 	takeable time.Time
+	// published is the ranking this agent last published as the
+	// scheduler, publishedAt when and pubToken under which token (a new
+	// lease publishes even an unchanged ranking); ranksVersion is the
+	// version of the fleet's ranking the queue's ranks hold.
+	published    []byte
+	publishedAt  time.Time
+	pubToken     int64
+	ranksVersion int64
 }
+
+// leaderClaims is how many of its own node's intents the scheduler
+// claims and starts in one pass.
+const leaderClaims = 2
+
+// publishEvery is how often at most the scheduler publishes its ranking
+// when it changes, so that a pass per event on a deep queue does not
+// write it per pass; the other agents' answers lag it by as much.
+const publishEvery = time.Second
 
 // takeoverMargin is how long after a held lease may be taken over the
 // loop tries: the lease is taken only once it has been silent for longer
@@ -169,14 +187,24 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue
 	if l.engineDown {
 		return plan, next
 	}
+	limit := 0
+	if leader {
+		// The scheduler's own starts come a few at a time, with a pass
+		// between: the fleet's other nodes wait for the pass, not for
+		// this node's containers.
+		limit = leaderClaims
+	}
 	cctx, cancel := f.call(ctx)
-	claimed, err := f.Store.ClaimIntents(cctx, q.node, f.Instance)
+	claimed, err := f.Store.ClaimIntents(cctx, q.node, f.Instance, limit)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			q.log.Warn("claim this node's start intents", "err", err)
 		}
 		return plan, next
+	}
+	if limit > 0 && len(claimed) == limit {
+		next = now // more may wait: the next pass is due at once
 	}
 	renewed := q.now()
 	for _, j := range claimed {
@@ -197,6 +225,62 @@ func (q *Launcher) fleetPass(ctx context.Context, l *loop, leader bool, in queue
 		next = minTime(next, q.launchIntent(ctx, l, j, tr))
 	}
 	return plan, next
+}
+
+// shareRanks keeps the queue's ranking, which the API reads, as the
+// fleet's: the scheduler ranks from its plan and publishes the ranking
+// when it changed (at most every publishEvery), every other agent reads
+// the latest the scheduler published. It returns when a ranking held
+// back waits to be published, or zero.
+func (q *Launcher) shareRanks(ctx context.Context, leader bool, plan queue.Plan) time.Time {
+	f := q.fleet
+	now := q.now()
+	if leader {
+		q.ranks.set(plan)
+		body := queue.AppendRanking(nil, plan)
+		if bytes.Equal(body, f.published) && f.token == f.pubToken {
+			return time.Time{}
+		}
+		if due := f.publishedAt.Add(publishEvery); now.Before(due) {
+			return due
+		}
+		cctx, cancel := f.call(ctx)
+		v, err := f.Store.PublishRanks(cctx, f.token, body)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				q.log.Warn("publish the fleet's ranking", "err", err)
+			}
+			return now.Add(faultRetry)
+		}
+		f.published, f.publishedAt, f.ranksVersion, f.pubToken = body, now, v, f.token
+		return time.Time{}
+	}
+	cctx, cancel := f.call(ctx)
+	r, err := f.Store.Ranks(cctx, f.ranksVersion)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			q.log.Warn("read the fleet's ranking", "err", err)
+		}
+		return time.Time{} // the last one read stands; the next pass reads again
+	}
+	if r.Body == nil {
+		return time.Time{}
+	}
+	f.ranksVersion = r.Version
+	if r.Version == 0 || len(r.Body) == 0 {
+		q.ranks.set(queue.Plan{})
+		return time.Time{}
+	}
+	p, err := queue.DecodeRanking(r.Body)
+	if err != nil {
+		q.log.Warn("the fleet's ranking, as its scheduler published it, does not read; queued jobs show no position until the next",
+			"version", r.Version, "token", r.Token, "err", err)
+		p = queue.Plan{}
+	}
+	q.ranks.set(p)
+	return time.Time{}
 }
 
 func cmpPoll(d time.Duration) time.Duration {

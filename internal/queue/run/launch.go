@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -81,6 +82,21 @@ func (q *Launcher) launchIntent(ctx context.Context, l *loop, intent queue.Job, 
 		delete(l.stale, j.ID)
 	}
 	cid, err := q.engine.Create(octx, s)
+	if errors.Is(err, container.ErrExists) && q.fleet != nil {
+		// The fleet may have placed the job anew, on other GPUs, while
+		// its run from before kept its container here (the node was lost
+		// and is back): that run is not the fleet's any longer, and never
+		// runs beside the new one, on GPUs no longer the job's.
+		if jc, ierr := q.engine.Inspect(octx, s.Name); ierr == nil && !foreign(intent, jc) && !sameGPUs(jc.GPUs, gpus) {
+			q.log.Info("a job's container from before its node was lost holds other GPUs than the fleet placed it on; removing it and starting anew",
+				"job", j.ID, "container", jc.ID, "had", strings.Join(jc.GPUs.IDs, ","), "gpus", strings.Join(gpus, ","))
+			if rerr := q.engine.Remove(octx, jc.ID); rerr != nil {
+				q.requeueStart(ctx, l, intent, rerr)
+				return time.Time{}
+			}
+			cid, err = q.engine.Create(octx, s)
+		}
+	}
 	if errors.Is(err, container.ErrExists) {
 		// Created before, by a life of the agent that the reconciliation
 		// did not see: settle it as the reconciliation would.
@@ -503,4 +519,16 @@ func (q *Launcher) resolveLost(ctx context.Context, j queue.Job) {
 	if err != nil {
 		q.log.Error("requeue a lost job", "job", j.ID, "err", err)
 	}
+}
+
+// sameGPUs reports whether a container's GPUs are the job's gpus, in any
+// order.
+func sameGPUs(have container.GPURequest, gpus []string) bool {
+	if have.All || len(have.IDs) != len(gpus) {
+		return false
+	}
+	a, b := slices.Clone(have.IDs), slices.Clone(gpus)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

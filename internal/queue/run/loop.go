@@ -333,8 +333,13 @@ func (q *Launcher) pass(ctx context.Context, l *loop) time.Time {
 		next = minTime(next, at)
 	}
 	// Why each job waits is kept in memory, never written per pass: the
-	// readers take it from the ranking (Service.Job and Jobs).
-	q.ranks.set(plan)
+	// readers take it from the ranking (Service.Job and Jobs). In a
+	// fleet the scheduler's ranking is every agent's.
+	if q.fleet != nil {
+		next = minTime(next, q.shareRanks(ctx, leader, plan))
+	} else {
+		q.ranks.set(plan)
+	}
 	for cid, at := range l.retention {
 		if !now.Before(at) && !l.engineDown {
 			if err := q.engine.Remove(ctx, cid); err != nil {

@@ -128,7 +128,8 @@ func (n *Nodes) Consolidate(ctx context.Context) ([]queue.ConsolidateAdvice, err
 			continue
 		}
 		in.Running = append(in.Running, queue.RunningJob{ID: j.ID, User: j.User, Team: j.Team, GPUs: j.GPUs, StartedAt: j.StartedAt,
-			TimeLimit: j.TimeLimit, GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node})
+			TimeLimit: j.TimeLimit, GPUMemory: info(j).memory, Array: arrayOf(j), Node: j.Node,
+			NodeGlob: info(j).node, ModelGlob: info(j).model, Image: j.Image})
 	}
 	return queue.Consolidate(in), nil
 }

@@ -263,7 +263,7 @@ func TestNodesConsolidate(t *testing.T) {
 				return out
 			}
 			for _, n := range []string{"x", "y", "gone"} {
-				if err := store.RegisterNode(ctx, ledger.NodeInfo{Node: n, GPUs: gpus(n)}); err != nil {
+				if err := store.RegisterNode(ctx, ledger.NodeInfo{Node: n, GPUs: gpus(n), Images: []string{"img"}}); err != nil {
 					t.Fatal(err)
 				}
 				l, err := store.Acquire(ctx, ledger.Lease{Node: n, Instance: n + "-1", Host: n, PID: os.Getpid()}, takeover)

@@ -254,6 +254,21 @@ func TestFleetOneQueue(t *testing.T) {
 			t.Errorf("logs of %s (node %s) through %s: %d %q, want its output", j.ID, j.Node, a.h.node, status, body)
 		}
 	}
+	// A job no node may take waits, and every agent's API says where it
+	// stands and why, as the scheduler ranked it.
+	nowhere := job(1, "1s")
+	nowhere.Node = "no-such-node"
+	stray := a.submit(t, a.h.alice, nowhere)
+	for _, ag := range f.agents {
+		dockertest.WaitFor(t, time.Minute, ag.h.node+" ranks "+stray.ID, func() (bool, string) {
+			j := ag.job(t, stray.ID)
+			return j.State == "queued" && j.Position != nil && j.Reason == "node_constraint",
+				fmt.Sprintf("%s, position %v: %s %s", j.State, j.Position, j.Reason, j.ReasonText)
+		})
+	}
+	if status, e := a.post(t, stray.ID, "cancel", a.h.alice); status != http.StatusOK {
+		t.Errorf("cancel %s: %d %+v", stray.ID, status, e)
+	}
 	for i := range 12 {
 		submit(a.h.alice, job(1+i%2, "3s"))
 		submit(a.h.bob, job(1, "2s"))
