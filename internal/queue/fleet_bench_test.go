@@ -134,3 +134,51 @@ func waitCounts(p Plan) (map[Reason]int, int) {
 	}
 	return reasons, estimated
 }
+
+// BenchmarkRanking16x8 encodes the ranking of BenchmarkFleet16x8's plan,
+// 10,000 waiting jobs, as the fleet's scheduler publishes it after a
+// pass; it reports the body's size.
+func BenchmarkRanking16x8(b *testing.B) {
+	p := Schedule(fleetBenchInput(16, true))
+	var body []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		body = AppendRanking(body[:0], p)
+	}
+	b.ReportMetric(float64(len(body)), "bytes")
+}
+
+// BenchmarkDecodeRanking16x8 decodes it, as every other agent does when
+// the published version rose.
+func BenchmarkDecodeRanking16x8(b *testing.B) {
+	body := AppendRanking(nil, Schedule(fleetBenchInput(16, true)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeRanking(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPackRanking16x8 compresses that ranking for the ledger, as the
+// scheduler does when it publishes; it reports the packed size.
+func BenchmarkPackRanking16x8(b *testing.B) {
+	raw := AppendRanking(nil, Schedule(fleetBenchInput(16, true)))
+	var packed []byte
+	b.ReportAllocs()
+	for b.Loop() {
+		packed = PackRanking(raw)
+	}
+	b.ReportMetric(float64(len(packed)), "bytes")
+}
+
+// BenchmarkUnpackRanking16x8 inflates and decodes it, as a follower does.
+func BenchmarkUnpackRanking16x8(b *testing.B) {
+	packed := PackRanking(AppendRanking(nil, Schedule(fleetBenchInput(16, true))))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := UnpackRanking(packed); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

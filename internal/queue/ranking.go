@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"bytes"
+	"compress/flate"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"time"
 )
@@ -15,13 +18,43 @@ import (
 // other agents decode it into a Plan that ranks as the scheduler's did.
 // Starts carry only their job IDs, and there are no preemptions.
 
+// PackRanking compresses an encoded ranking for the ledger: a deep
+// queue's ranking repeats its reasons' sentences and job IDs' digits, and
+// it is rewritten as often as every second.
+func PackRanking(raw []byte) []byte {
+	var out bytes.Buffer
+	w, _ := flate.NewWriter(&out, flate.BestSpeed) // the level is valid
+	w.Write(raw)                                   // a bytes.Buffer takes all
+	w.Close()
+	return out.Bytes()
+}
+
+// maxRankingBytes bounds what UnpackRanking inflates, far above the
+// ranking of the deepest queue (10,000 jobs encode to about 1.5 MB).
+const maxRankingBytes = 256 << 20
+
+// UnpackRanking decodes a ranking PackRanking compressed.
+func UnpackRanking(packed []byte) (Plan, error) {
+	raw, err := io.ReadAll(io.LimitReader(flate.NewReader(bytes.NewReader(packed)), maxRankingBytes+1))
+	if err != nil {
+		return Plan{}, fmt.Errorf("the fleet's ranking does not inflate: %w", err)
+	}
+	if len(raw) > maxRankingBytes {
+		return Plan{}, fmt.Errorf("the fleet's ranking inflates past %d MiB, more than any queue's", maxRankingBytes>>20)
+	}
+	return DecodeRanking(raw)
+}
+
 // rankingVersion is the first byte of an encoded ranking.
 const rankingVersion = 1
 
 // maxRankingJobs bounds what a decode allocates for a count it reads.
 const maxRankingJobs = 1 << 22
 
-// AppendRanking appends p's ranking, encoded, to b.
+// AppendRanking appends p's ranking, encoded, to b. The priorities come
+// last, 8 bytes for each job of Order and then of Waits, so that two
+// rankings that differ only in them (a queue that waits, and ages) share
+// all but that tail: see RankingOrder.
 func AppendRanking(b []byte, p Plan) []byte {
 	started := make(map[string]bool, len(p.Starts))
 	for _, s := range p.Starts {
@@ -31,7 +64,6 @@ func AppendRanking(b []byte, p Plan) []byte {
 	b = binary.AppendUvarint(b, uint64(len(p.Order)))
 	for _, r := range p.Order {
 		b = appendString(b, r.JobID)
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r.Priority))
 		b = binary.AppendUvarint(b, uint64(max(r.Position, 0)))
 		b = appendBool(b, started[r.JobID])
 	}
@@ -44,7 +76,6 @@ func AppendRanking(b []byte, p Plan) []byte {
 			b = binary.AppendVarint(b, w.EstimatedStart.UnixNano())
 		}
 		b = binary.AppendUvarint(b, uint64(max(w.Position, 0)))
-		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Priority))
 		f := &w.figures
 		b = appendString(b, f.text)
 		b = append(b, byte(f.pool))
@@ -52,7 +83,20 @@ func AppendRanking(b []byte, p Plan) []byte {
 		b = appendString(b, f.by)
 		b = appendBool(b, f.otherDay)
 	}
+	for _, r := range p.Order {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(r.Priority))
+	}
+	for _, w := range p.Waits {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(w.Priority))
+	}
 	return b
+}
+
+// RankingOrder is the part of raw, AppendRanking's encoding of p, that
+// says the order, the starts and why each job waits: all but the
+// priorities.
+func RankingOrder(raw []byte, p Plan) []byte {
+	return raw[:len(raw)-8*(len(p.Order)+len(p.Waits))]
 }
 
 // DecodeRanking reads a ranking AppendRanking wrote. What it reads comes
@@ -69,7 +113,7 @@ func DecodeRanking(b []byte) (Plan, error) {
 	}
 	seen := make(map[string]bool, n)
 	for i := 0; i < n && d.err == nil; i++ {
-		r := Ranked{JobID: d.string("job ID"), Priority: d.float("priority")}
+		r := Ranked{JobID: d.string("job ID")}
 		if seen[r.JobID] {
 			d.fail("job " + r.JobID + " is ranked twice")
 		}
@@ -93,7 +137,6 @@ func DecodeRanking(b []byte) (Plan, error) {
 			w.EstimatedStart = time.Unix(0, d.varint("estimated start")).UTC()
 		}
 		w.Position = d.int("wait's position")
-		w.Priority = d.float("wait's priority")
 		f := &w.figures
 		f.text = d.string("wait's text")
 		f.pool = int8(d.byte("pool"))
@@ -108,6 +151,12 @@ func DecodeRanking(b []byte) (Plan, error) {
 		f.by = d.string("wait's job by")
 		f.otherDay = d.bool("other day")
 		p.Waits = append(p.Waits, w)
+	}
+	for i := range p.Order {
+		p.Order[i].Priority = d.float("priority")
+	}
+	for i := range p.Waits {
+		p.Waits[i].Priority = d.float("wait's priority")
 	}
 	if d.err == nil && d.off != len(b) {
 		d.fail(fmt.Sprintf("%d bytes after the end", len(b)-d.off))

@@ -79,7 +79,8 @@ func TestDecodeRankingRefuses(t *testing.T) {
 		"trailing":       {append(slices.Clone(good), 0), "1 bytes after the end"},
 		"count too big":  {[]byte{1, 0xff, 0xff, 0x03}, "more than the 0 bytes left"},
 		"unknown reason": {unknown, `reason "napping"`},
-		"bad flag":       {[]byte{1, 1, 2, 'j', '1', 0, 0, 0, 0, 0, 0, 0, 0, 1, 7}, "7 is not a flag"},
+		"bad flag":       {[]byte{1, 1, 2, 'j', '1', 1, 7}, "7 is not a flag"},
+		"ranked twice":   {AppendRanking(nil, Plan{Order: []Ranked{{JobID: "j-000001"}, {JobID: "j-000001"}}}), "j-000001 is ranked twice"},
 	} {
 		_, err := DecodeRanking(tt.b)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -88,10 +89,56 @@ func TestDecodeRankingRefuses(t *testing.T) {
 	}
 }
 
+// TestPackRanking: a packed ranking unpacks to the same plan; what does
+// not inflate, or inflates to no ranking, is an error.
+func TestPackRanking(t *testing.T) {
+	p := Schedule(rankingInput())
+	raw := AppendRanking(nil, p)
+	got, err := UnpackRanking(PackRanking(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := AppendRanking(nil, got); !slices.Equal(again, raw) {
+		t.Error("a packed ranking unpacks to another")
+	}
+	if _, err := UnpackRanking([]byte("not deflate")); err == nil || !strings.Contains(err.Error(), "does not inflate") {
+		t.Errorf("garbage: %v, want it not to inflate", err)
+	}
+	if _, err := UnpackRanking(PackRanking([]byte{7})); err == nil || !strings.Contains(err.Error(), "version 7") {
+		t.Errorf("a packed ranking of another version: %v", err)
+	}
+}
+
+// TestRankingOrder: rankings that differ only in their priorities share
+// their order; a changed position or reason does not.
+func TestRankingOrder(t *testing.T) {
+	p := Schedule(rankingInput())
+	older := AppendRanking(nil, p)
+	aged := p
+	aged.Order = slices.Clone(p.Order)
+	aged.Waits = slices.Clone(p.Waits)
+	for i := range aged.Order {
+		aged.Order[i].Priority += 0.125
+	}
+	for i := range aged.Waits {
+		aged.Waits[i].Priority += 0.125
+	}
+	newer := AppendRanking(nil, aged)
+	if slices.Equal(older, newer) || !slices.Equal(RankingOrder(older, p), RankingOrder(newer, aged)) {
+		t.Error("priorities alone changed the order's part, or nothing at all")
+	}
+	moved := aged
+	moved.Waits = slices.Clone(aged.Waits)
+	moved.Waits[0].Reason = ReasonHeld
+	if slices.Equal(RankingOrder(AppendRanking(nil, moved), moved), RankingOrder(newer, aged)) {
+		t.Error("a changed reason left the order's part as it was")
+	}
+}
+
 func FuzzDecodeRanking(f *testing.F) {
 	f.Add(AppendRanking(nil, Schedule(rankingInput())))
 	f.Add(AppendRanking(nil, Plan{}))
-	f.Add([]byte{1, 1, 2, 'j', '1', 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0})
+	f.Add([]byte{1, 1, 2, 'j', '1', 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := DecodeRanking(b)
 		if err != nil {
@@ -106,6 +153,18 @@ func FuzzDecodeRanking(f *testing.F) {
 		}
 		for _, w := range p.Waits {
 			_ = w.Text()
+		}
+	})
+}
+
+func FuzzUnpackRanking(f *testing.F) {
+	f.Add(PackRanking(AppendRanking(nil, Schedule(rankingInput()))))
+	f.Add([]byte("not deflate"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if p, err := UnpackRanking(b); err == nil {
+			if _, err := DecodeRanking(AppendRanking(nil, p)); err != nil {
+				t.Fatalf("an unpacked ranking does not decode again: %v", err)
+			}
 		}
 	})
 }

@@ -136,7 +136,7 @@ func testFleetNodes(t *testing.T, s ledger.Ledger) {
 	}
 }
 
-func acquireScheduler(t *testing.T, s ledger.Ledger, instance, node string, takeover time.Duration) ledger.SchedulerLease {
+func acquireScheduler(t testing.TB, s ledger.Ledger, instance, node string, takeover time.Duration) ledger.SchedulerLease {
 	t.Helper()
 	l, err := s.AcquireScheduler(context.Background(), instance, node, takeover)
 	if err != nil {
@@ -755,4 +755,42 @@ func testFleetRanks(t *testing.T, s ledger.Ledger) {
 	if _, err := s.PublishRanks(ctx, cur.Token, []byte("after")); !errors.Is(err, ledger.ErrStaleToken) {
 		t.Errorf("PublishRanks after the lease's release = %v, want ErrStaleToken", err)
 	}
+}
+
+// BenchPublishRanks measures the scheduler's publish of its ranking on s,
+// and a follower's read of it, for n queued jobs waiting for GPUs: the
+// body queue.PackRanking makes of them, without the sentences' figures
+// (the queue's own benchmarks say how much those add). It reports the
+// body's bytes.
+func BenchPublishRanks(b *testing.B, s ledger.Ledger, n int) {
+	ctx := context.Background()
+	var p queue.Plan
+	at := t0.Add(time.Hour)
+	for i := range n {
+		id := ledger.JobID(int64(i + 1))
+		p.Order = append(p.Order, queue.Ranked{JobID: id, Priority: 1 / float64(i+1), Position: i + 1})
+		p.Waits = append(p.Waits, queue.Wait{JobID: id, Reason: queue.ReasonResources, Position: i + 1,
+			Priority: 1 / float64(i+1), EstimatedStart: at.Add(time.Duration(i/8) * time.Minute)})
+	}
+	body := queue.PackRanking(queue.AppendRanking(nil, p))
+	l := acquireScheduler(b, s, "bench", nodeA, time.Hour)
+	var version int64
+	b.Run("Publish", func(b *testing.B) {
+		for b.Loop() {
+			v, err := s.PublishRanks(ctx, l.Token, body)
+			if err != nil {
+				b.Fatal(err)
+			}
+			version = v
+		}
+		b.ReportMetric(float64(len(body)), "bytes")
+	})
+	b.Run("Read", func(b *testing.B) {
+		for b.Loop() {
+			r, err := s.Ranks(ctx, version-1)
+			if err != nil || len(r.Body) != len(body) {
+				b.Fatalf("%d bytes, %v", len(r.Body), err)
+			}
+		}
+	})
 }

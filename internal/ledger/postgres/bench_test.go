@@ -104,3 +104,9 @@ func BenchmarkNodes100(b *testing.B) { ledgertest.BenchNodes(b, open(b, pgtest.D
 func BenchmarkActiveJobs10k(b *testing.B) {
 	ledgertest.BenchActiveJobs10k(b, open(b, pgtest.DSN(b)))
 }
+
+// BenchmarkPublishRanks10k is the fleet scheduler's publish of a ranking
+// of 10,000 queued jobs, and a follower's read of it.
+func BenchmarkPublishRanks10k(b *testing.B) {
+	ledgertest.BenchPublishRanks(b, open(b, pgtest.DSN(b)), 10000)
+}

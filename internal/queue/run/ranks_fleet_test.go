@@ -120,6 +120,26 @@ func TestFollowersRankAsTheScheduler(t *testing.T) {
 		t.Errorf("after the second ranking the follower says %q (%v), want %q", got.ReasonText, err, heldWait.Text())
 	}
 
+	// Only the priorities changed (the queue aged): published once
+	// refreshEvery has passed, not publishEvery.
+	aged := plan2
+	aged.Order = append([]queue.Ranked(nil), plan2.Order...)
+	for i := range aged.Order {
+		aged.Order[i].Priority++
+	}
+	published := now()
+	if due := sched.q.shareRanks(ctx, true, aged); !due.Equal(published.Add(refreshEvery)) {
+		t.Errorf("a ranking whose priorities alone changed is due at %v, want %v", due, published.Add(refreshEvery))
+	}
+	advance(refreshEvery)
+	if due := sched.q.shareRanks(ctx, true, aged); !due.IsZero() {
+		t.Errorf("the aged ranking was held again, until %v", due)
+	}
+	follower.q.shareRanks(ctx, false, queue.Plan{})
+	if prio, _, _, _ := follower.q.Rank(aged.Order[0].JobID); prio != aged.Order[0].Priority {
+		t.Errorf("after the refresh the follower gives %s priority %v, want %v", aged.Order[0].JobID, prio, aged.Order[0].Priority)
+	}
+
 	// A ranking that does not read: the follower shows none.
 	if _, err := sched.store.PublishRanks(ctx, sched.q.Launcher.fleet.token, []byte{9, 9, 9}); err != nil {
 		t.Fatal(err)

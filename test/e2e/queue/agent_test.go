@@ -49,6 +49,7 @@ gpus:
 const (
 	aliceUID = 2001
 	bobUID   = 2002
+	carolUID = 2003
 	labGID   = 3000 // a supplementary group of alice and bob
 )
 
@@ -69,7 +70,7 @@ type host struct {
 	// or another checkout's) do not want the same port of the engine.
 	port int
 	// The secrets of the tokens of the test's users, and the admin's.
-	alice, bob, viewer, rooty, admin string
+	alice, bob, carol, viewer, rooty, admin string
 	agent                            *agent
 	// listen, when set, is the address the agent serves on (a fleet's
 	// agents give theirs to each other); else a free one each start.
@@ -129,10 +130,10 @@ func makeHost(t *testing.T, extra string) *host {
 		_ = os.Chmod(d, 0o755)
 	}
 	passwd := harness.WriteText(t, filepath.Join(h.dir, "passwd"), fmt.Sprintf(
-		"root:x:0:0::/root:/bin/sh\nalice:x:%d:%d::/home/alice:/bin/sh\nbob:x:%d:%d::/home/bob:/bin/sh\nrooty:x:0:0::/root:/bin/sh\n",
-		aliceUID, aliceUID, bobUID, bobUID))
+		"root:x:0:0::/root:/bin/sh\nalice:x:%d:%d::/home/alice:/bin/sh\nbob:x:%d:%d::/home/bob:/bin/sh\ncarol:x:%d:%d::/home/carol:/bin/sh\nrooty:x:0:0::/root:/bin/sh\n",
+		aliceUID, aliceUID, bobUID, bobUID, carolUID, carolUID))
 	group := harness.WriteText(t, filepath.Join(h.dir, "group"), fmt.Sprintf(
-		"root:x:0:\nalice:x:%d:\nbob:x:%d:\nlab:x:%d:alice,bob\n", aliceUID, bobUID, labGID))
+		"root:x:0:\nalice:x:%d:\nbob:x:%d:\ncarol:x:%d:\nlab:x:%d:alice,bob\n", aliceUID, bobUID, carolUID, labGID))
 	harness.WriteText(t, filepath.Join(h.dir, "scenario.yaml"), scenario)
 
 	var tokens strings.Builder
@@ -140,7 +141,7 @@ func makeHost(t *testing.T, extra string) *host {
 		secret *string
 		name   string
 		role   config.Role
-	}{{&h.alice, "alice", config.RoleUser}, {&h.bob, "bob", config.RoleUser}, {&h.viewer, "vera", config.RoleViewer}, {&h.rooty, "rooty", config.RoleUser}} {
+	}{{&h.alice, "alice", config.RoleUser}, {&h.bob, "bob", config.RoleUser}, {&h.carol, "carol", config.RoleUser}, {&h.viewer, "vera", config.RoleViewer}, {&h.rooty, "rooty", config.RoleUser}} {
 		secret, tok, err := auth.NewToken(u.name, u.name, u.role, time.Time{})
 		if err != nil {
 			t.Fatal(err)

@@ -72,7 +72,7 @@ func newFleetWith(t *testing.T, n int, extra string) *fleet {
 			first := f.hosts[0]
 			text = tokensOf(t, first.config) + text[strings.Index(text, "queue:\n"):]
 			text = strings.Replace(text, "hostname: "+first.node, "hostname: "+h.node, 1)
-			h.alice, h.bob, h.viewer, h.rooty = first.alice, first.bob, first.viewer, first.rooty
+			h.alice, h.bob, h.carol, h.viewer, h.rooty = first.alice, first.bob, first.carol, first.viewer, first.rooty
 		}
 		if err := os.WriteFile(h.config, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -272,6 +272,9 @@ func TestFleetOneQueue(t *testing.T) {
 	for i := range 12 {
 		submit(a.h.alice, job(1+i%2, "3s"))
 		submit(a.h.bob, job(1, "2s"))
+		if i%3 == 0 {
+			submit(a.h.carol, job(2, "1s"))
+		}
 	}
 	big := submit(a.h.bob, job(4, "2s"))
 	pinned := job(1, "1s")

@@ -15,7 +15,7 @@ import (
 // TestFleetLoadMix is the fleet issue's run of 300 jobs, a load run
 // (GPUMETER_LOAD=1, as scripts/fleet-load.sh sets) for its length: three
 // agents on one PostgreSQL, four simulated GPUs each (the third node's
-// GPU 3 shared for memory jobs); jobs of two users submitted through all
+// GPU 3 shared for memory jobs); jobs of three users submitted through all
 // three agents: one-, two- and four-GPU jobs, memory jobs, an array of 17
 // tasks at most 3 at once, and a chain of three, with the scheduler
 // killed with SIGKILL a third of the way in and started again once its
@@ -40,7 +40,8 @@ func TestFleetLoadMix(t *testing.T) {
 	f.start(t)
 	f.awaitUp(t)
 	rec := engineRecord{}
-	users := []func(a *agent) string{func(a *agent) string { return a.h.alice }, func(a *agent) string { return a.h.bob }}
+	users := []func(a *agent) string{func(a *agent) string { return a.h.alice }, func(a *agent) string { return a.h.bob },
+		func(a *agent) string { return a.h.carol }}
 	var ids []string
 	memory := map[string]bool{}
 	n := 0
@@ -50,7 +51,7 @@ func TestFleetLoadMix(t *testing.T) {
 			n++
 		}
 		a := f.agents[n%3]
-		j := a.submit(t, users[n%2](a), req)
+		j := a.submit(t, users[n/3%3](a), req)
 		n++
 		ids = append(ids, j.ID)
 		return j
