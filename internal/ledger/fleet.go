@@ -144,13 +144,13 @@ type Fleet interface {
 	// instance has claimed yet: starting jobs without a container that
 	// are waiting for their claim, not lost in a start.
 	Unclaimed(ctx context.Context, node string) (map[string]bool, error)
-	// Listen returns a channel that receives a value, soon after, when
-	// an agent of the fleet committed a change a pass may act on (a
-	// submission, freed GPUs, intents, a drain), and once after each
-	// reconnection (changes may have been missed), until ctx ends. It is
-	// a hint: callers poll behind it. PostgreSQL's LISTEN/NOTIFY, on a
+	// Listen returns the fleet's wake-ups until ctx ends: each channel
+	// receives a value soon after an agent of the fleet committed a
+	// change of its kind (see FleetWakes), and once after each
+	// reconnection (changes may have been missed). They are hints:
+	// callers poll behind them. PostgreSQL's LISTEN/NOTIFY, on a
 	// connection of its own; SQLite, which runs no fleet, never sends.
-	Listen(ctx context.Context) <-chan struct{}
+	Listen(ctx context.Context) FleetWakes
 	// Allocations returns the active exclusive allocations: (node, GPU
 	// UUID) -> job ID.
 	Allocations(ctx context.Context) (map[NodeGPUKey]string, error)
@@ -173,6 +173,17 @@ type Ranks struct {
 	Token     int64 // the scheduler lease's token it was published under
 	Published time.Time
 	Body      []byte
+}
+
+// FleetWakes are the fleet's wake-ups, by who acts on them.
+type FleetWakes struct {
+	// Queue receives when the queue changed in a way the scheduler may
+	// act on: a submission, GPUs freed, a job back in the queue or
+	// released, a drain. Only the scheduler's agent passes on it.
+	Queue <-chan struct{}
+	// Intents receives when start intents were written: every agent
+	// looks for its own.
+	Intents <-chan struct{}
 }
 
 // NodeGPUKey names one GPU of one node.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/ledger"
 	"github.com/gpumeter/gpumeter/internal/ledger/pgtest"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
@@ -30,23 +31,31 @@ func drain(ch <-chan struct{}) {
 }
 
 // TestListenWakes: one agent's store listens; another's submission, its
-// release of a held job and a job's end wake it; a listener whose
-// connection was cut listens again and says so with a wake-up, and hears
-// what follows.
+// release of a held job and a job's end wake its queue's channel, start
+// intents its intents' channel; a listener whose connection was cut
+// listens again and says so with a wake-up on both, and hears what
+// follows.
 func TestListenWakes(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	proxy, viaProxy := pgtest.NewProxy(t, dsn)
 	listener, writer := open(t, viaProxy), open(t, dsn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	ch := listener.Listen(ctx)
+	wakes := listener.Listen(ctx)
+	ch := wakes.Queue
 	awaitWake(t, ch, "it began to listen")
+	awaitWake(t, wakes.Intents, "it began to listen")
 
 	j, err := writer.SubmitJob(ctx, fleetJob("alice"), audit.Event{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	awaitWake(t, ch, "a submission")
+	select {
+	case <-wakes.Intents:
+		t.Error("a submission woke the intents' channel")
+	default:
+	}
 	if _, err := writer.SetHeld(ctx, j.ID, queue.Queued, true, audit.Event{}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +74,25 @@ func TestListenWakes(t *testing.T) {
 	}
 	awaitWake(t, ch, "a job's end")
 
+	lease, err := writer.AcquireScheduler(ctx, "sched", fleetNode, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := writer.SubmitJob(ctx, fleetJob("bob"), audit.Event{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.WriteIntents(ctx, lease.Token, []ledger.Intent{{JobID: k.ID, Node: fleetNode, GPUs: []string{fleetGPU}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	awaitWake(t, wakes.Intents, "start intents")
+
 	drain(ch)
+	drain(wakes.Intents)
 	proxy.Partition()
 	proxy.Heal()
 	awaitWake(t, ch, "the listener's connection was cut and made again")
+	awaitWake(t, wakes.Intents, "the listener's connection was cut and made again")
 	if _, err := writer.SubmitJob(ctx, fleetJob("bob"), audit.Event{}); err != nil {
 		t.Fatal(err)
 	}

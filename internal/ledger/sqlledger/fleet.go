@@ -389,7 +389,7 @@ func (l Ledger) WriteIntents(ctx context.Context, token int64, intents []ledger.
 				return err
 			}
 		}
-		if err := l.notify(ctx, tx); err != nil {
+		if err := l.notifyIntents(ctx, tx); err != nil {
 			return err
 		}
 		for _, ev := range events {

@@ -52,11 +52,12 @@ type Backend struct {
 	// one write transaction at a time.
 	LockGPUs func(ctx context.Context, tx Tx, node string, gpus []string) error
 	// Notify, where set, tells the fleet's agents through tx that the
-	// queue changed in a way a pass may act on (a job submitted, GPUs
-	// freed, intents written, a node drained or undrained): sent when
-	// tx commits, never when it rolls back. Nil for a database without
+	// queue changed in a way the scheduler may act on (a job submitted,
+	// GPUs freed, a node drained or undrained) or, with intents, that
+	// start intents were written: sent when tx commits, never when it
+	// rolls back (ledger.FleetWakes). Nil for a database without
 	// notifications (SQLite, where a fleet cannot run).
-	Notify func(ctx context.Context, tx Tx) error
+	Notify func(ctx context.Context, tx Tx, intents bool) error
 }
 
 // notify sends the queue's wake-up through tx, where the backend has one.
@@ -64,7 +65,16 @@ func (l Ledger) notify(ctx context.Context, tx Tx) error {
 	if l.b.Notify == nil {
 		return nil
 	}
-	return l.b.Notify(ctx, tx)
+	return l.b.Notify(ctx, tx, false)
+}
+
+// notifyIntents sends the intents' wake-up through tx, where the backend
+// has one.
+func (l Ledger) notifyIntents(ctx context.Context, tx Tx) error {
+	if l.b.Notify == nil {
+		return nil
+	}
+	return l.b.Notify(ctx, tx, true)
 }
 
 // Ledger is the part of ledger.Ledger that the SQL backends share: the

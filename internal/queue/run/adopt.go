@@ -17,8 +17,9 @@ import (
 // on this node, on the GPUs c holds, through the store's compare-and-set:
 // a start intent the scheduler wrote meanwhile (the job is no longer
 // queued) or another job that holds one of those GPUs refuses the move,
-// and the caller stops c, so that no job ever runs twice. It reports
-// whether j was adopted.
+// and the caller stops c, so that no job ever runs twice; but an intent
+// that placed the job on this node again leaves c to that intent's
+// claim, which adopts it. It reports whether c stays.
 func (q *Launcher) adopt(ctx context.Context, l *loop, j queue.Job, c container.JobContainer) bool {
 	if q.fleet == nil || j.State != queue.Queued || !c.Running || j.Held || q.stops.pending(j.ID) != nil {
 		return false // held or cancelled since: its container is stopped
@@ -32,6 +33,13 @@ func (q *Launcher) adopt(ctx context.Context, l *loop, j queue.Job, c container.
 		j.ReasonText = "its container kept running on " + q.node + " while the node was lost; adopted on " + strings.Join(gpus, ", ")
 	}, q.queueEvent("jobs.adopt", j.ID))
 	if err != nil {
+		if cur, rerr := q.store.Job(ctx, j.ID); rerr == nil && cur.State == queue.Starting && cur.Node == q.node && cur.ContainerID == "" {
+			// Placed on this node again meanwhile: the claim of its
+			// intent adopts the run (launchIntent), on the GPUs it holds.
+			q.log.Info("a job's container kept running while the node was lost, and the fleet has placed the job on this node again; its claim adopts the container",
+				"job", j.ID, "container", c.ID)
+			return true
+		}
 		q.log.Info("a job's container kept running while the node was lost, and the fleet has placed the job since; stopping the container",
 			"job", j.ID, "container", c.ID, "err", err)
 		return false

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/audit"
+	"github.com/gpumeter/gpumeter/internal/container"
 	"github.com/gpumeter/gpumeter/internal/ledger"
+	"github.com/gpumeter/gpumeter/internal/ledger/sqlite"
 	"github.com/gpumeter/gpumeter/internal/queue"
 )
 
@@ -76,19 +78,26 @@ func TestFleetAdoptsWhatKeptRunning(t *testing.T) {
 	}
 }
 
-// TestFleetStartsAnewOnOtherGPUs: node1's agent dies with a job running;
-// the fleet requeues the job and places it on node1 again, but on
-// another GPU, before node1's agent is back. The agent claims the intent:
-// the container from before, on the old GPU, is removed and the job
-// starts anew on the GPU the scheduler gave it, so that the record and
-// the container agree and the old GPU is not held behind the fleet's
-// back.
-func TestFleetStartsAnewOnOtherGPUs(t *testing.T) {
-	t.Run("Restart", func(t *testing.T) { testStartsAnewOnOtherGPUs(t, false) })
-	t.Run("Claim", func(t *testing.T) { testStartsAnewOnOtherGPUs(t, true) })
+// TestFleetAdoptsOnItsGPUs: node1's agent dies with a job running; the
+// fleet requeues the job and places it on node1 again, but on another
+// GPU, before node1's agent is back. The run that kept going is adopted
+// (the fleet has not started the job elsewhere), and the job's record
+// moves to the GPU its container holds; where the scheduler has placed
+// another job on that GPU meanwhile, the old run is removed and the job
+// starts anew where the scheduler placed it. Either way the record and
+// the container agree. The restart's reconciliation leaves the container
+// to the claim; the claim alone (no reconciliation before it) does the
+// same.
+func TestFleetAdoptsOnItsGPUs(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		direct, taken bool
+	}{{"Restart", false, false}, {"Claim", true, false}, {"Taken", false, true}} {
+		t.Run(tc.name, func(t *testing.T) { testAdoptsOnItsGPUs(t, tc.direct, tc.taken) })
+	}
 }
 
-func testStartsAnewOnOtherGPUs(t *testing.T, direct bool) {
+func testAdoptsOnItsGPUs(t *testing.T, direct, taken bool) {
 	e := newEngineEnv(t, 2, nil)
 	old := e.waitState(t, e.submit(t, "alice", e.sleeper()).ID, queue.Running)
 	e.stop()
@@ -110,7 +119,13 @@ func testStartsAnewOnOtherGPUs(t *testing.T, direct bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.store.WriteIntents(ctx, lease.Token, []ledger.Intent{{JobID: old.ID, Node: "node1", GPUs: []string{other}}}, nil); err != nil {
+	intents := []ledger.Intent{{JobID: old.ID, Node: "node1", GPUs: []string{other}}}
+	if taken {
+		// The scheduler placed another job on the old GPU meanwhile.
+		k := e.submit(t, "bob", e.sleeper())
+		intents = append(intents, ledger.Intent{JobID: k.ID, Node: "node1", GPUs: slices.Clone(old.GPUs)})
+	}
+	if err := e.store.WriteIntents(ctx, lease.Token, intents, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.store.Acquire(ctx, ledger.Lease{Node: "node1", Instance: "node1-2", Host: "node1", PID: os.Getpid()}, time.Hour); err != nil {
@@ -118,9 +133,6 @@ func testStartsAnewOnOtherGPUs(t *testing.T, direct bool) {
 	}
 	e.cfg.Fleet = &FleetConfig{Store: e.store, Instance: "node1-2", Takeover: time.Hour}
 	if direct {
-		// The claim's own path, which a reconciliation before it
-		// otherwise takes first (it removes a container whose job waits
-		// for its claim): the start finds the old container.
 		q, err := New(e.cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -139,19 +151,62 @@ func testStartsAnewOnOtherGPUs(t *testing.T, direct bool) {
 	}
 
 	got := e.waitState(t, old.ID, queue.Running)
-	if got.ContainerID == old.ContainerID || !slices.Equal(got.GPUs, []string{other}) {
-		t.Errorf("%s runs in %.12s on %v; want a new container on %s, not %.12s on %v", old.ID, got.ContainerID, got.GPUs, other, old.ContainerID, old.GPUs)
-	}
-	for _, c := range e.jobContainers(t, old.ID) {
-		if c.ID == old.ContainerID {
-			t.Errorf("the container from before, %.12s (%s), is still there", c.ID, c.State)
-		}
-	}
 	jc, err := e.engine.Inspect(ctx, got.ContainerID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(jc.GPUs.IDs, []string{other}) {
-		t.Errorf("the new container holds %v, want %s", jc.GPUs.IDs, other)
+	if !slices.Equal(jc.GPUs.IDs, got.GPUs) {
+		t.Errorf("%s's record names %v, its container %.12s holds %v", old.ID, got.GPUs, got.ContainerID, jc.GPUs.IDs)
+	}
+	wantGPUs := old.GPUs
+	if taken {
+		wantGPUs = []string{other}
+		if got.ContainerID == old.ContainerID {
+			t.Errorf("%s was adopted in %.12s on %v, where the scheduler placed another job", old.ID, old.ContainerID, old.GPUs)
+		}
+		for _, c := range e.jobContainers(t, old.ID) {
+			if c.ID == old.ContainerID {
+				t.Errorf("the container from before, %.12s (%s), is still there", c.ID, c.State)
+			}
+		}
+	} else if got.ContainerID != old.ContainerID {
+		t.Errorf("%s runs in %.12s, want %.12s adopted", old.ID, got.ContainerID, old.ContainerID)
+	}
+	if !slices.Equal(got.GPUs, wantGPUs) {
+		t.Errorf("%s runs on %v, want %v", old.ID, got.GPUs, wantGPUs)
+	}
+}
+
+// TestAdoptLeavesARePlacedRunToItsClaim: a reconciliation read the job
+// queued, but the scheduler has since placed it on this very node: the
+// adoption's compare-and-set fails, and the run that kept going stays for
+// the intent's claim to adopt, rather than being stopped.
+func TestAdoptLeavesARePlacedRunToItsClaim(t *testing.T) {
+	e := newEnv(t, func(c *Config) {
+		c.Fleet = &FleetConfig{Store: c.Store.(*sqlite.Store), Instance: "node1-1", Takeover: time.Hour}
+	})
+	ctx := context.Background()
+	j := e.submit(t, "alice", request())
+	stale := j // what the reconciliation read
+	lease, err := e.store.AcquireScheduler(ctx, "sched", "node2", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := container.JobContainer{ID: "c-kept", JobID: j.ID, Running: true, GPUs: container.GPURequest{IDs: []string{"GPU-a"}}}
+	for _, tc := range []struct {
+		node string
+		want bool
+	}{{"node2", false}, {"node1", true}} {
+		if tc.node == "node1" {
+			if _, err := e.store.UpdateJob(ctx, j.ID, queue.Starting, func(x *queue.Job) { x.State, x.GPUs, x.Node = queue.Queued, nil, "" }, audit.Event{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.store.WriteIntents(ctx, lease.Token, []ledger.Intent{{JobID: j.ID, Node: tc.node, GPUs: []string{"GPU-b"}}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.q.Launcher.adopt(ctx, newLoop(), stale, run); got != tc.want {
+			t.Errorf("placed on %s meanwhile: adopt kept the run: %t, want %t", tc.node, got, tc.want)
+		}
 	}
 }

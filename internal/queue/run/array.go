@@ -47,7 +47,7 @@ func (q *Service) submitArray(ctx context.Context, job queue.Job, a queue.ArrayS
 	}
 	ev.Target = tasks[0].Request.Array.ID
 	q.auditedLater(ctx, ev)
-	q.launch.poke()
+	q.launch.submitted()
 	return tasks[0], nil
 }
 

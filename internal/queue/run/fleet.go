@@ -164,7 +164,7 @@ func (q *Launcher) lead(ctx context.Context) (leader bool, err error) {
 			q.log.Info("no longer the fleet's scheduler", "err", err)
 		}
 		f.token = 0
-		q.metrics.setLeader(false)
+		q.setLeading(false)
 		if errors.As(err, &held) {
 			err = nil // another agent schedules: nothing is wrong
 		}
@@ -174,7 +174,7 @@ func (q *Launcher) lead(ctx context.Context) (leader bool, err error) {
 		q.log.Info("now the fleet's scheduler", "token", lease.Token)
 	}
 	f.token = lease.Token
-	q.metrics.setLeader(true)
+	q.setLeading(true)
 	return true, nil
 }
 
@@ -391,7 +391,7 @@ func (q *Launcher) intentsWritten(intents []ledger.Intent, err error) {
 	case errors.Is(err, ledger.ErrStaleToken):
 		q.log.Info("another agent became the fleet's scheduler; this pass's intents were refused")
 		q.fleet.token = 0
-		q.metrics.setLeader(false)
+		q.setLeading(false)
 	case errors.As(err, &se), errors.Is(err, ledger.ErrDoubleAllocation):
 		q.log.Info("a start intent was refused; the next pass decides again", "job", intents[0].JobID, "err", err)
 	default:
@@ -425,6 +425,13 @@ func (q *Launcher) nodeLost(ctx context.Context, j queue.Job) {
 	if err != nil {
 		q.log.Error("requeue a lost node's job", "job", out.ID, "err", err)
 	}
+}
+
+// setLeading records whether this agent holds the scheduler lease, for
+// its metrics and for the service's submissions (see submitted).
+func (q *Launcher) setLeading(on bool) {
+	q.leading.Store(on)
+	q.metrics.setLeader(on)
 }
 
 // mine reports whether job j is this node's to run: always on one node,

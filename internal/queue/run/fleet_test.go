@@ -80,3 +80,38 @@ func TestSubmitInAFleet(t *testing.T) {
 		}
 	}
 }
+
+// TestSubmittedWakesOnlyTheScheduler: a job queued through an agent of a
+// fleet wakes its loop only while it is the fleet's scheduler (the others
+// have nothing to do with a queued job); one host's always.
+func TestSubmittedWakesOnlyTheScheduler(t *testing.T) {
+	woke := func(q *Queue) bool {
+		select {
+		case <-q.Launcher.wake:
+			return true
+		default:
+			return false
+		}
+	}
+	fleet := newEnv(t, func(c *Config) {
+		c.Fleet = &FleetConfig{Store: c.Store.(*sqlite.Store), Instance: "i-1", Takeover: time.Minute}
+	})
+	woke(fleet.q) // whatever New sent
+	fleet.submit(t, "alice", request())
+	if woke(fleet.q) {
+		t.Error("a submission woke an agent of the fleet that does not schedule")
+	}
+	if leader, err := fleet.q.lead(context.Background()); !leader || err != nil {
+		t.Fatalf("lead: %t, %v", leader, err)
+	}
+	fleet.submit(t, "alice", request())
+	if !woke(fleet.q) {
+		t.Error("a submission did not wake the fleet's scheduler")
+	}
+	one := newEnv(t, nil)
+	woke(one.q)
+	one.submit(t, "alice", request())
+	if !woke(one.q) {
+		t.Error("a submission did not wake one host's loop")
+	}
+}

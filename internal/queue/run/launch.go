@@ -83,13 +83,20 @@ func (q *Launcher) launchIntent(ctx context.Context, l *loop, intent queue.Job, 
 	}
 	cid, err := q.engine.Create(octx, s)
 	if errors.Is(err, container.ErrExists) && q.fleet != nil {
-		// The fleet may have placed the job anew, on other GPUs, while
-		// its run from before kept its container here (the node was lost
-		// and is back): that run is not the fleet's any longer, and never
-		// runs beside the new one, on GPUs no longer the job's.
-		if jc, ierr := q.engine.Inspect(octx, s.Name); ierr == nil && !foreign(intent, jc) && !sameGPUs(jc.GPUs, gpus) {
-			q.log.Info("a job's container from before its node was lost holds other GPUs than the fleet placed it on; removing it and starting anew",
-				"job", j.ID, "container", jc.ID, "had", strings.Join(jc.GPUs.IDs, ","), "gpus", strings.Join(gpus, ","))
+		// The fleet placed the job here again while its run from before
+		// kept its container (the node was lost and is back): that run
+		// is adopted, on the GPUs it holds, as one the fleet has not
+		// started elsewhere is. The scheduler may have chosen other GPUs
+		// of this node: the job's record (and its allocations) move to
+		// the container's, or, where another job holds one of those
+		// now, the old run is removed and the job starts anew where the
+		// scheduler placed it; never two runs, nor a record that names
+		// GPUs its container does not hold.
+		if jc, ierr := q.engine.Inspect(octx, s.Name); ierr == nil && !foreign(intent, jc) && jc.Running && !sameGPUs(jc.GPUs, gpus) {
+			if moved, ok := q.adoptOnItsGPUs(ctx, intent, jc); ok {
+				q.settle(ctx, l, moved, jc)
+				return time.Time{}
+			}
 			if rerr := q.engine.Remove(octx, jc.ID); rerr != nil {
 				q.requeueStart(ctx, l, intent, rerr)
 				return time.Time{}
@@ -531,4 +538,27 @@ func sameGPUs(have container.GPURequest, gpus []string) bool {
 	slices.Sort(a)
 	slices.Sort(b)
 	return slices.Equal(a, b)
+}
+
+// adoptOnItsGPUs moves starting job j's GPUs to those its running
+// container jc holds, so that the container can be adopted as the job's
+// run; ok is false when the store refused (another job holds one of
+// them now, or the job moved on).
+func (q *Launcher) adoptOnItsGPUs(ctx context.Context, j queue.Job, jc container.JobContainer) (queue.Job, bool) {
+	gpus := jc.GPUs.IDs
+	if jc.GPUs.All || len(gpus) == 0 || info(j).memory == 0 && len(gpus) != j.GPUsRequested || info(j).memory > 0 && len(gpus) != 1 {
+		return j, false // not a container this queue's spec made for j
+	}
+	moved, err := q.update(ctx, j.ID, queue.Starting, queue.Starting, func(x *queue.Job) {
+		x.GPUs = slices.Clone(gpus)
+		x.ReasonText = "its container kept running on " + q.node + " while the node was lost; adopted on " + strings.Join(gpus, ", ")
+	}, q.queueEvent("jobs.adopt", j.ID))
+	if err != nil {
+		q.log.Info("a job's container from before its node was lost holds other GPUs than the fleet placed it on, and they are not free; removing it and starting anew",
+			"job", j.ID, "container", jc.ID, "had", strings.Join(gpus, ","), "gpus", strings.Join(j.GPUs, ","), "err", err)
+		return j, false
+	}
+	q.log.Info("adopted a job whose container kept running while the node was lost, on the GPUs it holds", "job", j.ID, "container", jc.ID,
+		"gpus", strings.Join(gpus, ","), "placed_on", strings.Join(j.GPUs, ","))
+	return moved, true
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpumeter/gpumeter/internal/config"
@@ -53,9 +54,23 @@ type Launcher struct {
 	// fleet is set when the node is one of a fleet; only Run's goroutine
 	// touches it.
 	fleet *fleetState
+	// leading is set while this agent holds the fleet's scheduler lease;
+	// the loop sets it, the service's submissions read it.
+	leading atomic.Bool
 }
 
 var _ launch = (*Launcher)(nil)
+
+// submitted wakes the loop for a job queued through this agent: on one
+// host, and on the fleet's scheduler; any other agent of a fleet has
+// nothing to do with a queued job, and the scheduler hears of it through
+// the ledger's NOTIFY.
+func (q *Launcher) submitted() {
+	if q.fleet != nil && !q.leading.Load() {
+		return
+	}
+	q.poke()
+}
 
 // poke wakes the loop without blocking.
 func (q *Launcher) poke() {

@@ -80,10 +80,10 @@ func (q *Launcher) Run(ctx context.Context) error {
 		ping: engineBackoff, unsure: map[string]bool{}, stale: map[string]string{}, pendingEnds: map[string]container.JobContainer{},
 		killChecks: map[string]killCheck{}, killVerdict: map[string]bool{}}
 	defer l.stops.Wait()
-	evs := q.engine.Events(ctx)   // before the reconciliation, so no death is missed
-	var fleetWake <-chan struct{} // nil, which never receives, on one node
+	evs := q.engine.Events(ctx) // before the reconciliation, so no death is missed
+	var wakes ledger.FleetWakes // nil channels, which never receive, on one node
 	if q.fleet != nil {
-		fleetWake = q.fleet.Store.Listen(ctx)
+		wakes = q.fleet.Store.Listen(ctx)
 	}
 	q.env.cleanTemps(time.Hour)
 	q.countEnded(ctx)
@@ -117,23 +117,34 @@ func (q *Launcher) Run(ctx context.Context) error {
 		}
 		next = minTime(next, killDue)
 		timer.Reset(untilOrHour(next, q.now()))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-q.wake:
-		case <-fleetWake:
-		case <-timer.C:
-		case id := <-l.stopped:
-			q.died(ctx, l, id)
-		case id, ok := <-evs:
-			evs = q.engineEvent(ctx, l, evs, id, ok)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-q.wake:
+			case <-wakes.Intents:
+			case <-wakes.Queue:
+				if q.fleet.token == 0 {
+					// Only the scheduler acts on the queue's changes;
+					// the others wait on.
+					continue wait
+				}
+			case <-timer.C:
+			case id := <-l.stopped:
+				q.died(ctx, l, id)
+			case id, ok := <-evs:
+				evs = q.engineEvent(ctx, l, evs, id, ok)
+			}
+			break
 		}
 		// A burst (a hundred deaths, a stream of submissions) makes one
 		// pass: take whatever else is already waiting first.
 		for drained := false; !drained; {
 			select {
 			case <-q.wake:
-			case <-fleetWake:
+			case <-wakes.Intents:
+			case <-wakes.Queue:
 			case id := <-l.stopped:
 				q.died(ctx, l, id)
 			case id, ok := <-evs:

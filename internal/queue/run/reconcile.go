@@ -39,12 +39,14 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 	if err != nil {
 		return err
 	}
+	var waiting map[string]bool
 	if q.fleet != nil {
 		// In a fleet the ledger holds every node's jobs: this node
 		// settles its own, but for the starting ones whose intents wait
 		// for this node's claim: no start of theirs was lost.
 		cctx, cancel := q.fleet.call(ctx)
-		waiting, err := q.fleet.Store.Unclaimed(cctx, q.node)
+		var err error
+		waiting, err = q.fleet.Store.Unclaimed(cctx, q.node)
 		cancel()
 		if err != nil {
 			return err
@@ -80,6 +82,12 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 	}
 	for _, c := range cs {
 		if c.JobID == "" || isActive[c.JobID] {
+			continue
+		}
+		if waiting[c.JobID] && c.Running {
+			// Placed here again while its run from before kept running:
+			// the claim of its intent adopts it (launchIntent).
+			isActive[c.JobID] = true // its staged mounts stay
 			continue
 		}
 		j, err := q.store.Job(ctx, c.JobID)

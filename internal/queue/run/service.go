@@ -46,6 +46,9 @@ type Service struct {
 type launch interface {
 	// poke wakes the launcher for a pass, without blocking.
 	poke()
+	// submitted wakes it, without blocking, for a job queued, where the
+	// launcher places jobs.
+	submitted()
 	// askStop asks for a stop of job id's container, and returns a
 	// channel closed once the job has ended.
 	askStop(id string, s *stop) <-chan struct{}

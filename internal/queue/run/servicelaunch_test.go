@@ -28,6 +28,8 @@ func (f *fakeLaunch) poke() {
 	f.mu.Unlock()
 }
 
+func (f *fakeLaunch) submitted() { f.poke() }
+
 // askStop records the stop and answers at once, as a launcher would once
 // the job ended.
 func (f *fakeLaunch) askStop(id string, s *stop) <-chan struct{} {

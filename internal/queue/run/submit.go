@@ -204,7 +204,7 @@ func (q *Service) submit(ctx context.Context, s Submission, lineage func(*queue.
 		ev.Target = stored.ID // a requeue's is the job it was made from
 	}
 	q.auditedLater(ctx, ev)
-	q.launch.poke()
+	q.launch.submitted()
 	return stored, nil
 }
 

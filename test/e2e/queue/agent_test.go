@@ -71,7 +71,7 @@ type host struct {
 	port int
 	// The secrets of the tokens of the test's users, and the admin's.
 	alice, bob, carol, viewer, rooty, admin string
-	agent                            *agent
+	agent                                   *agent
 	// listen, when set, is the address the agent serves on (a fleet's
 	// agents give theirs to each other); else a free one each start.
 	listen string
