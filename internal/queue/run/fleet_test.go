@@ -115,3 +115,35 @@ func TestSubmittedWakesOnlyTheScheduler(t *testing.T) {
 		t.Error("a submission did not wake one host's loop")
 	}
 }
+
+// TestSpacedPasses: in a fleet a wake-up for the queue's changes within
+// queuePassGap of the last pass waits for the gap's end, bringing the
+// loop's timer forward to it, and one after it passes at once; one host
+// always passes at once.
+func TestSpacedPasses(t *testing.T) {
+	at := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	now := at
+	fleet := newEnv(t, func(c *Config) {
+		c.Now = func() time.Time { return now }
+		c.Fleet = &FleetConfig{Store: c.Store.(*sqlite.Store), Instance: "i-1", Takeover: time.Minute}
+	})
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	next := at.Add(2 * time.Second)
+	now = at.Add(queuePassGap / 4)
+	if !fleet.q.spaced(at, &next, timer) || !next.Equal(at.Add(queuePassGap)) {
+		t.Errorf("a wake-up %v after a pass: spaced to %v, want %v", queuePassGap/4, next, at.Add(queuePassGap))
+	}
+	next = at.Add(queuePassGap / 2) // a pass due sooner stays
+	if !fleet.q.spaced(at, &next, timer) || !next.Equal(at.Add(queuePassGap/2)) {
+		t.Errorf("a pass due sooner moved to %v", next)
+	}
+	now = at.Add(queuePassGap)
+	if fleet.q.spaced(at, &next, timer) {
+		t.Error("a wake-up the gap after a pass waited")
+	}
+	one := newEnv(t, func(c *Config) { c.Now = func() time.Time { return at } })
+	if one.q.spaced(at, &next, timer) {
+		t.Error("one host's wake-up waited")
+	}
+}

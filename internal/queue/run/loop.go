@@ -117,17 +117,24 @@ func (q *Launcher) Run(ctx context.Context) error {
 		}
 		next = minTime(next, killDue)
 		timer.Reset(untilOrHour(next, q.now()))
+		passed := q.now()
 	wait:
 		for {
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-q.wake:
+				if q.spaced(passed, &next, timer) {
+					continue wait
+				}
 			case <-wakes.Intents:
 			case <-wakes.Queue:
 				if q.fleet.token == 0 {
 					// Only the scheduler acts on the queue's changes;
 					// the others wait on.
+					continue wait
+				}
+				if q.spaced(passed, &next, timer) {
 					continue wait
 				}
 			case <-timer.C:
@@ -154,6 +161,32 @@ func (q *Launcher) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// queuePassGap is the least time between the fleet scheduler's passes
+// that the queue's changes alone ask for: a burst of submissions (each a
+// NOTIFY) makes a pass every queuePassGap, not one per submission, and a
+// change after a quiet spell is passed on at once.
+const queuePassGap = 100 * time.Millisecond
+
+// spaced reports whether a wake-up for the queue's changes comes too soon
+// after the pass that ended at passed, in a fleet: the loop then waits
+// on, with its timer (next) brought forward to queuePassGap after that
+// pass. One host passes at once, as it always has.
+func (q *Launcher) spaced(passed time.Time, next *time.Time, timer *time.Timer) bool {
+	if q.fleet == nil {
+		return false
+	}
+	due := passed.Add(queuePassGap)
+	now := q.now()
+	if !now.Before(due) {
+		return false
+	}
+	if next.IsZero() || due.Before(*next) {
+		*next = due
+		timer.Reset(due.Sub(now))
+	}
+	return true
 }
 
 // engineEvent takes one event of the engine's stream and returns the

@@ -84,12 +84,6 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 		if c.JobID == "" || isActive[c.JobID] {
 			continue
 		}
-		if waiting[c.JobID] && c.Running {
-			// Placed here again while its run from before kept running:
-			// the claim of its intent adopts it (launchIntent).
-			isActive[c.JobID] = true // its staged mounts stay
-			continue
-		}
 		j, err := q.store.Job(ctx, c.JobID)
 		if err != nil {
 			// A job the ledger does not have (a lost or older ledger,
@@ -104,6 +98,11 @@ func (q *Launcher) reconcile(ctx context.Context, l *loop) error {
 		}
 		ended := j.State.Ended()
 		switch {
+		case c.Running && q.fleet != nil && j.State == queue.Starting && j.Node == q.node && j.ContainerID == "":
+			// Placed here again while its run from before kept running
+			// (its intent waits for this node's claim, or came after the
+			// active jobs were read): the claim adopts it (launchIntent).
+			isActive[j.ID] = true // its staged mounts stay
 		case c.Running && q.adopt(ctx, l, j, c):
 			isActive[j.ID] = true // its staged mounts stay
 		case c.Running:
