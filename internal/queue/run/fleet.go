@@ -91,7 +91,7 @@ const leaderClaims = 2
 // How often the scheduler publishes its ranking (see shareRanks): the
 // other agents' answers lag it by as much. publishRate, in bytes a
 // second, spaces the writes of a deep queue's ranking (10,000 jobs pack
-// to about 180 kB: one every 5.6 s), so that the database's write-ahead
+// to about 170 kB: one every 5.2 s), so that the database's write-ahead
 // log does not take a ranking a second.
 const (
 	publishEvery = time.Second
