@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -350,6 +351,88 @@ func testJobConcurrentSubmits(t *testing.T, s ledger.Ledger) {
 	}
 }
 
+// testJobSubmitTogether checks submissions at once, some of them with an
+// audit row that cannot be written, as a store that writes concurrent
+// submissions in one transaction gets them: each good one is stored with
+// its own audit row naming it, each bad one fails alone and spends no ID,
+// and the IDs run without a gap.
+func testJobSubmitTogether(t *testing.T, s ledger.Ledger) {
+	ctx := context.Background()
+	const n = 48
+	var wg sync.WaitGroup
+	got := make([]queue.Job, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ev := submitAudit(fmt.Sprintf("user%d", i))
+			if i%7 == 3 {
+				ev.Evidence = map[string]float64{"x": math.NaN()} // cannot be encoded
+			}
+			got[i], errs[i] = s.SubmitJob(ctx, newJob(fmt.Sprintf("user%d", i)), ev)
+		}()
+	}
+	wg.Wait()
+	byID := map[string]string{}
+	good := 0
+	for i := range n {
+		user := fmt.Sprintf("user%d", i)
+		if i%7 == 3 {
+			if errs[i] == nil || !strings.Contains(errs[i].Error(), "audit") {
+				t.Errorf("submit %d with a bad audit row: %v, want an error naming the audit", i, errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil {
+			t.Errorf("submit %d: %v", i, errs[i])
+			continue
+		}
+		if got[i].User != user {
+			t.Errorf("submit %d returned %s of %s, want its own job", i, got[i].ID, got[i].User)
+		}
+		if prev, dup := byID[got[i].ID]; dup {
+			t.Errorf("ID %s given to %s and %s", got[i].ID, prev, user)
+		}
+		byID[got[i].ID] = user
+		good++
+	}
+	all, err := s.Jobs(ctx, ledger.JobFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != good {
+		t.Fatalf("%d jobs stored after %d good submits", len(all), good)
+	}
+	for i, j := range all {
+		if want := ledger.JobID(int64(i + 1)); j.ID != want {
+			t.Errorf("job %d: ID %s, want %s (no gap)", i, j.ID, want)
+		}
+		if byID[j.ID] != j.User {
+			t.Errorf("job %s stored for %s, returned to %s", j.ID, j.User, byID[j.ID])
+		}
+	}
+	evs, err := s.AuditEvents(ctx, audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]string{}
+	for _, e := range evs {
+		if _, dup := targets[e.Target]; dup {
+			t.Errorf("two audit rows name %s", e.Target)
+		}
+		targets[e.Target] = e.Caller
+	}
+	if len(evs) != good {
+		t.Errorf("%d audit rows after %d good submits", len(evs), good)
+	}
+	for id, user := range byID {
+		if targets[id] != user {
+			t.Errorf("job %s of %s: audit row's caller %q", id, user, targets[id])
+		}
+	}
+}
+
 // testJobConcurrentStarts checks that of many writers that start the
 // same queued job at once exactly one wins, and the others are told the
 // state it is in: a job never starts twice.
@@ -406,6 +489,24 @@ func BenchSubmitJob(b *testing.B, s ledger.Ledger) {
 			b.Fatal(err)
 		}
 	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
+}
+
+// BenchSubmitJobParallel measures SubmitJob on s from 16 goroutines at
+// once, as the API's clients submit together; it reports jobs/s.
+func BenchSubmitJobParallel(b *testing.B, s ledger.Ledger) {
+	ctx := context.Background()
+	j := newJob("alice")
+	b.SetParallelism(16 / max(1, runtime.GOMAXPROCS(0)))
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := s.SubmitJob(ctx, j, submitAudit(j.User)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "jobs/s")
 }
 

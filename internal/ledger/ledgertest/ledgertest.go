@@ -59,6 +59,7 @@ func Run(t *testing.T, open func(t *testing.T) ledger.Ledger) {
 		{"JobFilters", testJobFilters},
 		{"JobEnvKeys", testJobEnvKeys},
 		{"JobConcurrentSubmits", testJobConcurrentSubmits},
+		{"JobSubmitTogether", testJobSubmitTogether},
 		{"JobConcurrentStarts", testJobConcurrentStarts},
 		{"JobPlacement", testJobPlacement},
 		{"JobCancelBulk", testJobCancelBulk},

@@ -44,6 +44,11 @@ func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, pgtest.DSN(b)))
 }
 
+// go test -run '^$' -bench BenchmarkSubmitJobParallel ./internal/ledger/postgres/
+func BenchmarkSubmitJobParallel(b *testing.B) {
+	ledgertest.BenchSubmitJobParallel(b, open(b, pgtest.DSN(b)))
+}
+
 // go test -run '^$' -bench BenchmarkWriteIntents128 ./internal/ledger/postgres/
 func BenchmarkWriteIntents128(b *testing.B) {
 	ledgertest.BenchWriteIntents(b, open(b, pgtest.DSN(b)))

@@ -86,6 +86,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		Notify:          notify,
 		UniqueViolation: uniqueViolation,
 		LockGPUs:        lockGPUs,
+		GroupSubmits:    true,
 	})
 	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return nil, fmt.Errorf("open ledger postgres %s: %w", s.where, err)

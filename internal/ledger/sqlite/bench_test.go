@@ -183,6 +183,11 @@ func BenchmarkSubmitJob(b *testing.B) {
 	ledgertest.BenchSubmitJob(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
 }
 
+// go test -run '^$' -bench BenchmarkSubmitJobParallel ./internal/ledger/sqlite/
+func BenchmarkSubmitJobParallel(b *testing.B) {
+	ledgertest.BenchSubmitJobParallel(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))
+}
+
 // go test -run '^$' -bench BenchmarkWriteIntents128 ./internal/ledger/sqlite/
 func BenchmarkWriteIntents128(b *testing.B) {
 	ledgertest.BenchWriteIntents(b, open(b, filepath.Join(b.TempDir(), "ledger.db")))

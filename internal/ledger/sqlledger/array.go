@@ -94,9 +94,7 @@ func (l Ledger) SubmitArray(ctx context.Context, template queue.Job, indices []i
 func insertJobs(ctx context.Context, tx Tx, js []queue.Job) error {
 	const cols = 27
 	args := make([]any, 0, len(js)*cols)
-	var b strings.Builder
-	b.WriteString("INSERT INTO jobs (" + jobColumns + ") VALUES ")
-	for k, j := range js {
+	for _, j := range js {
 		a, err := jobArgs(j, 0)
 		if err != nil {
 			return err
@@ -104,7 +102,18 @@ func insertJobs(ctx context.Context, tx Tx, js []queue.Job) error {
 		if len(a) != cols {
 			return fmt.Errorf("job %s: %d columns, want %d", j.ID, len(a), cols)
 		}
-		if k > 0 {
+		args = append(args, a...)
+	}
+	_, err := tx.Exec(ctx, "INSERT INTO jobs ("+jobColumns+") VALUES "+placeholderRows(len(js), cols), args...)
+	return err
+}
+
+// placeholderRows is the VALUES list of rows of cols numbered
+// placeholders each: "($1, $2), ($3, $4)".
+func placeholderRows(rows, cols int) string {
+	var b strings.Builder
+	for r := range rows {
+		if r > 0 {
 			b.WriteString(", ")
 		}
 		b.WriteByte('(')
@@ -112,11 +121,9 @@ func insertJobs(ctx context.Context, tx Tx, js []queue.Job) error {
 			if c > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("$" + strconv.Itoa(len(args)+c+1))
+			b.WriteString("$" + strconv.Itoa(r*cols+c+1))
 		}
 		b.WriteByte(')')
-		args = append(args, a...)
 	}
-	_, err := tx.Exec(ctx, b.String(), args...)
-	return err
+	return b.String()
 }

@@ -15,7 +15,10 @@ import (
 // its arguments.
 const InsertAudit = `INSERT INTO audit_events (at_us, node, kind, rule, finding_id, container_id, container, owner, evidence, dry_run, outcome, attempts, error,
 	caller, role, source, action, target, status, count)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+VALUES ` + auditValues
+
+// auditValues is InsertAudit's one row of placeholders.
+const auditValues = `($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 // AuditArgs are the arguments of InsertAudit for e.
 func AuditArgs(e audit.Event) ([]any, error) {

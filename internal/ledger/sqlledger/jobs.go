@@ -38,6 +38,14 @@ func (l Ledger) SubmitJob(ctx context.Context, job queue.Job, audit audit.Event)
 		job.SubmittedAt = now
 	}
 	job.UpdatedAt = now
+	if l.g != nil && !activeState(job.State) {
+		return l.submitGrouped(ctx, job, audit)
+	}
+	return l.submitOne(ctx, job, audit)
+}
+
+// submitOne is SubmitJob in a transaction of its own.
+func (l Ledger) submitOne(ctx context.Context, job queue.Job, audit audit.Event) (queue.Job, error) {
 	var out queue.Job
 	err := l.b.WriteTx(ctx, func(tx Tx) error {
 		j := job
@@ -268,6 +276,30 @@ func (l Ledger) updateJob(ctx context.Context, tx Tx, id string, from queue.Stat
 		}
 	}
 	return j, nil
+}
+
+// insertAudits writes es with one statement.
+func insertAudits(ctx context.Context, tx Tx, es []audit.Event) error {
+	const cols = 20
+	args := make([]any, 0, len(es)*cols)
+	for _, e := range es {
+		if e.Time.IsZero() {
+			e.Time = time.Now()
+		}
+		a, err := AuditArgs(e)
+		if err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		if len(a) != cols {
+			return fmt.Errorf("audit: %d columns, want %d", len(a), cols)
+		}
+		args = append(args, a...)
+	}
+	sql := strings.TrimSuffix(InsertAudit, auditValues) + placeholderRows(len(es), cols)
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
 }
 
 func insertAudit(ctx context.Context, tx Tx, e audit.Event) error {

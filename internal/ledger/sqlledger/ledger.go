@@ -58,6 +58,13 @@ type Backend struct {
 	// rolls back (ledger.FleetWakes). Nil for a database without
 	// notifications (SQLite, where a fleet cannot run).
 	Notify func(ctx context.Context, tx Tx, intents bool) error
+	// GroupSubmits writes the job submissions that arrive while one is
+	// being written together, in the next transaction (one sequence
+	// step, one statement for their rows, one for their audit events,
+	// one wake-up): for a database across a connection, where each
+	// statement is a round trip. A database in the process (SQLite) pays
+	// little a statement and leaves it unset.
+	GroupSubmits bool
 }
 
 // notify sends the queue's wake-up through tx, where the backend has one.
@@ -82,10 +89,18 @@ func (l Ledger) notifyIntents(ctx context.Context, tx Tx) error {
 // job store. A backend's Store embeds it.
 type Ledger struct {
 	b Backend
+	// g gathers concurrent submissions, where b.GroupSubmits is set.
+	g *group
 }
 
 // NewLedger returns the shared methods over b.
-func NewLedger(b Backend) Ledger { return Ledger{b: b} }
+func NewLedger(b Backend) Ledger {
+	l := Ledger{b: b}
+	if b.GroupSubmits {
+		l.g = &group{}
+	}
+	return l
+}
 
 // Write adds a batch in one transaction.
 func (l Ledger) Write(ctx context.Context, b ledger.Batch) error {
