@@ -116,7 +116,7 @@ func (l Ledger) writeSubmits(calls []*submitCall) {
 	}
 	if errors.Is(err, ledger.ErrUnavailable) {
 		for _, c := range live {
-			c.err = err
+			c.err = fmt.Errorf("submit job to %s: %w", l.b.Name, err)
 		}
 		return
 	}
